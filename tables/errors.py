@@ -1,0 +1,109 @@
+"""The one error hierarchy of streamrec.
+
+Every layer raises subclasses of :class:`StreamrecError`. Each class carries a stable
+machine-readable ``code`` and the HTTP status the service maps it to, so the service needs
+exactly one exception handler and the PS wire protocol can send ``code`` back to clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StreamrecError(Exception):
+    """Base class: a clear message, a stable code, optional structured detail."""
+
+    code: str = "internal_error"
+    http_status: int = 500
+
+    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "detail": self.detail}
+
+
+class ConfigError(StreamrecError):
+    """A configuration file or value is invalid (names the file and key)."""
+
+    code = "config_error"
+    http_status = 400
+
+
+class InvalidInput(StreamrecError):
+    """A request or batch is malformed: wrong dtype, shape, range or type."""
+
+    code = "invalid_input"
+    http_status = 422
+
+
+class NonFiniteGradient(InvalidInput):
+    """A pushed gradient holds NaN or Inf and the table is configured to reject it."""
+
+    code = "non_finite_gradient"
+
+
+class NotFound(StreamrecError):
+    """A named table, pass, bundle or id does not exist."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class CorruptData(StreamrecError):
+    """A checkpoint, export or record failed its checksum or structural checks."""
+
+    code = "corrupt_data"
+    http_status = 422
+
+
+class Conflict(StreamrecError):
+    """An operation does not fit the current state (e.g. a delta applied out of order)."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class Unavailable(StreamrecError):
+    """A remote component (shard, broker) did not answer in time."""
+
+    code = "unavailable"
+    http_status = 503
+
+
+class Unauthorized(StreamrecError):
+    """Credentials are missing."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class Forbidden(StreamrecError):
+    """Credentials are present but wrong."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+ERRORS_BY_CODE: dict[str, type[StreamrecError]] = {
+    cls.code: cls
+    for cls in (
+        StreamrecError,
+        ConfigError,
+        InvalidInput,
+        NonFiniteGradient,
+        NotFound,
+        CorruptData,
+        Conflict,
+        Unavailable,
+        Unauthorized,
+        Forbidden,
+    )
+}
+
+
+def error_from_code(code: str, message: str, detail: dict[str, Any] | None = None) -> StreamrecError:
+    """Rebuild an error received over the wire (unknown codes become the base class)."""
+    return ERRORS_BY_CODE.get(code, StreamrecError)(message, detail=detail)
