@@ -1,0 +1,153 @@
+"""Feature admission: which unknown ids earn a row on push.
+
+Until admitted, an id has no row: pull returns its deterministic initializer row without
+storing it, and push only counts it. Policies are chosen per table by config
+(:data:`tables.config.AdmissionConfig`). Pending counts live in count-min sketches of fixed
+size; when an id is admitted its estimate is subtracted again, so an id that is later
+evicted starts from (about) zero, like a never-seen id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from tables.config import AlwaysAdmission, CountAdmission, ProbabilityAdmission, ScoreAdmission
+from tables.hashmap import JIT, mix64
+from tables.sketch import CountMinSketch
+
+_S40 = np.uint64(40)
+_INV24 = np.float64(1.0 / (1 << 24))
+
+
+@njit(**JIT)
+def _coin(keys: np.ndarray, seed: np.uint64, draw: np.uint64, p: float, out: np.ndarray) -> None:
+    salt = mix64(seed ^ mix64(draw))
+    for i in range(keys.shape[0]):
+        out[i] = np.float64(mix64(keys[i] ^ salt) >> _S40) * _INV24 < p
+
+
+class Admission:
+    """Base policy: decides for the unique unknown keys of one push."""
+
+    def __init__(self) -> None:
+        self.admitted = 0
+        self.pending_estimate = 0
+
+    def admit(self, keys: np.ndarray, shows: np.ndarray, clicks: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"admission_counters": np.array([self.admitted, self.pending_estimate], np.int64)}
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        self.admitted, self.pending_estimate = (int(v) for v in arrays["admission_counters"])
+
+    def memory_bytes(self) -> int:
+        return 0
+
+    def _count(self, admitted: np.ndarray, fresh: int) -> np.ndarray:
+        n_adm = int(admitted.sum())
+        self.admitted += n_adm
+        self.pending_estimate = max(0, self.pending_estimate + fresh - n_adm)
+        return admitted
+
+
+class AlwaysAdmit(Admission):
+    def admit(self, keys: np.ndarray, shows: np.ndarray, clicks: np.ndarray) -> np.ndarray:
+        return self._count(np.ones(keys.shape[0], np.bool_), keys.shape[0])
+
+
+class CountThreshold(Admission):
+    def __init__(self, cfg: CountAdmission) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.sketch = CountMinSketch(cfg.sketch_width, cfg.sketch_depth)
+
+    def admit(self, keys: np.ndarray, shows: np.ndarray, clicks: np.ndarray) -> np.ndarray:
+        est, fresh = self.sketch.add(keys, shows)
+        admitted = est >= np.float32(self.cfg.min_count)
+        if admitted.any():
+            self.sketch.add(keys[admitted], -est[admitted])
+        return self._count(admitted, fresh)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {**super().state(), "sketch": self.sketch.table}
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        super().load_state(arrays)
+        self.sketch.table[...] = arrays["sketch"]
+
+    def memory_bytes(self) -> int:
+        return self.sketch.nbytes
+
+
+class ProbabilityAdmit(Admission):
+    """Each push of an unknown id admits it with probability p. The draw is a hash of
+    (seed, key, push number), so a restored table makes the same decisions."""
+
+    def __init__(self, cfg: ProbabilityAdmission, seed: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.seed = np.uint64(seed)
+        self.draws = 0
+
+    def admit(self, keys: np.ndarray, shows: np.ndarray, clicks: np.ndarray) -> np.ndarray:
+        out = np.empty(keys.shape[0], np.bool_)
+        _coin(keys, self.seed, np.uint64(self.draws), self.cfg.probability, out)
+        self.draws += 1
+        return self._count(out, keys.shape[0])
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {**super().state(), "draws": np.array([self.draws], np.int64)}
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        super().load_state(arrays)
+        self.draws = int(arrays["draws"][0])
+
+
+class ScoreThreshold(Admission):
+    """Admit once (show - click) * nonclick_coeff + click * click_coeff >= threshold."""
+
+    def __init__(self, cfg: ScoreAdmission) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.shows = CountMinSketch(cfg.sketch_width, cfg.sketch_depth)
+        self.clicks = CountMinSketch(cfg.sketch_width, cfg.sketch_depth)
+
+    def admit(self, keys: np.ndarray, shows: np.ndarray, clicks: np.ndarray) -> np.ndarray:
+        s, fresh = self.shows.add(keys, shows)
+        c, _ = self.clicks.add(keys, clicks)
+        c = np.minimum(c, s)
+        score = (s - c) * np.float32(self.cfg.nonclick_coeff) + c * np.float32(self.cfg.click_coeff)
+        admitted = score >= np.float32(self.cfg.threshold)
+        if admitted.any():
+            self.shows.add(keys[admitted], -s[admitted])
+            self.clicks.add(keys[admitted], -c[admitted])
+        return self._count(admitted, fresh)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {**super().state(), "sketch_shows": self.shows.table, "sketch_clicks": self.clicks.table}
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        super().load_state(arrays)
+        self.shows.table[...] = arrays["sketch_shows"]
+        self.clicks.table[...] = arrays["sketch_clicks"]
+
+    def memory_bytes(self) -> int:
+        return self.shows.nbytes + self.clicks.nbytes
+
+
+def make_admission(cfg: Any, seed: int) -> Admission:
+    """The policy object for an admission config."""
+    if isinstance(cfg, AlwaysAdmission):
+        return AlwaysAdmit()
+    if isinstance(cfg, CountAdmission):
+        return CountThreshold(cfg)
+    if isinstance(cfg, ProbabilityAdmission):
+        return ProbabilityAdmit(cfg, seed)
+    if isinstance(cfg, ScoreAdmission):
+        return ScoreThreshold(cfg)
+    raise TypeError(f"unknown admission config {type(cfg).__name__}")

@@ -1,0 +1,69 @@
+"""Batch deduplication: unique keys in first-seen order and each input's unique index.
+
+A batch-local open-addressing table (numba) instead of ``np.unique``: it keeps first-seen
+order (so results are reproducible) and runs in one pass without sorting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tables.hashmap import JIT, mix64
+
+_ONE = np.uint64(1)
+
+
+@njit(**JIT)
+def _dedupe(keys: np.ndarray, uniq: np.ndarray, inverse: np.ndarray) -> int:
+    n = keys.shape[0]
+    cap = 16
+    while cap < 2 * n:
+        cap *= 2
+    table = np.full(cap, -1, np.int64)
+    mask = np.uint64(cap - 1)
+    m = 0
+    for i in range(n):
+        k = keys[i]
+        pos = mix64(k) & mask
+        while True:
+            u = table[pos]
+            if u < 0:
+                table[pos] = m
+                uniq[m] = k
+                inverse[i] = m
+                m += 1
+                break
+            if uniq[u] == k:
+                inverse[i] = u
+                break
+            pos = (pos + _ONE) & mask
+    return m
+
+
+def dedupe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(uniq, inverse)`` with ``uniq[inverse] == keys``, ``uniq`` in first-seen order."""
+    uniq = np.empty_like(keys)
+    inverse = np.empty(keys.shape[0], np.int64)
+    m = _dedupe(keys, uniq, inverse)
+    return uniq[:m], inverse
+
+
+@njit(**JIT)
+def sum_rows(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
+    """Sum the rows of ``values`` (n, d) that share an ``inverse`` index into (m, d)."""
+    out = np.zeros((m, values.shape[1]), np.float32)
+    for i in range(values.shape[0]):
+        u = inverse[i]
+        for j in range(values.shape[1]):
+            out[u, j] += values[i, j]
+    return out
+
+
+@njit(**JIT)
+def sum_values(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
+    """Sum the entries of ``values`` (n,) that share an ``inverse`` index into (m,)."""
+    out = np.zeros(m, np.float32)
+    for i in range(values.shape[0]):
+        out[inverse[i]] += values[i]
+    return out

@@ -1,0 +1,50 @@
+"""Feature eviction: which rows ``shrink()`` removes.
+
+Show and click counts decay lazily: a row stores them as of its ``last_seen`` pass, and
+their value at pass P is ``stored * decay ** (P - last_seen)``. So ending a pass touches no
+row, and a table restored from base + deltas decays exactly like one that never stopped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tables.config import EvictionConfig
+
+
+def decayed(values: np.ndarray, last_seen: np.ndarray, current_pass: int, decay: float) -> np.ndarray:
+    """Show or click counts as of ``current_pass``."""
+    age = (current_pass - last_seen).astype(np.float32)
+    return values * np.power(np.float32(decay), age, dtype=np.float32)
+
+
+def score(show: np.ndarray, click: np.ndarray, nonclick_coeff: float, click_coeff: float) -> np.ndarray:
+    """Paddle's show/click score: (show - click) * nonclick_coeff + click * click_coeff."""
+    return (show - click) * np.float32(nonclick_coeff) + click * np.float32(click_coeff)
+
+
+def select(
+    cfg: EvictionConfig, *, show: np.ndarray, click: np.ndarray, last_seen: np.ndarray, current_pass: int,
+    decay: float,
+) -> np.ndarray:
+    """Boolean mask of the rows to evict (arrays cover exactly the stored rows)."""
+    n = last_seen.shape[0]
+    evict = np.zeros(n, np.bool_)
+    if cfg.ttl_passes is not None:
+        evict |= (current_pass - last_seen) > cfg.ttl_passes
+    need_score = cfg.delete_threshold is not None or (cfg.max_rows is not None and cfg.budget_order == "score")
+    s = None
+    if need_score:
+        s = score(decayed(show, last_seen, current_pass, decay), decayed(click, last_seen, current_pass, decay),
+                  cfg.nonclick_coeff, cfg.click_coeff)
+    if cfg.delete_threshold is not None:
+        evict |= s < np.float32(cfg.delete_threshold)
+    if cfg.max_rows is not None:
+        survivors = np.flatnonzero(~evict)
+        excess = survivors.shape[0] - cfg.max_rows
+        if excess > 0:
+            order_key = s[survivors] if cfg.budget_order == "score" else last_seen[survivors].astype(np.float32)
+            # Lowest score (or oldest last_seen) first; ties broken by row for determinism.
+            victims = survivors[np.lexsort((survivors, order_key))[:excess]]
+            evict[victims] = True
+    return evict

@@ -1,0 +1,66 @@
+"""Per-row kernels of the sparse table's hot paths (numba)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tables.hashmap import JIT, LOW32, U32, mix64
+from tables.initializers import fill_row
+
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+
+
+@njit(**JIT)
+def gather(
+    slots: np.ndarray, keys_col: np.ndarray, params: np.ndarray, query: np.ndarray, out: np.ndarray,
+    c0: int, dim: int, seed: np.uint64, kind: int, scale: np.float32,
+    wseed: np.uint64, wkind: int, wscale: np.float32,
+) -> int:
+    """Pull: copy each key's row into ``out`` (input order); an absent key gets its
+    initializer row. Returns the number of absent keys. Lookup is inlined for speed."""
+    mask = np.uint64(slots.shape[0] - 1)
+    width = params.shape[1]
+    missing = 0
+    for i in range(query.shape[0]):
+        k = query[i]
+        h = mix64(k)
+        tag = h >> U32
+        pos = h & mask
+        r = -1
+        while True:
+            s = slots[pos]
+            if s == _ZERO:
+                break
+            if (s >> U32) == tag:
+                cand = np.int64(s & LOW32) - 1
+                if keys_col[cand] == k:
+                    r = cand
+                    break
+            pos = (pos + _ONE) & mask
+        if r >= 0:
+            for j in range(width):
+                out[i, j] = params[r, j]
+        else:
+            missing += 1
+            if c0 == 1:
+                fill_row(out[i], 0, 1, k, wseed, wkind, wscale)
+            fill_row(out[i], c0, dim, k, seed, kind, scale)
+    return missing
+
+
+@njit(**JIT)
+def touch(
+    show: np.ndarray, click: np.ndarray, last_seen: np.ndarray, mod_epoch: np.ndarray, rows: np.ndarray,
+    shows: np.ndarray, clicks: np.ndarray, current_pass: int, epoch: np.uint32, decay: np.float32,
+) -> None:
+    """Metadata of pushed rows: decay show/click to the current pass, add this push's counts."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        age = current_pass - last_seen[r]
+        f = decay ** np.float32(age) if age > 0 else np.float32(1.0)
+        show[r] = show[r] * f + shows[i]
+        click[r] = click[r] * f + clicks[i]
+        last_seen[r] = current_pass
+        mod_epoch[r] = epoch

@@ -1,0 +1,61 @@
+"""Struct-of-arrays row storage of a sparse table.
+
+One array per column, row ``r`` of every column belongs to the same id. Capacity grows by
+doubling into ``np.empty`` arrays: untouched pages are never faulted in, so resident memory
+tracks the rows actually stored, not the capacity. Rows stay dense (0..n-1): eviction moves
+the last rows into the holes (see ``SparseTable.shrink``), which keeps saves sequential.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# name -> dtype; 2-d columns get their width from the table layout.
+COLUMN_DTYPES: dict[str, np.dtype] = {
+    "keys": np.dtype(np.uint64),
+    "params": np.dtype(np.float32),  # [wide weight,] embedding
+    "state": np.dtype(np.float32),  # optimizer state of the embedding columns
+    "wide_state": np.dtype(np.float32),  # optimizer state of the wide weight
+    "show": np.dtype(np.float32),  # decayed show count as of pass `last_seen`
+    "click": np.dtype(np.float32),  # decayed click count as of pass `last_seen`
+    "last_seen": np.dtype(np.int32),  # pass of the last push
+    "created": np.dtype(np.int32),  # pass the row was created in
+    "mod_epoch": np.dtype(np.uint32),  # save epoch of the last change (drives delta saves)
+}
+
+
+class RowStore:
+    """Columns with a shared row count ``n`` and capacity."""
+
+    def __init__(self, widths: dict[str, int], capacity: int) -> None:
+        self.widths = dict(widths)  # column -> 0 for 1-d, else the 2-d width
+        self.n = 0
+        self.cols: dict[str, np.ndarray] = {name: self._alloc(name, capacity) for name in COLUMN_DTYPES}
+
+    def _alloc(self, name: str, capacity: int) -> np.ndarray:
+        w = self.widths.get(name, 0)
+        shape = (capacity,) if w == 0 and name not in ("params", "state", "wide_state") else (capacity, w)
+        return np.empty(shape, COLUMN_DTYPES[name])
+
+    @property
+    def capacity(self) -> int:
+        return self.cols["keys"].shape[0]
+
+    def reserve(self, n_rows: int) -> None:
+        """Make room for ``n_rows`` rows in total (amortized doubling)."""
+        if n_rows <= self.capacity:
+            return
+        cap = max(self.capacity, 16)
+        while cap < n_rows:
+            cap *= 2
+        for name, old in self.cols.items():
+            new = self._alloc(name, cap)
+            new[: self.n] = old[: self.n]
+            self.cols[name] = new
+
+    def used_nbytes(self) -> int:
+        """Bytes of the stored rows (excluding spare capacity)."""
+        return sum(c[: self.n].nbytes for c in self.cols.values())
+
+    def row_nbytes(self) -> int:
+        return sum(c.dtype.itemsize * (c.shape[1] if c.ndim == 2 else 1) for c in self.cols.values())

@@ -1,0 +1,260 @@
+"""The sparse table: uint64 ids -> float32 rows, updated by a server-side optimizer.
+
+Public verbs: ``pull``, ``push``, ``contains``, ``size``, ``stats``, ``end_pass``,
+``shrink``, ``save``, ``load``. Every verb is thread-safe and atomic for its keys (one
+lock; the numba kernels release the GIL). Row layout: ``[wide weight,] embedding``.
+
+Pull never creates rows: an absent id reads as its deterministic initializer row. Push
+sums the gradients of duplicate keys, asks the admission policy about unknown ids, and
+applies one optimizer update per row. See :mod:`tables.snapshot` for how saves avoid
+stalling pushes and :mod:`tables.table_files` for the file format.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from tables import eviction, hashmap
+from tables.admission import make_admission
+from tables.batch_checks import as_counts, as_keys, as_matrix
+from tables.config import EvictionConfig, TableConfig
+from tables.dedupe import dedupe, sum_rows, sum_values
+from tables.errors import NonFiniteGradient
+from tables.initializers import KIND_CODES, fill_rows
+from tables.optimizers import Optimizer
+from tables.row_kernels import gather, touch
+from tables.rows import RowStore
+from tables.snapshot import BaseSnapshot
+
+_WIDE_SEED_SALT = 0x5EED_0F_3A11_DE
+
+
+@dataclass
+class Cursor:
+    """Where a chain of saves (checkpoints, exports) stands: its last save's epoch and id."""
+
+    epoch: int
+    save_id: str
+
+
+class SparseTable:
+    def __init__(self, config: TableConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.width = config.width
+        self.dim = config.dim
+        self._c0 = 1 if config.wide else 0
+        self._opt = Optimizer(config.optimizer, config.dim)
+        self._wopt = Optimizer(config.wide_optimizer, 1) if config.wide else None
+        widths = {"params": self.width, "state": self._opt.state_width,
+                  "wide_state": self._wopt.state_width if self._wopt else 0}
+        self._rows = RowStore(widths, config.initial_capacity)
+        self._slots = np.zeros(hashmap.slots_for(config.initial_capacity), np.uint64)
+        self._admission = make_admission(config.admission, config.seed)
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)  # signalled when a snapshot ends
+        self._save_lock = threading.Lock()  # one save at a time
+        self._snapshot: BaseSnapshot | None = None
+        self._pass = 0
+        self._epoch = 1
+        self._cursors: dict[str, Cursor] = {}
+        self._tomb_keys = np.empty(0, np.uint64)
+        self._tomb_epochs = np.empty(0, np.uint32)
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("pulls", "pulled_keys", "rejected_pulls", "pushes", "pushed_keys", "evicted", "nonfinite_rejected",
+             "nonfinite_skipped", "not_admitted"), 0)
+        ic, wc = config.initializer, config.wide_initializer
+        self._init_args = (np.uint64(config.seed), KIND_CODES[ic.kind], np.float32(ic.scale),
+                           np.uint64(config.seed ^ _WIDE_SEED_SALT), KIND_CODES[wc.kind], np.float32(wc.scale))
+
+    # ----------------------------------------------------------------- reads
+    def pull(self, keys: Any) -> np.ndarray:
+        """Rows of ``keys`` (n, width) in input order; absent ids read as their initializer row."""
+        k = as_keys(keys, table=self.name)
+        out = np.empty((k.shape[0], self.width), np.float32)
+        with self._lock:
+            missing = gather(self._slots, self._rows.cols["keys"], self._rows.cols["params"], k, out, self._c0,
+                             self.dim, *self._init_args)
+            self.counters["pulls"] += 1
+            self.counters["pulled_keys"] += k.shape[0]
+            self.counters["rejected_pulls"] += missing
+        return out
+
+    def contains(self, keys: Any) -> np.ndarray:
+        """Boolean mask: which ids have a row."""
+        return self.lookup_rows(as_keys(keys, table=self.name)) >= 0
+
+    def lookup_rows(self, keys: np.ndarray) -> np.ndarray:
+        rows = np.empty(keys.shape[0], np.int64)
+        with self._lock:
+            hashmap.lookup(self._slots, self._rows.cols["keys"], keys, rows)
+        return rows
+
+    def size(self) -> int:
+        return self._rows.n
+
+    def __len__(self) -> int:
+        return self._rows.n
+
+    @property
+    def current_pass(self) -> int:
+        return self._pass
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            n = self._rows.n
+            return {
+                "table": self.name, "rows": n, "dim": self.dim, "width": self.width, "pass": self._pass,
+                "epoch": self._epoch, "capacity_rows": self._rows.capacity, "index_slots": self._slots.shape[0],
+                "row_bytes": self._rows.row_nbytes(),
+                "bytes": self._rows.used_nbytes() + self._slots.nbytes + self._admission.memory_bytes(),
+                "admitted": self._admission.admitted, "pending_estimate": self._admission.pending_estimate,
+                "admission_bytes": self._admission.memory_bytes(), "tombstones": int(self._tomb_keys.shape[0]),
+                **self.counters,
+            }
+
+    # ---------------------------------------------------------------- writes
+    def push(self, keys: Any, grads: Any, shows: Any = None, clicks: Any = None) -> None:
+        """Apply gradients; duplicates are summed first. Unknown ids go through admission:
+        admitted ones get a row (initializer values) and then the update; others are only
+        counted. NaN/Inf rows are refused (the whole push) or skipped, per config."""
+        k = as_keys(keys, table=self.name)
+        n = k.shape[0]
+        g = as_matrix(grads, n, self.width, name="grads", table=self.name)
+        s = as_counts(shows, n, name="shows", table=self.name, default=1.0)
+        c = as_counts(clicks, n, name="clicks", table=self.name, default=0.0)
+        finite = np.isfinite(g).all(axis=1) & np.isfinite(s) & np.isfinite(c)
+        if not finite.all():
+            bad = int(n - finite.sum())
+            first = int(np.argmin(finite))
+            if self.config.nonfinite == "reject":
+                with self._lock:
+                    self.counters["nonfinite_rejected"] += bad
+                raise NonFiniteGradient(
+                    f"table {self.name}: {bad} of {n} gradient rows hold NaN or Inf (first at index {first}); "
+                    "push refused, table unchanged", detail={"bad_rows": bad, "first_index": first})
+            k, g, s, c = k[finite], g[finite], s[finite], c[finite]
+            with self._lock:
+                self.counters["nonfinite_skipped"] += bad
+        uniq, inv = dedupe(k)
+        m = uniq.shape[0]
+        g, s, c = sum_rows(g, inv, m), sum_values(s, inv, m), sum_values(c, inv, m)
+        with self._lock:
+            rows = np.empty(m, np.int64)
+            if hashmap.lookup(self._slots, self._rows.cols["keys"], uniq, rows):
+                miss = np.flatnonzero(rows < 0)
+                admitted = self._admission.admit(uniq[miss], s[miss], c[miss])
+                new = miss[admitted]
+                if new.shape[0]:
+                    rows[new] = self._create(uniq[new])
+                self.counters["not_admitted"] += int(miss.shape[0] - new.shape[0])
+                if new.shape[0] != miss.shape[0]:
+                    keep = rows >= 0
+                    rows, g, s, c = rows[keep], g[keep], s[keep], c[keep]
+            self._apply(rows, g, s, c)
+            self.counters["pushes"] += 1
+            self.counters["pushed_keys"] += n
+
+    def _apply(self, rows: np.ndarray, g: np.ndarray, s: np.ndarray, c: np.ndarray) -> None:
+        if self._snapshot is not None:
+            self._snapshot.protect(self._rows, rows)
+        cols = self._rows.cols
+        if self._wopt is not None:
+            self._wopt.apply(cols["params"], cols["wide_state"], rows, g, 0)
+        self._opt.apply(cols["params"], cols["state"], rows, g, self._c0)
+        touch(cols["show"], cols["click"], cols["last_seen"], cols["mod_epoch"], rows, s, c, self._pass,
+              np.uint32(self._epoch), np.float32(self.config.show_click_decay))
+
+    def _create(self, keys: np.ndarray) -> np.ndarray:
+        """Append rows for absent ``keys`` with initializer values; returns their row numbers."""
+        n0, m = self._rows.n, keys.shape[0]
+        self._reserve(n0 + m)
+        new = np.arange(n0, n0 + m, dtype=np.int64)
+        cols = self._rows.cols
+        cols["keys"][n0 : n0 + m] = keys
+        seed, kind, scale, wseed, wkind, wscale = self._init_args
+        if self._wopt is not None:
+            fill_rows(cols["params"], new, 0, 1, keys, wseed, wkind, wscale)
+            self._wopt.init_state(cols["params"], cols["wide_state"], new, 0)
+        fill_rows(cols["params"], new, self._c0, self.dim, keys, seed, kind, scale)
+        self._opt.init_state(cols["params"], cols["state"], new, self._c0)
+        cols["show"][n0 : n0 + m] = 0.0
+        cols["click"][n0 : n0 + m] = 0.0
+        cols["last_seen"][n0 : n0 + m] = self._pass
+        cols["created"][n0 : n0 + m] = self._pass
+        cols["mod_epoch"][n0 : n0 + m] = self._epoch
+        self._rows.n = n0 + m
+        hashmap.insert(self._slots, cols["keys"], new)
+        return new
+
+    def _reserve(self, n_rows: int) -> None:
+        self._rows.reserve(n_rows)
+        if n_rows > self._slots.shape[0] * hashmap.MAX_LOAD:
+            slots = np.zeros(hashmap.slots_for(n_rows), np.uint64)
+            hashmap.rebuild(slots, self._rows.cols["keys"], self._rows.n)
+            self._slots = slots
+
+    # ------------------------------------------------------------- lifecycle
+    def end_pass(self) -> int:
+        """Close the current pass; show/click decay lazily (see :mod:`tables.eviction`)."""
+        with self._lock:
+            self._pass += 1
+            return self._pass
+
+    def shrink(self, *, policy: EvictionConfig | None = None, dry_run: bool = False) -> int:
+        """Evict the rows the eviction rules select; returns how many (would) go. Evicted
+        ids become tombstones for the next delta save and behave like never-seen ids."""
+        cfg = policy or self.config.eviction
+        with self._lock:
+            self._wait_idle()
+            n = self._rows.n
+            cols = self._rows.cols
+            mask = eviction.select(cfg, show=cols["show"][:n], click=cols["click"][:n],
+                                   last_seen=cols["last_seen"][:n], current_pass=self._pass,
+                                   decay=self.config.show_click_decay)
+            count = int(mask.sum())
+            if dry_run or count == 0:
+                return count
+            gone = cols["keys"][:n][mask].copy()
+            self._remove(mask)
+            self._tomb_keys = np.concatenate([self._tomb_keys, gone])
+            self._tomb_epochs = np.concatenate([self._tomb_epochs, np.full(count, self._epoch, np.uint32)])
+            self.counters["evicted"] += count
+            return count
+
+    def _remove(self, mask: np.ndarray) -> None:
+        """Drop the rows in ``mask`` (over rows 0..n-1), moving the last rows into the holes."""
+        n = self._rows.n
+        cols = self._rows.cols
+        hashmap.delete(self._slots, cols["keys"], cols["keys"][:n][mask].copy())
+        new_n = n - int(mask.sum())
+        holes = np.flatnonzero(mask[:new_n])
+        srcs = np.flatnonzero(~mask[new_n:n]) + new_n
+        for col in cols.values():
+            col[holes] = col[srcs]
+        hashmap.relink(self._slots, cols["keys"], srcs, holes)
+        self._rows.n = new_n
+
+    def _wait_idle(self) -> None:
+        while self._snapshot is not None:
+            self._idle.wait()
+
+    # ------------------------------------------------------------ persistence
+    def save(self, path: str | Path, mode: Literal["base", "delta"] = "base", cursor: str = "checkpoint") -> dict:
+        """Write a base (all rows) or a delta (rows changed since this cursor's last save, plus
+        tombstones) into directory ``path``; returns the manifest."""
+        from tables.table_files import save_table
+
+        return save_table(self, Path(path), mode=mode, cursor=cursor)
+
+    def load(self, path: str | Path) -> dict:
+        """Apply a saved base (replaces everything) or delta (must follow the previous save of
+        its chain). Everything is verified first: on any error the table is unchanged."""
+        from tables.table_files import load_table
+
+        return load_table(self, Path(path))

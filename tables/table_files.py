@@ -1,0 +1,214 @@
+"""Saving and loading a SparseTable (base and delta) through checkpoint files.
+
+Files in the save directory, per table ``<name>``:
+  ``<name>.rows``        rows in chunks of ``chunk_rows``; each chunk holds every column's
+                         raw bytes for those rows, columns in manifest order;
+  ``<name>.tombstones``  array container: ids evicted since the cursor's previous save;
+  ``<name>.state``       array container: admission state (sketches, counters);
+  ``<name>.manifest.json`` written last: layout, chain (save id, parent id, epochs),
+                         counters, and size + CRC-32C of each file.
+A base snapshot is consistent as of the save point (copy-on-write, :mod:`tables.snapshot`);
+a delta copies its rows under the lock (its stall grows with the delta, not the table).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tables import hashmap
+from tables.admission import make_admission
+from tables.checkpoint import (
+    FORMAT_VERSION,
+    AtomicWriter,
+    decode_arrays,
+    encode_arrays,
+    read_json,
+    read_verified,
+    write_bytes,
+    write_json,
+)
+from tables.errors import Conflict, CorruptData, InvalidInput
+from tables.rows import RowStore
+from tables.snapshot import BaseSnapshot
+
+if TYPE_CHECKING:
+    from tables.sparse_table import SparseTable
+
+CHUNK_ROWS = 1 << 16
+
+
+def _layout(t: SparseTable) -> dict[str, Any]:
+    a = t.config.admission
+    return {
+        "dim": t.dim, "wide": t.config.wide, "width": t.width,
+        "optimizer": t.config.optimizer.kind, "wide_optimizer": t.config.wide_optimizer.kind if t.config.wide else None,
+        "columns": {name: [c.dtype.str, *c.shape[1:]] for name, c in t._rows.cols.items()},
+        "admission": a.policy,
+        "admission_sketch": [getattr(a, "sketch_depth", 0), getattr(a, "sketch_width", 0)],
+    }
+
+
+def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[str, Any]:
+    if mode not in ("base", "delta"):
+        raise InvalidInput(f"table {t.name}: save mode must be 'base' or 'delta', got {mode!r}")
+    path.mkdir(parents=True, exist_ok=True)
+    with t._save_lock:
+        with t._lock:
+            prev = t._cursors.get(cursor)
+            if mode == "delta" and prev is None:
+                raise Conflict(f"table {t.name}: no base saved on cursor '{cursor}' yet; save a base first")
+            epoch = t._epoch
+            t._epoch += 1
+            since = prev.epoch if mode == "delta" else 0
+            state = {k: v.copy() for k, v in t._admission.state().items()}
+            head = {"pass": t._pass, "counters": dict(t.counters),
+                    "cursors": {c: [v.epoch, v.save_id] for c, v in t._cursors.items()}}
+            if mode == "base":
+                snap = BaseSnapshot(t._rows, CHUNK_ROWS)
+                t._snapshot = snap
+                n_rows, tomb = snap.n0, np.empty(0, np.uint64)
+            else:
+                n = t._rows.n
+                sel = np.flatnonzero(t._rows.cols["mod_epoch"][:n] > since)
+                delta = {name: col[sel] for name, col in t._rows.cols.items()}
+                n_rows, tomb = sel.shape[0], t._tomb_keys[t._tomb_epochs > since].copy()
+        save_id = uuid.uuid4().hex
+        try:
+            with AtomicWriter(path / f"{t.name}.rows") as w:
+                if mode == "base":
+                    while not snap.done:
+                        with t._lock:
+                            chunk = snap.next_chunk(t._rows)
+                        for col in chunk.values():
+                            w.write(col)
+                else:
+                    for a in range(0, n_rows, CHUNK_ROWS):
+                        for col in delta.values():
+                            w.write(col[a : a + CHUNK_ROWS])
+                rows_entry = w.commit()
+        finally:
+            if mode == "base":
+                with t._lock:
+                    t._snapshot = None
+                    t._idle.notify_all()
+        files = {
+            "rows": rows_entry,
+            "tombstones": write_bytes(path / f"{t.name}.tombstones", encode_arrays({"keys": tomb})),
+            "state": write_bytes(path / f"{t.name}.state", encode_arrays(state)),
+        }
+        manifest = {
+            "format": FORMAT_VERSION, "table": t.name, "mode": mode, "cursor": cursor, "save_id": save_id,
+            "parent_id": prev.save_id if mode == "delta" else None, "epoch": epoch, "since_epoch": since,
+            "rows": int(n_rows), "tombstones": int(tomb.shape[0]), "chunk_rows": CHUNK_ROWS,
+            "layout": _layout(t), "files": files, "created_at": time.time(), **head,
+        }
+        write_json(path / f"{t.name}.manifest.json", manifest)
+        with t._lock:
+            from tables.sparse_table import Cursor
+
+            t._cursors[cursor] = Cursor(epoch, save_id)
+            floor = min(c.epoch for c in t._cursors.values())
+            keep = t._tomb_epochs > floor
+            t._tomb_keys, t._tomb_epochs = t._tomb_keys[keep], t._tomb_epochs[keep]
+        return manifest
+
+
+def _decode_rows(buf: memoryview, man: dict[str, Any], into: dict[str, np.ndarray], source: str) -> None:
+    """Fill ``into`` (column -> array with >= n rows) from a verified rows file."""
+    n, chunk = int(man["rows"]), int(man["chunk_rows"])
+    row_bytes = sum(c.dtype.itemsize * (c.shape[1] if c.ndim == 2 else 1) for c in into.values())
+    if len(buf) != n * row_bytes or chunk <= 0:
+        raise CorruptData(f"{source}: holds {len(buf)} bytes, expected {n} rows x {row_bytes} bytes")
+    raw = np.frombuffer(buf, np.uint8)
+    off = 0
+    for a in range(0, n, chunk):
+        b = min(a + chunk, n)
+        for col in into.values():
+            nb = (b - a) * col.dtype.itemsize * (col.shape[1] if col.ndim == 2 else 1)
+            col[a:b] = raw[off : off + nb].view(col.dtype).reshape((b - a, *col.shape[1:]))
+            off += nb
+
+
+def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
+    mpath = path / f"{t.name}.manifest.json"
+    man = read_json(mpath)
+    try:
+        mode, n = man["mode"], int(man["rows"])
+        if man["format"] != FORMAT_VERSION or man["table"] != t.name or mode not in ("base", "delta"):
+            raise CorruptData(f"{mpath}: format {man['format']}, table {man['table']!r}, mode {mode!r} "
+                              f"not loadable into table {t.name!r} (format {FORMAT_VERSION})")
+        files = {k: man["files"][k] for k in ("rows", "tombstones", "state")}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptData(f"{mpath}: malformed manifest ({exc!r})") from None
+    layout = _layout(t)
+    if man.get("layout") != layout:
+        diff = sorted(k for k in layout if man.get("layout", {}).get(k) != layout[k])
+        raise Conflict(f"{mpath}: saved layout differs from table {t.name!r} config in {diff}",
+                       detail={"fields": diff})
+    bufs = {k: read_verified(path, e) for k, e in files.items()}
+    tomb = decode_arrays(bufs["tombstones"], str(path / files["tombstones"]["file"])).get("keys")
+    state = decode_arrays(bufs["state"], str(path / files["state"]["file"]))
+    admission = make_admission(t.config.admission, t.config.seed)
+    try:
+        admission.load_state(state)
+    except (KeyError, ValueError) as exc:
+        raise CorruptData(f"{path}: admission state does not fit the table ({exc!r})") from None
+    rows_src = str(path / files["rows"]["file"])
+    if mode == "base":
+        store = RowStore(t._rows.widths, max(n, t.config.initial_capacity))
+        _decode_rows(bufs["rows"], man, store.cols, rows_src)
+        store.n = n
+        slots = np.zeros(hashmap.slots_for(max(n, t.config.initial_capacity)), np.uint64)
+        hashmap.rebuild(slots, store.cols["keys"], n)
+    else:
+        delta = {name: np.empty((n, *c.shape[1:]), c.dtype) for name, c in t._rows.cols.items()}
+        _decode_rows(bufs["rows"], man, delta, rows_src)
+    with t._lock:
+        t._wait_idle()
+        if mode == "base":
+            t._rows, t._slots = store, slots
+            t._cursors.clear()
+            t._tomb_keys, t._tomb_epochs = np.empty(0, np.uint64), np.empty(0, np.uint32)
+        else:
+            cur = t._cursors.get(man["cursor"])
+            if cur is None or cur.save_id != man["parent_id"]:
+                raise Conflict(f"{mpath}: delta follows save {man['parent_id']} but table {t.name!r} is at "
+                               f"{cur.save_id if cur else 'no save'} on cursor {man['cursor']!r}; load in order")
+            _apply_delta(t, delta, tomb)
+        from tables.sparse_table import Cursor
+
+        t._admission = admission
+        t._pass = int(man["pass"])
+        t._epoch = int(man["epoch"]) + 1
+        t.counters.update({k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters})
+        for c, (ep, sid) in man.get("cursors", {}).items():
+            t._cursors.setdefault(c, Cursor(int(ep), str(sid)))
+        t._cursors[man["cursor"]] = Cursor(int(man["epoch"]), man["save_id"])
+    return man
+
+
+def _apply_delta(t: SparseTable, delta: dict[str, np.ndarray], tomb: np.ndarray) -> None:
+    """Under the lock: remove tombstoned ids, then upsert the delta's rows."""
+    if tomb is not None and tomb.shape[0]:
+        rows = np.empty(tomb.shape[0], np.int64)
+        hashmap.lookup(t._slots, t._rows.cols["keys"], tomb, rows)
+        mask = np.zeros(t._rows.n, np.bool_)
+        mask[rows[rows >= 0]] = True
+        if mask.any():
+            t._remove(mask)
+    keys = delta["keys"]
+    rows = np.empty(keys.shape[0], np.int64)
+    hashmap.lookup(t._slots, t._rows.cols["keys"], keys, rows)
+    new = rows < 0
+    n0, m = t._rows.n, int(new.sum())
+    t._reserve(n0 + m)
+    rows[new] = np.arange(n0, n0 + m)
+    for name, col in t._rows.cols.items():
+        col[rows] = delta[name]
+    t._rows.n = n0 + m
+    hashmap.insert(t._slots, t._rows.cols["keys"], rows[new])
