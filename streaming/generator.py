@@ -1,0 +1,208 @@
+"""Synthetic click data from a planted ground-truth model, so the best achievable AUC is known.
+
+Every record has 13 dense count fields and 26 categorical slots (the Criteo layout; slot 0
+is the user, slot 1 the item). Ids per slot are Zipf distributed. The true click logit is
+
+    bias + sum_s w_s[id_s] + sum_d beta_d * z_d + gamma * <u[user], v[item]>
+
+with hidden per-id weights ``w``, a dense signal ``z_d`` (the log of the dense count), and
+a low-rank user x item interaction. Labels are drawn from the true probability, so the
+AUC of the true probabilities on the same rows (:func:`roc_auc`) is the Bayes-optimal AUC.
+Hidden weights and vectors are pure functions of (seed, slot, id rank), hashed on demand:
+no tables, any vocabulary size. With ``drift`` the weights rotate towards an independent
+second set as events are generated (angle ``drift`` radians per million events).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+N_DENSE = 13
+N_SPARSE = 26
+USER_SLOT = 0
+ITEM_SLOT = 1
+
+# Per-slot vocabulary sizes: a mix of tiny, medium and huge slots like Criteo's.
+DEFAULT_VOCAB = (
+    200_000, 50_000, 1_000, 500_000, 300, 20, 10_000, 100, 3, 40_000, 5_000, 1_000_000, 3_000,
+    25, 9_000, 800_000, 10, 4_000, 2_000, 4, 600_000, 15, 12, 100_000, 60, 70_000,
+)
+# Fraction of records with an empty value in the slot (or dense field).
+DEFAULT_SPARSE_MISSING = tuple(0.3 if s % 7 == 5 else 0.0 for s in range(N_SPARSE))
+DEFAULT_DENSE_MISSING = tuple(0.2 if d in (2, 6, 11) else 0.0 for d in range(N_DENSE))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer over a uint64 array (wrapping arithmetic)."""
+    x = np.asarray(x, dtype=np.uint64)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _key(seed: int, stream: int, slot: int, dim: int = 0) -> np.uint64:
+    return np.uint64((seed * 0x9E3779B1 + stream * 0x85EBCA77 + slot * 0xC2B2AE3D + dim * 0x27D4EB2F) & (2**64 - 1))
+
+
+def _uniform(h: np.ndarray) -> np.ndarray:
+    return ((h >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+
+
+def _hashed_normal(ranks: np.ndarray, key: np.uint64) -> np.ndarray:
+    """A standard normal per rank, a pure function of (key, rank) (Box-Muller on two hashes)."""
+    r = np.asarray(ranks, dtype=np.uint64)
+    u1 = _uniform(_mix(r ^ key))
+    u2 = _uniform(_mix(r + key * np.uint64(3) + np.uint64(1)))
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Generated records in columns.
+
+    labels int8[n]; prob float64[n] (the true click probability);
+    dense int64[n, 13] counts with dense_missing bool[n, 13];
+    sparse uint32[n, 26] raw ids (what the Criteo file holds as 8 hex digits) with sparse_missing bool[n, 26];
+    event_time float64[n] epoch seconds. ``user_id``/``item_id`` are the raw ids of slots 0 and 1.
+    """
+
+    labels: np.ndarray
+    prob: np.ndarray
+    dense: np.ndarray
+    dense_missing: np.ndarray
+    sparse: np.ndarray
+    sparse_missing: np.ndarray
+    event_time: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def user_id(self) -> np.ndarray:
+        return self.sparse[:, USER_SLOT]
+
+    @property
+    def item_id(self) -> np.ndarray:
+        return self.sparse[:, ITEM_SLOT]
+
+
+class PlantedModel:
+    """The hidden model; ``sample(n)`` draws the next ``n`` events (the clock advances for drift)."""
+
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        vocab: tuple[int, ...] = DEFAULT_VOCAB,
+        zipf_exponent: float = 1.1,
+        rank: int = 8,
+        sparse_variance: float = 1.0,
+        dense_variance: float = 0.25,
+        interaction_variance: float = 0.35,
+        ctr: float = 0.22,
+        drift: float = 0.0,
+        events_per_second: float = 1000.0,
+        start_time: float = 1_700_000_000.0,
+    ) -> None:
+        if len(vocab) != N_SPARSE or min(vocab) < 1:
+            raise ValueError(f"vocab needs {N_SPARSE} positive sizes")
+        if zipf_exponent <= 0 or zipf_exponent == 1.0:
+            raise ValueError("zipf_exponent must be positive and not 1")
+        self.seed = int(seed)
+        self.vocab = np.array(vocab, dtype=np.int64)
+        self.zipf_exponent = zipf_exponent
+        self.rank = rank
+        self.dense_variance = dense_variance
+        self.interaction_variance = interaction_variance
+        self.drift = drift
+        self.events_per_second = events_per_second
+        self.start_time = start_time
+        self.events = 0  # the clock: events generated so far
+        rng = np.random.default_rng([self.seed, 1])
+        # Slot importance decays so a few slots carry most of the signal, as in real CTR data.
+        importance = np.sort(rng.uniform(0.3, 1.5, N_SPARSE))[::-1]
+        self.slot_scale = importance * np.sqrt(sparse_variance / np.sum(importance**2))
+        beta = rng.normal(0.0, 1.0, N_DENSE)
+        self.dense_beta = beta * np.sqrt(dense_variance / np.sum(beta**2))
+        self.dense_mu = rng.uniform(0.5, 3.0, N_DENSE)
+        self.bias = float(np.log(ctr / (1 - ctr)))
+        self._rng = np.random.default_rng([self.seed, 2])
+
+    # -- hidden parameters -------------------------------------------------------------------
+
+    def weights(self, slot: int, ranks: np.ndarray, *, at_event: float = 0.0) -> np.ndarray:
+        """Hidden weight of the ids of ``slot`` with the given popularity ranks, at a point in time."""
+        w = _hashed_normal(ranks, _key(self.seed, 1, slot))
+        if self.drift:
+            angle = self.drift * at_event / 1e6
+            w = np.cos(angle) * w + np.sin(angle) * _hashed_normal(ranks, _key(self.seed, 2, slot))
+        return self.slot_scale[slot] * w
+
+    def vectors(self, slot: int, ranks: np.ndarray) -> np.ndarray:
+        """Hidden rank-k vectors (float64[n, rank]) of user (slot 0) or item (slot 1) ids."""
+        return np.stack([_hashed_normal(ranks, _key(self.seed, 3, slot, k)) for k in range(self.rank)], axis=1)
+
+    def raw_ids(self, slot: int, ranks: np.ndarray) -> np.ndarray:
+        """Popularity rank -> the 32-bit id written to the data (a fixed scramble per slot)."""
+        return (_mix(np.asarray(ranks, dtype=np.uint64) ^ _key(self.seed, 4, slot)) >> np.uint64(32)).astype(np.uint32)
+
+    # -- sampling ----------------------------------------------------------------------------
+
+    def _zipf_ranks(self, n: int) -> np.ndarray:
+        # Inverse CDF of a continuous power law on [1, V + 1), floored: Zipf-like, no tables.
+        a = 1.0 - self.zipf_exponent
+        top = (self.vocab.astype(np.float64) + 1.0) ** a
+        u = self._rng.random((n, N_SPARSE))
+        x = (1.0 + u * (top - 1.0)) ** (1.0 / a)
+        return np.minimum(np.floor(x).astype(np.int64) - 1, self.vocab - 1)
+
+    def sample(self, n: int) -> Sample:
+        """Draw the next ``n`` events with their labels and true probabilities."""
+        rng = self._rng
+        ranks = self._zipf_ranks(n)
+        sparse_missing = rng.random((n, N_SPARSE)) < np.array(DEFAULT_SPARSE_MISSING)
+        sparse_missing[:, [USER_SLOT, ITEM_SLOT]] = False
+        t = self.events + np.arange(n, dtype=np.float64)
+        logit = np.full(n, self.bias)
+        sparse = np.empty((n, N_SPARSE), dtype=np.uint32)
+        for s in range(N_SPARSE):
+            w = self.weights(s, ranks[:, s], at_event=float(self.events + n / 2))
+            logit += np.where(sparse_missing[:, s], 0.0, w)
+            sparse[:, s] = self.raw_ids(s, ranks[:, s])
+
+        z = rng.normal(0.0, 1.0, (n, N_DENSE))
+        dense_missing = rng.random((n, N_DENSE)) < np.array(DEFAULT_DENSE_MISSING)
+        dense = np.maximum(np.floor(np.exp(self.dense_mu + z)) - 1.0, 0.0).astype(np.int64)
+        signal = np.where(dense_missing, 0.0, z) @ self.dense_beta
+        logit += signal
+
+        u = self.vectors(USER_SLOT, ranks[:, USER_SLOT])
+        v = self.vectors(ITEM_SLOT, ranks[:, ITEM_SLOT])
+        logit += np.sqrt(self.interaction_variance / self.rank) * np.einsum("ij,ij->i", u, v)
+
+        prob = 1.0 / (1.0 + np.exp(-logit))
+        labels = (rng.random(n) < prob).astype(np.int8)
+        event_time = self.start_time + t / self.events_per_second
+        self.events += n
+        return Sample(labels, prob, dense, dense_missing, sparse, sparse_missing, event_time)
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve (ties count one half), by ranks: O(n log n), no Python loop."""
+    labels = np.asarray(labels).astype(bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    n_pos = int(labels.sum())
+    n_neg = labels.shape[0] - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("AUC needs both positive and negative labels")
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = scores[order]
+    # Average rank within each group of tied scores.
+    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
+    ends = np.r_[starts[1:], sorted_scores.shape[0]]
+    avg = (starts + ends + 1) / 2.0
+    ranks = np.empty_like(scores)
+    ranks[order] = np.repeat(avg, ends - starts)
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))

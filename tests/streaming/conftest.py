@@ -1,0 +1,45 @@
+"""Shared fixtures: one real tansu broker per test session, stopped even when tests fail."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from streaming.broker import EmbeddedBroker
+from streaming.config import KafkaConfig
+from streaming.connection import client_options
+from streaming.topics import ensure_topics
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    # The context manager kills the broker's process group on teardown, pass or fail.
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture
+def kafka_config(broker: EmbeddedBroker) -> Callable[..., KafkaConfig]:
+    """Fresh topics per call, created on the session broker; short rebalance timeouts."""
+
+    def make(**overrides: Any) -> KafkaConfig:
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        fields: dict[str, Any] = {
+            "topic": name,
+            "dead_letter_topic": f"{name}.dead",
+            "group_id": f"g-{name}",
+            "partitions": 4,
+            "batch_size": 2048,
+            "batch_timeout_ms": 100,
+            "max_poll_interval_ms": 3000,
+            "session_timeout_ms": 3000,
+        }
+        fields.update(overrides)
+        config = KafkaConfig(**fields)
+        ensure_topics(config, client_options(config, [broker.bootstrap]))
+        return config
+
+    return make
