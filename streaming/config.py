@@ -155,3 +155,30 @@ class KafkaConfig(FrozenModel):
         if self.topic == self.dead_letter_topic:
             raise ValueError("dead_letter_topic must differ from topic")
         return self
+
+
+def load_kafka_config(path: str | None, **overrides: object) -> KafkaConfig:
+    """KafkaConfig from the ``kafka:`` section of a YAML file (or defaults), with CLI overrides.
+
+    Overrides that are None are ignored, so argparse defaults can be passed straight through.
+    """
+    from pathlib import Path
+
+    import yaml
+
+    from tables.errors import ConfigError
+    from tables.yaml_config import validate_config
+
+    data: dict[str, object] = {}
+    source = "<defaults>"
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read config: {exc}", detail={"file": str(path)}) from None
+        if not isinstance(loaded, dict) or not isinstance(loaded.get("kafka", {}), dict):
+            raise ConfigError(f"{path}: expected a mapping with a 'kafka' mapping", detail={"file": str(path)})
+        data = dict(loaded.get("kafka") or {})
+        source = f"{path}:kafka"
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return validate_config(data, KafkaConfig, source)

@@ -133,7 +133,7 @@ def generated_criteo_schema() -> SchemaConfig:
 def write_dataset(
     path: str | Path, model: PlantedModel, rows: int, *, fmt: Literal["criteo", "json"] = "criteo",
     chunk_rows: int = 200_000,
-) -> dict[str, float]:
+) -> dict[str, float | int]:
     """Write ``rows`` generated records to ``path``; returns rows, click rate and the Bayes-optimal AUC."""
     labels = np.empty(rows, dtype=np.int8)
     prob = np.empty(rows, dtype=np.float64)
@@ -149,4 +149,4 @@ def write_dataset(
             else:
                 f.write(b"\n".join(json_lines(sample)) + b"\n")
             done += n
-    return {"rows": float(rows), "ctr": float(labels.mean()), "bayes_auc": roc_auc(labels, prob)}
+    return {"rows": rows, "ctr": float(labels.mean()), "bayes_auc": roc_auc(labels, prob)}

@@ -43,3 +43,29 @@ def kafka_config(broker: EmbeddedBroker) -> Callable[..., KafkaConfig]:
         return config
 
     return make
+
+
+@pytest.fixture
+def read_topic(broker: EmbeddedBroker) -> Callable[..., list[Any]]:
+    """Read ``n`` records of a topic from the beginning (all partitions); stops after ``timeout_s``."""
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    def read(topic: str, n: int, *, timeout_s: float = 30.0) -> list[Any]:
+        consumer = KafkaConsumer(bootstrap_servers=[broker.bootstrap], enable_auto_commit=False)
+        try:
+            parts = consumer.partitions_for_topic(topic) or {0}
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            out: list[Any] = []
+            deadline = time.monotonic() + timeout_s
+            while len(out) < n and time.monotonic() < deadline:
+                for recs in consumer.poll(timeout_ms=200).values():
+                    out.extend(recs)
+            return out
+        finally:
+            consumer.close()
+
+    return read

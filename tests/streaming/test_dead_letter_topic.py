@@ -1,0 +1,105 @@
+"""Every kind of bad record lands in the dead-letter topic with its reason; ingestion goes on."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from streaming.broker import EmbeddedBroker
+from streaming.config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind
+from streaming.connection import client_options
+from streaming.consumer import Membership, StreamConsumer
+from streaming.generator import PlantedModel
+from streaming.producer import RecordProducer
+from streaming.sample_encoding import criteo_lines
+
+
+def _consume_all(consumer: StreamConsumer, n_good: int, n_bad: int) -> list[Any]:
+    batches = []
+    for _ in range(200):
+        batch = consumer.poll_batch()
+        if batch is not None:
+            batches.append(batch)
+            consumer.tracker.mark_pushed(batch)
+        if sum(map(len, batches)) >= n_good and sum(consumer.reject_counts.values()) >= n_bad:
+            break
+    return batches
+
+
+def test_criteo_bad_records_are_dead_lettered_with_reason_and_bytes(
+    broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig], read_topic: Callable[..., list[Any]]
+) -> None:
+    config = kafka_config(partitions=1, max_message_bytes=1024)
+    good = criteo_lines(PlantedModel(seed=3).sample(300))
+    fields = good[0].split(b"\t")
+    bad = {
+        "field_count": b"\t".join(fields[:20]),
+        "bad_dense": b"\t".join([fields[0], b"12x", *fields[2:]]),
+        "bad_hex": b"\t".join([*fields[:20], b"zz0011gg", *fields[21:]]),
+        "bad_label": b"\t".join([b"7", *fields[1:]]),
+        "oversized": b"\t".join([*fields[:-1], b"a" * 2000]),
+    }
+    # Bad records spread through the stream: ingestion must go on after each.
+    stream = [
+        *good[:100], bad["field_count"], bad["bad_dense"], *good[100:200],
+        bad["bad_hex"], bad["bad_label"], bad["bad_hex"], bad["oversized"], *good[200:],
+    ]
+    bootstrap = [broker.bootstrap]
+    with RecordProducer(config, client_options(config, bootstrap)) as producer:
+        producer.send_all(stream)
+
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as consumer:
+        batches = _consume_all(consumer, len(good), 6)
+        counts = consumer.reject_counts
+        committable = consumer.committable()
+
+    assert sum(map(len, batches)) == len(good)
+    assert counts == {"field_count": 1, "bad_dense": 1, "bad_hex": 2, "bad_label": 1, "oversized": 1}
+    assert committable == {0: len(stream)}  # rejected records are not a reason to re-read
+
+    letters = read_topic(config.dead_letter_topic, 6)
+    assert len(letters) == 6
+    by_reason = Counter()
+    for rec in letters:
+        headers = dict(rec.headers)
+        reason = headers["reason"].decode()
+        by_reason[reason] += 1
+        assert rec.value == bad[reason]  # the original bytes
+        assert headers["detail"]
+        topic, part, offset = headers["source"].decode().split("/")
+        assert (topic, int(part)) == (config.topic, 0)
+        assert stream[int(offset)] == rec.value
+    assert by_reason == Counter(counts)
+    detail = {dict(r.headers)["reason"].decode(): dict(r.headers)["detail"].decode() for r in letters}
+    assert "I1" in detail["bad_dense"] and "12x" in detail["bad_dense"]
+    assert "C7" in detail["bad_hex"]
+
+
+def test_json_bad_records_are_dead_lettered(
+    broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig], read_topic: Callable[..., list[Any]]
+) -> None:
+    config = kafka_config(partitions=1, max_message_bytes=200)
+    schema = SchemaConfig(
+        format="json",
+        slots=(SlotConfig(name="age", kind=SlotKind.DENSE), SlotConfig(name="tags", kind=SlotKind.SPARSE)),
+    )
+    stream = [
+        b'{"label": 1, "age": 30, "tags": ["a", "b"]}',
+        b'{"label": 0, "age": 3',
+        b'{"label": 1, "age": "old", "tags": "x"}',
+        b'["not", "an", "object"]',
+        b'{"label": 0, "tags": [' + b'"t",' * 100 + b'"t"]}',
+        b'{"label": 0, "age": 1.5, "tags": []}',
+    ]
+    bootstrap = [broker.bootstrap]
+    with RecordProducer(config, client_options(config, bootstrap)) as producer:
+        producer.send_all(stream)
+    with StreamConsumer(config, schema, bootstrap, membership=Membership.ASSIGN) as consumer:
+        batches = _consume_all(consumer, 2, 4)
+        counts = consumer.reject_counts
+    assert [b.labels.tolist() for b in batches] == [[1.0, 0.0]]
+    assert batches[0].dense[:, 0].tolist() == [30.0, 1.5]
+    assert counts == {"invalid_json": 1, "bad_dense": 1, "schema": 1, "oversized": 1}
+    letters = read_topic(config.dead_letter_topic, 4)
+    assert sorted(r.value for r in letters) == sorted([stream[1], stream[2], stream[3], stream[4]])
