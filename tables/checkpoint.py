@@ -113,9 +113,9 @@ def read_verified(directory: Path, entry: dict[str, Any]) -> memoryview:
         if actual != size:
             raise CorruptData(f"{path}: size {actual} bytes, manifest says {size} (truncated or overwritten)",
                               detail={"file": str(path)})
-        buf = bytearray(size)
+        buf = np.empty(size, np.uint8)  # not zero-filled: read straight into fresh pages
         with open(path, "rb") as f:
-            got = f.readinto(buf)
+            got = f.readinto(memoryview(buf))
     except FileNotFoundError:
         raise CorruptData(f"{path}: file missing", detail={"file": str(path)}) from None
     if got != size or crc32c.crc32c(buf) != crc:

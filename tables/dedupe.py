@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tables.hashmap import JIT, mix64
+from tables.hashmap import JIT, PF, mix64
+from tables.prefetch import prefetch
 
 _ONE = np.uint64(1)
 
@@ -24,6 +25,8 @@ def _dedupe(keys: np.ndarray, uniq: np.ndarray, inverse: np.ndarray) -> int:
     mask = np.uint64(cap - 1)
     m = 0
     for i in range(n):
+        if i + PF < n:
+            prefetch(table, mix64(keys[i + PF]) & mask)
         k = keys[i]
         pos = mix64(k) & mask
         while True:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tables.prefetch import prefetch
+
 MAX_LOAD = 0.7
 LOW32 = np.uint64(0xFFFFFFFF)
 U32 = np.uint64(32)
@@ -25,6 +27,7 @@ _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 
 JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+PF = 16  # how many keys ahead the kernels prefetch (two stages: slot, then row)
 
 
 @njit(inline="always", **JIT)
@@ -43,12 +46,31 @@ def slots_for(n_rows: int) -> int:
     return cap
 
 
+@njit(inline="always", **JIT)
+def prefetch_stages(slots: np.ndarray, keys_col: np.ndarray, rows_col: np.ndarray, query: np.ndarray, i: int,
+                    mask: np.uint64) -> None:
+    """Prefetch the home slot of query[i + 2*PF], and the key (and ``rows_col`` row) that
+    the already-cached home slot of query[i + PF] points to."""
+    n = query.shape[0]
+    if i + 2 * PF < n:
+        prefetch(slots, mix64(query[i + 2 * PF]) & mask)
+    if i + PF < n:
+        s = slots[mix64(query[i + PF]) & mask]
+        if s != _ZERO:
+            r = np.int64(s & LOW32) - 1
+            prefetch(keys_col, r)
+            prefetch(rows_col, r)
+
+
 @njit(**JIT)
 def lookup(slots: np.ndarray, keys_col: np.ndarray, query: np.ndarray, out_rows: np.ndarray) -> int:
     """Row of each query key into ``out_rows`` (-1 when absent); returns the number absent."""
     mask = np.uint64(slots.shape[0] - 1)
     missing = 0
-    for i in range(query.shape[0]):
+    n = query.shape[0]
+    for i in range(n):
+        if i + PF < n:
+            prefetch(slots, mix64(query[i + PF]) & mask)
         k = query[i]
         h = mix64(k)
         tag = h >> U32
@@ -75,6 +97,8 @@ def insert(slots: np.ndarray, keys_col: np.ndarray, rows: np.ndarray) -> None:
     """Index ``rows`` (whose keys are already in ``keys_col`` and absent from the index)."""
     mask = np.uint64(slots.shape[0] - 1)
     for i in range(rows.shape[0]):
+        if i + PF < rows.shape[0]:
+            prefetch(slots, mix64(keys_col[rows[i + PF]]) & mask)
         r = rows[i]
         h = mix64(keys_col[r])
         pos = h & mask
@@ -141,6 +165,8 @@ def rebuild(slots: np.ndarray, keys_col: np.ndarray, n: int) -> None:
     """Index rows 0..n-1 into an all-empty ``slots``."""
     mask = np.uint64(slots.shape[0] - 1)
     for r in range(n):
+        if r + PF < n:
+            prefetch(slots, mix64(keys_col[r + PF]) & mask)
         h = mix64(keys_col[r])
         pos = h & mask
         while slots[pos] != _ZERO:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tables.hashmap import JIT, LOW32, U32, mix64
+from tables.hashmap import JIT, LOW32, PF, U32, mix64, prefetch_stages
 from tables.initializers import fill_row
+from tables.prefetch import prefetch
 
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
@@ -24,6 +25,7 @@ def gather(
     width = params.shape[1]
     missing = 0
     for i in range(query.shape[0]):
+        prefetch_stages(slots, keys_col, params, query, i, mask)
         k = query[i]
         h = mix64(k)
         tag = h >> U32
@@ -40,8 +42,9 @@ def gather(
                     break
             pos = (pos + _ONE) & mask
         if r >= 0:
+            o, p = out[i], params[r]
             for j in range(width):
-                out[i, j] = params[r, j]
+                o[j] = p[j]
         else:
             missing += 1
             if c0 == 1:
@@ -57,6 +60,12 @@ def touch(
 ) -> None:
     """Metadata of pushed rows: decay show/click to the current pass, add this push's counts."""
     for i in range(rows.shape[0]):
+        if i + PF < rows.shape[0]:
+            q = rows[i + PF]
+            prefetch(show, q)
+            prefetch(click, q)
+            prefetch(last_seen, q)
+            prefetch(mod_epoch, q)
         r = rows[i]
         age = current_pass - last_seen[r]
         f = decay ** np.float32(age) if age > 0 else np.float32(1.0)

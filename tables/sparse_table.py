@@ -25,6 +25,7 @@ from tables.batch_checks import as_counts, as_keys, as_matrix
 from tables.config import EvictionConfig, TableConfig
 from tables.dedupe import dedupe, sum_rows, sum_values
 from tables.errors import NonFiniteGradient
+from tables.finite import finite_rows
 from tables.initializers import KIND_CODES, fill_rows
 from tables.optimizers import Optimizer
 from tables.row_kernels import gather, touch
@@ -128,9 +129,9 @@ class SparseTable:
         g = as_matrix(grads, n, self.width, name="grads", table=self.name)
         s = as_counts(shows, n, name="shows", table=self.name, default=1.0)
         c = as_counts(clicks, n, name="clicks", table=self.name, default=0.0)
-        finite = np.isfinite(g).all(axis=1) & np.isfinite(s) & np.isfinite(c)
-        if not finite.all():
-            bad = int(n - finite.sum())
+        finite = np.empty(n, np.bool_)
+        bad = finite_rows(g, s, c, finite)
+        if bad:
             first = int(np.argmin(finite))
             if self.config.nonfinite == "reject":
                 with self._lock:

@@ -1,0 +1,215 @@
+"""Sparse table benchmark: streamrec's numba table beside a Python-dict baseline, same run.
+
+dim 16, Adagrad, a table filled to --rows rows (default 10M), --batch-key batches (1M), for
+uniform and Zipf(1.1) keys over the stored ids. Reports pull/push keys/s of both and their
+ratio, resident bytes per row against the payload, and base save/load MB/s.
+Run: ``python bench/tables.py [--rows N] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tables.config import OptimizerConfig, TableConfig
+from tables.sparse_table import SparseTable
+
+DIM = 16
+PAYLOAD = 8 + DIM * 4 + 4 + 12  # key + embedding + adagrad accumulator + ~12 bytes of metadata (issue's figure)
+
+
+def rss_bytes() -> int:
+    """Resident bytes, after handing freed heap pages back to the OS: glibc keeps freed
+    batch temporaries on its free lists, which is allocator slack, not table memory."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def raw_write_mb_per_s(path: Path, nbytes: int) -> float:
+    """Baseline: plain sequential write + fsync of the same number of bytes."""
+    block = np.ones(64 << 20, np.uint8)
+    t = time.perf_counter()
+    with open(path, "wb") as f:
+        left = nbytes
+        while left > 0:
+            f.write(block[: min(left, block.shape[0])])
+            left -= block.shape[0]
+        f.flush()
+        os.fsync(f.fileno())
+    mb_s = nbytes / 1e6 / (time.perf_counter() - t)
+    path.unlink()
+    return mb_s
+
+
+def key_batches(kind: str, keys: np.ndarray, batch: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
+    n = keys.shape[0]
+    out = []
+    for _ in range(count):
+        if kind == "uniform":
+            idx = rng.integers(0, n, batch)
+        else:
+            ranks = rng.zipf(1.1, batch * 2)
+            idx = (ranks[ranks <= n][:batch] - 1)
+            while idx.shape[0] < batch:  # rejection sampling keeps ranks within the table
+                more = rng.zipf(1.1, batch)
+                idx = np.concatenate([idx, more[more <= n] - 1])[:batch]
+        out.append(keys[idx])
+    return out
+
+
+def timed(fn, batches: list[np.ndarray]) -> float:
+    fn(batches[0])  # warm-up (compilation, page faults)
+    t = time.perf_counter()
+    for b in batches[1:]:
+        fn(b)
+    return sum(b.shape[0] for b in batches[1:]) / (time.perf_counter() - t)
+
+
+class DictTable:
+    """The baseline: a Python dict of row indices into numpy arrays, numpy Adagrad."""
+
+    def __init__(self, dim: int, lr: float = 0.05) -> None:
+        self.index: dict[int, int] = {}
+        self.emb = np.zeros((1024, dim), np.float32)
+        self.acc = np.zeros(1024, np.float32)
+        self.lr = lr
+
+    def _rows(self, keys: np.ndarray, *, create: bool) -> np.ndarray:
+        idx = self.index
+        if not create:
+            return np.fromiter((idx.get(k, -1) for k in keys.tolist()), np.int64, keys.shape[0])
+        rows = np.empty(keys.shape[0], np.int64)
+        for i, k in enumerate(keys.tolist()):
+            r = idx.get(k)
+            if r is None:
+                r = idx[k] = len(idx)
+            rows[i] = r
+        n = len(idx)
+        if n > self.emb.shape[0]:
+            cap = max(n, 2 * self.emb.shape[0])
+            self.emb = np.concatenate([self.emb, np.zeros((cap - self.emb.shape[0], self.emb.shape[1]), np.float32)])
+            self.acc = np.concatenate([self.acc, np.zeros(cap - self.acc.shape[0], np.float32)])
+        return rows
+
+    def pull(self, keys: np.ndarray) -> np.ndarray:
+        rows = self._rows(keys, create=False)
+        out = self.emb[np.maximum(rows, 0)]
+        out[rows < 0] = 0.0
+        return out
+
+    def push(self, keys: np.ndarray, grads: np.ndarray) -> None:
+        uniq, inv = np.unique(keys, return_inverse=True)
+        g = np.zeros((uniq.shape[0], grads.shape[1]), np.float32)
+        np.add.at(g, inv, grads)
+        rows = self._rows(uniq, create=True)
+        self.acc[rows] += (g * g).mean(axis=1)
+        self.emb[rows] -= self.lr * g / (np.sqrt(self.acc[rows])[:, None] + 1e-8)
+
+
+def fill(push, n_rows: int, batch: int, rng: np.random.Generator) -> np.ndarray:
+    keys = np.unique(rng.integers(0, 2**64, int(n_rows * 1.001) + 16, dtype=np.uint64))[:n_rows]
+    keys = rng.permutation(keys)
+    grads = np.full((batch, DIM), 0.01, np.float32)
+    for a in range(0, n_rows, batch):
+        k = keys[a : a + batch]
+        push(k, grads[: k.shape[0]])
+    return keys
+
+
+def run(n_rows: int, batch: int, n_batches: int, workdir: Path) -> dict:
+    rng = np.random.default_rng(7)
+    results: dict = {"uniform": {}, "zipf": {}}
+    # Compile the kernels first: numba's compiler memory is not per-row table memory.
+    warm = SparseTable(TableConfig(name="warm", dim=DIM, optimizer=OptimizerConfig(kind="adagrad")))
+    warm.push(np.arange(64, dtype=np.uint64), np.zeros((64, DIM), np.float32))
+    warm.pull(np.arange(128, dtype=np.uint64))
+    del warm
+    gc.collect()
+    rss0 = rss_bytes()
+    table = SparseTable(TableConfig(name="bench", dim=DIM, optimizer=OptimizerConfig(kind="adagrad")))
+    keys = fill(table.push, n_rows, batch, rng)
+    gc.collect()
+    bytes_per_row = (rss_bytes() - rss0 - keys.nbytes) / n_rows
+    grads = np.full((batch, DIM), 0.001, np.float32)
+    for kind in results:
+        batches = key_batches(kind, keys, batch, n_batches + 1, rng)
+        results[kind]["pull_keys_per_s"] = timed(table.pull, batches)
+        results[kind]["push_keys_per_s"] = timed(lambda k, t=table: t.push(k, grads[: k.shape[0]]), batches)
+    path = workdir / "base"
+    t = time.perf_counter()
+    manifest = table.save(path, mode="base")
+    save_s = time.perf_counter() - t
+    mb = manifest["files"]["rows"]["bytes"] / 1e6
+    raw_mb_s = raw_write_mb_per_s(workdir / "raw", manifest["files"]["rows"]["bytes"])
+    del table
+    gc.collect()
+    fresh = SparseTable(TableConfig(name="bench", dim=DIM, optimizer=OptimizerConfig(kind="adagrad")))
+    t = time.perf_counter()
+    fresh.load(path)
+    load_s = time.perf_counter() - t
+    assert fresh.size() == n_rows
+    del fresh
+    gc.collect()
+    base = DictTable(DIM)
+    keys_d = fill(base.push, n_rows, batch, np.random.default_rng(7))
+    for kind in results:
+        batches = key_batches(kind, keys_d, batch, 3, rng)
+        results[kind]["dict_pull_keys_per_s"] = timed(base.pull, batches)
+        results[kind]["dict_push_keys_per_s"] = timed(lambda k: base.push(k, grads[: k.shape[0]]), batches)
+    for r in results.values():
+        r.update(bytes_per_row=bytes_per_row, payload_bytes_per_row=PAYLOAD, save_mb_per_s=mb / save_s,
+                 load_mb_per_s=mb / load_s, save_mb=mb,
+                 raw_write_mb_per_s=raw_mb_s)
+        r["pull_ratio"] = r["pull_keys_per_s"] / r["dict_pull_keys_per_s"]
+        r["push_ratio"] = r["push_keys_per_s"] / r["dict_push_keys_per_s"]
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--batch-keys", type=int, default=1_000_000)
+    ap.add_argument("--batches", type=int, default=5, help="timed batches per measurement (ours)")
+    ap.add_argument("--dir", type=Path, default=None, help="where to save (default: a temp dir)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-tables-", dir=args.dir))
+    try:
+        res = run(args.rows, min(args.batch_keys, args.rows), args.batches, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(f"sparse table, dim {DIM}, Adagrad, {args.rows:,} rows, {args.batch_keys:,}-key batches (one core)")
+    print(f"{'keys':8} {'op':5} {'streamrec keys/s':>17} {'dict keys/s':>12} {'ratio':>7}  target")
+    for kind, r in res.items():
+        print(f"{kind:8} pull  {r['pull_keys_per_s']:17,.0f} {r['dict_pull_keys_per_s']:12,.0f} "
+              f"{r['pull_ratio']:7.1f}x  {'>= 10M/s and >= 8x' if kind == 'uniform' else ''}")
+        print(f"{kind:8} push  {r['push_keys_per_s']:17,.0f} {r['dict_push_keys_per_s']:12,.0f} "
+              f"{r['push_ratio']:7.1f}x  {'>= 5M/s and >= 8x' if kind == 'uniform' else ''}")
+    r = res["uniform"]
+    print(f"bytes per row: {r['bytes_per_row']:.1f} (payload {PAYLOAD}; {r['bytes_per_row'] / PAYLOAD:.2f}x, "
+          "target <= 1.5x)")
+    print(f"base save: {r['save_mb_per_s']:.0f} MB/s, load: {r['load_mb_per_s']:.0f} MB/s of {r['save_mb']:.0f} MB "
+          "(target >= 500 MB/s, fsync included)")
+    print(f"baseline: plain write + fsync of the same bytes: {r['raw_write_mb_per_s']:.0f} MB/s "
+          f"(save is {r['save_mb_per_s'] / r['raw_write_mb_per_s']:.2f}x of the device's sequential write)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
