@@ -1,0 +1,136 @@
+"""Inference bundles: what a committed pass exports for serving.
+
+Layout of ``<exports>/<version>/`` (version: zero-padded increasing integer)::
+
+    bundle.json        manifest, written last (see BundleManifest)
+    dense.arrays       dense model weights: name -> float32 array (tables.checkpoint container)
+    items.arrays       two-tower item vectors: ids uint64[n], vectors float32[n, d] (optional)
+    shard-<i>/         each PS shard's sparse tables, saved with cursor "export":
+                       a base holds every row; a delta the rows changed since the previous
+                       bundle plus tombstones of evicted ids (tables.table_files format)
+
+A bundle is built in ``<exports>/.staging-<version>/`` and renamed into place in one step,
+so a reader sees a whole bundle or none. Bundles apply in order: a delta names its
+``parent_version``; its sparse saves chain to the parent's (the table files check that
+too). ``items_full`` says whether ``items.arrays`` replaces the item set (true) or upserts
+into it. A reader verifies sizes and checksums of every file before using any of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from tables.checkpoint import decode_arrays, encode_arrays, fsync_dir, read_json, read_verified, write_bytes, write_json
+from tables.errors import CorruptData, NotFound
+
+BUNDLE_FORMAT = 1
+MANIFEST = "bundle.json"
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    version: int
+    kind: Literal["base", "delta"]
+    parent_version: int | None
+    pass_id: int
+    num_shards: int
+    tables: list[str]
+    model: dict[str, Any]
+    created_at: float
+    newest_record_time: float | None
+    items_full: bool
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    format: int = BUNDLE_FORMAT
+
+    def shard_dir(self, root: Path, shard: int) -> Path:
+        return bundle_dir(root, self.version) / f"shard-{shard}"
+
+
+def bundle_dir(root: Path, version: int) -> Path:
+    return Path(root) / f"{version:010d}"
+
+
+def staging_dir(root: Path, version: int) -> Path:
+    """Where the trainer asks shards to save and writes the rest, before ``publish``."""
+    return Path(root) / f".staging-{version:010d}"
+
+
+def publish(
+    root: Path, *, version: int, kind: Literal["base", "delta"], parent_version: int | None, pass_id: int,
+    num_shards: int, tables: list[str], model: dict[str, Any], dense: dict[str, np.ndarray],
+    items: tuple[np.ndarray, np.ndarray] | None = None, items_full: bool = True,
+    newest_record_time: float | None = None,
+) -> BundleManifest:
+    """Finish the staged bundle ``version`` (shards already saved into ``shard-<i>/`` of the
+    staging dir): write dense weights, item vectors and the manifest, then rename into place."""
+    stage = staging_dir(root, version)
+    for i in range(num_shards):
+        if not (stage / f"shard-{i}").is_dir():
+            raise NotFound(f"{stage}: shard-{i} was not saved; cannot publish bundle {version}")
+    files = {"dense": write_bytes(stage / "dense.arrays", encode_arrays(dense))}
+    if items is not None:
+        ids, vectors = items
+        files["items"] = write_bytes(stage / "items.arrays", encode_arrays({"ids": ids.astype(np.uint64),
+                                                                           "vectors": vectors.astype(np.float32)}))
+    man = BundleManifest(version=version, kind=kind, parent_version=parent_version, pass_id=pass_id,
+                         num_shards=num_shards, tables=list(tables), model=model, created_at=time.time(),
+                         newest_record_time=newest_record_time, items_full=items_full, files=files)
+    write_json(stage / MANIFEST, asdict(man))
+    final = bundle_dir(root, version)
+    if final.exists():
+        raise CorruptData(f"{final}: bundle {version} already exists")
+    os.rename(stage, final)
+    fsync_dir(Path(root))
+    return man
+
+
+def read_manifest(root: Path, version: int) -> BundleManifest:
+    path = bundle_dir(root, version) / MANIFEST
+    data = read_json(path)
+    try:
+        man = BundleManifest(**data)
+    except TypeError as exc:
+        raise CorruptData(f"{path}: malformed bundle manifest ({exc})", detail={"file": str(path)}) from None
+    if man.format != BUNDLE_FORMAT or man.version != version or man.kind not in ("base", "delta"):
+        raise CorruptData(f"{path}: format {man.format}, version {man.version}, kind {man.kind!r} not readable "
+                          f"as bundle {version}", detail={"file": str(path)})
+    if man.kind == "delta" and man.parent_version is None:
+        raise CorruptData(f"{path}: delta bundle without parent_version", detail={"file": str(path)})
+    return man
+
+
+def load_dense(root: Path, man: BundleManifest) -> dict[str, np.ndarray]:
+    d = bundle_dir(root, man.version)
+    return decode_arrays(read_verified(d, man.files["dense"]), str(d / "dense.arrays"))
+
+
+def load_items(root: Path, man: BundleManifest) -> tuple[np.ndarray, np.ndarray] | None:
+    if "items" not in man.files:
+        return None
+    d = bundle_dir(root, man.version)
+    arrays = decode_arrays(read_verified(d, man.files["items"]), str(d / "items.arrays"))
+    ids, vectors = arrays.get("ids"), arrays.get("vectors")
+    if ids is None or vectors is None or ids.ndim != 1 or vectors.ndim != 2 or vectors.shape[0] != ids.shape[0]:
+        raise CorruptData(f"{d / 'items.arrays'}: ids and vectors missing or of mismatched shape")
+    return ids, vectors
+
+
+def list_versions(root: Path) -> list[int]:
+    """Published bundle versions in order (staging dirs and stray files ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / MANIFEST).is_file())
+
+
+def discard_staging(root: Path) -> None:
+    """Remove half-built bundles left by a crash."""
+    for p in Path(root).glob(".staging-*"):
+        shutil.rmtree(p, ignore_errors=True)
