@@ -62,6 +62,23 @@ def prefetch_stages(slots: np.ndarray, keys_col: np.ndarray, rows_col: np.ndarra
             prefetch(rows_col, r)
 
 
+@njit(inline="always", **JIT)
+def find_row(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.uint64) -> np.int64:
+    """Row of key ``k``, or -1. The one probe loop every reader shares."""
+    h = mix64(k)
+    tag = h >> U32
+    pos = h & mask
+    while True:
+        s = slots[pos]
+        if s == _ZERO:
+            return np.int64(-1)
+        if (s >> U32) == tag:
+            cand = np.int64(s & LOW32) - 1
+            if keys_col[cand] == k:
+                return cand
+        pos = (pos + _ONE) & mask
+
+
 @njit(**JIT)
 def lookup(slots: np.ndarray, keys_col: np.ndarray, query: np.ndarray, out_rows: np.ndarray) -> int:
     """Row of each query key into ``out_rows`` (-1 when absent); returns the number absent."""
@@ -71,21 +88,7 @@ def lookup(slots: np.ndarray, keys_col: np.ndarray, query: np.ndarray, out_rows:
     for i in range(n):
         if i + PF < n:
             prefetch(slots, mix64(query[i + PF]) & mask)
-        k = query[i]
-        h = mix64(k)
-        tag = h >> U32
-        pos = h & mask
-        r = -1
-        while True:
-            s = slots[pos]
-            if s == _ZERO:
-                break
-            if (s >> U32) == tag:
-                cand = np.int64(s & LOW32) - 1
-                if keys_col[cand] == k:
-                    r = cand
-                    break
-            pos = (pos + _ONE) & mask
+        r = find_row(slots, keys_col, query[i], mask)
         out_rows[i] = r
         if r < 0:
             missing += 1

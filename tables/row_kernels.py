@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tables.hashmap import JIT, LOW32, PF, U32, mix64, prefetch_stages
+from tables.hashmap import JIT, PF, find_row, prefetch_stages
 from tables.initializers import fill_row
 from tables.prefetch import prefetch
-
-_ONE = np.uint64(1)
-_ZERO = np.uint64(0)
 
 
 @njit(**JIT)
@@ -20,27 +17,14 @@ def gather(
     wseed: np.uint64, wkind: int, wscale: np.float32,
 ) -> int:
     """Pull: copy each key's row into ``out`` (input order); an absent key gets its
-    initializer row. Returns the number of absent keys. Lookup is inlined for speed."""
+    initializer row. Returns the number of absent keys."""
     mask = np.uint64(slots.shape[0] - 1)
     width = params.shape[1]
     missing = 0
     for i in range(query.shape[0]):
         prefetch_stages(slots, keys_col, params, query, i, mask)
         k = query[i]
-        h = mix64(k)
-        tag = h >> U32
-        pos = h & mask
-        r = -1
-        while True:
-            s = slots[pos]
-            if s == _ZERO:
-                break
-            if (s >> U32) == tag:
-                cand = np.int64(s & LOW32) - 1
-                if keys_col[cand] == k:
-                    r = cand
-                    break
-            pos = (pos + _ONE) & mask
+        r = find_row(slots, keys_col, k, mask)
         if r >= 0:
             o, p = out[i], params[r]
             for j in range(width):
