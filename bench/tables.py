@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -119,6 +120,38 @@ class DictTable:
         self.emb[rows] -= self.lr * g / (np.sqrt(self.acc[rows])[:, None] + 1e-8)
 
 
+def push_latencies(table: SparseTable, keys: np.ndarray, stop: threading.Event, out: list[float]) -> None:
+    """Push 10k-key batches until ``stop``; record each push's latency in seconds."""
+    rng = np.random.default_rng(11)
+    grads = np.full((10_000, DIM), 0.001, np.float32)
+    while not stop.is_set():
+        k = keys[rng.integers(0, keys.shape[0], 10_000)]
+        t = time.perf_counter()
+        table.push(k, grads)
+        out.append(time.perf_counter() - t)
+
+
+def save_stall(table: SparseTable, keys: np.ndarray, path: Path) -> tuple[float, float, dict]:
+    """Worst push latency while a base save runs, and without one (same duration)."""
+    results = []
+    for saving in (False, True):
+        lat: list[float] = []
+        stop = threading.Event()
+        th = threading.Thread(target=push_latencies, args=(table, keys, stop, lat))
+        th.start()
+        t = time.perf_counter()
+        if saving:
+            manifest = table.save(path, mode="base")
+            elapsed = time.perf_counter() - t
+        else:
+            time.sleep(elapsed_guess := 2.0)
+            elapsed = elapsed_guess
+        stop.set()
+        th.join()
+        results.append((max(lat) if lat else 0.0, elapsed))
+    return results[1][0], results[0][0], {"manifest": manifest, "save_s": results[1][1]}
+
+
 def fill(push, n_rows: int, batch: int, rng: np.random.Generator) -> np.ndarray:
     keys = np.unique(rng.integers(0, 2**64, int(n_rows * 1.001) + 16, dtype=np.uint64))[:n_rows]
     keys = rng.permutation(keys)
@@ -152,6 +185,8 @@ def run(n_rows: int, batch: int, n_batches: int, workdir: Path) -> dict:
     t = time.perf_counter()
     manifest = table.save(path, mode="base")
     save_s = time.perf_counter() - t
+    # A second base save while another thread keeps pushing: the push stall it causes.
+    stall_s, quiet_max_s, _ = save_stall(table, keys, workdir / "base-under-load")
     mb = manifest["files"]["rows"]["bytes"] / 1e6
     raw_mb_s = raw_write_mb_per_s(workdir / "raw", manifest["files"]["rows"]["bytes"])
     del table
@@ -172,7 +207,8 @@ def run(n_rows: int, batch: int, n_batches: int, workdir: Path) -> dict:
     for r in results.values():
         r.update(bytes_per_row=bytes_per_row, payload_bytes_per_row=PAYLOAD, save_mb_per_s=mb / save_s,
                  load_mb_per_s=mb / load_s, save_mb=mb,
-                 raw_write_mb_per_s=raw_mb_s)
+                 raw_write_mb_per_s=raw_mb_s, push_max_ms_during_save=stall_s * 1e3,
+                 push_max_ms_without_save=quiet_max_s * 1e3)
         r["pull_ratio"] = r["pull_keys_per_s"] / r["dict_pull_keys_per_s"]
         r["push_ratio"] = r["push_keys_per_s"] / r["dict_push_keys_per_s"]
     return results
@@ -206,6 +242,8 @@ def main() -> int:
           "target <= 1.5x)")
     print(f"base save: {r['save_mb_per_s']:.0f} MB/s, load: {r['load_mb_per_s']:.0f} MB/s of {r['save_mb']:.0f} MB "
           "(target >= 500 MB/s, fsync included)")
+    print(f"10k-key push, worst latency during a base save: {r['push_max_ms_during_save']:.1f} ms "
+          f"(without a save: {r['push_max_ms_without_save']:.1f} ms) for {args.rows / 1e6:.0f}M rows")
     print(f"baseline: plain write + fsync of the same bytes: {r['raw_write_mb_per_s']:.0f} MB/s "
           f"(save is {r['save_mb_per_s'] / r['raw_write_mb_per_s']:.2f}x of the device's sequential write)")
     return 0
