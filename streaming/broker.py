@@ -59,7 +59,8 @@ def broker_answers(bootstrap: str, *, timeout_s: float = 2.0) -> bool:
     from kafka.errors import KafkaError
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+        ms = int(timeout_s * 1000)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms)
     except (KafkaError, OSError, ValueError):
         return False
     try:

@@ -1,0 +1,87 @@
+"""JSON-lines parsing under a declared schema."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from streaming.config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from streaming.hashing import hash_strings
+from streaming.json_lines import JsonLinesParser
+from streaming.rejects import RejectReason
+
+SCHEMA = SchemaConfig(
+    format="json",
+    slots=(
+        SlotConfig(name="price", kind=SlotKind.DENSE),
+        SlotConfig(name="age", kind=SlotKind.DENSE),
+        SlotConfig(name="user", kind=SlotKind.SPARSE, hash=HashKind.FNV1A),
+        SlotConfig(name="item", kind=SlotKind.SPARSE, hash=HashKind.INT),
+        SlotConfig(name="tags", kind=SlotKind.SPARSE),
+    ),
+    event_time="ts",
+    user_id="user",
+    item_id="item",
+)
+
+
+def enc(**rec: object) -> bytes:
+    return json.dumps(rec).encode()
+
+
+def test_multi_valued_slots_become_ragged_columns() -> None:
+    ids = SCHEMA.slot_ids()
+    rows = [
+        enc(label=1, price=2.5, age=30, user="u1", item=7, tags=["a", "b", "c"], ts=10.0),
+        enc(label=0, user="u2", item=8, tags="d"),
+        enc(label=1, price=1, user="u1", tags=[]),
+    ]
+    batch, rejected = JsonLinesParser(SCHEMA).parse(rows)
+    assert rejected == []
+    assert batch.labels.tolist() == [1, 0, 1]
+    assert batch.dense.tolist() == [[2.5, 30.0], [0.0, 0.0], [1.0, 0.0]]
+    values, offsets = batch.slots["tags"]
+    assert offsets.tolist() == [0, 3, 4, 4]
+    expected, _ = hash_strings(["a", "b", "c", "d"], slot_id=ids["tags"], kind=HashKind.FNV1A)
+    assert values.tolist() == expected.tolist()
+    assert batch.user_id[0] == batch.user_id[2] != batch.user_id[1]
+    assert batch.item_id.tolist() == [(ids["item"] << 56) | 7, (ids["item"] << 56) | 8, 0]
+    assert batch.event_time[0] == 10.0 and np.isnan(batch.event_time[1])
+
+
+def test_bad_records_are_rejected_and_good_ones_kept() -> None:
+    rows = [
+        enc(label=1, user="ok"),
+        b"{not json",
+        b"\xff\xfe",
+        b"42",
+        enc(price=1.0),
+        enc(label=0.5, price="cheap"),
+        enc(label=1, item="seven"),
+        enc(label=1, item=-3),
+        enc(label=1, tags=[{"nested": 1}]),
+        enc(label=1, ts="yesterday"),
+        enc(label=0, user="ok2"),
+    ]
+    batch, rejected = JsonLinesParser(SCHEMA).parse(rows)
+    assert batch.labels.tolist() == [1.0, 0.0]
+    got = [(r.index, r.reason) for r in rejected]
+    assert got == [
+        (1, RejectReason.INVALID_JSON),
+        (2, RejectReason.INVALID_JSON),
+        (3, RejectReason.SCHEMA),
+        (4, RejectReason.BAD_LABEL),
+        (5, RejectReason.BAD_DENSE),
+        (6, RejectReason.BAD_INT),
+        (7, RejectReason.BAD_INT),
+        (8, RejectReason.BAD_TEXT),
+        (9, RejectReason.SCHEMA),
+    ]
+    assert all(r.raw == rows[r.index] for r in rejected)
+    assert "price" in rejected[4].detail
+
+
+def test_oversized_is_rejected_before_decoding() -> None:
+    batch, rejected = JsonLinesParser(SCHEMA, max_message_bytes=100).parse([enc(label=1, tags=["x" * 200])])
+    assert len(batch) == 0 and [r.reason for r in rejected] == [RejectReason.OVERSIZED]
