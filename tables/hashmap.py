@@ -27,7 +27,7 @@ _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 
 JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-PF = 16  # how many keys ahead the kernels prefetch (two stages: slot, then row)
+PF = 16  # how many keys ahead the kernels prefetch
 
 
 @njit(inline="always", **JIT)
@@ -44,22 +44,6 @@ def slots_for(n_rows: int) -> int:
     while cap * MAX_LOAD < n_rows:
         cap *= 2
     return cap
-
-
-@njit(inline="always", **JIT)
-def prefetch_stages(slots: np.ndarray, keys_col: np.ndarray, rows_col: np.ndarray, query: np.ndarray, i: int,
-                    mask: np.uint64) -> None:
-    """Prefetch the home slot of query[i + 2*PF], and the key (and ``rows_col`` row) that
-    the already-cached home slot of query[i + PF] points to."""
-    n = query.shape[0]
-    if i + 2 * PF < n:
-        prefetch(slots, mix64(query[i + 2 * PF]) & mask)
-    if i + PF < n:
-        s = slots[mix64(query[i + PF]) & mask]
-        if s != _ZERO:
-            r = np.int64(s & LOW32) - 1
-            prefetch(keys_col, r)
-            prefetch(rows_col, r)
 
 
 @njit(inline="always", **JIT)

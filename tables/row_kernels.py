@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tables.hashmap import JIT, PF, find_row, prefetch_stages
+from tables.hashmap import JIT, PF, lookup
 from tables.initializers import fill_row
 from tables.prefetch import prefetch
 
@@ -17,23 +17,27 @@ def gather(
     wseed: np.uint64, wkind: int, wscale: np.float32,
 ) -> int:
     """Pull: copy each key's row into ``out`` (input order); an absent key gets its
-    initializer row. Returns the number of absent keys."""
-    mask = np.uint64(slots.shape[0] - 1)
+    initializer row. Returns the number of absent keys.
+
+    Two passes (all lookups, then all copies) rather than one fused loop: each pass keeps
+    many independent misses in flight with a simple prefetch, which measured ~2x faster.
+    """
+    n = query.shape[0]
+    rows = np.empty(n, np.int64)
+    missing = lookup(slots, keys_col, query, rows)
     width = params.shape[1]
-    missing = 0
-    for i in range(query.shape[0]):
-        prefetch_stages(slots, keys_col, params, query, i, mask)
-        k = query[i]
-        r = find_row(slots, keys_col, k, mask)
+    for i in range(n):
+        if i + PF < n and rows[i + PF] >= 0:
+            prefetch(params, rows[i + PF])
+        r = rows[i]
         if r >= 0:
             o, p = out[i], params[r]
             for j in range(width):
                 o[j] = p[j]
         else:
-            missing += 1
             if c0 == 1:
-                fill_row(out[i], 0, 1, k, wseed, wkind, wscale)
-            fill_row(out[i], c0, dim, k, seed, kind, scale)
+                fill_row(out[i], 0, 1, query[i], wseed, wkind, wscale)
+            fill_row(out[i], c0, dim, query[i], seed, kind, scale)
     return missing
 
 
