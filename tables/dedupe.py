@@ -54,12 +54,23 @@ def dedupe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(**JIT)
 def sum_rows(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
-    """Sum the rows of ``values`` (n, d) that share an ``inverse`` index into (m, d)."""
-    out = np.zeros((m, values.shape[1]), np.float32)
+    """Sum the rows of ``values`` (n, d) that share an ``inverse`` index into (m, d).
+
+    ``inverse`` comes from :func:`dedupe` (first-seen order), so each unique index first
+    appears in increasing order: its first row is copied, later ones added, and the output
+    needs no zero-filling pass."""
+    out = np.empty((m, values.shape[1]), np.float32)
+    seen = 0
     for i in range(values.shape[0]):
         u = inverse[i]
-        for j in range(values.shape[1]):
-            out[u, j] += values[i, j]
+        o, v = out[u], values[i]
+        if u == seen:
+            seen += 1
+            for j in range(v.shape[0]):
+                o[j] = v[j]
+        else:
+            for j in range(v.shape[0]):
+                o[j] += v[j]
     return out
 
 
