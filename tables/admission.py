@@ -70,7 +70,7 @@ class CountThreshold(Admission):
         est, fresh = self.sketch.add(keys, shows)
         admitted = est >= np.float32(self.cfg.min_count)
         if admitted.any():
-            self.sketch.add(keys[admitted], -est[admitted])
+            self.sketch.subtract(keys[admitted], est[admitted])
         return self._count(admitted, fresh)
 
     def state(self) -> dict[str, np.ndarray]:
@@ -119,13 +119,13 @@ class ScoreThreshold(Admission):
 
     def admit(self, keys: np.ndarray, shows: np.ndarray, clicks: np.ndarray) -> np.ndarray:
         s, fresh = self.shows.add(keys, shows)
-        c, _ = self.clicks.add(keys, clicks)
-        c = np.minimum(c, s)
+        c_est, _ = self.clicks.add(keys, clicks)
+        c = np.minimum(c_est, s)
         score = (s - c) * np.float32(self.cfg.nonclick_coeff) + c * np.float32(self.cfg.click_coeff)
         admitted = score >= np.float32(self.cfg.threshold)
         if admitted.any():
-            self.shows.add(keys[admitted], -s[admitted])
-            self.clicks.add(keys[admitted], -c[admitted])
+            self.shows.subtract(keys[admitted], s[admitted])
+            self.clicks.subtract(keys[admitted], c_est[admitted])  # all of it, not the clipped c
         return self._count(admitted, fresh)
 
     def state(self) -> dict[str, np.ndarray]:

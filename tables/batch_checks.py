@@ -17,9 +17,13 @@ def as_keys(keys: Any, *, table: str) -> np.ndarray:
         arr = np.asarray(keys)
     except (ValueError, TypeError) as exc:
         raise InvalidInput(f"table {table}: keys are not an array of integers ({exc})") from None
+    if not isinstance(keys, np.ndarray) and arr.dtype.kind == "f":
+        # numpy reads a Python list mixing ints >= 2**63 with smaller ones as float64 (losing
+        # bits), so valid uint64 keys would be refused: read such sequences element by element.
+        arr = np.asarray(keys, dtype=object)
     if arr.dtype == object:
         try:
-            arr = np.array([int(k) if isinstance(k, int | np.integer) and not isinstance(k, bool) else _bad(k)
+            arr = np.array([int(k) if isinstance(k, int | np.integer) and not isinstance(k, bool) else _bad(k, table)
                             for k in arr.ravel()], dtype=np.uint64).reshape(arr.shape)
         except OverflowError:
             raise InvalidInput(f"table {table}: keys must be in [0, 2**64-1]") from None
@@ -40,8 +44,8 @@ def as_keys(keys: Any, *, table: str) -> np.ndarray:
     raise InvalidInput(f"table {table}: keys must be unsigned 64-bit integers, got dtype {arr.dtype}")
 
 
-def _bad(k: object) -> int:
-    raise InvalidInput(f"keys must be integers, got {type(k).__name__} {k!r:.40}")
+def _bad(k: object, table: str) -> int:
+    raise InvalidInput(f"table {table}: keys must be integers, got {type(k).__name__} {k!r:.40}")
 
 
 def as_matrix(values: Any, n: int, width: int, *, name: str, table: str) -> np.ndarray:

@@ -81,8 +81,9 @@ class DenseTable:
         mpath = p / f"{self.name.replace('/', '__')}.dense.manifest.json"
         man = read_json(mpath)
         try:
-            shape, kind, entry = tuple(man["shape"]), man["optimizer"], man["files"]["dense"]
-        except (KeyError, TypeError) as exc:
+            shape, kind, entry = tuple(int(d) for d in man["shape"]), man["optimizer"], man["files"]["dense"]
+            version = int(man.get("version", 0))  # parsed now: a bad field must not half-load the table
+        except (KeyError, TypeError, ValueError) as exc:
             raise CorruptData(f"{mpath}: malformed manifest ({exc!r})") from None
         if shape != self.shape or kind != self.config.optimizer.kind:
             raise Conflict(f"{mpath}: saved {shape} with {kind}, table is {self.shape} with "
@@ -94,5 +95,5 @@ class DenseTable:
         with self._lock:
             self._value[...] = arrays["value"]
             self._state[...] = arrays["state"]
-            self.version = int(man.get("version", 0))
+            self.version = version
         return man

@@ -1,6 +1,7 @@
 """Count-min sketch with conservative update: pending counts of not-yet-admitted ids in a
 fixed memory budget (``depth * width`` float32), never a growing dict. Estimates never
-undercount; with width w the overcount is at most ~e/w of the total mass per row."""
+undercount until ``subtract`` is used; with width w the overcount is at most ~e/w of the
+total mass per row."""
 
 from __future__ import annotations
 
@@ -39,6 +40,19 @@ def add(table: np.ndarray, seeds: np.ndarray, keys: np.ndarray, amounts: np.ndar
     return fresh
 
 
+@njit(**JIT)
+def subtract(table: np.ndarray, seeds: np.ndarray, keys: np.ndarray, amounts: np.ndarray) -> None:
+    """Take ``amounts[i]`` off every counter of ``keys[i]`` (floored at 0). Not ``add`` with a
+    negative amount: a conservative update only ever raises counters, so that would be a no-op.
+    Counters shared with other keys drop too, so their estimates may undercount afterwards."""
+    depth, width = table.shape
+    w = np.uint64(width)
+    for i in range(keys.shape[0]):
+        for r in range(depth):
+            j = np.int64(mix64(keys[i] ^ seeds[r]) % w)
+            table[r, j] = max(table[r, j] - amounts[i], np.float32(0.0))
+
+
 class CountMinSketch:
     """Fixed-size pending-count store."""
 
@@ -50,6 +64,9 @@ class CountMinSketch:
         out = np.empty(keys.shape[0], np.float32)
         fresh = add(self.table, self._seeds, keys, amounts.astype(np.float32, copy=False), out)
         return out, fresh
+
+    def subtract(self, keys: np.ndarray, amounts: np.ndarray) -> None:
+        subtract(self.table, self._seeds, keys, amounts.astype(np.float32, copy=False))
 
     @property
     def nbytes(self) -> int:

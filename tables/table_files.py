@@ -3,7 +3,9 @@
 Files in the save directory, per table ``<name>``:
   ``<name>.rows``        rows in chunks of ``chunk_rows``; each chunk holds every column's
                          raw bytes for those rows, columns in manifest order;
-  ``<name>.tombstones``  array container: ids evicted since the cursor's previous save;
+  ``<name>.tombstones``  array container: ids evicted since the cursor's previous save and
+                         their epochs (a base keeps every tombstone another cursor may still
+                         need, so a table restored from it can write that cursor's deltas);
   ``<name>.state``       array container: admission state (sketches, counters);
   ``<name>.manifest.json`` written last: layout, chain (save id, parent id, epochs),
                          counters, and size + CRC-32C of each file.
@@ -71,12 +73,13 @@ def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[st
             if mode == "base":
                 snap = BaseSnapshot(t._rows, CHUNK_ROWS)
                 t._snapshot = snap
-                n_rows, tomb = snap.n0, np.empty(0, np.uint64)
+                n_rows, tomb, tomb_ep = snap.n0, t._tomb_keys.copy(), t._tomb_epochs.copy()
             else:
                 n = t._rows.n
                 sel = np.flatnonzero(t._rows.cols["mod_epoch"][:n] > since)
                 delta = {name: col[sel] for name, col in t._rows.cols.items()}
-                n_rows, tomb = sel.shape[0], t._tomb_keys[t._tomb_epochs > since].copy()
+                new_tomb = t._tomb_epochs > since
+                n_rows, tomb, tomb_ep = sel.shape[0], t._tomb_keys[new_tomb], t._tomb_epochs[new_tomb]
         save_id = uuid.uuid4().hex
         try:
             with AtomicWriter(path / f"{t.name}.rows") as w:
@@ -98,7 +101,7 @@ def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[st
                     t._idle.notify_all()
         files = {
             "rows": rows_entry,
-            "tombstones": write_bytes(path / f"{t.name}.tombstones", encode_arrays({"keys": tomb})),
+            "tombstones": write_bytes(path / f"{t.name}.tombstones", encode_arrays({"keys": tomb, "epochs": tomb_ep})),
             "state": write_bytes(path / f"{t.name}.state", encode_arrays(state)),
         }
         manifest = {
@@ -112,10 +115,15 @@ def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[st
             from tables.sparse_table import Cursor
 
             t._cursors[cursor] = Cursor(epoch, save_id)
-            floor = min(c.epoch for c in t._cursors.values())
-            keep = t._tomb_epochs > floor
-            t._tomb_keys, t._tomb_epochs = t._tomb_keys[keep], t._tomb_epochs[keep]
+            _prune_tombstones(t)
         return manifest
+
+
+def _prune_tombstones(t: SparseTable) -> None:
+    """Under the lock: drop the tombstones every cursor's last save already covers."""
+    floor = min(c.epoch for c in t._cursors.values())
+    keep = t._tomb_epochs > floor
+    t._tomb_keys, t._tomb_epochs = t._tomb_keys[keep], t._tomb_epochs[keep]
 
 
 def _decode_rows(buf: memoryview, man: dict[str, Any], into: dict[str, np.ndarray], source: str) -> None:
@@ -143,7 +151,15 @@ def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
             raise CorruptData(f"{mpath}: format {man['format']}, table {man['table']!r}, mode {mode!r} "
                               f"not loadable into table {t.name!r} (format {FORMAT_VERSION})")
         files = {k: man["files"][k] for k in ("rows", "tombstones", "state")}
-    except (KeyError, TypeError, ValueError) as exc:
+        if not all(isinstance(e, dict) and {"file", "bytes", "crc32c"} <= e.keys() for e in files.values()):
+            raise TypeError("each file entry needs 'file', 'bytes' and 'crc32c'")
+        # Parse every field used below now: once the table is being changed under the lock,
+        # a missing or mistyped field must not leave it half-loaded.
+        cursor, save_id, parent_id = str(man["cursor"]), str(man["save_id"]), man["parent_id"]
+        epoch, pass_ = int(man["epoch"]), int(man["pass"])
+        counters = {k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters}
+        cursors = {str(c): (int(ep), str(sid)) for c, (ep, sid) in man.get("cursors", {}).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptData(f"{mpath}: malformed manifest ({exc!r})") from None
     layout = _layout(t)
     if man.get("layout") != layout:
@@ -151,7 +167,13 @@ def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
         raise Conflict(f"{mpath}: saved layout differs from table {t.name!r} config in {diff}",
                        detail={"fields": diff})
     bufs = {k: read_verified(path, e) for k, e in files.items()}
-    tomb = decode_arrays(bufs["tombstones"], str(path / files["tombstones"]["file"])).get("keys")
+    tomb_src = str(path / files["tombstones"]["file"])
+    tomb_arrays = decode_arrays(bufs["tombstones"], tomb_src)
+    tomb, tomb_ep = tomb_arrays.get("keys"), tomb_arrays.get("epochs")
+    if tomb is None or tomb_ep is None or tomb.dtype != np.uint64 or tomb_ep.dtype != np.uint32 \
+            or tomb.ndim != 1 or tomb_ep.shape != tomb.shape:
+        raise CorruptData(f"{tomb_src}: expected uint64 keys and uint32 epochs of one length",
+                          detail={"file": tomb_src})
     state = decode_arrays(bufs["state"], str(path / files["state"]["file"]))
     admission = make_admission(t.config.admission, t.config.seed)
     try:
@@ -173,28 +195,32 @@ def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
         if mode == "base":
             t._rows, t._slots = store, slots
             t._cursors.clear()
-            t._tomb_keys, t._tomb_epochs = np.empty(0, np.uint64), np.empty(0, np.uint32)
+            t._tomb_keys, t._tomb_epochs = tomb, tomb_ep  # kept for other cursors' deltas, not applied
         else:
-            cur = t._cursors.get(man["cursor"])
-            if cur is None or cur.save_id != man["parent_id"]:
-                raise Conflict(f"{mpath}: delta follows save {man['parent_id']} but table {t.name!r} is at "
-                               f"{cur.save_id if cur else 'no save'} on cursor {man['cursor']!r}; load in order")
+            cur = t._cursors.get(cursor)
+            if cur is None or cur.save_id != parent_id:
+                raise Conflict(f"{mpath}: delta follows save {parent_id} but table {t.name!r} is at "
+                               f"{cur.save_id if cur else 'no save'} on cursor {cursor!r}; load in order")
             _apply_delta(t, delta, tomb)
+            # Other cursors' next deltas must carry these evictions too.
+            t._tomb_keys = np.concatenate([t._tomb_keys, tomb])
+            t._tomb_epochs = np.concatenate([t._tomb_epochs, tomb_ep])
         from tables.sparse_table import Cursor
 
         t._admission = admission
-        t._pass = int(man["pass"])
-        t._epoch = int(man["epoch"]) + 1
-        t.counters.update({k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters})
-        for c, (ep, sid) in man.get("cursors", {}).items():
-            t._cursors.setdefault(c, Cursor(int(ep), str(sid)))
-        t._cursors[man["cursor"]] = Cursor(int(man["epoch"]), man["save_id"])
+        t._pass = pass_
+        t._epoch = epoch + 1
+        t.counters.update(counters)
+        for c, (ep, sid) in cursors.items():
+            t._cursors.setdefault(c, Cursor(ep, sid))
+        t._cursors[cursor] = Cursor(epoch, save_id)
+        _prune_tombstones(t)
     return man
 
 
 def _apply_delta(t: SparseTable, delta: dict[str, np.ndarray], tomb: np.ndarray) -> None:
     """Under the lock: remove tombstoned ids, then upsert the delta's rows."""
-    if tomb is not None and tomb.shape[0]:
+    if tomb.shape[0]:
         rows = np.empty(tomb.shape[0], np.int64)
         hashmap.lookup(t._slots, t._rows.cols["keys"], tomb, rows)
         mask = np.zeros(t._rows.n, np.bool_)
