@@ -1,0 +1,123 @@
+"""Typed training configuration, loaded from ONE YAML file.
+
+``model:`` says what is trained (type, slots and their embedding dims, MLP sizes, dense
+optimizer, sparse optimizers); ``passes:`` when a pass ends and what it keeps; ``ps:`` how
+the workers talk to the parameter server. Unknown keys are errors naming key and file.
+
+The model section is also what an inference bundle carries (``ModelConfig.model_dump()``):
+the service rebuilds the very same model from it with :func:`trainer.models.build_model`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from tables.config import OptimizerConfig, TableConfig
+from tables.yaml_config import FrozenModel, load_yaml
+
+
+class ModelType(StrEnum):
+    LR = "lr"
+    WIDE_DEEP = "wide_deep"
+    DEEPFM = "deepfm"
+    TWO_TOWER = "two_tower"
+
+
+class Pooling(StrEnum):
+    SUM = "sum"
+    MEAN = "mean"
+
+
+class Tower(StrEnum):
+    """Two-tower only: which tower a slot feeds (others ignore it)."""
+
+    USER = "user"
+    ITEM = "item"
+
+
+class SlotSpec(FrozenModel):
+    name: str = Field(min_length=1)
+    dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
+    pooling: Pooling = Pooling.SUM
+    tower: Tower = Tower.USER
+
+
+class ModelConfig(FrozenModel):
+    type: ModelType = ModelType.WIDE_DEEP
+    slots: tuple[SlotSpec, ...] = Field(min_length=1)
+    n_dense: int = Field(13, ge=0)  # dense inputs, log1p(max(x, 0))-transformed when dense_log1p
+    dense_log1p: bool = True
+    embedding_dim: int = Field(8, ge=1, le=512)
+    mlp: tuple[int, ...] = (400, 400, 400)
+    tower_dim: int = Field(32, ge=1)  # two-tower output vector size
+    dense_optimizer: OptimizerConfig = OptimizerConfig(kind="adam", lr=1e-3)
+    sparse_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.05)
+    wide_optimizer: OptimizerConfig = OptimizerConfig(kind="ftrl", lr=0.05)
+    init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        names = [s.name for s in self.slots]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate slot names: {dupes}")
+        if self.type is ModelType.DEEPFM and len({self.dim_of(s) for s in self.slots}) != 1:
+            raise ValueError("deepfm needs one embedding dim for every slot (FM inner products)")
+        if self.type is ModelType.TWO_TOWER:
+            towers = {s.tower for s in self.slots}
+            if towers != {Tower.USER, Tower.ITEM}:
+                raise ValueError("two_tower needs at least one user slot and one item slot")
+        return self
+
+    def dim_of(self, slot: SlotSpec) -> int:
+        if self.type is ModelType.LR:
+            return 1
+        return slot.dim if slot.dim is not None else self.embedding_dim
+
+    @property
+    def wide(self) -> bool:
+        """Tables carry a wide (linear) weight per id in column 0."""
+        return self.type in (ModelType.WIDE_DEEP, ModelType.DEEPFM)
+
+    def table_name(self, slot: SlotSpec) -> str:
+        return f"emb{self.dim_of(slot)}"
+
+    def table_configs(self) -> tuple[TableConfig, ...]:
+        """The sparse tables the PS must serve: one per distinct embedding dim."""
+        dims = sorted({self.dim_of(s) for s in self.slots})
+        # LR's single column is a linear weight: it starts at zero like any wide weight
+        init = {"kind": "zeros"} if self.type is ModelType.LR else {"kind": "uniform", "scale": self.init_scale}
+        return tuple(
+            TableConfig(name=f"emb{d}", dim=d, wide=self.wide, seed=self.seed, initializer=init,
+                        optimizer=self.sparse_optimizer, wide_optimizer=self.wide_optimizer)
+            for d in dims
+        )
+
+
+class PassConfig(FrozenModel):
+    """A pass ends every ``records`` records or ``seconds`` seconds (whichever first)."""
+
+    records: int | None = Field(100_000, ge=1)
+    seconds: float | None = Field(None, gt=0.0)
+    base_every: int = Field(5, ge=1)  # K: a base (not a delta) every K passes / exports; shrink every K passes
+    keep: int = Field(3, ge=1)  # M: complete passes kept
+    export: bool = True
+
+
+class TrainConfig(FrozenModel):
+    model: ModelConfig
+    passes: PassConfig = PassConfig()
+    mode: Literal["async", "sync", "geo"] = "async"
+    batch_size: int = Field(512, ge=1)
+    checkpoint_dir: str = "checkpoints"
+    export_dir: str = "exports"
+    metric_window: int = Field(100_000, ge=1)  # records per progressive-validation window
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    return load_yaml(path, TrainConfig)
