@@ -496,3 +496,50 @@ def test_free_running_threads_lose_no_update_and_every_save_is_a_snapshot(
         b = SparseTable(cfg)
         b.load(tmp_path / f"s{k}")
         assert_same(view(b, ids), point)
+
+
+def test_shrink_during_a_base_save_waits_for_the_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eviction moves rows, so it must not run between two chunks of a base save. The saver
+    lets go of the lock after its first chunk until the shrinking thread has either parked
+    itself (waiting for the snapshot to end) or finished."""
+    rng = np.random.default_rng(9)
+    a = SparseTable(config())
+    push(a, POOL[:100], rng)
+    a.end_pass()
+    push(a, POOL[:40], rng)  # POOL[40:100] are a pass old: TTL0 evicts them
+    monkeypatch.setattr(table_files, "CHUNK_ROWS", 3)
+    seen: dict = {}
+    _save_point_recorder(monkeypatch, a, seen)
+    parked, result = threading.Event(), []
+
+    class SignallingCondition(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            parked.set()
+            return super().wait(timeout)
+
+    a._idle = SignallingCondition(a._lock)
+    shrinker = threading.Thread(target=lambda: result.append(a.shrink(policy=TTL0)))
+    orig_next = BaseSnapshot.next_chunk
+
+    def next_chunk(self: BaseSnapshot, store: object) -> dict:
+        chunk = orig_next(self, store)
+        if not shrinker.is_alive() and not result:
+            shrinker.start()
+            a._lock.release()  # held once by the saver around next_chunk
+            try:
+                for _ in range(600):
+                    if parked.wait(timeout=0.05) or result:
+                        break
+            finally:
+                a._lock.acquire()
+        return chunk
+
+    monkeypatch.setattr(BaseSnapshot, "next_chunk", next_chunk)
+    a.save(tmp_path / "base")
+    shrinker.join(timeout=60)
+    assert parked.is_set()
+    assert result == [60]
+    assert a.contains(POOL[:100]).tolist() == [True] * 40 + [False] * 60
+    b = SparseTable(config())
+    b.load(tmp_path / "base")
+    assert_same(view(b), seen["view"])
