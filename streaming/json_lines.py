@@ -1,24 +1,27 @@
 """JSON-lines parser under a declared schema.
 
-A record is one JSON object: the label (0..1), dense fields (numbers; absent = 0), sparse
-slots (a scalar or a list of strings/integers), an optional event time (epoch seconds) and
-the user/item slots. JSON decoding is inherently per record (``json.loads`` in C); columns
-are then built per field with C-level ``map``/numpy conversions, and ids are hashed by the
-batch kernel of :mod:`streaming.hashing`. Criteo TSV is the fast path; this one favours
-flexibility.
+A record is one JSON object: the label (a number in [0, 1]), dense fields (numbers; absent or
+null = 0), sparse slots (a string or integer, or a flat list of them), an optional event time
+(epoch seconds) and the user/item slots. Unknown keys are ignored. A batch is scanned by the
+numba kernel of :mod:`streaming.json_scan` straight into columns; the few records it cannot
+decide (escaped strings, exponents, nested values, syntax errors) go through ``json.loads``
+here, the reference path, which defines the semantics. Those records come last in the batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from streaming.batch import Batch
+from streaming.batch import Batch, concat_batches
 from streaming.config import HashKind, SchemaConfig
-from streaming.hashing import hash_tokens
+from streaming.criteo import join_messages
+from streaming.hashing import KIND_CODE, hash_tokens
+from streaming.json_scan import FALLBACK, OK, REJECT, ROLE_DENSE, ROLE_LABEL, ROLE_SPARSE, ROLE_TIME, scan_json
 from streaming.rejects import Rejected, RejectReason
 
 _SLOT_REASON = {
@@ -36,21 +39,24 @@ def _loads(raw: bytes) -> Any:
 
 
 _INVALID = object()
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _as_float(v: Any) -> float | None:
+    # Only JSON numbers count (bool is an int subclass in Python; strings are not numbers).
+    if type(v) is float or type(v) is int:
+        try:
+            return float(v)
+        except OverflowError:
+            return None
+    return None
 
 
 def _numbers(col: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """float64 column (None -> NaN) and a mask of values that are not numbers."""
-    try:
-        arr = np.array(col, dtype=np.float64)
-        if arr.ndim == 1:
-            bad = np.zeros(len(col), dtype=bool)
-            return arr, bad
-    except (ValueError, TypeError):
-        pass
-    ok = [v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in col]
-    bad = ~np.array(ok, dtype=bool)
-    arr = np.array([v if good else None for v, good in zip(col, ok, strict=True)], dtype=np.float64)
-    return arr, bad
+    conv = [_as_float(v) for v in col]
+    bad = np.array([c is None and v is not None for c, v in zip(conv, col, strict=True)], dtype=bool)
+    return np.array([np.nan if c is None else c for c in conv], dtype=np.float64).reshape(len(col)), bad
 
 
 def _token(v: Any) -> bytes | None:
@@ -70,8 +76,79 @@ class JsonLinesParser:
         self.schema = schema
         self.max_message_bytes = max_message_bytes
         self._slot_ids = schema.slot_ids()
+        # Field table of the kernel, in reject-precedence order: label, dense, event time, sparse.
+        sparse = schema.sparse_slots
+        fields: list[tuple[str, int, int]] = [(schema.label, ROLE_LABEL, 0)]
+        fields += [(name, ROLE_DENSE, j) for j, name in enumerate(schema.dense_names)]
+        if schema.event_time is not None:
+            fields.append((schema.event_time, ROLE_TIME, 0))
+        fields += [(slot.name, ROLE_SPARSE, j) for j, slot in enumerate(sparse)]
+        self._fields = fields
+        keys = [name.encode() for name, _, _ in fields]
+        self._key_buf, self._key_bounds = join_messages(keys)
+        self._role = np.array([r for _, r, _ in fields], dtype=np.int8)
+        self._col = np.array([c for _, _, c in fields], dtype=np.int64)
+        self._slot_kind = np.array([KIND_CODE[slot.hash] for slot in sparse], dtype=np.int64)
+        self._slot_id = np.array([self._slot_ids[slot.name] for slot in sparse], dtype=np.int64)
+        self._slot_reason = np.array([_SLOT_REASON[slot.hash] for slot in sparse], dtype=np.int8)
+        self._sparse_names = [slot.name for slot in sparse]
 
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
+        """Parse a batch: the kernel for the common shape, the reference path for the rest."""
+        n = len(values)
+        buf, bounds = join_messages(values)
+        status, reason, bad_field, labels, dense, etime, t_row, t_slot, t_id = scan_json(
+            buf, bounds, self.max_message_bytes, self._key_buf, self._key_bounds, self._role, self._col,
+            self._slot_kind, self._slot_id, self._slot_reason, len(self.schema.dense_names),
+        )
+        rejected = [
+            Rejected(int(i), RejectReason(int(reason[i])), self._detail(int(reason[i]), int(bad_field[i])), values[i])
+            for i in np.flatnonzero(status == REJECT)
+        ]
+        rows = np.flatnonzero(status == OK)
+        new_row = np.full(n, -1, dtype=np.int64)
+        new_row[rows] = np.arange(rows.shape[0])
+        keep = new_row[t_row] >= 0
+        t_row, t_slot, t_id = new_row[t_row[keep]], t_slot[keep], t_id[keep]
+        order = np.argsort(t_slot, kind="stable")  # per slot, rows stay in order
+        per_slot = np.bincount(t_slot, minlength=len(self._sparse_names))
+        slots = {}
+        start = 0
+        for j, name in enumerate(self._sparse_names):
+            idx = order[start : start + per_slot[j]]
+            start += per_slot[j]
+            offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+            np.cumsum(np.bincount(t_row[idx], minlength=rows.shape[0]), out=offsets[1:])
+            slots[name] = (t_id[idx], offsets)
+        s = self.schema
+        batch = Batch(
+            labels=labels[rows].astype(np.float32),
+            dense=dense[rows].astype(np.float32),
+            slots=slots,
+            event_time=None if s.event_time is None else etime[rows],
+            user_id=None if s.user_id is None else self._first_ids(slots[s.user_id]),
+            item_id=None if s.item_id is None else self._first_ids(slots[s.item_id]),
+        )
+        slow = np.flatnonzero(status == FALLBACK)
+        if slow.size:
+            other, other_rejected = self.parse_reference([values[i] for i in slow])
+            rejected += [dataclasses.replace(r, index=int(slow[r.index])) for r in other_rejected]
+            rejected.sort(key=lambda r: r.index)
+            batch = concat_batches([batch, other])
+        return batch, rejected
+
+    def _detail(self, reason: int, field: int) -> str:
+        if reason == RejectReason.BAD_LABEL:
+            return f"field '{self.schema.label}': label must be a number in [0, 1]"
+        name, role, col = self._fields[field]
+        if role == ROLE_DENSE:
+            return f"field '{name}': non-numeric dense value"
+        if role == ROLE_TIME:
+            return f"field '{name}': event time must be a number"
+        return f"slot '{name}': value is not a valid {self.schema.sparse_slots[col].hash.value} id"
+
+    def parse_reference(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
+        """The reference semantics, record by record through ``json.loads`` (slow, exact)."""
         n = len(values)
         reasons: dict[int, tuple[RejectReason, str]] = {}
         sizes = np.fromiter(map(len, values), dtype=np.int64, count=n)
@@ -91,11 +168,14 @@ class JsonLinesParser:
         label_col = [d.get(s.label) for d in docs]
         labels, bad = _numbers(label_col)
         bad |= np.isnan(labels) | (labels < 0) | (labels > 1)
+        labels[bad] = 0.0
         self._flag(reasons, bad, RejectReason.BAD_LABEL, f"field '{s.label}': label must be a number in [0, 1]")
 
         dense = np.zeros((n, len(s.dense_names)), dtype=np.float64)
         for j, name in enumerate(s.dense_names):
             col, bad = _numbers([d.get(name) for d in docs])
+            bad |= np.abs(col) > _F32_MAX  # would be inf after the float32 cast
+            col[bad] = 0.0
             dense[:, j] = col
             self._flag(reasons, bad, RejectReason.BAD_DENSE, f"field '{name}': non-numeric dense value")
         dense = np.nan_to_num(dense, nan=0.0)

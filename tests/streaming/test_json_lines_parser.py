@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from streaming.batch import Batch
 from streaming.config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from streaming.hashing import hash_strings
 from streaming.json_lines import JsonLinesParser
@@ -85,3 +88,43 @@ def test_bad_records_are_rejected_and_good_ones_kept() -> None:
 def test_oversized_is_rejected_before_decoding() -> None:
     batch, rejected = JsonLinesParser(SCHEMA, max_message_bytes=100).parse([enc(label=1, tags=["x" * 200])])
     assert len(batch) == 0 and [r.reason for r in rejected] == [RejectReason.OVERSIZED]
+
+
+def canonical_rows(batch: Batch) -> list[tuple]:
+    rows = []
+    for i in range(len(batch)):
+        slots = tuple(tuple(batch.slot_ids(name, i).tolist()) for name in sorted(batch.slots))
+        t = float(batch.event_time[i]) if batch.event_time is not None else 0.0
+        rows.append((float(batch.labels[i]), tuple(batch.dense[i].tolist()), slots, -np.inf if np.isnan(t) else t))
+    return sorted(rows)
+
+
+scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6), st.sampled_from(['a"b', "é", "ff", "12", "x\ny"]),
+)
+value = st.one_of(scalar, st.lists(scalar, max_size=4), st.dictionaries(st.text(max_size=3), scalar, max_size=2))
+keys = st.sampled_from(["label", "price", "age", "user", "item", "tags", "ts", "other"])
+record = st.dictionaries(keys, value, max_size=8).map(lambda d: {"label": 1, **d} if len(d) % 3 else d)
+
+
+def render(rec: dict, style: int) -> bytes:
+    text = json.dumps(rec, separators=(",", ":") if style % 2 else (", ", ": "), ensure_ascii=style % 3 == 0)
+    return text.encode() if style % 5 else b"  " + text.encode() + b"\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(record, st.integers(0, 29)), min_size=1, max_size=12),
+       st.lists(st.sampled_from([b"{", b'{"label":1,}', b'{"label":1}x', b'{"label": 01}', b'{"label":1e0}',
+                                 b'{"label":1,"label":0}', b"{}", b'{"tags":[1,]}', b'{"label":1,"tags":[1 2]}',
+                                 b'{"label":NaN}', b'{"label":-0,"item":-0}', b'{"label":0.5,"ts":1.5E9}']),
+                max_size=4))
+def test_fast_path_equals_reference_path(recs: list[tuple[dict, int]], odd: list[bytes]) -> None:
+    rows = [render(rec, style) for rec, style in recs] + odd
+    parser = JsonLinesParser(SCHEMA, max_message_bytes=400)
+    fast, fast_rej = parser.parse(rows)
+    ref, ref_rej = parser.parse_reference(rows)
+    assert [(r.index, r.reason, r.detail, r.raw) for r in fast_rej] == [
+        (r.index, r.reason, r.detail, r.raw) for r in ref_rej
+    ]
+    assert canonical_rows(fast) == canonical_rows(ref)
