@@ -98,7 +98,8 @@ class ProbabilityAdmit(Admission):
         out = np.empty(keys.shape[0], np.bool_)
         _coin(keys, self.seed, np.uint64(self.draws), self.cfg.probability, out)
         self.draws += 1
-        return self._count(out, keys.shape[0])
+        # No per-id memory here, so pending ids are not tracked (pending_estimate stays 0).
+        return self._count(out, int(out.sum()))
 
     def state(self) -> dict[str, np.ndarray]:
         return {**super().state(), "draws": np.array([self.draws], np.int64)}

@@ -104,10 +104,14 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_verified(directory: Path, entry: dict[str, Any]) -> memoryview:
     """Read a file named by a manifest entry, checking its size and CRC-32C."""
     try:
-        path = directory / str(entry["file"])
+        name = str(entry["file"])
         size, crc = int(entry["bytes"]), int(entry["crc32c"])
     except (KeyError, TypeError, ValueError):
         raise CorruptData(f"{directory}: malformed file entry in manifest: {entry!r}") from None
+    if not name or Path(name).name != name or name in (".", ".."):
+        # A manifest names files beside it, never elsewhere (no "../x", no absolute paths).
+        raise CorruptData(f"{directory}: manifest names a file outside its directory: {name!r}")
+    path = directory / name
     try:
         actual = path.stat().st_size
         if actual != size:

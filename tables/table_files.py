@@ -50,6 +50,9 @@ def _layout(t: SparseTable) -> dict[str, Any]:
         "dim": t.dim, "wide": t.config.wide, "width": t.width,
         "optimizer": t.config.optimizer.kind, "wide_optimizer": t.config.wide_optimizer.kind if t.config.wide else None,
         "columns": {name: [c.dtype.str, *c.shape[1:]] for name, c in t._rows.cols.items()},
+        # Seed and initializers decide what never-seen ids read as: a restore must keep them.
+        "seed": t.config.seed, "initializer": t.config.initializer.model_dump(),
+        "wide_initializer": t.config.wide_initializer.model_dump() if t.config.wide else None,
         "admission": a.policy,
         "admission_sketch": [getattr(a, "sketch_depth", 0), getattr(a, "sketch_width", 0)],
     }

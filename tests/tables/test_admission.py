@@ -105,6 +105,7 @@ def test_probability_fraction_and_determinism() -> None:
     assert abs(frac - p) < 0.02  # std of the fraction is ~0.003
     assert a.stats()["admitted"] == a.size() == int(a.contains(ids).sum())
     assert a.stats()["not_admitted"] == ids.shape[0] - a.size()
+    assert a.stats()["pending_estimate"] == 0, "no per-id memory: pending ids are not tracked"
     assert np.array_equal(a.contains(ids), b.contains(ids)), "same seed, same pushes: same decisions"
     assert not np.array_equal(a.contains(ids), c.contains(ids)), "another seed decides otherwise"
     # Each push of a still-unknown id is a new draw: after a second push ~1 - (1-p)^2 are in.

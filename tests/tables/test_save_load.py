@@ -240,11 +240,14 @@ def test_restored_table_continues_every_cursor_chain(tmp_path: Path) -> None:
     ("other", "field"),
     [({"dim": 4}, "dim"), ({"optimizer": OptimizerConfig(kind="adam")}, "optimizer"), ({"wide": False}, "wide"),
      ({"wide_optimizer": OptimizerConfig(kind="sgd")}, "wide_optimizer"),
-     ({"admission": CountAdmission(sketch_width=4096)}, "admission")],
+     ({"admission": CountAdmission(sketch_width=4096)}, "admission"), ({"seed": 5}, "seed"),
+     ({"initializer": InitializerConfig(kind="normal")}, "initializer")],
 )
 def test_layout_mismatch_is_a_conflict(tmp_path: Path, other: dict, field: str) -> None:
     _, base, _ = saved(tmp_path)
     fields = {"name": "t", "dim": 3, "wide": True, "seed": 4,
+              "initializer": InitializerConfig(kind="uniform", scale=0.1),
+              "wide_initializer": InitializerConfig(kind="uniform", scale=0.01),
               "optimizer": OptimizerConfig(kind="adagrad", lr=0.05, l2=0.01),
               "wide_optimizer": OptimizerConfig(kind="ftrl", lr=0.1, l1=0.001), **other}
     b = SparseTable(TableConfig(**fields))
@@ -295,6 +298,7 @@ CORRUPTIONS = {
     "manifest_bad_crc": ("t.rows", _edit_manifest(lambda m: m["files"]["rows"].update(crc32c=1))),
     "manifest_more_rows": ("t.rows", _edit_manifest(lambda m: m.update(rows=m["rows"] + 1))),
     "manifest_chunk_zero": ("t.rows", _edit_manifest(lambda m: m.update(chunk_rows=0))),
+    "manifest_file_outside": ("t.rows", _edit_manifest(lambda m: m["files"]["rows"].update(file="../t.rows"))),
 }
 
 
