@@ -1,0 +1,65 @@
+"""``create_app(settings)``: the FastAPI app whose lifespan owns the model store (bundles,
+tables, item index), the export watcher and the link to the training job."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import faiss
+from fastapi import FastAPI
+
+from service.errors import install_error_handler
+from service.export_watcher import ExportWatcher
+from service.job import JobLink
+from service.metrics import Metrics, RequestMetricsMiddleware
+from service.model_store import ModelStore
+from service.routes import admin, embeddings, health, items, predict, recommend
+from service.settings import ServiceSettings
+
+
+def _register_gauges(metrics: Metrics, store: ModelStore, job: JobLink) -> None:
+    def last(key: str) -> float | None:
+        return store.history[-1][key] if store.history else None
+
+    metrics.gauge("bundle_version", lambda: store.version)
+    metrics.gauge("bundle_freshness_seconds", lambda: last("freshness_s"))
+    metrics.gauge("bundle_apply_seconds", lambda: last("apply_seconds"))
+    metrics.gauge("bundles_rejected", lambda: len(store.rejected))
+    metrics.gauge("index_items", lambda: store.status()["items"])
+    metrics.gauge("training_lag", job.training_lag)
+    metrics.gauge("training_auc", job.auc)
+
+
+def create_app(settings: ServiceSettings) -> FastAPI:
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Faiss's OpenMP threads fight the event loop and each other on a small machine; batch
+        # updates and single queries are fastest on one thread.
+        faiss.omp_set_num_threads(1)
+        store = ModelStore(Path(settings.exports_dir), settings.index)
+        watcher = ExportWatcher(store, settings.poll_seconds)
+        job = JobLink(settings.job_control, settings.job_timeout_s)
+        _register_gauges(metrics, store, job)
+        app.state.store, app.state.watcher, app.state.job = store, watcher, job
+        watcher.start()  # the first poll loads the newest bundle chain; /readyz tells when
+        job.start()
+        try:
+            yield
+        finally:
+            watcher.stop()
+            job.stop()
+
+    app = FastAPI(title="streamrec service", version="0.1.0", lifespan=lifespan,
+                  description="Fresh embeddings, similar items, recommendations and CTR scores from the latest "
+                              "exported bundle; the admin API operates the training job.")
+    app.state.settings = settings
+    app.state.metrics = metrics
+    install_error_handler(app)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes)
+    for module in (health, embeddings, items, recommend, predict, admin):
+        app.include_router(module.router)
+    return app

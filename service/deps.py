@@ -1,0 +1,45 @@
+"""Typed FastAPI dependencies: the lifespan's objects, read from app.state."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from service.export_watcher import ExportWatcher
+from service.job import JobLink
+from service.metrics import Metrics
+from service.model_store import ModelStore
+from service.settings import LimitSettings, ServiceSettings
+
+
+def get_store(request: Request) -> ModelStore:
+    return request.app.state.store
+
+
+def get_watcher(request: Request) -> ExportWatcher:
+    return request.app.state.watcher
+
+
+def get_job(request: Request) -> JobLink:
+    return request.app.state.job
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+def get_settings(request: Request) -> ServiceSettings:
+    return request.app.state.settings
+
+
+def get_limits(request: Request) -> LimitSettings:
+    return request.app.state.settings.limits
+
+
+StoreDep = Annotated[ModelStore, Depends(get_store)]
+WatcherDep = Annotated[ExportWatcher, Depends(get_watcher)]
+JobDep = Annotated[JobLink, Depends(get_job)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
+LimitsDep = Annotated[LimitSettings, Depends(get_limits)]

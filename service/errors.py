@@ -1,0 +1,58 @@
+"""The service's one error handler: every failure answers ``{"error": {code, message, detail}}``.
+
+StreamrecError subclasses carry their own code and HTTP status; request validation errors
+become ``invalid_input`` (422) naming each offending field; unknown routes and methods keep
+their status; anything else is a bug, answered 500 and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from tables.errors import InvalidInput, StreamrecError
+
+log = logging.getLogger("streamrec.service")
+
+
+def _describe_validation(exc: RequestValidationError) -> StreamrecError:
+    fields = []
+    parts = []
+    for e in exc.errors():
+        where = ".".join(str(p) for p in e.get("loc", ())) or "<request>"
+        fields.append(where)
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    shown = "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")
+    return InvalidInput(f"invalid request: {shown}", detail={"fields": fields[:50]})
+
+
+def error_response(err: StreamrecError) -> JSONResponse:
+    return JSONResponse({"error": err.to_dict()}, status_code=err.http_status)
+
+
+async def handle_error(request: Request, exc: Exception) -> JSONResponse:
+    """The one handler (registered for every exception kind the app can meet)."""
+    if isinstance(exc, RequestValidationError):
+        err = _describe_validation(exc)
+    elif isinstance(exc, StreamrecError):
+        err = exc
+    elif isinstance(exc, HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 413: "invalid_input"}.get(exc.status_code, "http_error")
+        err = StreamrecError(str(exc.detail))
+        err.code, err.http_status = code, exc.status_code
+    else:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        err = StreamrecError(f"internal error: {type(exc).__name__}")
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.count_error(err.code)
+    return error_response(err)
+
+
+def install_error_handler(app: FastAPI) -> None:
+    for kind in (RequestValidationError, StreamrecError, HTTPException, Exception):
+        app.add_exception_handler(kind, handle_error)

@@ -1,0 +1,79 @@
+"""The link to the training job's control channel (trainer.control), if one is configured.
+
+Admin calls go straight through; a background refresher caches the job's status so /metrics
+can show training lag and AUC without calling the job on every scrape.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from tables.errors import StreamrecError, Unavailable
+from trainer.control import ControlClient
+
+
+def _find(d: Any, *keys: str) -> float | None:
+    """First numeric value under any of ``keys``, at top level or one mapping down."""
+    if not isinstance(d, dict):
+        return None
+    for k in keys:
+        if isinstance(d.get(k), int | float) and not isinstance(d.get(k), bool):
+            return float(d[k])
+    for v in d.values():
+        if isinstance(v, dict):
+            found = _find({k: v[k] for k in keys if k in v}, *keys)
+            if found is not None:
+                return found
+    return None
+
+
+class JobLink:
+    def __init__(self, endpoint: str | None, timeout_s: float, refresh_s: float = 5.0) -> None:
+        self.endpoint = endpoint
+        self._client = ControlClient(endpoint, timeout_s=timeout_s) if endpoint else None
+        self._refresh_s = refresh_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="job-status", daemon=True)
+        self.cached_status: dict[str, Any] | None = None
+        self.cached_at: float | None = None
+        self.last_error: str | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    def call(self, op: str, **args: Any) -> Any:
+        if self._client is None:
+            raise Unavailable("no training job connected: set job_control in the service settings",
+                              detail={"op": op})
+        return self._client.call(op, **args)
+
+    def start(self) -> JobLink:
+        if self._client is not None:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=15)
+        if self._client is not None:
+            self._client.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.cached_status = self.call("status")
+                self.cached_at = time.time()
+                self.last_error = None
+            except StreamrecError as err:
+                self.last_error = err.message
+            self._stop.wait(self._refresh_s)
+
+    def training_lag(self) -> float | None:
+        return _find(self.cached_status, "lag", "consumer_lag", "lag_records")
+
+    def auc(self) -> float | None:
+        return _find(self.cached_status, "auc")

@@ -1,0 +1,269 @@
+"""The model store: what the service serves, swapped atomically bundle by bundle.
+
+Two *sides* (left-right): readers pin the active side for a whole request; a bundle is applied
+to the standby side, the sides swap with one reference assignment, and once the old side's
+readers drained, the same bundle is applied to it. So a reader never sees half a bundle, and
+applying a 100k-row delta costs two delta loads rather than a copy of every table. The price
+is two copies of the tables in memory. A bundle that fails on the standby is rejected (its
+error recorded for /admin/status), the active side keeps serving, and the standby is rebuilt
+by replaying the active version's chain (base + deltas) before the next bundle.
+
+Per side: for every table a ``SparseTable`` per shard (ids routed with ``tables.routing``), the
+dense weights, the model config, and the item index snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from service.settings import IndexSettings
+from service.vector_index import ItemIndex
+from tables.errors import Conflict, CorruptData, NotFound, StreamrecError, Unavailable
+from tables.routing import shard_of
+from tables.sparse_table import SparseTable
+from trainer.bundle import BundleManifest, load_dense, load_items, read_manifest
+from trainer.config import ModelConfig
+from trainer.inference import Predictor
+
+
+@dataclass
+class Side:
+    """One full copy of the served state at ``version``."""
+
+    version: int | None = None
+    manifest: BundleManifest | None = None
+    model: ModelConfig | None = None
+    tables: dict[str, list[SparseTable]] = field(default_factory=dict)
+    dense: dict[str, np.ndarray] = field(default_factory=dict)
+    items: ItemIndex | None = None
+    predictor: Predictor | None = None
+    readers: int = 0
+    healthy: bool = True
+
+    def table_of(self, slot: str) -> tuple[str, list[SparseTable]]:
+        """The table serving ``slot`` (a slot name of the model, or a table name)."""
+        name = slot
+        if slot not in self.tables and self.model is not None:
+            spec = next((s for s in self.model.slots if s.name == slot), None)
+            if spec is not None:
+                name = self.model.table_name(spec)
+        shards = self.tables.get(name)
+        if shards is None:
+            slots = [s.name for s in self.model.slots] if self.model else []
+            raise NotFound(f"unknown slot {slot!r}", detail={"slot": slot, "slots": slots,
+                                                              "tables": sorted(self.tables)})
+        return name, shards
+
+    def model_rows(self, table: str, keys: np.ndarray) -> np.ndarray:
+        """The Predictor's lookup: rows of ``keys`` in ``table``; unknown ids read as their
+        initializer row, exactly what the trainer's own pulls see."""
+        shards = self.tables.get(table)
+        if shards is None:
+            raise NotFound(f"bundle {self.version} has no table {table!r}", detail={"table": table})
+        if len(shards) == 1:
+            return shards[0].pull(keys)
+        out = np.empty((keys.shape[0], shards[0].width), np.float32)
+        where = shard_of(keys, len(shards))
+        for i, t in enumerate(shards):
+            sel = np.flatnonzero(where == i)
+            if sel.shape[0]:
+                out[sel] = t.pull(keys[sel])
+        return out
+
+    def lookup(self, slot: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, rows of the found ids in input order). Absent ids get no row."""
+        _, shards = self.table_of(slot)
+        ids = np.ascontiguousarray(ids, dtype=np.uint64)
+        if len(shards) == 1:
+            found = shards[0].contains(ids)
+            return found, shards[0].pull(ids[found]) if found.any() else np.empty((0, shards[0].width), np.float32)
+        found = np.zeros(ids.shape[0], np.bool_)
+        rows = np.empty((ids.shape[0], shards[0].width), np.float32)
+        where = shard_of(ids, len(shards))
+        for i, table in enumerate(shards):
+            sel = np.flatnonzero(where == i)
+            if sel.shape[0]:
+                hit = table.contains(ids[sel])
+                found[sel[hit]] = True
+                if hit.any():
+                    rows[sel[hit]] = table.pull(ids[sel[hit]])
+        return found, rows[found]
+
+
+def _model_of(man: BundleManifest) -> ModelConfig:
+    try:
+        return ModelConfig.model_validate(man.model)
+    except ValidationError as exc:
+        raise CorruptData(f"bundle {man.version}: model config unreadable: {exc.errors()[:3]}",
+                          detail={"version": man.version}) from None
+
+
+class ModelStore:
+    def __init__(self, root: Path, index_settings: IndexSettings) -> None:
+        self.root = Path(root)
+        self.index_settings = index_settings
+        self._active: Side | None = None
+        self._standby: Side | None = None
+        self._count_lock = threading.Lock()
+        self._apply_lock = threading.Lock()  # one bundle (or index rebuild) at a time
+        self.history: list[dict[str, Any]] = []  # applied bundles, newest last
+        self.last_error: dict[str, Any] | None = None
+        self.rejected: dict[int, dict[str, Any]] = {}
+
+    # ----------------------------------------------------------------- reads
+    @property
+    def version(self) -> int | None:
+        side = self._active
+        return side.version if side else None
+
+    @property
+    def ready(self) -> bool:
+        return self._active is not None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Side]:
+        """Pin the active side for one request (it will not change under the reader)."""
+        with self._count_lock:
+            side = self._active
+            if side is None:
+                raise Unavailable("no bundle loaded yet", detail={"exports_dir": str(self.root)})
+            side.readers += 1
+        try:
+            yield side
+        finally:
+            with self._count_lock:
+                side.readers -= 1
+
+    def _drain(self, side: Side) -> None:
+        while True:
+            with self._count_lock:
+                if side.readers == 0:
+                    return
+            time.sleep(0.0005)
+
+    # ---------------------------------------------------------------- writes
+    def apply(self, version: int) -> dict[str, Any]:
+        """Apply bundle ``version`` (the next base, or the delta whose parent is being served)."""
+        with self._apply_lock:
+            try:
+                return self._apply(version)
+            except StreamrecError as err:
+                self.last_error = {"version": version, "at": time.time(), **err.to_dict()}
+                self.rejected[version] = self.last_error
+                raise
+
+    def _apply(self, version: int) -> dict[str, Any]:
+        t0 = time.time()
+        man = read_manifest(self.root, version)
+        active = self._active
+        if man.kind == "delta":
+            if active is None or active.version != man.parent_version:
+                raise Conflict(f"bundle {version} is a delta of {man.parent_version} but the service holds "
+                               f"{active.version if active else 'nothing'}; a base must come first",
+                               detail={"version": version, "parent_version": man.parent_version})
+            if man.num_shards != active.manifest.num_shards or set(man.tables) != set(active.tables):
+                raise Conflict(f"bundle {version}: shards/tables differ from its parent {man.parent_version}")
+        model = _model_of(man)
+        configs = {c.name: c for c in model.table_configs()}
+        unknown = sorted(set(man.tables) - set(configs))
+        if unknown:
+            raise CorruptData(f"bundle {version}: tables {unknown} are not in its model config {sorted(configs)}")
+        dense = load_dense(self.root, man)
+        items = load_items(self.root, man)
+        next_items = self._next_items(active, man, items)
+        standby = self._ready_standby(active)
+        self._load_tables(standby, man, model, dense, next_items)
+        with self._count_lock:
+            self._active, self._standby = standby, active
+        now = time.time()
+        record = {"version": version, "kind": man.kind, "pass_id": man.pass_id, "applied_at": now,
+                  "apply_seconds": round(now - t0, 4), "items": next_items.size if next_items else 0,
+                  "freshness_s": None if man.newest_record_time is None else round(now - man.newest_record_time, 3)}
+        self.history = [*self.history[-99:], record]
+        if active is not None:
+            self._drain(active)
+            try:
+                self._load_tables(active, man, model, dense, next_items)
+            except StreamrecError:
+                active.healthy = False  # replayed before the next bundle
+        return record
+
+    def _next_items(self, active: Side | None, man: BundleManifest, items: Any) -> ItemIndex | None:
+        current = active.items if active else None
+        if items is None:
+            return current if man.kind == "delta" else None
+        ids, vectors = items
+        if man.items_full or current is None:
+            return ItemIndex.build(self.index_settings, ids, vectors)
+        return current.upserted(ids, vectors)
+
+    def _load_tables(self, side: Side, man: BundleManifest, model: ModelConfig, dense: dict[str, np.ndarray],
+                     items: ItemIndex | None) -> None:
+        predictor = Predictor(man.model, dense, side.model_rows)  # CorruptData when dense does not fit
+        side.healthy = False  # until every table took the bundle
+        if man.kind == "base":
+            side.tables = {}  # free the old rows before loading the new ones
+            configs = {c.name: c for c in model.table_configs()}
+            side.tables = {name: [SparseTable(configs[name]) for _ in range(man.num_shards)] for name in man.tables}
+        for shards in side.tables.values():
+            for i, table in enumerate(shards):
+                table.load(man.shard_dir(self.root, i))
+        side.version, side.manifest, side.model, side.dense, side.items = man.version, man, model, dense, items
+        side.predictor = predictor
+        side.healthy = True
+
+    def _ready_standby(self, active: Side | None) -> Side:
+        standby = self._standby or Side()
+        if active is None or (standby.healthy and standby.version == active.version):
+            return standby
+        # the standby missed a bundle (it failed there): rebuild it from the active version's chain
+        chain = []
+        v: int | None = active.version
+        while v is not None:
+            man = read_manifest(self.root, v)
+            chain.append(man)
+            v = man.parent_version if man.kind == "delta" else None
+        for man in reversed(chain):
+            self._load_tables(standby, man, _model_of(man), active.dense, active.items)
+        self._standby = standby
+        return standby
+
+    def rebuild_index_if_due(self) -> bool:
+        """Retrain the IVF index off to the side when enough items changed, then swap it in."""
+        side = self._active
+        if side is None or side.items is None or not side.items.needs_rebuild():
+            return False
+        with self._apply_lock:
+            side = self._active
+            if side is None or side.items is None or not side.items.needs_rebuild():
+                return False
+            fresh = side.items.rebuilt()
+            for s in (self._active, self._standby):
+                if s is not None and s.version == side.version:
+                    s.items = fresh
+        return True
+
+    def status(self) -> dict[str, Any]:
+        side = self._active
+        man = side.manifest if side else None
+        return {
+            "version": side.version if side else None,
+            "kind": man.kind if man else None,
+            "pass_id": man.pass_id if man else None,
+            "tables": {n: sum(t.size() for t in s) for n, s in side.tables.items()} if side else {},
+            "num_shards": man.num_shards if man else None,
+            "items": side.items.size if side and side.items else 0,
+            "index_kind": side.items.kind if side and side.items else None,
+            "freshness_s": self.history[-1]["freshness_s"] if self.history else None,
+            "last_error": self.last_error,
+            "history": self.history[-10:],
+        }

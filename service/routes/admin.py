@@ -1,0 +1,90 @@
+"""The REST admin API (bearer token): operates the training job over its control channel and
+the service's own bundle loading. Job calls block on ZeroMQ, so they run in worker threads."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path
+from fastapi.concurrency import run_in_threadpool
+from pydantic import Field
+
+from service.auth import require_admin
+from service.deps import JobDep, StoreDep, WatcherDep
+from service.job import JobLink
+from service.schemas import Strict
+from tables.config import AdmissionConfig, EvictionConfig
+from tables.errors import StreamrecError
+
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+
+TableName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+
+class RollbackRequest(Strict):
+    pass_: int = Field(alias="pass", ge=0, description="the committed pass to go back to")
+
+
+class PolicyUpdate(Strict):
+    admission: AdmissionConfig | None = None
+    eviction: EvictionConfig | None = None
+    dry_run: bool = Field(False, description="only report how many rows the eviction policy would evict")
+
+
+@router.get("/status", summary="Job, passes, shards, lag, metrics and the served bundle")
+async def status(store: StoreDep, job: JobDep, watcher: WatcherDep) -> dict[str, Any]:
+    out: dict[str, Any] = {"bundle": store.status(), "watcher": {"polls": watcher.polls},
+                           "job": {"connected": job.connected, "endpoint": job.endpoint}}
+    if job.connected:
+        try:
+            out["job"]["status"] = await run_in_threadpool(job.call, "status")
+        except StreamrecError as err:  # the bundle side still reports when the job does not answer
+            out["job"]["error"] = err.to_dict()
+    return out
+
+
+# Admin operations that are one job call without arguments: (method, path, job op, summary).
+_PLAIN_OPS = (
+    ("GET", "/passes", "passes", "The job's passes"),
+    ("POST", "/checkpoint", "checkpoint", "Commit a pass now"),
+    ("POST", "/export", "export", "Export an inference bundle now"),
+    ("POST", "/shrink", "shrink", "Run eviction on every table now"),
+    ("POST", "/ingestion/pause", "pause", "Stop consuming from Kafka (training idles)"),
+    ("POST", "/ingestion/resume", "resume", "Resume consuming"),
+)
+
+
+def _plain(op: str) -> Callable[[JobLink], Awaitable[Any]]:
+    async def endpoint(job: JobDep) -> Any:
+        return await run_in_threadpool(job.call, op)
+
+    endpoint.__name__ = op
+    return endpoint
+
+
+for _method, _path, _op, _summary in _PLAIN_OPS:
+    router.add_api_route(_path, _plain(_op), methods=[_method], summary=_summary, name=_op)
+
+
+@router.post("/rollback", summary="Roll the job back to a committed pass")
+async def rollback(body: RollbackRequest, job: JobDep) -> Any:
+    return await run_in_threadpool(job.call, "rollback", pass_id=body.pass_)
+
+
+@router.post("/reload", summary="Look for new bundles now and apply them")
+async def reload(watcher: WatcherDep) -> dict[str, Any]:
+    return await run_in_threadpool(watcher.poll_once)
+
+
+@router.get("/tables/{name}/policy", summary="A table's admission and eviction settings")
+async def get_policy(name: TableName, job: JobDep) -> Any:
+    return await run_in_threadpool(job.call, "get_policy", table=name)
+
+
+@router.put("/tables/{name}/policy", summary="Change admission/eviction (dry_run: count the rows it would evict)")
+async def put_policy(name: TableName, body: PolicyUpdate, job: JobDep) -> Any:
+    return await run_in_threadpool(
+        job.call, "put_policy", table=name,
+        admission=body.admission.model_dump() if body.admission else None,
+        eviction=body.eviction.model_dump() if body.eviction else None, dry_run=body.dry_run)

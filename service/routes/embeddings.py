@@ -1,0 +1,67 @@
+"""Embedding lookups: exactly the served rows; unknown ids are reported, never invented."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel, Field
+
+from service.deps import LimitsDep, StoreDep
+from service.schemas import U64, Strict, json_response
+from tables.errors import InvalidInput, NotFound
+
+router = APIRouter(tags=["embeddings"])
+
+
+class LookupRequest(Strict):
+    slot: str = Field(min_length=1, max_length=200, description="a slot of the model, or a table name")
+    ids: list[U64] = Field(min_length=1, description="feature ids (at most the service's max_ids)")
+
+
+class LookupResponse(BaseModel):
+    version: int
+    slot: str
+    table: str
+    wide: bool = Field(description="rows start with the wide (linear) weight, then the embedding")
+    ids: list[U64] = Field(description="the ids found, in request order")
+    rows: list[list[float]] = Field(description="one row per found id")
+    missing: list[U64] = Field(description="ids with no row in the served bundle")
+
+
+class RowResponse(BaseModel):
+    version: int
+    slot: str
+    table: str
+    wide: bool
+    id: U64
+    row: list[float]
+
+
+@router.post("/v1/embeddings:lookup", response_model=LookupResponse, summary="Rows of up to max_ids ids")
+async def lookup(body: LookupRequest, store: StoreDep, limits: LimitsDep) -> Response:
+    if len(body.ids) > limits.max_ids:
+        raise InvalidInput(f"ids: {len(body.ids)} ids exceed the limit of {limits.max_ids} per request",
+                           detail={"max_ids": limits.max_ids})
+    ids = np.array(body.ids, dtype=np.uint64)
+    with store.read() as side:
+        table, shards = side.table_of(body.slot)
+        found, rows = side.lookup(body.slot, ids)
+        version = side.version
+    return json_response({"version": version, "slot": body.slot, "table": table, "wide": shards[0].config.wide,
+                          "ids": ids[found].tolist(), "rows": rows.tolist(), "missing": ids[~found].tolist()})
+
+
+@router.get("/v1/embeddings/{slot}/{id}", response_model=RowResponse, summary="The row of one id")
+async def get_row(slot: Annotated[str, Path(max_length=200)], id: Annotated[int, Path(ge=0, le=(1 << 64) - 1)],
+                  store: StoreDep) -> Response:
+    with store.read() as side:
+        table, shards = side.table_of(slot)
+        found, rows = side.lookup(slot, np.array([id], dtype=np.uint64))
+        version = side.version
+    if not found[0]:
+        raise NotFound(f"id {id} has no row in slot {slot!r} (bundle {version})",
+                       detail={"slot": slot, "id": id, "version": version})
+    return json_response({"version": version, "slot": slot, "table": table, "wide": shards[0].config.wide, "id": id,
+                          "row": rows[0].tolist()})

@@ -1,0 +1,51 @@
+"""Request/response shapes shared by several routers, and the fast JSON response."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import Response
+from pydantic import BaseModel, ConfigDict, Field
+
+U64 = Annotated[int, Field(ge=0, le=(1 << 64) - 1, description="uint64 feature or item id")]
+Finite = Annotated[float, Field(allow_inf_nan=False, ge=-3e38, le=3e38)]  # fits float32
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Instance(Strict):
+    """One record as the model sees it: dense inputs and, per slot, final feature ids."""
+
+    label: float | None = Field(None, ge=0.0, le=1.0)
+    dense: list[Finite] = Field(default_factory=list, max_length=4096)
+    slots: dict[str, list[U64]] = Field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"dense": self.dense, "slots": self.slots}
+        if self.label is not None:
+            d["label"] = self.label
+        return d
+
+
+class ScoredItem(BaseModel):
+    id: U64
+    score: float
+
+
+class ItemsResponse(BaseModel):
+    version: int
+    items: list[ScoredItem]
+
+
+def json_response(obj: Any, status_code: int = 200) -> Response:
+    """Pre-serialized JSON: skips FastAPI's response-model pass on hot endpoints (their
+    documented shape is still the route's ``response_model``)."""
+    return Response(json.dumps(obj, separators=(",", ":")).encode(), status_code=status_code,
+                    media_type="application/json")
+
+
+def scored(ids: Any, scores: Any) -> list[dict[str, Any]]:
+    return [{"id": i, "score": s} for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
