@@ -56,7 +56,8 @@ class ModelConfig(FrozenModel):
     tower_dim: int = Field(32, ge=1)  # two-tower output vector size
     dense_optimizer: OptimizerConfig = OptimizerConfig(kind="adam", lr=1e-3)
     sparse_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.05)
-    wide_optimizer: OptimizerConfig = OptimizerConfig(kind="ftrl", lr=0.05)
+    # adagrad, not ftrl: ftrl's beta=1 swamps the small per-id gradients of a mean loss
+    wide_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.05)
     init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
     seed: int = Field(0, ge=0)
 

@@ -1,0 +1,48 @@
+"""On planted data with a fixed seed, the models learn: progressive AUC rises well above 0.5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streaming.generator import PlantedModel
+from streaming.parsers import make_parser
+from streaming.sample_encoding import criteo_lines, generated_criteo_schema
+from trainer.config import ModelConfig
+from trainer.metrics import WindowedMetrics
+from trainer.models import build_model
+from trainer.params import LocalStore
+from trainer.prefetch import Prefetcher
+from trainer.worker import Worker, prepare
+
+
+def planted_batches(n: int, batch_size: int, seed: int = 0):
+    planted = PlantedModel(seed=seed)
+    parser = make_parser(generated_criteo_schema())
+    for _ in range(n // batch_size):
+        batch, rejected = parser.parse(criteo_lines(planted.sample(batch_size)))
+        assert not rejected
+        yield batch
+
+
+def criteo_model(kind: str, **kw) -> ModelConfig:
+    slots = [{"name": f"C{i}", "tower": "user" if i != 2 else "item"} for i in range(1, 27)]
+    return ModelConfig.model_validate({"type": kind, "slots": slots, "embedding_dim": 4, "mlp": (32, 16),
+                                       "tower_dim": 8, "seed": 1, **kw})
+
+
+@pytest.mark.parametrize("kind", ["lr", "wide_deep", "deepfm", "two_tower"])
+def test_auc_rises_well_above_half_on_planted_data(kind: str) -> None:
+    model = build_model(criteo_model(kind))
+    store = LocalStore(model.tables, model.params.values, model.config.dense_optimizer)
+    worker = Worker(model, store, metrics=WindowedMetrics(10_000))
+    batches = Prefetcher(planted_batches(40_000, 500), lambda b: prepare(model, b))
+    try:
+        for p in batches:
+            worker.step(p)
+    finally:
+        batches.close()
+    first, last = worker.metrics.windows[0], worker.metrics.windows[-1]
+    assert worker.records == 40_000
+    assert last["auc"] > 0.62 and last["auc"] > first["auc"] + 0.03, worker.metrics.windows
+    assert np.isfinite(last["logloss"]) and 0.5 < last["calibration"] < 2.0

@@ -1,0 +1,95 @@
+"""One training step per call, in named phases:
+
+    prepare  (features: keys deduplicated across the batch's slots, per table)
+    pull     (sparse rows of those keys, and the dense vector)
+    forward  (logits; the batch is scored here, BEFORE training: progressive validation)
+    backward (dense and sparse gradients)
+    push     (sparse gradients with show/click counts, the dense gradient; end of step)
+
+``prepare`` (and, in async mode, the sparse pull) may run ahead for the next batch in the
+prefetch stage (:mod:`trainer.prefetch`); the step then starts at its dense pull.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from streaming.batch import Batch
+from trainer.features import Features
+from trainer.layers import bce_with_logits
+from trainer.metrics import WindowedMetrics
+from trainer.models.base import Model
+from trainer.params import ParamStore
+
+PHASES = ("prepare", "pull", "forward", "backward", "push")
+
+
+@dataclass
+class Prepared:
+    """A batch made ready for a step: its features and, when prefetched, its sparse rows."""
+
+    batch: Batch
+    features: Features
+    rows: dict[str, np.ndarray] | None = None
+
+
+def prepare(model: Model, batch: Batch, pull: Callable[[str, np.ndarray], np.ndarray] | None = None) -> Prepared:
+    """Features of ``batch``; with ``pull`` also its sparse rows (the prefetch stage)."""
+    f = model.features(batch)
+    rows = None if pull is None else {t: pull(t, ti.keys) for t, ti in f.tables.items()}
+    return Prepared(batch, f, rows)
+
+
+class Worker:
+    def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None) -> None:
+        self.model = model
+        self.store = store
+        self.metrics = metrics or WindowedMetrics()
+        self.phase_seconds: dict[str, float] = defaultdict(float)
+        self.steps = 0
+        self.records = 0
+        self.loss_sum = 0.0
+
+    def _timed(self, phase: str, t0: float) -> float:
+        t1 = time.perf_counter()
+        self.phase_seconds[phase] += t1 - t0
+        return t1
+
+    def step(self, item: Batch | Prepared) -> float:
+        """Train on one batch; returns its mean loss (measured before the update)."""
+        t = time.perf_counter()
+        p = item if isinstance(item, Prepared) else prepare(self.model, item)
+        t = self._timed("prepare", t)
+        f = p.features
+        rows = p.rows if p.rows is not None else {
+            name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
+        self.model.params.values[...] = self.store.pull_dense().reshape(-1)
+        t = self._timed("pull", t)
+        logits = self.model.forward(f, rows)
+        loss, probs, dlogits = bce_with_logits(logits, f.labels)
+        self.metrics.add(f.labels, probs)
+        t = self._timed("forward", t)
+        grads = self.model.backward(dlogits)
+        t = self._timed("backward", t)
+        for name, ti in f.tables.items():
+            self.store.push_sparse(name, ti.keys, grads[name], ti.shows, ti.clicks)
+        self.store.push_dense(self.model.params.grads)
+        self.store.end_step()
+        self._timed("push", t)
+        self.steps += 1
+        self.records += f.n
+        self.loss_sum += loss * f.n
+        return loss
+
+    def score(self, batch: Batch) -> np.ndarray:
+        """Infer mode: probabilities with the current parameters, nothing pushed."""
+        f = self.model.features(batch)
+        rows = {name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
+        self.model.params.values[...] = self.store.pull_dense().reshape(-1)
+        z = self.model.forward(f, rows)
+        return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
