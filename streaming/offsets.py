@@ -15,6 +15,10 @@ offsets of the last committed pass, so every record is trained at least once, an
 once more for records after the restore point (those pushed but not yet committed).
 Rejected records belong to their batch's span: they become committable with it, after their
 dead letters were flushed (the consumer flushes before reporting committable offsets).
+
+In a consumer group, when a rebalance takes partitions away, the consumer commits their
+committable offsets to the group before letting go, so the next owner starts exactly there
+(records pushed meanwhile by the old owner are then trained twice: still at least once).
 """
 
 from __future__ import annotations

@@ -76,3 +76,30 @@ def test_restart_from_stored_offsets_resumes_exactly_there(
     assert set(pushed_first) & set(resumed) == set()
     assert set(record_numbers([unpushed])) <= set(resumed)
     assert sum(final.values()) == N  # every offset committed in the end
+
+
+def test_group_member_restores_offsets_when_partitions_are_assigned(
+    broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig]
+) -> None:
+    config = kafka_config(partitions=2, batch_size=500)
+    bootstrap = [broker.bootstrap]
+    lines = numbered_lines(1000)
+    with RecordProducer(config, client_options(config, bootstrap)) as producer:
+        producer.send_all(lines)
+    manifest = {0: 123, 1: 7}
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.GROUP) as consumer:
+        consumer.seek_to(manifest)  # before the group assigned anything: applied on assignment
+        seen: list[Batch] = []
+        for _ in range(300):
+            batch = consumer.poll_batch()
+            if batch is not None:
+                seen.append(batch)
+                consumer.tracker.mark_pushed(batch)
+            covered = {p for b in seen for p in b.positions}
+            if covered == {0, 1} and consumer.lag() == {0: 0, 1: 0}:
+                break
+        committed = consumer.commit()
+    for p, offset in manifest.items():
+        assert min(b.positions[p][0] for b in seen if p in b.positions) == offset
+    assert sum(map(len, seen)) == 1000 - 123 - 7
+    assert sum(committed.values()) == 1000
