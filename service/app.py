@@ -15,7 +15,7 @@ from service.export_watcher import ExportWatcher
 from service.job import JobLink
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.model_store import ModelStore
-from service.routes import admin, embeddings, health, items, predict, recommend
+from service.routes import admin, dashboard, embeddings, health, items, predict, recommend
 from service.settings import ServiceSettings
 
 
@@ -60,6 +60,6 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.metrics = metrics
     install_error_handler(app)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes)
-    for module in (health, embeddings, items, recommend, predict, admin):
+    for module in (health, embeddings, items, recommend, predict, admin, dashboard):
         app.include_router(module.router)
     return app

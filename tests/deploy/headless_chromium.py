@@ -1,0 +1,66 @@
+"""Headless Chromium for dashboard tests: installed from Debian's ``chromium`` package when
+missing (tests run as root in CI), and a screenshot helper."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from PIL import Image
+
+
+def ensure_chromium() -> str:
+    """The chromium binary; installs Debian's package first when it is missing (idempotent)."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env, stdout=subprocess.DEVNULL)
+    found = shutil.which("chromium")
+    assert found, "apt-get installed chromium but it is not on PATH"
+    return found
+
+
+def screenshot(binary: str, url: str, out: Path, *, budget_ms: int = 12_000,
+               size: tuple[int, int] = (1200, 900)) -> Path:
+    """A PNG of ``url`` after ``budget_ms`` of virtual time (timers run, fetches complete)."""
+    profile = out.parent / "chromium-profile"
+    argv = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--force-device-scale-factor=1", f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}",
+            f"--screenshot={out}", f"--window-size={size[0]},{size[1]}", url]
+    # start_new_session: a hung renderer is killed with its whole group on timeout
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    assert out.is_file(), f"chromium wrote no screenshot: {log.decode(errors='replace')[-2000:]}"
+    return out
+
+
+def count_color(png: Path, box: tuple[int, int, int, int], rgb: tuple[int, int, int], tol: int = 40) -> int:
+    """Pixels within ``tol`` (per channel) of ``rgb`` inside ``box`` = (left, top, right, bottom)."""
+    import numpy as np
+
+    pixels = np.asarray(Image.open(png).convert("RGB").crop(box), dtype=np.int16)
+    return int((np.abs(pixels - np.array(rgb, np.int16)) <= tol).all(axis=-1).sum())
+
+
+# service/static/index.html lays charts out on a fixed grid: 44 px header, 12 px padding and
+# gaps, 580 x 250 px boxes, two per row; the canvas is 560 x 210 below a 22 px title.
+CHART_IDS = ("rate", "auc", "lag", "rows", "freshness")
+LINE_RGB = (0x1F, 0x77, 0xB4)
+
+
+def chart_boxes() -> dict[str, tuple[int, int, int, int]]:
+    boxes = {}
+    for i, name in enumerate(CHART_IDS):
+        left, top = 12 + (i % 2) * 592, 44 + 12 + (i // 2) * 262
+        boxes[name] = (left, top + 24, left + 580, top + 250)
+    return boxes
