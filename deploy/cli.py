@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules that define subcommands; each adds its own parser.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("deploy.commands.serve",)
 
 
 def build_parser() -> argparse.ArgumentParser:
