@@ -21,6 +21,7 @@ class RecordProducer:
 
     def __init__(self, config: KafkaConfig, options: dict[str, Any]) -> None:
         self.config = config
+        self.sent = 0  # records handed to the client so far (also valid after an interrupt)
         compression = None if config.compression == "none" else config.compression
         self._producer = KafkaProducer(
             **options,
@@ -40,6 +41,7 @@ class RecordProducer:
             for chunk in _chunks(records, _CHUNK):
                 for value in chunk:
                     self._producer.send(target, value=value)
+                    self.sent += 1
                 sent += len(chunk)
                 if rate:
                     ahead = sent / rate - (time.monotonic() - start)

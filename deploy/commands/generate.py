@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from streaming.config import KafkaConfig
     from streaming.generator import PlantedModel
 
 
@@ -42,42 +44,52 @@ def run(args: argparse.Namespace) -> int:
         stats["seconds"] = round(time.monotonic() - start, 2)
         print(json.dumps({"out": args.out, "format": args.format, "seed": args.seed, **stats}))
         return 0
-    return _produce(args, model)
+    return _to_kafka(args, model)
 
 
-def _produce(args: argparse.Namespace, model: PlantedModel) -> int:
-    import numpy as np
-
+def _to_kafka(args: argparse.Namespace, model: PlantedModel) -> int:
+    from streaming.broker import bootstrap_servers
     from streaming.config import load_kafka_config
     from streaming.connection import client_options
-    from streaming.generator import roc_auc
-    from streaming.producer import RecordProducer
-    from streaming.sample_encoding import criteo_lines, json_lines
-    from streaming.topics import ensure_topics
     from tables.errors import ConfigError
 
     bootstrap = args.bootstrap.split(",") if args.bootstrap else None
     config = load_kafka_config(args.config, bootstrap_servers=bootstrap, topic=args.topic)
-    if not config.bootstrap_servers:
-        raise ConfigError("generate needs a Kafka cluster (kafka.bootstrap_servers or --bootstrap), or --out PATH")
-    options = client_options(config, list(config.bootstrap_servers))
+    if not config.bootstrap_servers and args.rows is not None:
+        raise ConfigError("generate --rows needs a Kafka cluster (kafka.bootstrap_servers or --bootstrap) or --out "
+                          "PATH: an embedded broker would vanish with the data when generate exits")
+    with bootstrap_servers(config) as servers:
+        if not config.bootstrap_servers:
+            # Open-ended stream without a cluster: serve it from an embedded broker until Ctrl-C.
+            print(f"embedded broker at {servers[0]} (stops with this command)", file=sys.stderr, flush=True)
+        report = _stream(args, model, config, client_options(config, servers))
+    print(json.dumps(report))
+    return 0
+
+
+def _stream(args: argparse.Namespace, model: PlantedModel, config: KafkaConfig, options: dict[str, Any]) -> dict:
+    import numpy as np
+
+    from streaming.generator import roc_auc
+    from streaming.producer import RecordProducer
+    from streaming.sample_encoding import criteo_lines, json_lines
+    from streaming.topics import ensure_topics
+
     ensure_topics(config, options)
     encode = criteo_lines if args.format == "criteo" else json_lines
     chunk = 10_000 if args.rate is None else max(1, min(10_000, int(args.rate)))
     labels: list[np.ndarray] = []
     probs: list[np.ndarray] = []
-    sent = 0
     with RecordProducer(config, options) as producer:
         try:
-            while args.rows is None or sent < args.rows:
-                sample = model.sample(chunk if args.rows is None else min(chunk, args.rows - sent))
-                sent += producer.send_all(encode(sample), rate=args.rate)
+            while args.rows is None or producer.sent < args.rows:
+                sample = model.sample(chunk if args.rows is None else min(chunk, args.rows - producer.sent))
                 labels.append(sample.labels)
                 probs.append(sample.prob)
+                producer.send_all(encode(sample), rate=args.rate)
         except KeyboardInterrupt:
             pass  # Ctrl-C ends an open-ended stream; report what was sent
-    y = np.concatenate(labels) if labels else np.zeros(0)
-    auc = roc_auc(y, np.concatenate(probs)) if 0 < y.sum() < y.size else None
-    print(json.dumps({"topic": config.topic, "records": sent, "ctr": float(y.mean()) if y.size else None,
-                      "bayes_auc": auc}))
-    return 0
+        sent = producer.sent
+    y = np.concatenate(labels)[:sent] if labels else np.zeros(0)
+    auc = roc_auc(y, np.concatenate(probs)[:sent]) if 0 < y.sum() < y.size else None
+    return {"topic": config.topic, "records": sent, "ctr": float(y.mean()) if y.size else None, "bayes_auc": auc}

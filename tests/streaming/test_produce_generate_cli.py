@@ -61,3 +61,40 @@ def test_generate_writes_a_criteo_file(tmp_path: Path, capsys: pytest.CaptureFix
     assert report["rows"] == 20000 and 0.74 < report["bayes_auc"] < 0.82
     lines = out.read_bytes().splitlines()
     assert len(lines) == 20000 and all(len(ln.split(b"\t")) == 40 for ln in lines[:100])
+
+
+def test_open_ended_generate_serves_an_embedded_broker_until_ctrl_c() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    from streaming.broker import broker_answers
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from deploy.cli import main; raise SystemExit(main())", "generate", "--rate", "5000",
+         "--topic", "live", "--format", "json"],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        address = proc.stderr.readline().split()[3]
+        consumer = KafkaConsumer(bootstrap_servers=[address], enable_auto_commit=False)
+        tp = TopicPartition("live", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list[Any] = []
+        for _ in range(100):
+            for recs in consumer.poll(timeout_ms=200).values():
+                got.extend(recs)
+            if len(got) >= 100:
+                break
+        consumer.close()
+        assert len(got) >= 100 and json.loads(got[0].value)["user_id"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert json.loads(out)["records"] >= 100
+    assert not broker_answers(address, timeout_s=0.5)
