@@ -12,7 +12,11 @@ import sys
 from collections.abc import Sequence
 
 # Modules that define subcommands; each adds its own parser.
-COMMAND_MODULES: tuple[str, ...] = ("deploy.commands.serve",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "deploy.commands.serve",
+    "deploy.commands.produce",
+    "deploy.commands.generate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
