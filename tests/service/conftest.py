@@ -23,6 +23,7 @@ def builder(tmp_path: Path) -> BundleBuilder:
 
 @pytest.fixture
 def client(builder: BundleBuilder) -> Iterator[TestClient]:
-    yield from started(make_settings(builder.root))
+    with started(make_settings(builder.root)) as c:
+        yield c
 
 

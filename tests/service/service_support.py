@@ -4,6 +4,7 @@ tables so tests can compare what the service serves with what was exported."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ def make_settings(exports: Path, **kw: object) -> ServiceSettings:
     return ServiceSettings(exports_dir=str(exports), admin_token=TOKEN, poll_seconds=0.05, **kw)
 
 
+@contextlib.contextmanager
 def started(settings: ServiceSettings) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200, what="first bundle")

@@ -76,7 +76,7 @@ def test_bad_lookups_name_what_was_wrong(client) -> None:
 
 def test_limits_answer_422_and_are_counted(builder, tmp_path) -> None:
     settings = make_settings(builder.root, limits=LimitSettings(max_ids=100, max_k=5, max_body_bytes=4096))
-    for client in started(settings):
+    with started(settings) as client:
         r = client.post("/v1/embeddings:lookup", json={"slot": "user", "ids": list(range(101))})
         assert r.status_code == 422 and "limit of 100" in r.json()["error"]["message"]
         r = client.get(f"/v1/items/{int(ITEM_IDS[0])}/similar", params={"k": 6})
