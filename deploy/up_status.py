@@ -1,0 +1,123 @@
+"""What `streamrec up` shows: one snapshot of the running system, from the service's admin API
+(job status proxied from the trainers, the served bundle) and the shards' own stats.
+
+Every source is optional: a role that is still starting (or gone) leaves its fields None,
+so the console keeps drawing while the system comes up and goes down.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from tables.client import PSClient
+from tables.errors import StreamrecError
+
+
+def find_number(obj: Any, *keys: str, depth: int = 4) -> float | None:
+    """The first number under any of ``keys``, searching ``obj`` breadth first."""
+    level = [obj]
+    for _ in range(depth):
+        nxt = []
+        for o in level:
+            if not isinstance(o, dict):
+                continue
+            for k in keys:
+                v = o.get(k)
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    return float(v)
+            nxt += [v for v in o.values() if isinstance(v, dict)]
+        level = nxt
+    return None
+
+
+@dataclass
+class Snapshot:
+    at: float
+    api_url: str
+    records: float | None = None
+    records_per_s: float | None = None
+    lag: float | None = None
+    auc: float | None = None
+    bayes_auc: float | None = None
+    rows: int | None = None
+    table_bytes: int | None = None
+    admitted: int | None = None
+    evicted: int | None = None
+    last_pass: float | None = None
+    last_export: float | None = None
+    freshness_s: float | None = None
+    bundle_version: int | None = None
+    roles: dict[str, str] = field(default_factory=dict)  # role -> "running" / "exited N"
+    errors: list[str] = field(default_factory=list)
+
+
+class StatusCollector:
+    """Polls the admin API and the shards; keeps the previous record count for records/s."""
+
+    def __init__(self, api_url: str, admin_token: str, ps: PSClient | None, *, bayes_auc: float | None) -> None:
+        self.api_url = api_url
+        self.token = admin_token
+        self.ps = ps
+        self.bayes_auc = bayes_auc
+        self._prev: tuple[float, float] | None = None
+
+    def admin_status(self, timeout_s: float = 2.0) -> dict[str, Any] | None:
+        req = urllib.request.Request(f"{self.api_url}/admin/status", headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                return json.loads(r.read())
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def collect(self) -> Snapshot:
+        now = time.time()
+        snap = Snapshot(at=now, api_url=self.api_url, bayes_auc=self.bayes_auc)
+        status = self.admin_status()
+        if status is None:
+            snap.errors.append("service not answering yet")
+        else:
+            self._from_status(snap, status, now)
+        if self.ps is not None:
+            self._from_shards(snap)
+        return snap
+
+    def _from_status(self, snap: Snapshot, status: dict[str, Any], now: float) -> None:
+        bundle = status.get("bundle") or {}
+        snap.bundle_version = bundle.get("version")
+        snap.freshness_s = find_number(bundle, "freshness_s")
+        job = (status.get("job") or {}).get("status")
+        if job is None:
+            err = (status.get("job") or {}).get("error")
+            if err:
+                snap.errors.append(f"job: {err.get('message')}")
+            return
+        snap.records = find_number(job, "records_total", "records")
+        snap.records_per_s = find_number(job, "records_per_s")
+        if snap.records_per_s is None and snap.records is not None:
+            if self._prev is not None and now > self._prev[0]:
+                snap.records_per_s = max(0.0, (snap.records - self._prev[1]) / (now - self._prev[0]))
+            self._prev = (now, snap.records)
+        snap.lag = find_number(job, "lag", "consumer_lag")
+        snap.auc = find_number(job, "auc")
+        snap.last_pass = find_number(job, "last_pass", "pass_id", "committed_pass")
+        snap.last_export = find_number(job, "last_export", "export_version")
+        if snap.freshness_s is None:
+            snap.freshness_s = find_number(job, "freshness_s")
+
+    def _from_shards(self, snap: Snapshot) -> None:
+        assert self.ps is not None
+        try:
+            shards = self.ps.stats()
+        except StreamrecError as err:
+            snap.errors.append(f"shards: {err.message}")
+            return
+        tables = [t for s in shards for t in (s.get("tables") or {}).values()]
+        snap.rows = sum(int(t.get("rows", 0)) for t in tables)
+        snap.table_bytes = sum(int(t.get("bytes", 0)) for t in tables)
+        snap.admitted = sum(int(t.get("admitted", 0)) for t in tables)
+        snap.evicted = sum(int(t.get("evicted", 0)) for t in tables)
