@@ -82,6 +82,8 @@ class StreamConsumer:
             options, config.dead_letter_topic
         )
         self._restore: dict[int, int] = {}
+        self.records_delivered = 0
+        self.batches_delivered = 0
         self._consumer = KafkaConsumer(
             **options,
             client_id=client_id,
@@ -141,6 +143,8 @@ class StreamConsumer:
         if len(batch) == 0:
             self.tracker.mark_pushed(batch)
             return None
+        self.records_delivered += len(batch)
+        self.batches_delivered += 1
         return batch
 
     def _collect(self) -> list[tuple[TopicPartition, list[Any]]]:
@@ -215,7 +219,8 @@ class StreamConsumer:
         ends = self._consumer.end_offsets(tps)
         out = {}
         for tp in tps:
-            # The fetch highwater is fresher than a list-offsets answer; take the larger.
+            # Take the larger of the fetch highwater and a list-offsets answer: tansu (observed with
+            # v0.6.0) answers "latest" with the last batch's base offset + 1, short of the true end.
             end = max(ends.get(tp) or 0, self._consumer.highwater(tp) or 0)
             out[tp.partition] = max(0, end - self._consumer.position(tp))
         return out
@@ -223,6 +228,16 @@ class StreamConsumer:
     @property
     def reject_counts(self) -> dict[str, int]:
         return dict(self.dead_letters.counts)
+
+    def metrics(self) -> dict[str, Any]:
+        """Gauges for a metrics endpoint: records and batches delivered, rejects by reason, lag per partition."""
+        return {
+            "records": self.records_delivered,
+            "batches": self.batches_delivered,
+            "rejected": self.reject_counts,
+            "lag": self.lag(),
+            "in_flight_spans": self.tracker.in_flight(),
+        }
 
     def close(self) -> None:
         self.dead_letters.flush()

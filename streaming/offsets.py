@@ -69,5 +69,5 @@ class OffsetTracker:
         return {p: min(self._pending[p]) if self._pending.get(p) else nxt for p, nxt in self._next.items()}
 
     def in_flight(self) -> int:
-        """Number of issued batch spans not yet pushed."""
+        """Number of (batch, partition) spans issued and not yet pushed."""
         return sum(len(v) for v in self._pending.values())

@@ -46,11 +46,15 @@ def test_restart_from_stored_offsets_resumes_exactly_there(
             first.tracker.mark_pushed(batch)
         manifest = first.committable()
         lag = first.lag()
+        metrics = first.metrics()
     unpushed = seen_first[-1]
     # The rule: the un-pushed batch's records are not committed, everything before them is.
     for p, (lo, _hi) in unpushed.positions.items():
         assert manifest[p] == lo
     assert sum(lag.values()) == N - sum(map(len, seen_first))
+    assert metrics["records"] == sum(map(len, seen_first))
+    assert metrics["in_flight_spans"] == len(unpushed.positions)
+    assert metrics["lag"] == lag and metrics["rejected"] == {}
 
     # Second trainer restores the manifest.
     seen_second: list[Batch] = []
