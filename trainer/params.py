@@ -2,9 +2,10 @@
 
 Both stores expose the same verbs, so the step does not care: ``pull_sparse``/``push_sparse``
 per table (keys unique per call, gradients with show/click counts), ``pull_dense``/
-``push_dense`` of the model's one flat dense vector, and ``end_step`` (the sync barrier or
+``add_dense`` of the model's one flat dense vector, and ``end_step`` (the sync barrier or
 the geo flush on the PS; nothing locally). The dense vector is the PS dense array
-``dense``; its optimizer is the model's dense optimizer, applied on the shards.
+``dense``; workers run the dense optimizer themselves and add their changes to it (the
+shard keeps it with SGD at lr 1, i.e. a plain sum; see :mod:`trainer.dense_sync`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Protocol
 
 import numpy as np
 
-from tables.config import DenseTableConfig, OptimizerConfig, TableConfig
-from tables.dense_table import DenseTable
+from tables.client import Ticket
+from tables.config import OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable
 from tables.sync_modes import PSWorker
 
 DENSE_NAME = "dense"
+SUM = OptimizerConfig(kind="sgd", lr=1.0)  # the shard's rule for the dense vector: add what workers send
 
 
 class ParamStore(Protocol):
@@ -26,18 +28,17 @@ class ParamStore(Protocol):
     def push_sparse(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray,
                     clicks: np.ndarray) -> None: ...
     def pull_dense(self) -> np.ndarray: ...
-    def push_dense(self, grad: np.ndarray) -> None: ...
+    def add_dense(self, delta: np.ndarray) -> None: ...
     def end_step(self) -> None: ...
+    def drain(self) -> None: ...
 
 
 class LocalStore:
     """Tables in this process (single-process training, tests, infer mode on saved tables)."""
 
-    def __init__(self, tables: tuple[TableConfig, ...], dense_initial: np.ndarray,
-                 dense_optimizer: OptimizerConfig) -> None:
+    def __init__(self, tables: tuple[TableConfig, ...], dense_initial: np.ndarray) -> None:
         self.sparse = {t.name: SparseTable(t) for t in tables}
-        self.dense = DenseTable(DenseTableConfig(name=DENSE_NAME, optimizer=dense_optimizer),
-                                initial=np.ascontiguousarray(dense_initial, np.float32))
+        self.dense = np.array(dense_initial, np.float32)
 
     def pull_sparse(self, table: str, keys: np.ndarray) -> np.ndarray:
         return self.sparse[table].pull(keys)
@@ -47,35 +48,54 @@ class LocalStore:
         self.sparse[table].push(keys, grads, shows, clicks)
 
     def pull_dense(self) -> np.ndarray:
-        return self.dense.pull()
+        return self.dense.copy()
 
-    def push_dense(self, grad: np.ndarray) -> None:
-        self.dense.push(grad)
+    def add_dense(self, delta: np.ndarray) -> None:
+        self.dense += delta
 
     def end_step(self) -> None:
+        pass
+
+    def drain(self) -> None:
         pass
 
 
 class PSStore:
     """The sharded parameter server through a PSWorker (async, sync or geo)."""
 
-    def __init__(self, worker: PSWorker, dense_initial: np.ndarray, dense_optimizer: OptimizerConfig) -> None:
+    def __init__(self, worker: PSWorker, dense_initial: np.ndarray) -> None:
         self.worker = worker
+        # async mode: a step's sparse pushes are waited for at the end of the NEXT step, so
+        # the network round trip overlaps compute; drain() waits for all (before a commit)
+        self._this_step: list[Ticket] = []
+        self._last_step: list[Ticket] = []
         # first writer wins: every worker offers the same seeded initial value
-        worker.init_dense(DENSE_NAME, np.ascontiguousarray(dense_initial, np.float32), optimizer=dense_optimizer)
+        worker.init_dense(DENSE_NAME, np.ascontiguousarray(dense_initial, np.float32), optimizer=SUM)
 
     def pull_sparse(self, table: str, keys: np.ndarray) -> np.ndarray:
         return self.worker.pull(table, keys)
 
     def push_sparse(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray,
                     clicks: np.ndarray) -> None:
-        self.worker.push(table, keys, grads, shows=shows, clicks=clicks)
+        if self.worker.mode == "async":
+            self._this_step.append(self.worker.client.push(table, keys, grads, shows=shows, clicks=clicks))
+        else:
+            self.worker.push(table, keys, grads, shows=shows, clicks=clicks)
 
     def pull_dense(self) -> np.ndarray:
-        return self.worker.pull_dense(DENSE_NAME)
+        return self.worker.pull_dense(DENSE_NAME).reshape(-1)
 
-    def push_dense(self, grad: np.ndarray) -> None:
-        self.worker.push_dense(DENSE_NAME, grad)
+    def add_dense(self, delta: np.ndarray) -> None:
+        self.worker.push_dense(DENSE_NAME, -delta)  # SGD at lr 1: w -= -delta
 
     def end_step(self) -> None:
+        for ticket in self._last_step:
+            self.worker.client.wait(ticket)
+        self._last_step, self._this_step = self._this_step, []
         self.worker.step()
+
+    def drain(self) -> None:
+        """Wait until every push sent so far was applied."""
+        for ticket in self._last_step + self._this_step:
+            self.worker.client.wait(ticket)
+        self._last_step, self._this_step = [], []

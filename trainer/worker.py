@@ -1,10 +1,11 @@
 """One training step per call, in named phases:
 
     prepare  (features: keys deduplicated across the batch's slots, per table)
-    pull     (sparse rows of those keys, and the dense vector)
+    pull     (sparse rows of those keys)
     forward  (logits; the batch is scored here, BEFORE training: progressive validation)
     backward (dense and sparse gradients)
-    push     (sparse gradients with show/click counts, the dense gradient; end of step)
+    push     (sparse gradients with show/click counts; the dense optimizer step, and every
+              few steps the dense change to the PS (trainer.dense_sync); end of step)
 
 ``prepare`` (and, in async mode, the sparse pull) may run ahead for the next batch in the
 prefetch stage (:mod:`trainer.prefetch`); the step then starts at its dense pull.
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from streaming.batch import Batch
+from trainer.dense_optim import DenseOptimizer
+from trainer.dense_sync import DenseSync
 from trainer.features import Features
 from trainer.layers import bce_with_logits
 from trainer.metrics import WindowedMetrics
@@ -46,10 +49,14 @@ def prepare(model: Model, batch: Batch, pull: Callable[[str, np.ndarray], np.nda
 
 
 class Worker:
-    def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None) -> None:
+    def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None,
+                 dense_sync_steps: int = 1) -> None:
         self.model = model
         self.store = store
         self.metrics = metrics or WindowedMetrics()
+        optimizer = DenseOptimizer(model.config.dense_optimizer, model.params.values.shape[0])
+        self.dense = DenseSync(model.params.values, optimizer, sync_steps=dense_sync_steps)
+        self.dense.start(store)
         self.phase_seconds: dict[str, float] = defaultdict(float)
         self.steps = 0
         self.records = 0
@@ -68,7 +75,6 @@ class Worker:
         f = p.features
         rows = p.rows if p.rows is not None else {
             name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
-        self.model.params.values[...] = self.store.pull_dense().reshape(-1)
         t = self._timed("pull", t)
         logits = self.model.forward(f, rows)
         loss, probs, dlogits = bce_with_logits(logits, f.labels)
@@ -78,8 +84,10 @@ class Worker:
         t = self._timed("backward", t)
         for name, ti in f.tables.items():
             self.store.push_sparse(name, ti.keys, grads[name], ti.shows, ti.clicks)
-        self.store.push_dense(self.model.params.grads)
+        synced = self.dense.update(self.model.params.grads, self.store)
         self.store.end_step()
+        if synced:
+            self.dense.refresh(self.store)
         self._timed("push", t)
         self.steps += 1
         self.records += f.n
@@ -90,6 +98,5 @@ class Worker:
         """Infer mode: probabilities with the current parameters, nothing pushed."""
         f = self.model.features(batch)
         rows = {name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
-        self.model.params.values[...] = self.store.pull_dense().reshape(-1)
         z = self.model.forward(f, rows)
         return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)

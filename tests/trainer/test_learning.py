@@ -34,7 +34,7 @@ def criteo_model(kind: str, **kw) -> ModelConfig:
 @pytest.mark.parametrize("kind", ["lr", "wide_deep", "deepfm", "two_tower"])
 def test_auc_rises_well_above_half_on_planted_data(kind: str) -> None:
     model = build_model(criteo_model(kind))
-    store = LocalStore(model.tables, model.params.values, model.config.dense_optimizer)
+    store = LocalStore(model.tables, model.params.values)
     worker = Worker(model, store, metrics=WindowedMetrics(10_000))
     batches = Prefetcher(planted_batches(40_000, 500), lambda b: prepare(model, b))
     try:

@@ -1,0 +1,56 @@
+"""``streamrec train-files`` (one pass over files, then a test evaluation) and ``streamrec train``
+(the streaming job: see trainer/job.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("train-files", help="train one pass over files with S shards and W workers, then test")
+    p.add_argument("--train", action="append", required=True, help="training file (repeat for more, in order)")
+    p.add_argument("--test", required=True, help="test file")
+    p.add_argument("--format", choices=["criteo"], default="criteo")
+    p.add_argument("--model", choices=["lr", "wide_deep", "deepfm", "two_tower"], default="wide_deep")
+    p.add_argument("--embedding-dim", type=int, default=9)
+    p.add_argument("--mlp", default="400,400,400", help="hidden layer sizes, comma separated")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--optimizer", choices=["adam", "adagrad", "sgd"], default="adam", help="dense optimizer")
+    p.add_argument("--lr", type=float, default=0.001, help="dense learning rate")
+    p.add_argument("--servers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--mode", choices=["async", "sync", "geo"], default="async")
+    p.add_argument("--predictions", help="write one predicted probability per test row here")
+    p.add_argument("--work-dir", help="keep logs and shard files here (default: a temp dir)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_files)
+
+
+def run_files(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tables.errors import ConfigError
+    from trainer.file_job import FileJob, criteo_model, run_file_job
+
+    try:
+        mlp = tuple(int(x) for x in args.mlp.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--mlp must be comma-separated integers, got {args.mlp!r}") from None
+    if args.servers < 1 or args.workers < 1 or args.batch_size < 1:
+        raise ConfigError("--servers, --workers and --batch-size must be >= 1")
+    for path in [*args.train, args.test]:
+        if not Path(path).is_file():
+            raise ConfigError(f"no such file: {path}")
+    model = criteo_model(args.model, embedding_dim=args.embedding_dim, mlp=mlp, optimizer=args.optimizer, lr=args.lr)
+    job = FileJob(train=tuple(str(Path(p).resolve()) for p in args.train), test=str(Path(args.test).resolve()),
+                  model=model, batch_size=args.batch_size, servers=args.servers, workers=args.workers, mode=args.mode,
+                  predictions=str(Path(args.predictions).resolve()) if args.predictions else None)
+    result = run_file_job(job, work_dir=Path(args.work_dir) if args.work_dir else None)
+    keys = ("train_rows", "train_seconds", "samples_per_s", "test_auc", "test_logloss", "peak_rss_mb")
+    if args.json:
+        print(json.dumps({k: result[k] for k in keys} | {"test_rows": result["test_rows"]}))
+    else:
+        for k in keys:
+            print(f"{k:>15}: {result[k]}")
+    return 0

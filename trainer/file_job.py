@@ -1,0 +1,90 @@
+"""``streamrec train-files``: one pass over training files with S shard processes and W worker
+processes (the launcher's machinery), then evaluation on a test file by worker 0.
+
+Workers run with one BLAS thread each: with W workers on few cores, more threads only
+contend (measured: see bench/train.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tables.errors import StreamrecError, Unavailable
+from tables.ps_config import PSConfig
+from trainer.config import ModelConfig
+from trainer.process_stats import peak_rss_mb
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class FileJob:
+    train: tuple[str, ...]
+    test: str
+    model: ModelConfig
+    batch_size: int = 512
+    servers: int = 1
+    workers: int = 1
+    mode: str = "async"
+    predictions: str | None = None
+    blas_threads: int = 1
+
+
+def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
+                 seed: int = 0) -> ModelConfig:
+    """A model over the Criteo layout: C1..C26 (C2 is the item slot for two-tower), 13 dense inputs."""
+    slots = [{"name": f"C{i}", "tower": "item" if i == 2 else "user"} for i in range(1, 27)]
+    return ModelConfig.model_validate({"type": model, "slots": slots, "n_dense": 13, "embedding_dim": embedding_dim,
+                                       "mlp": mlp, "dense_optimizer": {"kind": optimizer, "lr": lr}, "seed": seed})
+
+
+def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBase | None = None) -> dict[str, Any]:
+    from deploy.launcher import Launcher, LaunchSpec
+
+    with tempfile.TemporaryDirectory(prefix="streamrec-train-files-") as tmp:
+        root = Path(work_dir or tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        ps_yaml = root / "ps.yaml"
+        ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=job.model.table_configs()).model_dump(mode="json")))
+        results = root / "results"
+        results.mkdir(exist_ok=True)
+        spec_path = root / "job.json"
+        spec_path.write_text(json.dumps({"model": job.model.model_dump(mode="json"), "train": list(job.train),
+                                         "test": job.test, "batch_size": job.batch_size, "results": str(results),
+                                         "predictions": job.predictions}))
+        saved = {k: os.environ.get(k) for k in _THREAD_VARS}
+        os.environ.update({k: str(job.blas_threads) for k in _THREAD_VARS})  # inherited by the children
+        try:
+            launcher = Launcher(LaunchSpec(
+                servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",
+                                                                   str(spec_path)),
+                ps_config=ps_yaml, log_dir=root / "logs", checkpoint_dir=root / "checkpoints", mode=job.mode,  # type: ignore[arg-type]
+            ), out=log or sys.stderr)
+            code = launcher.run()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        result_path = results / "result.json"
+        if code != 0 or not result_path.is_file():
+            tails = []
+            for p in sorted((root / "logs").glob("*.log")):
+                tails.append(f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]))
+            raise Unavailable(f"train-files job failed (exit {code})\n" + "\n".join(tails))
+        result = json.loads(result_path.read_text())
+    result["peak_rss_mb"] = round(result["peak_rss_mb"] + peak_rss_mb(), 1)
+    return result
+
+
+__all__ = ["FileJob", "StreamrecError", "criteo_model", "run_file_job"]

@@ -1,0 +1,130 @@
+"""One worker process of ``streamrec train-files`` (started by the launcher with STREAMREC_* set).
+
+Worker ``r`` of ``W`` trains on blocks ``r, r+W, r+2W, ...`` of ``batch_size`` lines of the
+training files, in order, through the parameter server (async by default). Its result
+(records, seconds, peak RSS, metrics) goes to ``<results>/worker-<r>.json``. Worker 0 then
+waits for every worker at a PS barrier, evaluates the test file with the trained
+parameters, and writes ``<results>/result.json`` (plus the predictions file if asked).
+
+Run as ``python -m trainer.file_worker SPEC.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streaming.batch import Batch
+from streaming.config import SchemaConfig
+from streaming.dead_letter import DeadLetters
+from streaming.file_dataset import line_blocks
+from streaming.parsers import make_parser
+from tables.client import PSClient
+from tables.cluster import ClusterSpec, cluster_from_env
+from tables.sync_modes import PSWorker
+from trainer.models import build_model
+from trainer.params import PSStore
+from trainer.prefetch import Prefetcher
+from trainer.process_stats import peak_rss_mb, process_peak_rss_mb
+from trainer.worker import Worker, prepare
+
+_FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)
+
+
+def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: DeadLetters, *, rank: int = 0,
+                 workers: int = 1) -> Iterator[Batch]:
+    """This worker's share of the files' lines, parsed; only its own blocks are parsed."""
+    parser = make_parser(schema)
+    k = 0
+    for path in paths:
+        for first, lines in line_blocks(Path(path), batch_size):
+            k += 1
+            if (k - 1) % workers != rank:
+                continue
+            batch, rejected = parser.parse(lines)
+            if rejected:
+                dead.publish(rejected, [f"{path}:{first + r.index}" for r in rejected])
+            if len(batch):
+                yield batch
+
+
+def _client(spec: ClusterSpec) -> PSClient:
+    return PSClient(spec.shard_endpoints, secret=spec.secret())
+
+
+def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
+    model = build_model(job["model"])
+    schema = SchemaConfig.criteo()
+    dead = DeadLetters()
+    ps = PSWorker.from_spec(spec)
+    store = PSStore(ps, model.params.values)
+    worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 16))
+    prefetch_client = _client(spec) if spec.mode == "async" else None
+    pull = prefetch_client.pull_sparse if prefetch_client is not None else None
+    start = time.perf_counter()
+    source = file_batches(job["train"], schema, job["batch_size"], dead, rank=spec.rank, workers=spec.num_workers)
+    batches = Prefetcher(source, lambda b: prepare(model, b, pull), depth=2)
+    try:
+        for p in batches:
+            worker.step(p)
+    finally:
+        batches.close()
+    seconds = time.perf_counter() - start
+    result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": dict(dead.counts),
+              "phases": dict(worker.phase_seconds), "progressive": worker.metrics.total.summary()}
+    if prefetch_client is not None:
+        prefetch_client.close()
+    results = Path(job["results"])
+    result["peak_rss_mb"] = peak_rss_mb()
+    (results / f"worker-{spec.rank}.json").write_text(json.dumps(result))
+    store.drain()
+    worker.dense.flush(store)
+    ps.client.barrier(_FINISH_STEP, spec.num_workers, timeout_s=3600)
+    if spec.rank == 0:
+        worker.dense.refresh(store)  # every worker's last change is in
+        _evaluate(spec, job, worker, results)
+    ps.close()
+    return result
+
+
+def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: Path) -> None:
+    from streaming.generator import roc_auc
+
+    ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
+    dead = DeadLetters()
+    labels, probs = [], []
+    for batch in file_batches([job["test"]], SchemaConfig.criteo(), 8192, dead):
+        labels.append(batch.labels)
+        probs.append(worker.score(batch))
+    y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
+    if job.get("predictions"):
+        np.savetxt(job["predictions"], p, fmt="%.6f")
+    pc = np.clip(p, 1e-7, 1 - 1e-7)
+    shard_pids = [int(h["pid"]) for h in worker.store.worker.client.health()]  # type: ignore[attr-defined]
+    rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + sum(process_peak_rss_mb(pid)
+                                                                          for pid in shard_pids)
+    train_rows = sum(r["records"] for r in ranks)
+    train_seconds = max(r["seconds"] for r in ranks)
+    out = {"train_rows": train_rows, "train_seconds": round(train_seconds, 3),
+           "samples_per_s": round(train_rows / train_seconds, 1), "test_rows": int(y.shape[0]),
+           "test_auc": roc_auc(y, p), "test_logloss": float(-(y * np.log(pc) + (1 - y) * np.log1p(-pc)).mean()),
+           "peak_rss_mb": round(rss, 1), "rejected": ranks[0]["rejected"], "test_rejected": dict(dead.counts),
+           "workers": ranks}
+    (results / "result.json").write_text(json.dumps(out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(args[0]).read_text())
+    train(cluster_from_env(), job)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
