@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import importlib.resources
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -80,6 +81,7 @@ class EmbeddedBroker:
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
+        self._exited_at_startup = False
 
     @property
     def bootstrap(self) -> str:
@@ -90,7 +92,20 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         if self.process is not None:
             return self
-        self.port = self.port or free_port()
+        fixed_port = self.port is not None
+        # A free port found here can be taken by someone else before tansu binds it: retry then.
+        for attempt in range(1 if fixed_port else 3):
+            self.port = self.port if fixed_port else free_port()
+            self._spawn()
+            try:
+                self._wait_ready()
+                return self
+            except Unavailable:
+                if fixed_port or attempt == 2 or not self._exited_at_startup:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         url = f"tcp://127.0.0.1:{self.port}"
         self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
@@ -103,17 +118,19 @@ class EmbeddedBroker:
             preexec_fn=_die_with_parent,
         )
         atexit.register(self.stop)
-        self._wait_ready()
-        return self
 
     def _wait_ready(self) -> None:
+        self._exited_at_startup = False
         deadline = time.monotonic() + self.startup_timeout_s
+        proc = self.process
+        assert proc is not None
         while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
+            if proc.poll() is not None:
                 tail = self.log_tail()
+                self._exited_at_startup = True
                 self.stop()
-                raise Unavailable(f"tansu broker exited with {self.process.returncode} at startup: {tail}")
+                self.process = None
+                raise Unavailable(f"tansu broker exited with {proc.returncode} at startup: {tail}")
             if broker_answers(self.bootstrap, timeout_s=1.0):
                 return
             time.sleep(0.05)
@@ -125,14 +142,15 @@ class EmbeddedBroker:
         if self._log is None:
             return ""
         try:
-            return Path(self._log.name).read_bytes()[-size:].decode(errors="replace")
+            text = Path(self._log.name).read_bytes()[-size:].decode(errors="replace")
+            return re.sub(r"\x1b\[[0-9;]*m", "", text)  # tansu colours its log
         except OSError:
             return ""
 
     def stop(self) -> None:
         """Kill the broker's process group and wait for it; safe to call twice."""
         proc = self.process
-        if proc is not None and proc.poll() is None:
+        if proc is not None and proc.returncode is None:
             for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, sig)
@@ -141,9 +159,8 @@ class EmbeddedBroker:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        if proc is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # stragglers in the group, if any
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the group, if any
         if self._log is not None:
             self._log.close()
             self._log = None

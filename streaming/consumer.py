@@ -78,9 +78,8 @@ class StreamConsumer:
         self.tracker = OffsetTracker()
         self.membership = membership
         options = client_options(config, bootstrap)
-        self.dead_letters = dead_letters if dead_letters is not None else DeadLetters.to_topic(
-            options, config.dead_letter_topic
-        )
+        self._owns_dead_letters = dead_letters is None
+        self.dead_letters = dead_letters or DeadLetters.to_topic(options, config.dead_letter_topic)
         self._restore: dict[int, int] = {}
         self.records_delivered = 0
         self.batches_delivered = 0
@@ -164,6 +163,11 @@ class StreamConsumer:
                 if recs:
                     chunks.append((tp, recs))
                     count += len(recs)
+        if self.membership is Membership.GROUP and chunks:
+            # A rebalance between two polls may have taken partitions away: their new owner
+            # re-reads these records from the handed-off offset, so they are dropped here.
+            mine = self._consumer.assignment()
+            chunks = [(tp, recs) for tp, recs in chunks if tp in mine]
         return chunks
 
     def batches(self, *, max_idle_s: float | None = None) -> Iterator[Batch]:
@@ -240,9 +244,13 @@ class StreamConsumer:
         }
 
     def close(self) -> None:
-        self.dead_letters.flush()
-        self.dead_letters.close()
-        self._consumer.close(autocommit=False)
+        """Leave the group (handing off pushed offsets), then flush and close the dead-letter producer."""
+        try:
+            self._consumer.close(autocommit=False)
+        finally:
+            self.dead_letters.flush()
+            if self._owns_dead_letters:
+                self.dead_letters.close()
 
     def __enter__(self) -> StreamConsumer:
         return self

@@ -94,3 +94,17 @@ def test_failing_test_using_the_fixture_leaves_no_broker(tmp_path: Path) -> None
     assert result.returncode == 1, result.stdout + result.stderr  # the test failed...
     assert "deliberate failure" in result.stdout
     assert wait_gone(int(pid_file.read_text()))  # ...and its broker is gone
+
+
+def test_taken_port_is_a_clear_error_and_leaves_nothing_behind() -> None:
+    import socket
+
+    from tables.errors import Unavailable
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = EmbeddedBroker(port=taken.getsockname()[1], startup_timeout_s=10)
+        with pytest.raises(Unavailable, match="tansu broker"):
+            broker.start()
+    assert broker.process is None or not alive(broker.process.pid)
