@@ -192,7 +192,8 @@ class StreamConsumer:
         self._apply_restore([tp.partition for tp in self._consumer.assignment()])
 
     def _apply_restore(self, partitions: list[int]) -> None:
-        mine = {p: self._restore[p] for p in partitions if p in self._restore}
+        # Once only: later rebalances resume from the offsets handed off through the group.
+        mine = {p: self._restore.pop(p) for p in partitions if p in self._restore}
         for p, off in mine.items():
             self._consumer.seek(TopicPartition(self.config.topic, p), off)
         self.tracker.start_at(mine)
