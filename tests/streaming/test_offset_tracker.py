@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streaming.batch import Batch
 from streaming.offsets import OffsetTracker
@@ -72,3 +76,29 @@ def test_revoked_partitions_are_forgotten_and_late_pushes_ignored() -> None:
     t.forget([1])
     t.mark_pushed(a)
     assert t.committable() == {0: 10}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 20), min_size=1, max_size=15), st.randoms(use_true_random=False))
+def test_committable_never_passes_an_unpushed_record(sizes: list[int], rnd: random.Random) -> None:
+    t = OffsetTracker()
+    t.start_at({0: 0})
+    spans, start = [], 0
+    for size in sizes:
+        spans.append(span(p0=(start, start + size - 1)))
+        start += size
+    pushed: set[int] = set()
+    order = list(range(len(spans)))
+    rnd.shuffle(order)
+    issued = 0
+    for k in order:
+        while issued <= k:  # batches are issued in stream order, pushed in any order
+            t.issued(spans[issued])
+            issued += 1
+        t.mark_pushed(spans[k])
+        lo, hi = spans[k].positions[0]
+        pushed.update(range(lo, hi + 1))
+        commit = t.committable()[0]
+        assert all(o in pushed for o in range(commit))  # everything before the commit was pushed
+        assert commit == start or commit not in pushed  # and it stops at the first gap
+    assert t.committable() == {0: start}

@@ -48,6 +48,8 @@ def test_restart_from_stored_offsets_resumes_exactly_there(
         lag = first.lag()
         metrics = first.metrics()
     unpushed = seen_first[-1]
+    # Micro-batches close by size: none exceeds batch_size, records and rejects together.
+    assert all(sum(hi - lo + 1 for lo, hi in b.positions.values()) <= 300 for b in seen_first)
     # The rule: the un-pushed batch's records are not committed, everything before them is.
     for p, (lo, _hi) in unpushed.positions.items():
         assert manifest[p] == lo
