@@ -1,14 +1,12 @@
 """Generated samples as bytes: Criteo TSV lines or JSON lines, and whole dataset files.
 
-Criteo lines are written by a numba kernel into one buffer (1M rows in about a second); JSON
-lines go through ``json.dumps`` per record and are meant for streams and small files. JSON
+Both are written by numba kernels into one buffer (a million rows in about a second). JSON
 records name the user and item slots ``user_id`` and ``item_id`` (hex text, the same slot
 ids as Criteo's C1/C2, so both formats give identical feature ids).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -16,10 +14,46 @@ import numpy as np
 from numba import njit
 
 from streaming.config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from streaming.criteo import join_messages
 from streaming.generator import ITEM_SLOT, N_DENSE, N_SPARSE, USER_SLOT, PlantedModel, Sample, roc_auc
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _ROW_MAX = 2 + N_DENSE * 21 + N_SPARSE * 9 + 1
+_JSON_ROW_MAX = 40 + N_DENSE * (8 + 21) + N_SPARSE * (12 + 10) + 2
+
+
+@njit(cache=True, inline="always")
+def _put_int(buf: np.ndarray, pos: int, v: int, digits: np.ndarray) -> int:
+    if v < 0:
+        buf[pos] = 45
+        pos += 1
+        v = -v
+    k = 0
+    while True:
+        digits[k] = 48 + v % 10
+        v //= 10
+        k += 1
+        if v == 0:
+            break
+    for m in range(k):
+        buf[pos + m] = digits[k - 1 - m]
+    return pos + k
+
+
+@njit(cache=True, inline="always")
+def _put_hex8(buf: np.ndarray, pos: int, value: np.uint32, hexdigits: np.ndarray) -> int:
+    v = np.uint64(value)
+    for m in range(8):
+        buf[pos + 7 - m] = hexdigits[v & np.uint64(15)]
+        v >>= np.uint64(4)
+    return pos + 8
+
+
+@njit(cache=True, inline="always")
+def _put(buf: np.ndarray, pos: int, src: np.ndarray, a: int, b: int) -> int:
+    for k in range(b - a):
+        buf[pos + k] = src[a + k]
+    return pos + b - a
 
 
 @njit(cache=True)
@@ -39,35 +73,55 @@ def _criteo_text(
         for j in range(n_dense):
             buf[pos] = 9
             pos += 1
-            if dense_missing[i, j]:
-                continue
-            v = dense[i, j]
-            if v < 0:
-                buf[pos] = 45
-                pos += 1
-                v = -v
-            k = 0
-            while True:
-                digits[k] = 48 + v % 10
-                v //= 10
-                k += 1
-                if v == 0:
-                    break
-            for m in range(k):
-                buf[pos + m] = digits[k - 1 - m]
-            pos += k
+            if not dense_missing[i, j]:
+                pos = _put_int(buf, pos, dense[i, j], digits)
         for j in range(n_sparse):
             buf[pos] = 9
             pos += 1
-            if sparse_missing[i, j]:
-                continue
-            v = np.uint64(sparse[i, j])
-            for m in range(8):
-                buf[pos + 7 - m] = hexdigits[v & np.uint64(15)]
-                v >>= np.uint64(4)
-            pos += 8
+            if not sparse_missing[i, j]:
+                pos = _put_hex8(buf, pos, sparse[i, j], hexdigits)
         buf[pos] = 10
         pos += 1
+        ends[i] = pos
+    return buf[:pos], ends
+
+
+@njit(cache=True)
+def _json_text(
+    labels: np.ndarray, event_ms: np.ndarray, dense: np.ndarray, dense_missing: np.ndarray, sparse: np.ndarray,
+    sparse_missing: np.ndarray, keys: np.ndarray, key_bounds: np.ndarray, hexdigits: np.ndarray, row_max: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    # keys holds: '{"label":', ',"ts":', then ',"<dense>":' per dense field, ',"<slot>":"' per slot.
+    n, n_dense = dense.shape
+    n_sparse = sparse.shape[1]
+    buf = np.empty(n * row_max, dtype=np.uint8)
+    ends = np.empty(n, dtype=np.int64)
+    digits = np.empty(20, dtype=np.uint8)
+    pos = 0
+    for i in range(n):
+        pos = _put(buf, pos, keys, key_bounds[0], key_bounds[1])
+        buf[pos] = 48 + labels[i]
+        pos = _put(buf, pos + 1, keys, key_bounds[1], key_bounds[2])
+        pos = _put_int(buf, pos, event_ms[i] // 1000, digits)
+        buf[pos] = 46
+        ms = event_ms[i] % 1000
+        buf[pos + 1] = 48 + ms // 100
+        buf[pos + 2] = 48 + ms // 10 % 10
+        buf[pos + 3] = 48 + ms % 10
+        pos += 4
+        for j in range(n_dense):
+            if not dense_missing[i, j]:
+                pos = _put(buf, pos, keys, key_bounds[2 + j], key_bounds[3 + j])
+                pos = _put_int(buf, pos, dense[i, j], digits)
+        for j in range(n_sparse):
+            if not sparse_missing[i, j]:
+                pos = _put(buf, pos, keys, key_bounds[2 + n_dense + j], key_bounds[3 + n_dense + j])
+                pos = _put_hex8(buf, pos, sparse[i, j], hexdigits)
+                buf[pos] = 34
+                pos += 1
+        buf[pos] = 125
+        buf[pos + 1] = 10
+        pos += 2
         ends[i] = pos
     return buf[:pos], ends
 
@@ -82,29 +136,31 @@ def criteo_text(sample: Sample) -> tuple[bytes, np.ndarray]:
 
 def criteo_lines(sample: Sample) -> list[bytes]:
     """One Criteo TSV line per record, without the newline (ready to produce as messages)."""
-    text, ends = criteo_text(sample)
+    return _split_rows(*criteo_text(sample))
+
+
+def json_text(sample: Sample) -> tuple[bytes, np.ndarray]:
+    """All rows as newline-terminated JSON objects (event time to the millisecond), and row end offsets."""
+    keys = [b'{"label":', b',"ts":']
+    keys += [f',"I{j + 1}":'.encode() for j in range(N_DENSE)]
+    keys += [f',"{name}":"'.encode() for name in json_slot_names()]
+    key_buf, key_bounds = join_messages(keys)
+    event_ms = np.round(sample.event_time * 1000.0).astype(np.int64)
+    buf, ends = _json_text(
+        sample.labels, event_ms, sample.dense, sample.dense_missing, sample.sparse, sample.sparse_missing,
+        key_buf, key_bounds, _HEX, _JSON_ROW_MAX,
+    )
+    return buf.tobytes(), ends
+
+
+def _split_rows(text: bytes, ends: np.ndarray) -> list[bytes]:
     starts = np.r_[0, ends[:-1]].tolist()
     return [text[a : b - 1] for a, b in zip(starts, ends.tolist(), strict=True)]
 
 
 def json_lines(sample: Sample) -> list[bytes]:
-    """One JSON object per record under :func:`generated_json_schema`."""
-    names = json_slot_names()
-    dense = sample.dense.tolist()
-    dmiss = sample.dense_missing.tolist()
-    smiss = sample.sparse_missing.tolist()
-    hexes = np.char.mod("%08x", sample.sparse).tolist()
-    out = []
-    for i in range(len(sample)):
-        rec: dict[str, object] = {"label": int(sample.labels[i]), "ts": float(sample.event_time[i])}
-        for j in range(N_DENSE):
-            if not dmiss[i][j]:
-                rec[f"I{j + 1}"] = dense[i][j]
-        for j in range(N_SPARSE):
-            if not smiss[i][j]:
-                rec[names[j]] = hexes[i][j]
-        out.append(json.dumps(rec, separators=(",", ":")).encode())
-    return out
+    """One JSON object per record under :func:`generated_json_schema` (ready to produce as messages)."""
+    return _split_rows(*json_text(sample))
 
 
 def json_slot_names() -> list[str]:
@@ -144,9 +200,6 @@ def write_dataset(
             n = len(sample)
             labels[done : done + n] = sample.labels
             prob[done : done + n] = sample.prob
-            if fmt == "criteo":
-                f.write(criteo_text(sample)[0])
-            else:
-                f.write(b"\n".join(json_lines(sample)) + b"\n")
+            f.write(criteo_text(sample)[0] if fmt == "criteo" else json_text(sample)[0])
             done += n
     return {"rows": rows, "ctr": float(labels.mean()), "bayes_auc": roc_auc(labels, prob)}
