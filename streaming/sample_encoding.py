@@ -57,10 +57,13 @@ def _put(buf: np.ndarray, pos: int, src: np.ndarray, a: int, b: int) -> int:
 
 
 @njit(cache=True)
-def _criteo_text(
-    labels: np.ndarray, dense: np.ndarray, dense_missing: np.ndarray, sparse: np.ndarray, sparse_missing: np.ndarray,
-    hexdigits: np.ndarray, row_max: int,
+def _encode_rows(
+    as_json: bool, labels: np.ndarray, event_ms: np.ndarray, dense: np.ndarray, dense_missing: np.ndarray,
+    sparse: np.ndarray, sparse_missing: np.ndarray, keys: np.ndarray, key_bounds: np.ndarray, hexdigits: np.ndarray,
+    row_max: int,
 ) -> tuple[np.ndarray, np.ndarray]:
+    # JSON keys: '{"label":', ',"ts":', then ',"<dense>":' per dense field and ',"<slot>":"' per slot.
+    # Criteo rows are the same walk with tabs for keys and nothing written for a missing value.
     n, n_dense = dense.shape
     n_sparse = sparse.shape[1]
     buf = np.empty(n * row_max, dtype=np.uint8)
@@ -68,75 +71,55 @@ def _criteo_text(
     digits = np.empty(20, dtype=np.uint8)
     pos = 0
     for i in range(n):
+        if as_json:
+            pos = _put(buf, pos, keys, key_bounds[0], key_bounds[1])
         buf[pos] = 48 + labels[i]
         pos += 1
+        if as_json:
+            pos = _put(buf, pos, keys, key_bounds[1], key_bounds[2])
+            pos = _put_int(buf, pos, event_ms[i] // 1000, digits)
+            ms = event_ms[i] % 1000
+            buf[pos] = 46
+            buf[pos + 1] = 48 + ms // 100
+            buf[pos + 2] = 48 + ms // 10 % 10
+            buf[pos + 3] = 48 + ms % 10
+            pos += 4
         for j in range(n_dense):
-            buf[pos] = 9
-            pos += 1
+            if as_json and not dense_missing[i, j]:
+                pos = _put(buf, pos, keys, key_bounds[2 + j], key_bounds[3 + j])
+            elif not as_json:
+                buf[pos] = 9
+                pos += 1
             if not dense_missing[i, j]:
                 pos = _put_int(buf, pos, dense[i, j], digits)
         for j in range(n_sparse):
-            buf[pos] = 9
-            pos += 1
+            if as_json and not sparse_missing[i, j]:
+                pos = _put(buf, pos, keys, key_bounds[2 + n_dense + j], key_bounds[3 + n_dense + j])
+            elif not as_json:
+                buf[pos] = 9
+                pos += 1
             if not sparse_missing[i, j]:
                 pos = _put_hex8(buf, pos, sparse[i, j], hexdigits)
+                if as_json:
+                    buf[pos] = 34
+                    pos += 1
+        if as_json:
+            buf[pos] = 125
+            pos += 1
         buf[pos] = 10
         pos += 1
         ends[i] = pos
     return buf[:pos], ends
 
 
-@njit(cache=True)
-def _json_text(
-    labels: np.ndarray, event_ms: np.ndarray, dense: np.ndarray, dense_missing: np.ndarray, sparse: np.ndarray,
-    sparse_missing: np.ndarray, keys: np.ndarray, key_bounds: np.ndarray, hexdigits: np.ndarray, row_max: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    # keys holds: '{"label":', ',"ts":', then ',"<dense>":' per dense field, ',"<slot>":"' per slot.
-    n, n_dense = dense.shape
-    n_sparse = sparse.shape[1]
-    buf = np.empty(n * row_max, dtype=np.uint8)
-    ends = np.empty(n, dtype=np.int64)
-    digits = np.empty(20, dtype=np.uint8)
-    pos = 0
-    for i in range(n):
-        pos = _put(buf, pos, keys, key_bounds[0], key_bounds[1])
-        buf[pos] = 48 + labels[i]
-        pos = _put(buf, pos + 1, keys, key_bounds[1], key_bounds[2])
-        pos = _put_int(buf, pos, event_ms[i] // 1000, digits)
-        buf[pos] = 46
-        ms = event_ms[i] % 1000
-        buf[pos + 1] = 48 + ms // 100
-        buf[pos + 2] = 48 + ms // 10 % 10
-        buf[pos + 3] = 48 + ms % 10
-        pos += 4
-        for j in range(n_dense):
-            if not dense_missing[i, j]:
-                pos = _put(buf, pos, keys, key_bounds[2 + j], key_bounds[3 + j])
-                pos = _put_int(buf, pos, dense[i, j], digits)
-        for j in range(n_sparse):
-            if not sparse_missing[i, j]:
-                pos = _put(buf, pos, keys, key_bounds[2 + n_dense + j], key_bounds[3 + n_dense + j])
-                pos = _put_hex8(buf, pos, sparse[i, j], hexdigits)
-                buf[pos] = 34
-                pos += 1
-        buf[pos] = 125
-        buf[pos + 1] = 10
-        pos += 2
-        ends[i] = pos
-    return buf[:pos], ends
-
-
 def criteo_text(sample: Sample) -> tuple[bytes, np.ndarray]:
     """All rows as one newline-terminated TSV buffer, and the end offset of every row."""
-    buf, ends = _criteo_text(
-        sample.labels, sample.dense, sample.dense_missing, sample.sparse, sample.sparse_missing, _HEX, _ROW_MAX
+    no_keys = np.zeros(0, dtype=np.uint8)
+    buf, ends = _encode_rows(
+        False, sample.labels, np.zeros(0, dtype=np.int64), sample.dense, sample.dense_missing, sample.sparse,
+        sample.sparse_missing, no_keys, np.zeros(1, dtype=np.int64), _HEX, _ROW_MAX,
     )
     return buf.tobytes(), ends
-
-
-def criteo_lines(sample: Sample) -> list[bytes]:
-    """One Criteo TSV line per record, without the newline (ready to produce as messages)."""
-    return _split_rows(*criteo_text(sample))
 
 
 def json_text(sample: Sample) -> tuple[bytes, np.ndarray]:
@@ -146,8 +129,8 @@ def json_text(sample: Sample) -> tuple[bytes, np.ndarray]:
     keys += [f',"{name}":"'.encode() for name in json_slot_names()]
     key_buf, key_bounds = join_messages(keys)
     event_ms = np.round(sample.event_time * 1000.0).astype(np.int64)
-    buf, ends = _json_text(
-        sample.labels, event_ms, sample.dense, sample.dense_missing, sample.sparse, sample.sparse_missing,
+    buf, ends = _encode_rows(
+        True, sample.labels, event_ms, sample.dense, sample.dense_missing, sample.sparse, sample.sparse_missing,
         key_buf, key_bounds, _HEX, _JSON_ROW_MAX,
     )
     return buf.tobytes(), ends
@@ -156,6 +139,11 @@ def json_text(sample: Sample) -> tuple[bytes, np.ndarray]:
 def _split_rows(text: bytes, ends: np.ndarray) -> list[bytes]:
     starts = np.r_[0, ends[:-1]].tolist()
     return [text[a : b - 1] for a, b in zip(starts, ends.tolist(), strict=True)]
+
+
+def criteo_lines(sample: Sample) -> list[bytes]:
+    """One Criteo TSV line per record, without the newline (ready to produce as messages)."""
+    return _split_rows(*criteo_text(sample))
 
 
 def json_lines(sample: Sample) -> list[bytes]:
