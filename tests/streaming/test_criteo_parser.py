@@ -94,3 +94,16 @@ def test_empty_batch() -> None:
     batch, rejected = CriteoParser().parse([])
     assert len(batch) == 0 and rejected == []
     assert batch.slots["C1"][1].tolist() == [0]
+
+
+noise = st.lists(st.sampled_from([b"\t", b"0", b"1", b"-", b".", b"a", b"f", b"g", b"\n", b"\r", b" ", b"\xff"]),
+                 max_size=60).map(b"".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(row, noise, row.map(lambda r: r.replace(b"\t", b"\tz", 1))), max_size=30))
+def test_any_bytes_are_either_parsed_or_rejected_never_lost(records: list[bytes]) -> None:
+    batch, rejected = CriteoParser(max_message_bytes=400).parse(records)
+    assert len(batch) + len(rejected) == len(records)
+    assert all(records[r.index] == r.raw and r.detail for r in rejected)
+    assert len({r.index for r in rejected}) == len(rejected)

@@ -128,3 +128,18 @@ def test_fast_path_equals_reference_path(recs: list[tuple[dict, int]], odd: list
         (r.index, r.reason, r.detail, r.raw) for r in ref_rej
     ]
     assert canonical_rows(fast) == canonical_rows(ref)
+
+
+json_noise = st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b'"', b":", b",", b"label", b"tags", b"1", b"-", b".5",
+                                       b"e", b"null", b"true", b" ", b"\\", b"\xc3"]), max_size=25).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(json_noise, min_size=1, max_size=10))
+def test_fast_path_equals_reference_on_noise(rows: list[bytes]) -> None:
+    parser = JsonLinesParser(SCHEMA)
+    fast, fast_rej = parser.parse(rows)
+    ref, ref_rej = parser.parse_reference(rows)
+    assert len(fast) + len(fast_rej) == len(rows)
+    assert [(r.index, r.reason, r.detail) for r in fast_rej] == [(r.index, r.reason, r.detail) for r in ref_rej]
+    assert canonical_rows(fast) == canonical_rows(ref)
