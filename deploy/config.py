@@ -5,7 +5,7 @@
     kafka:   streaming.config.KafkaConfig   (no bootstrap_servers: `up` starts the embedded broker)
     schema:  streaming.config.SchemaConfig  (default: the generator's JSON layout)
     ps:      client timeouts of the parameter-server client
-    train:   trainer.config.TrainConfig     (model, passes, checkpoint and export roots)
+    train:   trainer.config.JobConfig less kafka/records (model, passes, checkpoint and export roots)
     service: service.settings.ServiceSettings, less what comes from elsewhere (exports, host, port)
     up:      shards, workers, generator, API address, what Ctrl-C does
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, create_model
 
 from service.settings import ServiceSettings
 from streaming.config import KafkaConfig, SchemaConfig
@@ -29,7 +29,7 @@ from tables.ps_config import ClientConfig
 from tables.routing import DEFAULT_SLICE_MIN_ELEMENTS
 from tables.storage import local_path_of
 from tables.yaml_config import FrozenModel, load_yaml
-from trainer.config import ModelConfig, PassConfig, TrainConfig
+from trainer.config import JobConfig, ModelConfig, PassConfig
 
 DEFAULT_API_PORT = 8000
 
@@ -43,9 +43,18 @@ def default_model() -> ModelConfig:
                                        "mlp": [32], "tower_dim": 16})
 
 
-def default_train() -> TrainConfig:
-    return TrainConfig(model=default_model(), passes=PassConfig(records=None, seconds=10.0), batch_size=256,
-                       metric_window=20_000)
+# The job's own kafka and records sections come from the root's kafka and schema (shared with
+# the generator), so the train section is JobConfig without them, and with a default model.
+_SHARED = ("kafka", "records")
+TrainSection = create_model(
+    "TrainSection", __base__=FrozenModel, __doc__="trainer.config.JobConfig less kafka and records.",
+    **{name: (f.annotation, f) for name, f in JobConfig.model_fields.items() if name not in (*_SHARED, "model")},
+    model=(ModelConfig, Field(default_factory=lambda: default_model())),
+)
+
+
+def default_train() -> FrozenModel:
+    return TrainSection(passes=PassConfig(records=None, seconds=5.0), metric_window=20_000)
 
 
 class PSSection(FrozenModel):
@@ -85,7 +94,7 @@ class StreamrecConfig(FrozenModel):
     kafka: KafkaConfig = KafkaConfig()
     schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema")
     ps: PSSection = PSSection()
-    train: TrainConfig = Field(default_factory=default_train)
+    train: TrainSection = Field(default_factory=default_train)  # type: ignore[valid-type]
     service: ServiceSection = ServiceSection()
     up: UpSection = UpSection()
 
@@ -105,13 +114,17 @@ def resolve_root(location: str, base: Path) -> str:
     return str(local if local.is_absolute() else (base / local).resolve())
 
 
-def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any] | None = None) -> dict[str, dict]:
+def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any] | None = None,
+               train_overrides: dict[str, Any] | None = None) -> dict[str, dict]:
     """What each role's loader reads, as plain mappings: ``ps.yaml`` (tables.ps_config),
-    ``train.yaml`` (trainer.config) and ``service.yaml`` (service.settings).
+    ``train.yaml`` (trainer.config.JobConfig) and ``service.yaml`` (service.settings).
 
     Relative checkpoint and export paths resolve against ``base``; ``overrides`` replaces
-    top-level keys of the service file (host, port)."""
+    top-level keys of the service file (host, port, job_control) and ``train_overrides`` of
+    the job file (control_endpoint, kafka)."""
     train = config.train.model_dump(mode="json")
+    train["kafka"] = config.kafka.model_dump(mode="json")
+    train["records"] = config.schema_.model_dump(mode="json")
     train["checkpoint_dir"] = resolve_root(config.train.checkpoint_dir, base)
     train["export_dir"] = resolve_root(config.train.export_dir, base)
     ps = {"tables": [t.model_dump(mode="json") for t in config.train.model.table_configs()],
@@ -119,17 +132,19 @@ def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any]
     service = config.service.model_dump(mode="json", exclude={"admin_token"})
     service["exports_dir"] = resolve_root(config.service.exports_dir or config.train.export_dir, base)
     service.update(overrides or {})
+    train.update(train_overrides or {})
     return {"ps.yaml": ps, "train.yaml": train, "service.yaml": service}
 
 
-def write_role_files(config: StreamrecConfig, out: Path, *, base: Path,
-                     overrides: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_role_files(config: StreamrecConfig, out: Path, *, base: Path, overrides: dict[str, Any] | None = None,
+                     train_overrides: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write :func:`role_files` into ``out``; returns name -> path."""
     import yaml
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, data in role_files(config, base=base, overrides=overrides).items():
+    files = role_files(config, base=base, overrides=overrides, train_overrides=train_overrides)
+    for name, data in files.items():
         path = out / name
         tmp = path.with_name(f".{name}.tmp")
         tmp.write_text(yaml.safe_dump(data, sort_keys=False))

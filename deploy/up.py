@@ -147,7 +147,9 @@ class LocalSystem:
         path = self.run_dir / "streamrec.yaml"
         path.write_text(yaml.safe_dump(self._effective_config(), sort_keys=False))
         overrides = {"host": self.cfg.up.host, "port": self.cfg.up.port, "job_control": self.control_endpoint}
-        write_role_files(self.cfg, self.roles_dir, base=self.run_dir, overrides=overrides)
+        kafka = {**self.cfg.kafka.model_dump(mode="json"), "bootstrap_servers": (self.bootstrap or "").split(",")}
+        write_role_files(self.cfg, self.roles_dir, base=self.run_dir, overrides=overrides,
+                         train_overrides={"control_endpoint": self.control_endpoint, "kafka": kafka})
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, self.cfg.service.admin_token_env: self.token, "PYTHONUNBUFFERED": "1"}
@@ -271,12 +273,29 @@ class LocalSystem:
 
     # ------------------------------------------------------------------ stop
     def commit_final_pass(self) -> None:
+        """Commit what was trained since the last pass: on demand when the job allows it (one
+        worker), else wait for the pass in progress to end on its own (passes.seconds)."""
+        from tables.errors import Conflict
         from trainer.control import ControlClient
 
-        client = ControlClient(self.control_endpoint, timeout_s=self.cfg.up.stop_timeout_s)
+        timeout = self.cfg.up.stop_timeout_s
+        client = ControlClient(self.control_endpoint, timeout_s=timeout)
         try:
-            result = client.call("checkpoint")
-            self.say(f"final pass committed: {result}")
+            try:
+                result = client.call("checkpoint")
+                self.say(f"final pass committed: pass {result.get('pass', result.get('pass_id'))}")
+                return
+            except Conflict:
+                pass  # several workers: passes end together, on their clock
+            before = client.call("status").get("pass", 0)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                now = client.call("status").get("pass", 0)
+                if now > before:
+                    self.say(f"final pass committed: pass {now}")
+                    return
+                time.sleep(0.2)
+            self.say(f"final pass not committed within {timeout:g} s (up.stop_timeout_s)")
         except StreamrecError as err:
             self.say(f"final pass not committed: {err.message}")
         finally:

