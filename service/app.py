@@ -8,11 +8,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import faiss
+import numpy as np
 from fastapi import FastAPI
 
 from service.errors import install_error_handler
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
+from service.json_rows import rows_json
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.model_store import ModelStore
 from service.routes import admin, dashboard, embeddings, health, items, predict, recommend
@@ -40,6 +42,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         # Faiss's OpenMP threads fight the event loop and each other on a small machine; batch
         # updates and single queries are fastest on one thread.
         faiss.omp_set_num_threads(1)
+        rows_json(np.zeros((1, 1), np.float32))  # load the compiled JSON kernel before the first request
         store = ModelStore(Path(settings.exports_dir), settings.index)
         watcher = ExportWatcher(store, settings.poll_seconds)
         job = JobLink(settings.job_control, settings.job_timeout_s)

@@ -13,7 +13,7 @@ from tables.errors import Forbidden, Unauthorized
 _bearer = HTTPBearer(auto_error=False, description="the admin token (from the variable named by admin_token_env)")
 
 
-def require_admin(
+async def require_admin(
     request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
     token: str = request.app.state.settings.admin_token

@@ -13,27 +13,27 @@ from service.model_store import ModelStore
 from service.settings import LimitSettings, ServiceSettings
 
 
-def get_store(request: Request) -> ModelStore:
+async def get_store(request: Request) -> ModelStore:
     return request.app.state.store
 
 
-def get_watcher(request: Request) -> ExportWatcher:
+async def get_watcher(request: Request) -> ExportWatcher:
     return request.app.state.watcher
 
 
-def get_job(request: Request) -> JobLink:
+async def get_job(request: Request) -> JobLink:
     return request.app.state.job
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
-def get_settings(request: Request) -> ServiceSettings:
+async def get_settings(request: Request) -> ServiceSettings:
     return request.app.state.settings
 
 
-def get_limits(request: Request) -> LimitSettings:
+async def get_limits(request: Request) -> LimitSettings:
     return request.app.state.settings.limits
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from service.deps import LimitsDep, StoreDep
-from service.schemas import U64, Strict, json_response
+from service.json_rows import rows_json
+from service.schemas import U64, Strict
 from tables.errors import InvalidInput, NotFound
 
 router = APIRouter(tags=["embeddings"])
@@ -39,6 +41,16 @@ class RowResponse(BaseModel):
     row: list[float]
 
 
+def _rows_response(head: dict[str, Any], key: str, rows: bytes, tail: dict[str, Any]) -> Response:
+    """``head`` + ``key: rows`` (already JSON, see service.json_rows) + ``tail``, as one JSON object."""
+    parts = [json.dumps(head, separators=(",", ":"))[:-1].encode(), b',"', key.encode(), b'":', rows]
+    if tail:
+        parts.append(b"," + json.dumps(tail, separators=(",", ":"))[1:].encode())
+    else:
+        parts.append(b"}")
+    return Response(b"".join(parts), media_type="application/json")
+
+
 @router.post("/v1/embeddings:lookup", response_model=LookupResponse, summary="Rows of up to max_ids ids")
 async def lookup(body: LookupRequest, store: StoreDep, limits: LimitsDep) -> Response:
     if len(body.ids) > limits.max_ids:
@@ -49,8 +61,8 @@ async def lookup(body: LookupRequest, store: StoreDep, limits: LimitsDep) -> Res
         table, shards = side.table_of(body.slot)
         found, rows = side.lookup(body.slot, ids)
         version = side.version
-    return json_response({"version": version, "slot": body.slot, "table": table, "wide": shards[0].config.wide,
-                          "ids": ids[found].tolist(), "rows": rows.tolist(), "missing": ids[~found].tolist()})
+    return _rows_response({"version": version, "slot": body.slot, "table": table, "wide": shards[0].config.wide,
+                           "ids": ids[found].tolist()}, "rows", rows_json(rows), {"missing": ids[~found].tolist()})
 
 
 @router.get("/v1/embeddings/{slot}/{id}", response_model=RowResponse, summary="The row of one id")
@@ -63,5 +75,5 @@ async def get_row(slot: Annotated[str, Path(max_length=200)], id: Annotated[int,
     if not found[0]:
         raise NotFound(f"id {id} has no row in slot {slot!r} (bundle {version})",
                        detail={"slot": slot, "id": id, "version": version})
-    return json_response({"version": version, "slot": slot, "table": table, "wide": shards[0].config.wide, "id": id,
-                          "row": rows[0].tolist()})
+    return _rows_response({"version": version, "slot": slot, "table": table, "wide": shards[0].config.wide, "id": id},
+                          "row", rows_json(rows)[1:-1], {})

@@ -1,0 +1,293 @@
+"""Serving benchmark: the streamrec service (one uvicorn worker, loopback) beside a bare
+FastAPI endpoint returning a constant (the framework's ceiling), in the same run.
+
+Builds a real bundle first: --rows embedding rows (dim --dim, --shards shards) and --items item
+vectors, served with the --index Faiss index. Load comes from separate processes
+(bench/http_load.py: raw asyncio keep-alive connections, closed loop). Rates are measured
+with --concurrency connections, latencies (p99) with --latency-concurrency connections.
+Then a delta of --delta rows (and as many item vectors) is published while single lookups
+run: its apply time and the p99 during it.
+Run: ``python bench/serve.py [--items 1000000] [--rows 10000000] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+HERE = Path(__file__).resolve().parent
+TOKEN = "bench-admin-token-0b9e"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- the bundle
+class Exporter:
+    """The trainer's side: real tables saved as export bundles (trainer.bundle format)."""
+
+    def __init__(self, root: Path, rows: int, dim: int, shards: int) -> None:
+        from tables.sparse_table import SparseTable
+        from trainer.config import ModelConfig
+        from trainer.models import build_model
+
+        self.root, self.shards, self.rows = root, shards, rows
+        self.model = ModelConfig.model_validate({
+            "type": "two_tower", "n_dense": 0, "mlp": [64], "tower_dim": dim, "embedding_dim": dim,
+            "slots": [{"name": "user", "tower": "user"}, {"name": "item", "tower": "item"}]})
+        (cfg,) = self.model.table_configs()
+        cfg = cfg.model_copy(update={"initial_capacity": max(1024, rows // shards + rows // 8)})
+        self.tables = [SparseTable(cfg) for _ in range(shards)]
+        self.dense = build_model(self.model).params.as_dict()
+        self.version = 0
+
+    def push(self, keys: np.ndarray, grads: np.ndarray) -> None:
+        from tables.routing import shard_of
+
+        where = shard_of(keys, self.shards)
+        for i, t in enumerate(self.tables):
+            sel = where == i
+            t.push(keys[sel], grads[sel])
+
+    def export(self, kind: str, items: tuple[np.ndarray, np.ndarray], items_full: bool) -> None:
+        from trainer.bundle import publish, staging_dir
+
+        self.version += 1
+        stage = staging_dir(self.root, self.version)
+        for i, t in enumerate(self.tables):
+            t.save(stage / f"shard-{i}", mode=kind, cursor="export")
+        publish(self.root, version=self.version, kind=kind, parent_version=None if kind == "base" else self.version - 1,
+                pass_id=self.version, num_shards=self.shards, tables=[self.tables[0].name],
+                model=self.model.model_dump(mode="json"), dense=self.dense, items=items, items_full=items_full,
+                newest_record_time=time.time())
+
+
+def build_base(ex: Exporter, n_items: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    chunk = 1 << 20
+    for a in range(0, ex.rows, chunk):
+        keys = np.arange(a + 1, min(a + chunk, ex.rows) + 1, dtype=np.uint64)
+        ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
+    item_ids = np.unique(rng.integers(0, np.iinfo(np.uint64).max, n_items, dtype=np.uint64, endpoint=True))
+    vectors = rng.standard_normal((item_ids.shape[0], dim), dtype=np.float32)
+    ex.export("base", (item_ids, vectors), items_full=True)
+    return item_ids
+
+
+# ---------------------------------------------------------------------------- processes
+def start(cmd: list[str], port: int, ready_path: str, timeout: float, env: dict[str, str] | None = None
+          ) -> subprocess.Popen:
+    import httpx
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[:4]} exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    proc.kill()
+    raise RuntimeError(f"{cmd[:4]} not ready after {timeout}s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def load(port: int, requests: list[list[Any]], concurrency: int, duration: float, warmup: float = 1.0,
+         background: bool = False, raw: bool = False) -> Any:
+    spec = {"host": "127.0.0.1", "port": port, "concurrency": concurrency, "duration": duration, "warmup": warmup,
+            "requests": requests, "raw": raw}
+    fd, path = tempfile.mkstemp(suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec, f)
+    proc = subprocess.Popen([sys.executable, str(HERE / "http_load.py"), path], stdout=subprocess.PIPE)
+    if background:
+        return proc
+    return collect(proc)
+
+
+def collect(proc: subprocess.Popen) -> dict[str, Any]:
+    out, _ = proc.communicate(timeout=600)
+    res = json.loads(out)
+    bad = {k: v for k, v in res["statuses"].items() if k != "200"}
+    if bad:
+        log(f"non-200 answers: {bad}")
+    return res
+
+
+def bare_server(port: int) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/bare")
+    async def bare() -> dict[str, bool]:
+        return {"ok": True}
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, workers=1)
+
+
+# --------------------------------------------------------------------------------- main
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--dim", type=int, default=32)
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--index", choices=("flat", "ivf", "hnsw"), default="ivf")
+    ap.add_argument("--nlist", type=int, default=1024)
+    ap.add_argument("--nprobe", type=int, default=16)
+    ap.add_argument("--delta", type=int, default=100_000)
+    ap.add_argument("--delta-window", type=float, default=20.0, help="seconds of load around the delta apply")
+    ap.add_argument("--duration", type=float, default=8.0, help="seconds measured per scenario")
+    ap.add_argument("--concurrency", type=int, default=32, help="connections for the rate runs")
+    ap.add_argument("--latency-concurrency", type=int, default=4, help="connections for the p99 runs")
+    ap.add_argument("--workdir", help="where the bundles go (default: a temp dir, removed)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.bare_server:
+        bare_server(args.bare_server)
+        return 0
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-serve-"))
+    exports = work / "exports"
+    procs: list[subprocess.Popen] = []
+    try:
+        return run(args, work, exports, procs)
+    finally:
+        for p in procs:
+            stop(p)
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subprocess.Popen]) -> int:
+    import httpx
+
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    ex = Exporter(exports, args.rows, args.dim, args.shards)
+    item_ids = build_base(ex, args.items, args.dim, rng)
+    log(f"base bundle: {args.rows} rows, {item_ids.shape[0]} items in {time.perf_counter() - t0:.1f}s")
+    cfg = work / "service.yaml"
+    cfg.write_text(json.dumps({"exports_dir": str(exports), "poll_seconds": 0.1,
+                               "index": {"kind": args.index, "nlist": args.nlist, "nprobe": args.nprobe}}))
+    port, bare_port = free_port(), free_port()
+    t0 = time.perf_counter()
+    procs.append(start([sys.executable, "-m", "deploy.cli", "serve", "--config", str(cfg), "--port", str(port),
+                        "--log-level", "warning"], port, "/readyz", 3600,
+                       env={**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN}))
+    log(f"service ready in {time.perf_counter() - t0:.1f}s")
+    procs.append(start([sys.executable, __file__, "--bare-server", str(bare_port)], bare_port, "/bare", 120))
+
+    n_req = 4096
+    users = rng.integers(1, args.rows + 1, (n_req, 1000))
+    items = rng.choice(item_ids, n_req)
+    single = [["GET", f"/v1/embeddings/user/{int(u)}", None] for u in users[:, 0]]
+    batch = [["POST", "/v1/embeddings:lookup", {"slot": "user", "ids": u.tolist()}] for u in users[:256]]
+    similar = [["GET", f"/v1/items/{int(i)}/similar?k=10", None] for i in items]
+    rec = [["POST", "/v1/recommend", {"user": {"slots": {"user": u[:3].tolist()}}, "k": 10}] for u in users]
+    bare = [["GET", "/bare", None]]
+    c, lc, d = args.concurrency, args.latency_concurrency, args.duration
+    res: dict[str, dict[str, Any]] = {}
+    for name, p, reqs in (("bare_rate", bare_port, bare), ("lookup_rate", port, single)):
+        res[name] = load(p, reqs, c, d)
+        log(f"{name}: {res[name]['rps']:.0f} req/s")
+    for name, p, reqs in (("bare_lat", bare_port, bare), ("lookup_lat", port, single), ("batch1000", port, batch),
+                          ("similar", port, similar), ("recommend", port, rec)):
+        res[name] = load(p, reqs, lc, d)
+        log(f"{name}: p99 {res[name]['p99_ms']:.2f} ms")
+
+    # a delta of --delta changed rows (and as many item vectors) published while single lookups run
+    keys = rng.choice(args.rows, args.delta, replace=False).astype(np.uint64) + np.uint64(1)
+    ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
+    moved = rng.choice(item_ids, min(args.delta, item_ids.shape[0]), replace=False)
+    bg = load(port, single, lc, args.delta_window, warmup=0.5, background=True, raw=True)
+    time.sleep(1.5)
+    t_pub = time.time()
+    ex.export("delta", (moved, rng.standard_normal((moved.shape[0], args.dim), dtype=np.float32)), items_full=False)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        while client.get("/readyz").json().get("version") != 2:
+            time.sleep(0.02)
+        t_vis = time.time()
+        hist = client.get("/admin/status", headers={"Authorization": f"Bearer {TOKEN}"}).json()["bundle"]["history"]
+    apply_s = hist[-1]["apply_seconds"]
+    bg_res = collect(bg)
+    # the window: from publishing until the second side also took the delta (about one more apply)
+    t_done = t_vis + apply_s
+    if t_done > bg_res["raw"][-1][0]:
+        log(f"warning: the load window ended before the apply did; raise --delta-window (>{t_done - t_pub:.0f}s)")
+    during = np.array([x for t, x in bg_res["raw"] if t_pub <= t <= t_done])
+    out = {
+        "lookup_rps": round(res["lookup_rate"]["rps"], 1), "bare_rps": round(res["bare_rate"]["rps"], 1),
+        "lookup_p99_ms": round(res["lookup_lat"]["p99_ms"], 3),
+        "batch1000_p99_ms": round(res["batch1000"]["p99_ms"], 3),
+        "similar_p99_ms": round(res["similar"]["p99_ms"], 3), "recommend_p99_ms": round(res["recommend"]["p99_ms"], 3),
+        "delta_apply_s": round(apply_s, 3),
+        "p99_during_apply_ms": round(float(np.percentile(during, 99)), 3) if during.size else None,
+    }
+    extra = {"rows": args.rows, "items": int(item_ids.shape[0]), "dim": args.dim, "shards": args.shards,
+             "index": args.index, "concurrency": c, "delta_rows": args.delta, "latency_concurrency": lc,
+             "duration_s": d,
+             "bare_p99_ms": round(res["bare_lat"]["p99_ms"], 3), "lookup_p50_ms": round(res["lookup_lat"]["p50_ms"], 3),
+             "delta_visible_s": round(t_vis - t_pub, 3), "during_apply_requests": int(during.size)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print_table(out, extra)
+    return 0
+
+
+def print_table(out: dict[str, Any], extra: dict[str, Any]) -> None:
+    ratio = out["lookup_rps"] / out["bare_rps"] if out["bare_rps"] else float("nan")
+    rows = [
+        ("single-id lookup rate", f"{out['lookup_rps']:.0f} req/s", f"bare {out['bare_rps']:.0f} req/s",
+         f"{ratio:.2f}x bare (target >= 0.5x)"),
+        ("single-id lookup p99", f"{out['lookup_p99_ms']:.2f} ms", f"bare {extra['bare_p99_ms']:.2f} ms",
+         "target <= 5 ms"),
+        ("1000-id lookup p99", f"{out['batch1000_p99_ms']:.2f} ms", "", ""),
+        ("similar items top-10 p99", f"{out['similar_p99_ms']:.2f} ms", f"index {extra['index']}", "target <= 10 ms"),
+        ("recommend top-10 p99", f"{out['recommend_p99_ms']:.2f} ms", "", ""),
+        (f"{extra['delta_rows']}-row delta apply", f"{out['delta_apply_s']:.2f} s",
+         f"visible after {extra['delta_visible_s']:.2f} s", "until servable"),
+        ("single lookup p99 during apply", f"{out['p99_during_apply_ms']:.2f} ms",
+         f"{extra['during_apply_requests']} requests", ""),
+    ]
+    print(f"streamrec service: {extra['rows']} rows (dim {extra['dim']}, {extra['shards']} shards), "
+          f"{extra['items']} items; rates at {extra['concurrency']} connections, p99 at "
+          f"{extra['latency_concurrency']}; {extra['duration_s']:.0f}s per scenario")
+    for r in rows:
+        print(f"  {r[0]:<32} {r[1]:>14}   {r[2]:<26} {r[3]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
