@@ -103,3 +103,27 @@ def test_json_bad_records_are_dead_lettered(
     assert counts == {"invalid_json": 1, "bad_dense": 1, "schema": 1, "oversized": 1}
     letters = read_topic(config.dead_letter_topic, 4)
     assert sorted(r.value for r in letters) == sorted([stream[1], stream[2], stream[3], stream[4]])
+
+
+def test_huge_message_is_dead_lettered_truncated_and_ingestion_goes_on(
+    broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig], read_topic: Callable[..., list[Any]]
+) -> None:
+    from kafka import KafkaProducer
+
+    config = kafka_config(partitions=1, max_message_bytes=1024)
+    good = criteo_lines(PlantedModel(seed=4).sample(10))
+    huge = b"1\t" + b"9" * (2 << 20)
+    producer = KafkaProducer(bootstrap_servers=[broker.bootstrap], max_request_size=8 << 20)
+    for value in [*good[:5], huge, *good[5:]]:
+        producer.send(config.topic, value=value)
+    producer.flush()
+    producer.close()
+    with StreamConsumer(config, SchemaConfig.criteo(), [broker.bootstrap], membership=Membership.ASSIGN) as consumer:
+        batches = _consume_all(consumer, 10, 1)
+        assert consumer.reject_counts == {"oversized": 1}
+        assert consumer.dead_letters.failed_sends == 0
+    assert sum(map(len, batches)) == 10
+    (letter,) = read_topic(config.dead_letter_topic, 1)
+    headers = dict(letter.headers)
+    assert headers["reason"] == b"oversized" and int(headers["truncated_from"]) == len(huge)
+    assert huge.startswith(letter.value) and len(letter.value) == 512 * 1024
