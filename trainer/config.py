@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, model_validator
 
+from streaming.config import KafkaConfig, SchemaConfig
 from tables.config import OptimizerConfig, TableConfig
 from tables.yaml_config import FrozenModel, load_yaml
 
@@ -101,24 +101,36 @@ class ModelConfig(FrozenModel):
 
 
 class PassConfig(FrozenModel):
-    """A pass ends every ``records`` records or ``seconds`` seconds (whichever first)."""
+    """A pass ends every ``records`` records (over all workers) or ``seconds`` seconds, whichever first."""
 
     records: int | None = Field(100_000, ge=1)
     seconds: float | None = Field(None, gt=0.0)
-    base_every: int = Field(5, ge=1)  # K: a base (not a delta) every K passes / exports; shrink every K passes
+    base_every: int = Field(5, ge=1)  # K: sparse base every K passes (else deltas), shrink every K passes,
+    #                                   a full (base) bundle every K exports
     keep: int = Field(3, ge=1)  # M: complete passes kept
     export: bool = True
 
+    @model_validator(mode="after")
+    def _check(self) -> PassConfig:
+        if self.records is None and self.seconds is None:
+            raise ValueError("a pass needs an end: set records, seconds or both")
+        return self
 
-class TrainConfig(FrozenModel):
+
+class JobConfig(FrozenModel):
+    """The streaming training job (``streamrec train --config``)."""
+
     model: ModelConfig
+    records: SchemaConfig = SchemaConfig.criteo()  # record layout on the topic
+    kafka: KafkaConfig = KafkaConfig()
     passes: PassConfig = PassConfig()
-    mode: Literal["async", "sync", "geo"] = "async"
-    batch_size: int = Field(512, ge=1)
+    dense_sync_steps: int = Field(8, ge=1)  # async/geo: merge the dense model every k steps (sync: every step)
     checkpoint_dir: str = "checkpoints"
     export_dir: str = "exports"
     metric_window: int = Field(100_000, ge=1)  # records per progressive-validation window
+    control_endpoint: str = "tcp://127.0.0.1:0"  # chief's job-control socket
+    prefetch_pull: bool = True  # async mode: pull the next batch's rows while this one computes
 
 
-def load_train_config(path: str | Path) -> TrainConfig:
-    return load_yaml(path, TrainConfig)
+def load_job_config(path: str | Path) -> JobConfig:
+    return load_yaml(path, JobConfig)

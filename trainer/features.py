@@ -61,6 +61,8 @@ def build_features(config: ModelConfig, batch: Batch, slots: tuple[SlotSpec, ...
     n = len(batch)
     chosen = config.slots if slots is None else slots
     dense = np.asarray(batch.dense, np.float32)
+    if dense.ndim == 2 and dense.shape[0] == n and dense.shape[1] < config.n_dense and slots is not None:
+        dense = np.zeros((n, config.n_dense), np.float32)  # one tower (items): it reads no dense inputs
     if dense.ndim != 2 or dense.shape[0] != n or dense.shape[1] < config.n_dense:
         raise InvalidInput(f"batch dense is {dense.shape}, model needs ({n}, {config.n_dense})")
     dense = dense[:, : config.n_dense]

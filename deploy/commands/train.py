@@ -25,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--work-dir", help="keep logs and shard files here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_files)
+    register_stream(subparsers)
 
 
 def run_files(args: argparse.Namespace) -> int:
@@ -53,4 +54,46 @@ def run_files(args: argparse.Namespace) -> int:
     else:
         for k in keys:
             print(f"{k:>15}: {result[k]}")
+    return 0
+
+
+def register_stream(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train", help="streaming training worker: Kafka -> PS, passes commit checkpoints and export bundles",
+        description="Run under `streamrec launch` (or with STREAMREC_*/TF_CONFIG set): worker 0 is the chief; it "
+        "commits passes, exports bundles and serves job control (endpoint in <checkpoint_dir>/control.json).")
+    p.add_argument("--config", required=True, help="job YAML (model, records, kafka, passes, ...)")
+    p.add_argument("--bootstrap", help="host:port[,host:port] of Kafka (overrides kafka.bootstrap_servers)")
+    p.add_argument("--max-idle-s", type=float, help="commit and stop after this long without records")
+    p.add_argument("--max-records", type=int, help="commit and stop after training this many records")
+    p.set_defaults(func=run_stream)
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tables.checkpoint import write_json
+    from tables.cluster import cluster_from_env
+    from tables.errors import ConfigError
+    from trainer.config import load_job_config
+    from trainer.control import ControlServer
+    from trainer.job import StreamingJob
+    from trainer.job_control import JobControl
+
+    config = load_job_config(args.config)
+    bootstrap = args.bootstrap.split(",") if args.bootstrap else list(config.kafka.bootstrap_servers)
+    if not bootstrap:
+        raise ConfigError("train needs Kafka: set kafka.bootstrap_servers or --bootstrap")
+    spec = cluster_from_env()
+    job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s, max_records=args.max_records)
+    server = None
+    if job.chief:
+        server = ControlServer(JobControl(job), config.control_endpoint).start()
+        write_json(Path(config.checkpoint_dir) / "control.json", {"endpoint": server.endpoint})
+    try:
+        result = job.run()
+    finally:
+        if server is not None:
+            server.stop()
+    print(json.dumps(result, default=str))
     return 0

@@ -1,0 +1,115 @@
+"""Real processes for the trainer's integration tests: a tansu broker, PS shard processes and
+`streamrec train` workers. Every process gets its own process group and is killed in
+teardown, pass or fail."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from streaming.broker import EmbeddedBroker
+from tables.client import PSClient
+from tables.cluster import ClusterSpec, cluster_env
+from tables.errors import Unavailable
+from tables.ps_config import ClientConfig, PSConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as b:
+        yield b
+
+
+class Procs:
+    """Processes started by a test; ``kill_all`` SIGKILLs their groups."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], *, env: dict[str, str] | None = None, log: str) -> subprocess.Popen:
+        out = open(self.tmp / log, "ab")  # noqa: SIM115 - owned by the child's lifetime
+        p = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=REPO, stdout=out,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    @staticmethod
+    def kill(p: subprocess.Popen) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+    def kill_all(self) -> None:
+        for p in self.procs:
+            self.kill(p)
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        p.kill_all()
+
+
+class Cluster:
+    """S shard processes serving ``tables``; ``train(...)`` starts a worker of the streaming job."""
+
+    def __init__(self, procs: Procs, tmp: Path, tables: Any, servers: int = 1) -> None:
+        from deploy.launcher import free_ports
+
+        self.procs, self.tmp = procs, tmp
+        self.ps_yaml = tmp / "ps.yaml"
+        self.ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=tables).model_dump(mode="json")))
+        self.ports = free_ports(servers)
+        self.endpoints = tuple(f"tcp://127.0.0.1:{p}" for p in self.ports)
+        self.shards = [self.start_shard(i) for i in range(servers)]
+
+    def start_shard(self, i: int) -> subprocess.Popen:
+        p = self.procs.start([sys.executable, "-m", "deploy.cli", "shard", "--config", str(self.ps_yaml), "--index",
+                              str(i), "--port", str(self.ports[i])], log=f"shard-{i}.log")
+        deadline = time.monotonic() + 60
+        with PSClient([self.endpoints[i]], config=ClientConfig(timeout_s=0.5, retries=0)) as c:
+            while True:
+                try:
+                    c.health()
+                    return p
+                except Unavailable:
+                    if time.monotonic() > deadline or p.poll() is not None:
+                        raise
+        return p
+
+    def env(self, rank: int = 0, workers: int = 1, mode: str = "sync") -> dict[str, str]:
+        spec = ClusterSpec(role="worker", rank=rank, shard_endpoints=self.endpoints, num_workers=workers,
+                           mode=mode, ps_config=str(self.ps_yaml))
+        return cluster_env(spec)
+
+    def train(self, job_yaml: Path, bootstrap: str, *, rank: int = 0, workers: int = 1, mode: str = "sync",
+              extra: tuple[str, ...] = ("--max-idle-s", "4")) -> subprocess.Popen:
+        return self.procs.start([sys.executable, "-m", "deploy.cli", "train", "--config", str(job_yaml),
+                                 "--bootstrap", bootstrap, *extra], env=self.env(rank, workers, mode),
+                                log=f"train-{rank}.log")
+
+
+@pytest.fixture
+def cluster(procs: Procs, tmp_path: Path) -> Callable[..., Cluster]:
+    return lambda tables, servers=1: Cluster(procs, tmp_path, tables, servers)
+
+
+def topic_name() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"

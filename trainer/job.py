@@ -1,0 +1,314 @@
+"""The streaming training job: Kafka -> prefetch -> worker steps -> pass commits -> bundles.
+
+One process per worker (``streamrec launch ... -- streamrec train --config job.yaml``).
+Worker ``r`` of ``W`` reads partitions ``p % W == r``. At a pass end every worker drains
+its pushes, merges its dense changes and writes its part (offsets, optimizer state,
+metrics); at a PS barrier the chief (rank 0) shrinks every K passes, has every shard save
+its tables into the pass directory, writes the manifest last, prunes, and exports a
+bundle; a second barrier releases everyone. On start the newest complete pass is loaded
+(:mod:`trainer.recovery`) and every worker seeks Kafka to its offsets.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streaming.consumer import Membership, StreamConsumer
+from tables.client import PSClient
+from tables.cluster import ClusterSpec
+from tables.ps_config import PSConfig, load_ps_config
+from tables.sync_modes import PSWorker
+from trainer import checkpoints
+from trainer.config import JobConfig, ModelType
+from trainer.export import Exporter
+from trainer.features import build_features
+from trainer.item_catalog import ItemCatalog
+from trainer.metrics import Metrics, WindowedMetrics
+from trainer.models import build_model
+from trainer.params import PSStore
+from trainer.passes import PassClock
+from trainer.prefetch import Prefetcher
+from trainer.recovery import restore
+from trainer.worker import Prepared, Worker, prepare
+
+_TAG = 1 << 41  # barrier ids of pass commits and restores: far above any step number
+
+
+class StreamingJob:
+    def __init__(self, config: JobConfig, spec: ClusterSpec, *, bootstrap: list[str],
+                 max_idle_s: float | None = None, max_records: int | None = None) -> None:
+        self.config = config
+        self.spec = spec
+        self.rank = spec.rank
+        self.chief = spec.rank == 0
+        self.bootstrap = bootstrap
+        self.max_idle_s = max_idle_s
+        self.max_records = max_records
+        self.root = Path(config.checkpoint_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.model = build_model(config.model)
+        ps_config = load_ps_config(spec.ps_config) if spec.ps_config else PSConfig()
+        self.ps = PSWorker.from_spec(spec, config=ps_config)
+        self.client: PSClient = self.ps.client
+        self.store = PSStore(self.ps, self.model.params.values)
+        self.lock = threading.RLock()  # the consumer and its offset tracker, shared with the prefetch thread
+        self.paused = threading.Event()
+        self.requests: list[tuple[str, dict[str, Any], Any]] = []  # control ops run by the main loop
+        self.stopping = threading.Event()
+        self.records_run = 0
+        self.records_total = 0
+        self.newest_time: float | None = None
+        self.last_commit: dict[str, Any] = {}
+        self.commit_stall_s: list[float] = []
+        self.force_base = False
+        tt = self.model.config.type is ModelType.TWO_TOWER
+        item_slots = tuple(s.name for s in getattr(self.model, "item_slots", ()))
+        self.catalog = ItemCatalog(item_slots) if tt else None
+        self.exporter: Exporter | None = None
+        self.worker: Worker | None = None
+        self.consumer: StreamConsumer | None = None
+        self.reseek: dict[int, int] | None = None
+
+    # ------------------------------------------------------------------ setup
+    def _barrier(self, tag: int) -> None:
+        self.client.barrier(_TAG + tag, self.spec.num_workers, timeout_s=600.0)
+
+    def _start(self) -> None:
+        restored = restore(self.root, self.client, rank=self.rank, chief=self.chief)
+        self._barrier(0)  # nobody pulls before the chief's load finished
+        sync_steps = 1 if self.spec.mode == "sync" else self.config.dense_sync_steps
+        self.worker = Worker(self.model, self.store, metrics=WindowedMetrics(self.config.metric_window),
+                             dense_sync_steps=sync_steps)
+        opt_state = {k[4:]: v for k, v in restored.worker_arrays.items() if k.startswith("opt.")}
+        if opt_state:
+            self.worker.dense.optimizer.load_state(opt_state)
+        self.pass_id = restored.pass_id
+        self.records_total = restored.records_total
+        self.clock = PassClock(self.config.passes, workers=self.spec.num_workers)
+        self.clock.next_pass(self.pass_id + 1)
+        kafka = self.config.kafka
+        mine = [p for p in range(kafka.partitions) if p % self.spec.num_workers == self.rank]
+        self.consumer = StreamConsumer(kafka, self.config.records, self.bootstrap, membership=Membership.ASSIGN,
+                                       partitions=mine, client_id=f"streamrec-trainer-{self.rank}")
+        if restored.offsets:
+            self.consumer.seek_to({p: o for p, o in restored.offsets.items() if p in mine})
+        if self.chief and self.config.passes.export:
+            self.exporter = Exporter(self.config.export_dir, self.client, self.model,
+                                     base_every=self.config.passes.base_every, catalog=self.catalog)
+
+    def _poll(self) -> Any:
+        while not self.stopping.is_set():
+            with self.lock:
+                batch = self.consumer.poll_batch()  # type: ignore[union-attr]
+            yield batch
+
+    # ------------------------------------------------------------------- loop
+    def run(self) -> dict[str, Any]:
+        self._start()
+        assert self.worker is not None and self.consumer is not None
+        pull_client = None
+        if self.spec.mode == "async" and self.config.prefetch_pull:
+            pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret())
+        pull = pull_client.pull_sparse if pull_client is not None else None
+        idle_since = time.monotonic()
+        try:
+            while not self.stopping.is_set():  # once, unless a rollback re-seeks the stream
+                self.reseek = None
+                items = Prefetcher(self._poll(), lambda b: None if b is None else prepare(self.model, b, pull), depth=2)
+                try:
+                    idle_since = self._loop(items, idle_since)
+                finally:
+                    items.close()
+                if self.reseek is None:
+                    break
+                with self.lock:  # batches prefetched from before the rollback point are dropped here
+                    self.consumer.seek_to(self.reseek)
+        finally:
+            self.stopping.set()
+            if pull_client is not None:
+                pull_client.close()
+            self.consumer.close()
+        return self.status()
+
+    def _loop(self, items: Prefetcher, idle_since: float) -> float:
+        for item in items:
+            self._serve_requests()
+            while self.paused.is_set() and not self.stopping.is_set():
+                time.sleep(0.05)
+                self._serve_requests()
+            if self.reseek is not None:
+                return idle_since
+            if item is not None:
+                self._train(item)
+                idle_since = time.monotonic()
+            done = (self.max_records is not None and self.records_run >= self.max_records) or (
+                self.max_idle_s is not None and time.monotonic() - idle_since >= self.max_idle_s)
+            if self.clock.due() or (done and self.clock.count):
+                self.commit()
+            if done:
+                self.stopping.set()
+            if self.stopping.is_set():
+                break
+        return idle_since
+
+    def _train(self, item: Prepared) -> None:
+        assert self.worker is not None and self.consumer is not None
+        batch = item.batch
+        self.worker.step(item)
+        with self.lock:  # pushes of this batch are in flight; drain() precedes every offset checkpoint
+            self.consumer.tracker.mark_pushed(batch)
+        n = len(batch)
+        self.clock.add(n)
+        self.records_run += n
+        self.records_total += n
+        if batch.event_time is not None and batch.event_time.size:
+            t = float(np.nanmax(batch.event_time)) if np.isfinite(batch.event_time).any() else None
+            if t is not None:
+                self.newest_time = t if self.newest_time is None else max(self.newest_time, t)
+        if self.catalog is not None:
+            self.catalog.observe(batch)
+
+    # ----------------------------------------------------------------- passes
+    def commit(self) -> dict[str, Any]:
+        """End the current pass on this worker; the chief commits it (see the module docstring)."""
+        assert self.worker is not None and self.consumer is not None
+        t0 = time.monotonic()
+        n = self.clock.pass_id
+        self.store.drain()
+        self.worker.dense.flush(self.store)
+        with self.lock:
+            offsets = self.consumer.committable()
+        arrays = {f"opt.{k}": v for k, v in self.worker.dense.optimizer.state.items()}
+        arrays |= {f"metrics.{k}": v for k, v in self.worker.metrics.total.to_arrays().items()}
+        checkpoints.write_worker_part(self.root, n, self.rank, arrays, {
+            "rank": self.rank, "offsets": {str(p): o for p, o in offsets.items()}, "records": self.clock.count,
+            "newest_record_time": self.newest_time})
+        self._barrier(2 * n)
+        if self.chief:
+            self.last_commit = self._commit_as_chief(n)
+        self._barrier(2 * n + 1)
+        self.worker.dense.refresh(self.store)
+        self.worker.metrics = WindowedMetrics(self.config.metric_window)
+        self.pass_id = n
+        self.clock.next_pass(n + 1)
+        self.commit_stall_s.append(time.monotonic() - t0)
+        return self.last_commit
+
+    def _commit_as_chief(self, n: int) -> dict[str, Any]:
+        assert self.worker is not None
+        k = self.config.passes.base_every
+        self.client.end_pass()
+        evicted = None
+        if n % k == 0:
+            evicted = sum(sum(e.get("evicted", {}).values()) for e in self.client.shrink())
+        base = n % k == 1 or k == 1 or self.force_base
+        try:
+            entries = self.client.save(into=checkpoints.shard_template(self.root, n), mode="base" if base else "delta",
+                                       cursor="checkpoint")
+        except Exception:
+            self.force_base = True  # some shards may have advanced their chain: restart it with a base
+            raise
+        self.force_base = False
+        offsets: dict[str, int] = {}
+        metrics = Metrics()
+        newest, total = None, self._previous_total(n)
+        for r in range(self.spec.num_workers):
+            info, arrays = checkpoints.read_worker_part(self.root, n, r)
+            offsets |= info["offsets"]
+            metrics.merge(Metrics.from_arrays({k[8:]: v for k, v in arrays.items() if k.startswith("metrics.")}))
+            t = info.get("newest_record_time")
+            newest = t if newest is None or (t is not None and t > newest) else newest
+            total += int(info["records"])
+        man = checkpoints.commit_pass(self.root, n, {
+            "created_at": time.time(), "offsets": offsets, "metrics": metrics.summary(), "evicted": evicted,
+            "records_total": total, "newest_record_time": newest, "workers": self.spec.num_workers,
+            "mode": self.spec.mode}, workers=self.spec.num_workers, shard_entries=entries)
+        checkpoints.prune(self.root, self.config.passes.keep)
+        if self.exporter is not None:
+            self.worker.dense.refresh(self.store)  # every worker's dense change is in
+            man["export"] = self.exporter.export(n, newest_record_time=newest, item_vectors=self._item_vectors)
+        return man
+
+    def _previous_total(self, n: int) -> int:
+        done = [p for p in checkpoints.complete_passes(self.root) if p < n]
+        return int(checkpoints.read_pass(self.root, done[-1]).get("records_total", 0)) if done else 0
+
+    def _item_vectors(self, ids: np.ndarray) -> np.ndarray:
+        assert self.catalog is not None
+        model = self.model
+        f = build_features(model.config, self.catalog.batch_of(ids), model.item_slots)  # type: ignore[attr-defined]
+        rows = {t: self.client.pull_sparse(t, ti.keys) for t, ti in f.tables.items()}
+        return np.ascontiguousarray(model.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------- control
+    def _serve_requests(self) -> None:
+        while self.requests:
+            op, args, box = self.requests.pop(0)
+            try:
+                box["result"] = getattr(self, f"_op_{op}")(**args)
+            except Exception as exc:  # handed to the control thread, which answers with it
+                box["error"] = exc
+            box["done"].set()
+
+    def call_in_loop(self, op: str, **args: Any) -> Any:
+        """Run ``op`` on the training thread between steps (thread-safe entry for the control server)."""
+        box: dict[str, Any] = {"done": threading.Event()}
+        self.requests.append((op, args, box))
+        if not box["done"].wait(timeout=600):
+            from tables.errors import Unavailable
+
+            raise Unavailable(f"training loop did not run {op!r} within 600 s")
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    def _op_checkpoint(self) -> dict[str, Any]:
+        return self.commit()
+
+    def _op_export(self) -> dict[str, Any]:
+        if self.exporter is None:
+            from tables.errors import Conflict
+
+            raise Conflict("this worker does not export (not the chief, or passes.export is off)")
+        return self.exporter.export(self.pass_id, newest_record_time=self.newest_time,
+                                    item_vectors=self._item_vectors)
+
+    def _op_rollback(self, pass_id: int) -> dict[str, Any]:
+        """Back to a committed pass: shards load it, newer passes go, the stream re-reads from its offsets."""
+        assert self.worker is not None
+        from trainer.recovery import load_into_shards
+
+        self.store.drain()
+        load_into_shards(self.client, self.root, pass_id)
+        for n in checkpoints.complete_passes(self.root):
+            if n > pass_id:
+                shutil.rmtree(checkpoints.pass_dir(self.root, n), ignore_errors=True)
+        man = checkpoints.read_pass(self.root, pass_id)
+        _, arrays = checkpoints.read_worker_part(self.root, pass_id, self.rank)
+        self.worker.dense.optimizer.load_state({k[4:]: v for k, v in arrays.items() if k.startswith("opt.")})
+        self.worker.dense.start(self.store)
+        self.records_total = int(man.get("records_total", 0))
+        self.pass_id = pass_id
+        self.clock.next_pass(pass_id + 1)
+        if self.exporter is not None:
+            self.exporter.exports = 0  # the next bundle is a base: the service drops what came after
+        self.reseek = {int(p): int(o) for p, o in man.get("offsets", {}).items()}
+        return {"pass": pass_id, "offsets": self.reseek}
+
+    def _op_shrink(self) -> dict[str, Any]:
+        return {"evicted": [e.get("evicted", {}) for e in self.client.shrink()]}
+
+    def status(self) -> dict[str, Any]:
+        w = self.worker
+        return {"rank": self.rank, "pass": getattr(self, "pass_id", 0), "records_run": self.records_run,
+                "records_total": self.records_total, "paused": self.paused.is_set(), "mode": self.spec.mode,
+                "progressive": None if w is None else w.metrics.summary(),
+                "phase_seconds": {} if w is None else dict(w.phase_seconds),
+                "newest_record_time": self.newest_time, "commit_stall_s": list(self.commit_stall_s[-20:]),
+                "last_commit": {k: v for k, v in self.last_commit.items() if k != "files"}}
