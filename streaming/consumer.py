@@ -240,6 +240,7 @@ class StreamConsumer:
             "records": self.records_delivered,
             "batches": self.batches_delivered,
             "rejected": self.reject_counts,
+            "dead_letter_failures": self.dead_letters.failed_sends,
             "lag": self.lag(),
             "in_flight_spans": self.tracker.in_flight(),
         }

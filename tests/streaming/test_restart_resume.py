@@ -56,7 +56,7 @@ def test_restart_from_stored_offsets_resumes_exactly_there(
     assert sum(lag.values()) == N - sum(map(len, seen_first))
     assert metrics["records"] == sum(map(len, seen_first))
     assert metrics["in_flight_spans"] == len(unpushed.positions)
-    assert metrics["lag"] == lag and metrics["rejected"] == {}
+    assert metrics["lag"] == lag and metrics["rejected"] == {} and metrics["dead_letter_failures"] == 0
 
     # Second trainer restores the manifest.
     seen_second: list[Batch] = []
