@@ -83,3 +83,20 @@ def test_two_consumers_in_one_group_read_every_record_exactly_once(
     for name, (values, offsets) in expected.slots.items():
         np.testing.assert_array_equal(got.slots[name][0], values)
         np.testing.assert_array_equal(got.slots[name][1], offsets)
+
+
+def test_topics_are_created_when_missing_with_their_partitions(broker: EmbeddedBroker) -> None:
+    from kafka import KafkaConsumer
+
+    from streaming.topics import ensure_topics
+
+    config = KafkaConfig(topic="admin-events", dead_letter_topic="admin-events.dead", partitions=3)
+    options = client_options(config, [broker.bootstrap])
+    assert sorted(ensure_topics(config, options)) == ["admin-events", "admin-events.dead"]
+    assert ensure_topics(config, options) == []  # already there: nothing to do
+    consumer = KafkaConsumer(bootstrap_servers=[broker.bootstrap])
+    try:
+        assert consumer.partitions_for_topic("admin-events") == {0, 1, 2}
+        assert consumer.partitions_for_topic("admin-events.dead") == {0}
+    finally:
+        consumer.close()
