@@ -7,11 +7,14 @@ Secrets never live here: SASL and SSL key passwords are read from the environmen
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Literal
 
+import yaml
 from pydantic import Field, model_validator
 
-from tables.yaml_config import FrozenModel
+from tables.errors import ConfigError
+from tables.yaml_config import FrozenModel, validate_config
 
 # Slot ids live in the top byte of every sparse feature id (see streaming.hashing).
 MAX_SLOT_ID = 255
@@ -162,13 +165,6 @@ def load_kafka_config(path: str | None, **overrides: object) -> KafkaConfig:
 
     Overrides that are None are ignored, so argparse defaults can be passed straight through.
     """
-    from pathlib import Path
-
-    import yaml
-
-    from tables.errors import ConfigError
-    from tables.yaml_config import validate_config
-
     data: dict[str, object] = {}
     source = "<defaults>"
     if path is not None:
