@@ -96,7 +96,7 @@ def hash_tokens(tokens: Sequence[bytes], *, slot_id: int, kind: HashKind) -> tup
 
 def hash_strings(values: Sequence[str], *, slot_id: int, kind: HashKind) -> tuple[np.ndarray, np.ndarray]:
     """Ids of text values in one slot (UTF-8 encoded)."""
-    return hash_tokens([v.encode() for v in values], slot_id=slot_id, kind=kind)
+    return hash_tokens([v.encode("utf-8", "surrogatepass") for v in values], slot_id=slot_id, kind=kind)
 
 
 def slot_of(ids: np.ndarray) -> np.ndarray:

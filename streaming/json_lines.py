@@ -61,7 +61,7 @@ def _numbers(col: list[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _token(v: Any) -> bytes | None:
     if isinstance(v, str):
-        return v.encode()
+        return v.encode("utf-8", "surrogatepass")  # JSON allows lone surrogates ("\ud800")
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v).encode()
     return None

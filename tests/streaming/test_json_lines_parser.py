@@ -65,10 +65,11 @@ def test_bad_records_are_rejected_and_good_ones_kept() -> None:
         enc(label=1, item=-3),
         enc(label=1, tags=[{"nested": 1}]),
         enc(label=1, ts="yesterday"),
+        b'{"label": 1, "tags": ["\\ud800", "caf\\u00e9"]}',
         enc(label=0, user="ok2"),
     ]
     batch, rejected = JsonLinesParser(SCHEMA).parse(rows)
-    assert batch.labels.tolist() == [1.0, 0.0]
+    assert batch.labels.tolist() == [1.0, 0.0, 1.0]  # records needing json.loads come last
     got = [(r.index, r.reason) for r in rejected]
     assert got == [
         (1, RejectReason.INVALID_JSON),
@@ -81,6 +82,9 @@ def test_bad_records_are_rejected_and_good_ones_kept() -> None:
         (8, RejectReason.BAD_TEXT),
         (9, RejectReason.SCHEMA),
     ]
+    # A lone surrogate is valid JSON; it hashes like any text (and "\u00e9" like "é").
+    cafe = hash_strings(["café"], slot_id=SCHEMA.slot_ids()["tags"], kind=HashKind.FNV1A)[0][0]
+    assert batch.slot_ids("tags", 2).tolist()[1] == cafe
     assert all(r.raw == rows[r.index] for r in rejected)
     assert "price" in rejected[4].detail
 
