@@ -33,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from streaming.generator import PlantedModel
     from tables.errors import ConfigError
 
-    model = PlantedModel(seed=args.seed, drift=args.drift)
+    # A live stream at a fixed rate carries wall-clock event times, so serving freshness
+    # (now - newest event time of a bundle) is meaningful for generated data too.
+    clock = {"start_time": time.time(), "events_per_second": args.rate} if args.rate and not args.out else {}
+    model = PlantedModel(seed=args.seed, drift=args.drift, **clock)
     if args.out:
         if not args.rows or args.rows < 1:
             raise ConfigError("--out needs --rows N (N >= 1)")
