@@ -13,9 +13,14 @@ from collections.abc import Sequence
 
 # Modules that define subcommands; each adds its own parser.
 COMMAND_MODULES: tuple[str, ...] = (
-    "deploy.commands.serve",
+    "deploy.commands.shard",
+    "deploy.commands.launch",
     "deploy.commands.produce",
     "deploy.commands.generate",
+    "deploy.commands.serve",
+    "deploy.commands.train",
+    "deploy.commands.config",
+    "deploy.commands.up",
 )
 
 

@@ -1,0 +1,121 @@
+"""Where parameters live: pure functions from keys and dense names to shards.
+
+Sparse keys: ``shard_of(key, n) = (fmix64(key ^ ROUTING_SALT) >> 32) % n`` where ``fmix64`` is
+MurmurHash3's 64-bit finalizer. The salt and the use of the high 32 bits keep the routing
+independent of the table's own slot hash, so every shard's hash map stays evenly filled.
+Changing any of this moves keys between shards: it is part of the checkpoint format.
+
+Dense arrays: small ones live whole on ``crc32(name) % n``; arrays of at least
+``slice_min_elements`` elements are cut into ``n`` nearly equal contiguous slices of the
+flattened array, slice ``i`` on shard ``(crc32(name) + i) % n`` (Paddle's slice_var_up).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from tables.dedupe import dedupe, sum_rows, sum_values
+
+ROUTING_SALT = np.uint64(0x2545F4914F6CDD1D)
+DEFAULT_SLICE_MIN_ELEMENTS = 1 << 16
+
+
+def _fmix64_np(z: np.ndarray) -> np.ndarray:
+    z = z ^ (z >> np.uint64(33))
+    z = z * np.uint64(0xFF51AFD7ED558CCD)
+    z = z ^ (z >> np.uint64(33))
+    z = z * np.uint64(0xC4CEB9FE1A85EC53)
+    return z ^ (z >> np.uint64(33))
+
+
+def shard_of(keys: np.ndarray, n_shards: int) -> np.ndarray:
+    """Shard index (int64) of each uint64 key; pure and vectorized."""
+    if n_shards < 1:
+        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
+    keys = np.asarray(keys, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return ((_fmix64_np(keys ^ ROUTING_SALT) >> np.uint64(32)) % np.uint64(n_shards)).astype(np.int64)
+
+
+@nb.njit(cache=True, nogil=True)
+def _group(shard: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counting sort by shard: ``order`` (stable) and per-shard ``offsets``."""
+    offsets = np.zeros(n_shards + 1, np.int64)
+    for j in range(shard.shape[0]):
+        offsets[shard[j] + 1] += 1
+    for s in range(n_shards):
+        offsets[s + 1] += offsets[s]
+    fill = offsets[:-1].copy()
+    order = np.empty(shard.shape[0], np.int64)
+    for j in range(shard.shape[0]):
+        order[fill[shard[j]]] = j
+        fill[shard[j]] += 1
+    return order, offsets
+
+
+@dataclass(frozen=True)
+class KeyPlan:
+    """Deduplicated keys grouped by shard.
+
+    ``keys[offsets[s]:offsets[s+1]]`` go to shard ``s``; input position ``i`` maps to
+    ``keys[inverse[i]]``, so rows gathered in ``keys`` order are put back in input order by
+    ``rows[inverse]``.
+    """
+
+    keys: np.ndarray
+    inverse: np.ndarray
+    offsets: np.ndarray
+    first_seen_inverse: np.ndarray  # input -> index in first-seen order (tables.dedupe)
+    order: np.ndarray  # grouped position -> first-seen index
+
+    def shard_slice(self, shard: int) -> slice:
+        return slice(int(self.offsets[shard]), int(self.offsets[shard + 1]))
+
+    def sum_by_key(self, values: np.ndarray) -> np.ndarray:
+        """Per-input rows (n, w) or values (n,) summed per unique key, in ``keys`` order."""
+        m = self.keys.shape[0]
+        if values.ndim == 1:
+            return sum_values(np.ascontiguousarray(values, np.float32), self.first_seen_inverse, m)[self.order]
+        return sum_rows(np.ascontiguousarray(values, np.float32), self.first_seen_inverse, m)[self.order]
+
+
+def plan_keys(keys: np.ndarray, n_shards: int) -> KeyPlan:
+    """Deduplicate ``keys`` and group them by :func:`shard_of` (O(n), no sort)."""
+    keys = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+    uniq, first_inverse = dedupe(keys)
+    order, offsets = _group(shard_of(uniq, n_shards), n_shards)
+    position = np.empty_like(order)
+    position[order] = np.arange(order.shape[0])
+    return KeyPlan(uniq[order], position[first_inverse], offsets, first_inverse, order)
+
+
+@dataclass(frozen=True)
+class DenseSlice:
+    """Elements ``[start, stop)`` of a flattened dense array, stored on ``shard`` as ``part``."""
+
+    part: str
+    shard: int
+    start: int
+    stop: int
+
+
+def name_hash(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+def place_dense(
+    name: str, size: int, n_shards: int, *, slice_min_elements: int = DEFAULT_SLICE_MIN_ELEMENTS
+) -> list[DenseSlice]:
+    """Slices of a dense array of ``size`` elements, in order, covering ``[0, size)``."""
+    home = name_hash(name) % n_shards
+    if size < slice_min_elements or n_shards == 1:
+        return [DenseSlice(name, home, 0, size)]
+    bounds = np.linspace(0, size, n_shards + 1).round().astype(np.int64)
+    return [
+        DenseSlice(f"{name}.slice{i}of{n_shards}", (home + i) % n_shards, int(bounds[i]), int(bounds[i + 1]))
+        for i in range(n_shards)
+    ]

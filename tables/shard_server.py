@@ -1,0 +1,401 @@
+"""One parameter-server shard: sparse and dense tables behind a ZeroMQ ROUTER socket.
+
+One thread runs the request loop, so each request is applied whole before the next one
+starts (no torn rows; the tables' own locks also make each pull/push atomic). Barriers never
+block the loop: a barrier reply is deferred until the last worker of the step arrives.
+Saves run in a background thread (the tables are thread-safe, so pushes keep flowing) and
+report back through an inproc socket, because ZeroMQ sockets belong to one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from tables import protocol
+from tables.auth import Verifier, require_auth_for
+from tables.config import DenseTableConfig, OptimizerConfig
+from tables.dense_table import DenseTable
+from tables.errors import Conflict, InvalidInput, NotFound, StreamrecError
+from tables.protocol import Flag, Message, Op
+from tables.ps_config import PSConfig
+from tables.shard_manifest import (
+    commit_managed,
+    managed_saves,
+    next_managed_dir,
+    restore_plan,
+    shard_dir,
+    write_save_manifest,
+)
+from tables.sparse_table import SparseTable
+
+log = logging.getLogger(__name__)
+
+_REPLAY_CACHE = 4096  # (client, request id) of recent mutating requests: a retried push applies once
+_MUTATING = (Op.PUSH_SPARSE, Op.PUSH_DENSE, Op.INIT_DENSE, Op.SHRINK, Op.END_PASS, Op.LOAD)
+
+
+@dataclass
+class _Barrier:
+    workers: int
+    waiting: list[tuple[bytes, int]] = field(default_factory=list)
+
+
+class ShardServer:
+    """Serves ``config.tables`` (plus dense parts created by ``init_dense``) on ``endpoint``."""
+
+    def __init__(
+        self,
+        config: PSConfig,
+        *,
+        index: int,
+        endpoint: str,
+        checkpoint_dir: str | Path | None = None,
+        secret: bytes | None = None,
+    ) -> None:
+        require_auth_for(endpoint, secret)
+        self.index = index
+        self.endpoint = endpoint
+        self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t) for t in config.tables}
+        self.dense: dict[str, DenseTable] = {}
+        self._dense_meta: dict[str, dict[str, Any]] = {}
+        self._verifier = Verifier(secret) if secret is not None else None
+        self._checkpoint_root = Path(checkpoint_dir) if checkpoint_dir else None
+        self._pending_sparse: dict[str, list[tuple[np.ndarray, ...]]] = {}
+        self._pending_dense: dict[str, np.ndarray] = {}
+        self._barriers: dict[int, _Barrier] = {}
+        self._replayed: OrderedDict[tuple[bytes, int], None] = OrderedDict()
+        self._save_thread: threading.Thread | None = None
+        self._saving = False
+        self._based: set[str] = set()  # cursors this process wrote a base on (deltas may follow)
+        self.requests: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.restored_from: str | None = None
+        if self._checkpoint_root is not None:
+            saves = managed_saves(shard_dir(self._checkpoint_root, index))
+            if saves:
+                self._restore(saves)
+
+    # ---------------------------------------------------------------- loop
+    def serve_forever(self) -> None:
+        """Serve until a STOP request arrives."""
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client reconnecting with its identity takes over
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.bind(self.endpoint)
+        done_rx = ctx.socket(zmq.PAIR)
+        done_rx.bind(f"inproc://save-done-{id(self)}")
+        self._done_tx = ctx.socket(zmq.PAIR)
+        self._done_tx.connect(f"inproc://save-done-{id(self)}")
+        self._done_lock = threading.Lock()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(done_rx, zmq.POLLIN)
+        log.info("shard %d serving %s on %s", self.index, sorted(self.sparse), self.endpoint)
+        try:
+            running = True
+            while running:
+                ready = dict(poller.poll())
+                if done_rx in ready:
+                    sock.send_multipart(done_rx.recv_multipart(copy=False), copy=False)
+                    self._saving = False
+                if sock in ready:
+                    frames = sock.recv_multipart(copy=False)
+                    running = self._handle(sock, frames)
+        finally:
+            if self._save_thread is not None:
+                self._save_thread.join()
+            for s in (sock, done_rx, self._done_tx):
+                s.close(linger=1000)
+            ctx.term()
+
+    def _reply(self, sock: zmq.Socket, ident: bytes, msg: Message) -> None:
+        sock.send_multipart([ident, *protocol.encode(msg)], copy=False)
+
+    def _handle(self, sock: zmq.Socket, frames: list[Any]) -> bool:
+        ident, body = frames[0].bytes, frames[1:]
+        op, flags, rid = protocol.peek(body)
+        try:
+            if self._verifier is not None:
+                self._verifier.verify(body, has_tag=bool(flags & Flag.AUTH))
+            msg = protocol.decode(body)
+            self.requests[msg.op.name.lower()] += 1
+            if msg.flags & Flag.RETRY and (ident, msg.request_id) in self._replayed:
+                self._reply(sock, ident, Message(msg.op, msg.request_id, msg.table, meta={"replayed": True}))
+                return True
+            reply = self._dispatch(sock, ident, msg)
+            if msg.op in _MUTATING:
+                self._remember(ident, msg.request_id)
+            if reply is not None:
+                self._reply(sock, ident, reply)
+            return msg.op != Op.STOP
+        except StreamrecError as err:
+            self._count_error(err)
+            sock.send_multipart([ident, *protocol.error_reply(op, rid, err)])
+        except Exception as exc:  # a bug must not take the shard down; it is logged and counted
+            log.exception("shard %d: internal error on op %d", self.index, op)
+            err = StreamrecError(f"internal error in shard {self.index}: {type(exc).__name__}: {exc}")
+            self._count_error(err)
+            sock.send_multipart([ident, *protocol.error_reply(op, rid, err)])
+        return True
+
+    def _count_error(self, err: StreamrecError) -> None:
+        self.errors[err.code] += 1
+        log.warning("shard %d refused a request: %s", self.index, err.message)
+
+    def _remember(self, ident: bytes, rid: int) -> None:
+        self._replayed[(ident, rid)] = None
+        if len(self._replayed) > _REPLAY_CACHE:
+            self._replayed.popitem(last=False)
+
+    def _dispatch(self, sock: zmq.Socket, ident: bytes, msg: Message) -> Message | None:
+        op = msg.op
+        if op == Op.PULL_SPARSE:
+            (keys,) = self._arrays(msg, 1)
+            return self._ok(msg, self._table(msg.table).pull(self._keys(keys)))
+        if op == Op.PUSH_SPARSE:
+            self._push_sparse(msg)
+            return self._ok(msg)
+        if op == Op.INIT_DENSE:
+            self._init_dense(msg)
+            return self._ok(msg)
+        if op == Op.PULL_DENSE:
+            return self._ok(msg, self._dense(msg.table).pull())
+        if op == Op.PUSH_DENSE:
+            self._push_dense(msg)
+            return self._ok(msg)
+        if op == Op.BARRIER:
+            return self._barrier(sock, ident, msg)
+        if op == Op.SAVE:
+            self._start_save(ident, msg)
+            return None
+        if op == Op.LOAD:
+            self._load_request(msg)
+            return self._ok(msg)
+        if op == Op.SHRINK:
+            return self._ok(msg, meta={"evicted": {n: int(t.shrink()) for n, t in self.sparse.items()}})
+        if op == Op.END_PASS:
+            return self._ok(msg, meta={"passes": {n: int(t.end_pass()) for n, t in self.sparse.items()}})
+        if op == Op.STATS:
+            return self._ok(msg, meta=self.stats())
+        if op == Op.HEALTH:
+            return self._ok(msg, meta={"ok": True, "index": self.index, "pid": os.getpid()})
+        if op == Op.STOP:
+            return self._ok(msg, meta={"stopping": True})
+        raise InvalidInput(f"unknown op {int(op)}")
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _ok(msg: Message, *arrays: np.ndarray, meta: dict[str, Any] | None = None) -> Message:
+        return Message(msg.op, msg.request_id, msg.table, arrays=list(arrays), meta=meta or {})
+
+    @staticmethod
+    def _arrays(msg: Message, *counts: int) -> list[np.ndarray]:
+        if len(msg.arrays) not in counts:
+            wanted = " or ".join(map(str, counts))
+            raise InvalidInput(f"{msg.op.name.lower()} takes {wanted} arrays, got {len(msg.arrays)}")
+        return msg.arrays
+
+    @staticmethod
+    def _keys(keys: np.ndarray) -> np.ndarray:
+        if keys.dtype != np.uint64 or keys.ndim != 1:
+            raise InvalidInput(f"keys must be a 1-d uint64 array, got {keys.ndim}-d {keys.dtype}")
+        return keys
+
+    def _table(self, name: str) -> SparseTable:
+        table = self.sparse.get(name)
+        if table is None:
+            raise NotFound(f"shard {self.index} has no sparse table {name!r} (has {sorted(self.sparse)})")
+        return table
+
+    def _dense(self, name: str) -> DenseTable:
+        table = self.dense.get(name)
+        if table is None:
+            raise NotFound(f"shard {self.index} has no dense array {name!r}; call init_dense first")
+        return table
+
+    def _push_sparse(self, msg: Message) -> None:
+        arrays = self._arrays(msg, 2, 4)
+        keys, grads = self._keys(arrays[0]), arrays[1]
+        shows, clicks = (arrays[2], arrays[3]) if len(arrays) == 4 else (None, None)
+        table = self._table(msg.table)
+        if grads.dtype != np.float32 or grads.shape != (keys.shape[0], table.width):
+            raise InvalidInput(
+                f"table {msg.table!r}: grads must be float32 ({keys.shape[0]}, {table.width}), "
+                f"got {grads.dtype} {grads.shape}"
+            )
+        if msg.flags & Flag.GEO_DELTA:
+            opt = table.config.optimizer if hasattr(table, "config") else None
+            if opt is None or opt.kind != "sgd" or opt.lr != 1.0 or opt.l2 or opt.grad_clip:
+                raise InvalidInput(f"table {msg.table!r}: geo deltas need optimizer sgd with lr 1, no l2, no clip")
+            grads = -grads  # sgd with lr 1: w -= -delta adds the delta
+        if msg.flags & Flag.SYNC:
+            self._pending_sparse.setdefault(msg.table, []).append(
+                tuple(np.array(a) for a in (keys, grads, shows, clicks) if a is not None)
+            )
+            return
+        table.push(keys, grads, shows=shows, clicks=clicks)
+
+    def _init_dense(self, msg: Message) -> None:
+        (initial,) = self._arrays(msg, 1)
+        if initial.dtype != np.float32 or initial.ndim != 1:
+            raise InvalidInput(
+                f"dense {msg.table!r}: initial value must be 1-d float32, got {initial.ndim}-d {initial.dtype}"
+            )
+        existing = self.dense.get(msg.table)
+        if existing is not None:
+            size = self._dense_meta[msg.table]["size"]
+            if size != initial.shape[0]:
+                raise Conflict(f"dense {msg.table!r} exists with {size} elements; init with {initial.shape[0]} refused")
+            return  # first writer wins
+        optimizer = OptimizerConfig.model_validate(msg.meta.get("optimizer", {"kind": "adam", "lr": 1e-3}))
+        cfg = DenseTableConfig(name=msg.table, optimizer=optimizer)
+        self.dense[msg.table] = DenseTable(cfg, initial=np.array(initial))
+        self._dense_meta[msg.table] = {"size": int(initial.shape[0]), "optimizer": optimizer.model_dump()}
+
+    def _push_dense(self, msg: Message) -> None:
+        (grad,) = self._arrays(msg, 1)
+        table = self._dense(msg.table)
+        size = self._dense_meta[msg.table]["size"]
+        if grad.dtype != np.float32 or grad.shape != (size,):
+            raise InvalidInput(f"dense {msg.table!r}: grad must be float32 ({size},), got {grad.dtype} {grad.shape}")
+        if msg.flags & Flag.SYNC:
+            pending = self._pending_dense.get(msg.table)
+            self._pending_dense[msg.table] = grad.copy() if pending is None else pending + grad
+            return
+        table.push(grad)
+
+    def _barrier(self, sock: zmq.Socket, ident: bytes, msg: Message) -> Message | None:
+        try:
+            step, workers = int(msg.meta["step"]), int(msg.meta["workers"])
+        except (KeyError, TypeError, ValueError):
+            raise InvalidInput("barrier needs integer meta 'step' and 'workers'") from None
+        if workers < 1:
+            raise InvalidInput(f"barrier: workers must be >= 1, got {workers}")
+        barrier = self._barriers.setdefault(step, _Barrier(workers))
+        if barrier.workers != workers:
+            raise Conflict(f"barrier step {step}: workers disagree ({barrier.workers} vs {workers})")
+        # a retried barrier (the client timed out and resent) replaces the worker's earlier entry
+        barrier.waiting = [(who, rid) for who, rid in barrier.waiting if who != ident]
+        barrier.waiting.append((ident, msg.request_id))
+        if len(barrier.waiting) < workers:
+            return None
+        del self._barriers[step]
+        applied = self._apply_pending()
+        for who, rid in barrier.waiting:
+            self._reply(sock, who, Message(Op.BARRIER, rid, meta={"step": step, "applied": applied}))
+        return None
+
+    def _apply_pending(self) -> int:
+        """Apply the step's summed gradients once per table; returns the number of pushes merged."""
+        merged = 0
+        for name, parts in self._pending_sparse.items():
+            merged += len(parts)
+            cols = list(zip(*parts, strict=True))
+            keys, grads = np.concatenate(cols[0]), np.concatenate(cols[1])
+            extra = {"shows": np.concatenate(cols[2]), "clicks": np.concatenate(cols[3])} if len(cols) == 4 else {}
+            self.sparse[name].push(keys, grads, **extra)  # duplicate keys summed, one update
+        for name, grad in self._pending_dense.items():
+            merged += 1
+            self.dense[name].push(grad)
+        self._pending_sparse.clear()
+        self._pending_dense.clear()
+        return merged
+
+    # ---------------------------------------------------------------- checkpoints
+    def _managed_dir(self, msg: Message) -> Path:
+        root = msg.meta.get("path")
+        if root is None and self._checkpoint_root is None:
+            raise InvalidInput(f"shard {self.index} has no --checkpoint-dir; pass a directory")
+        return shard_dir(root if root is not None else self._checkpoint_root, self.index)  # type: ignore[arg-type]
+
+    def _start_save(self, ident: bytes, msg: Message) -> None:
+        mode, cursor = msg.meta.get("mode", "base"), msg.meta.get("cursor", "checkpoint")
+        if mode not in ("base", "delta") or not isinstance(cursor, str):
+            raise InvalidInput(f"save mode must be 'base' or 'delta' and cursor a string, got {mode!r}, {cursor!r}")
+        if self._saving:
+            raise Conflict(f"shard {self.index}: a save is already running")
+        if mode == "delta" and cursor not in self._based:
+            mode = "base"  # a delta must follow a base this process wrote on the same cursor
+        managed = None if "dir" in msg.meta else self._managed_dir(msg)
+        save_dir = Path(msg.meta["dir"]) if managed is None else next_managed_dir(managed, mode)
+        self._based.add(cursor)
+        dense, dense_meta = dict(self.dense), {k: dict(v) for k, v in self._dense_meta.items()}
+        self._save_thread = threading.Thread(
+            target=self._save, args=(ident, msg, save_dir, managed, mode, cursor, dense, dense_meta), daemon=True
+        )
+        self._saving = True  # until the main loop forwards the save's reply
+        self._save_thread.start()
+
+    def _save(self, ident: bytes, msg: Message, save_dir: Path, managed: Path | None, mode: str, cursor: str,
+              dense: dict[str, DenseTable], dense_meta: dict[str, dict[str, Any]]) -> None:
+        try:
+            save_dir.mkdir(parents=True, exist_ok=True)
+            for name, table in self.sparse.items():
+                table.save(save_dir / "sparse" / name, mode=mode, cursor=cursor)
+            for name, table in dense.items():
+                table.save(save_dir / "dense" / name)
+            entry = write_save_manifest(save_dir, {"shard": self.index, "mode": mode, "cursor": cursor,
+                                                   "sparse": sorted(self.sparse), "dense": dense_meta})
+            if managed is not None:
+                commit_managed(managed, save_dir)
+            reply = self._ok(msg, meta={"mode": mode, "cursor": cursor, "dir": str(save_dir), "manifest": entry})
+            frames = [ident, *protocol.encode(reply)]
+        except Exception as exc:
+            self._based.discard(cursor)  # the chain may be broken: the next save on it is a base
+            err = exc if isinstance(exc, StreamrecError) else StreamrecError(
+                f"shard {self.index}: save failed: {type(exc).__name__}: {exc}")
+            if not isinstance(exc, StreamrecError):
+                log.exception("shard %d: save failed", self.index)
+            self._count_error(err)
+            frames = [ident, *protocol.error_reply(msg.op, msg.request_id, err)]
+        with self._done_lock:
+            self._done_tx.send_multipart(frames, copy=False)
+
+    def _load_request(self, msg: Message) -> None:
+        if self._saving:
+            raise Conflict(f"shard {self.index}: cannot load while a save is running")
+        dirs = msg.meta.get("dirs")
+        if dirs is not None:
+            if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+                raise InvalidInput("load: 'dirs' must be a list of directories")
+            self._restore([Path(d) for d in dirs])
+        else:
+            self._restore(managed_saves(self._managed_dir(msg)))
+
+    def _restore(self, save_dirs: list[Path]) -> None:
+        plan = restore_plan(save_dirs)
+        for save_dir, man in plan:
+            for name in man["sparse"]:
+                if name in self.sparse:
+                    self.sparse[name].load(save_dir / "sparse" / name)
+        last_dir, last = plan[-1]
+        for name, meta in last["dense"].items():
+            cfg = DenseTableConfig(name=name, optimizer=OptimizerConfig.model_validate(meta["optimizer"]))
+            table = DenseTable(cfg, initial=np.zeros(meta["size"], np.float32))
+            table.load(last_dir / "dense" / name)
+            self.dense[name] = table
+            self._dense_meta[name] = dict(meta)
+        self._based.clear()
+        self.restored_from = str(last_dir)
+        log.info("shard %d restored %d saves ending at %s", self.index, len(plan), last_dir)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "pid": os.getpid(),
+            "restored_from": self.restored_from,
+            "requests": dict(self.requests),
+            "errors": dict(self.errors),
+            "tables": {n: t.stats() for n, t in self.sparse.items()},
+            "dense": {n: m["size"] for n, m in self._dense_meta.items()},
+        }
