@@ -33,14 +33,44 @@ def _ws(buf: np.ndarray, p: int, e: int) -> int:
 
 @njit(cache=True)
 def _string_end(buf: np.ndarray, p: int, e: int) -> int:
-    """p is just after the opening quote; index of the closing quote, -1 on escape/control/EOF."""
+    """p is just after the opening quote; index of the closing quote, -1 on escape/control/EOF.
+
+    Multi-byte characters must be strict UTF-8 (as ``json.loads`` of bytes requires): the id
+    hashes these bytes, which then equal the UTF-8 encoding of the decoded text.
+    """
     while p < e:
         c = buf[p]
         if c == 34:
             return p
         if c == 92 or c < 32:
             return -1
-        p += 1
+        if c < 0x80:
+            p += 1
+            continue
+        # Lead byte -> number of continuation bytes and the allowed range of the first one.
+        lo, hi = 0x80, 0xBF
+        if 0xC2 <= c <= 0xDF:
+            more = 1
+        elif 0xE0 <= c <= 0xEF:
+            more = 2
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F  # no UTF-16 surrogates
+        elif 0xF0 <= c <= 0xF4:
+            more = 3
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            return -1
+        if p + more >= e or not (lo <= buf[p + 1] <= hi):
+            return -1
+        for k in range(2, more + 1):
+            if not (0x80 <= buf[p + k] <= 0xBF):
+                return -1
+        p += more + 1
     return -1
 
 

@@ -135,7 +135,8 @@ def test_fast_path_equals_reference_path(recs: list[tuple[dict, int]], odd: list
 
 
 json_noise = st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b'"', b":", b",", b"label", b"tags", b"1", b"-", b".5",
-                                       b"e", b"null", b"true", b" ", b"\\", b"\xc3"]), max_size=25).map(b"".join)
+                                       b"e", b"null", b"true", b" ", b"\\", b"\xc3", b"\xa9", b"\xed\xa0\x80",
+                                       b'{"tags":"', b'"}', "é€😀".encode()]), max_size=25).map(b"".join)
 
 
 @settings(max_examples=300, deadline=None)
