@@ -63,6 +63,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.metrics = metrics
     install_error_handler(app)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes)
-    for module in (health, embeddings, items, recommend, predict, admin, dashboard):
+    # hot routes first: the router tries routes in order
+    for module in (embeddings, items, recommend, predict, health, admin, dashboard):
         app.include_router(module.router)
     return app

@@ -121,7 +121,9 @@ class RequestMetricsMiddleware:
             return message
 
         try:
-            await self.app(scope, receive_wrapper, send_wrapper)
+            # bodiless methods skip the byte counting (the hot single-id lookups are GETs)
+            counted = receive if scope["method"] in ("GET", "HEAD") else receive_wrapper
+            await self.app(scope, counted, send_wrapper)
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "<unmatched>")

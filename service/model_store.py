@@ -84,7 +84,7 @@ class Side:
         _, shards = self.table_of(slot)
         ids = np.ascontiguousarray(ids, dtype=np.uint64)
         if len(shards) == 1:
-            found = shards[0].contains(ids)
+            found = shards[0].lookup_rows(ids) >= 0
             return found, shards[0].pull(ids[found]) if found.any() else np.empty((0, shards[0].width), np.float32)
         found = np.zeros(ids.shape[0], np.bool_)
         rows = np.empty((ids.shape[0], shards[0].width), np.float32)
@@ -92,7 +92,7 @@ class Side:
         for i, table in enumerate(shards):
             sel = np.flatnonzero(where == i)
             if sel.shape[0]:
-                hit = table.contains(ids[sel])
+                hit = table.lookup_rows(ids[sel]) >= 0
                 found[sel[hit]] = True
                 if hit.any():
                     rows[sel[hit]] = table.pull(ids[sel[hit]])
