@@ -33,6 +33,8 @@ from deploy.launcher import Launcher, LaunchSpec, _Role, free_ports
 from tables.errors import ConfigError, StreamrecError
 
 if TYPE_CHECKING:
+    from kafka import KafkaConsumer
+
     from deploy.up_status import StatusCollector
 
 _STOP_GRACE_S = 10.0
@@ -220,7 +222,9 @@ class LocalSystem:
 
         gen = self.cfg.up.generator
         bayes = bayes_auc(gen.seed, gen.drift) if self.opts.replay is None else None
-        collector = StatusCollector(self.api_url, self.token, self._ps_client(), bayes_auc=bayes)
+        offsets = self._offsets_reader()
+        collector = StatusCollector(self.api_url, self.token, self._ps_client(), bayes_auc=bayes,
+                                    end_offsets=lambda: self._end_offsets(offsets))
         self.say(f"API {self.api_url}  dashboard {self.api_url}/#token={self.token}  logs {self.logs}")
         try:
             if self.opts.console and self.out.isatty():
@@ -229,6 +233,27 @@ class LocalSystem:
         finally:
             if collector.ps is not None:
                 collector.ps.close()
+            offsets.close()
+
+    def _offsets_reader(self) -> KafkaConsumer:
+        """A consumer without a group: it only reads the topic's end offsets (for the lag)."""
+        from kafka import KafkaConsumer
+
+        from streaming.connection import client_options
+
+        kafka = self.cfg.kafka
+        return KafkaConsumer(**client_options(kafka, (self.bootstrap or "").split(",")), group_id=None,
+                             enable_auto_commit=False)
+
+    def _end_offsets(self, consumer: KafkaConsumer) -> int | None:
+        from kafka import TopicPartition
+        from kafka.errors import KafkaError
+
+        try:
+            parts = [TopicPartition(self.cfg.kafka.topic, p) for p in range(self.cfg.kafka.partitions)]
+            return int(sum(consumer.end_offsets(parts).values()))
+        except (KafkaError, OSError, ValueError):
+            return None
 
     def _ps_client(self):  # -> PSClient, imported lazily
         from tables.client import PSClient

@@ -11,6 +11,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,12 +60,15 @@ class Snapshot:
 class StatusCollector:
     """Polls the admin API and the shards; keeps the previous record count for records/s."""
 
-    def __init__(self, api_url: str, admin_token: str, ps: PSClient | None, *, bayes_auc: float | None) -> None:
+    def __init__(self, api_url: str, admin_token: str, ps: PSClient | None, *, bayes_auc: float | None,
+                 end_offsets: Callable[[], int | None] | None = None) -> None:
         self.api_url = api_url
         self.token = admin_token
         self.ps = ps
         self.bayes_auc = bayes_auc
-        self._prev: tuple[float, float] | None = None
+        self.end_offsets = end_offsets  # records ever produced to the topic (its end offsets, summed)
+        self._prev: tuple[float, float] | None = None  # (created_at, records_total) of the last pass seen
+        self._last_rate: float | None = None
 
     def admin_status(self, timeout_s: float = 2.0) -> dict[str, Any] | None:
         req = urllib.request.Request(f"{self.api_url}/admin/status", headers={"Authorization": f"Bearer {self.token}"})
@@ -75,18 +79,17 @@ class StatusCollector:
             return None
 
     def collect(self) -> Snapshot:
-        now = time.time()
-        snap = Snapshot(at=now, api_url=self.api_url, bayes_auc=self.bayes_auc)
+        snap = Snapshot(at=time.time(), api_url=self.api_url, bayes_auc=self.bayes_auc)
         status = self.admin_status()
         if status is None:
             snap.errors.append("service not answering yet")
         else:
-            self._from_status(snap, status, now)
+            self._from_status(snap, status)
         if self.ps is not None:
             self._from_shards(snap)
         return snap
 
-    def _from_status(self, snap: Snapshot, status: dict[str, Any], now: float) -> None:
+    def _from_status(self, snap: Snapshot, status: dict[str, Any]) -> None:
         bundle = status.get("bundle") or {}
         snap.bundle_version = bundle.get("version")
         snap.freshness_s = find_number(bundle, "freshness_s")
@@ -96,18 +99,31 @@ class StatusCollector:
             if err:
                 snap.errors.append(f"job: {err.get('message')}")
             return
-        snap.records = find_number(job, "records_total", "records")
-        snap.records_per_s = find_number(job, "records_per_s")
-        if snap.records_per_s is None and snap.records is not None:
-            if self._prev is not None and now > self._prev[0]:
-                snap.records_per_s = max(0.0, (snap.records - self._prev[1]) / (now - self._prev[0]))
-            self._prev = (now, snap.records)
+        commit = job.get("last_commit") or {}
+        snap.records = find_number(commit, "records_total")
+        snap.records_per_s = self._rate(commit)
         snap.lag = find_number(job, "lag", "consumer_lag")
-        snap.auc = find_number(job, "auc")
-        snap.last_pass = find_number(job, "last_pass", "pass_id", "committed_pass")
-        snap.last_export = find_number(job, "last_export", "export_version")
-        if snap.freshness_s is None:
-            snap.freshness_s = find_number(job, "freshness_s")
+        snap.auc = find_number(job.get("progressive") or {}, "auc")
+        if snap.auc is None:
+            snap.auc = find_number(commit.get("metrics") or {}, "auc")
+        snap.last_pass = find_number(job, "pass")
+        snap.last_export = find_number(commit.get("export") or {}, "version")
+        if snap.lag is None and commit.get("offsets") is not None and self.end_offsets is not None:
+            end = self.end_offsets()
+            if end is not None:
+                snap.lag = max(0.0, float(end - sum(int(o) for o in commit["offsets"].values())))
+
+    def _rate(self, commit: dict[str, Any]) -> float | None:
+        """Records/s of all workers together, from the last two committed passes (the chief's
+        own counters see only its partitions)."""
+        total, at = commit.get("records_total"), commit.get("created_at")
+        if not isinstance(total, int | float) or not isinstance(at, int | float):
+            return self._last_rate
+        if self._prev is not None and at > self._prev[0]:
+            self._last_rate = max(0.0, (total - self._prev[1]) / (at - self._prev[0]))
+        if self._prev is None or at > self._prev[0]:
+            self._prev = (at, total)
+        return self._last_rate
 
     def _from_shards(self, snap: Snapshot) -> None:
         assert self.ps is not None
