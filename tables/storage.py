@@ -19,7 +19,9 @@ starts with ``.`` are writers' temp files and never leave the host.
 from __future__ import annotations
 
 import hashlib
+import logging
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -27,6 +29,8 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from tables.errors import ConfigError, Unavailable
+
+log = logging.getLogger("streamrec.storage")
 
 MANIFEST_NAMES = frozenset({"MANIFEST.json", "bundle.json"})
 MANIFEST_SUFFIX = ".manifest.json"
@@ -149,3 +153,53 @@ class StorageRoot:
             self._pushed[rel] = (st.st_size, st.st_mtime_ns)  # already remote: no need to push back
             count += 1
         return count
+
+
+class Mirror:
+    """Keeps a mirrored root in step in the background: ``push`` (a writer's root: uploads what
+    its atomic writers finished) or ``pull`` (a reader's root) every ``every_s`` seconds; a
+    final push on stop. Nothing to do (no thread) for local roots."""
+
+    def __init__(self, root: StorageRoot, *, direction: str, every_s: float) -> None:
+        if direction not in ("push", "pull"):
+            raise ValueError(f"direction must be push or pull, got {direction!r}")
+        self.root = root
+        self.direction = direction
+        self.every_s = every_s
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"storage-{direction}", daemon=True)
+
+    def _once(self) -> None:
+        try:
+            if self.direction == "push":
+                self.root.push()
+            else:
+                self.root.pull()
+            self.last_error = None
+        except (Unavailable, OSError) as exc:  # keep trying: the store may come back
+            self.last_error = str(exc)
+            log.warning("%s %s: %s", self.direction, self.root.location, exc)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._once()
+
+    def __enter__(self) -> Path:
+        if self.root.mirrored:
+            if self.direction == "pull":
+                self._once()  # a reader starts from what is there
+            self._thread.start()
+        return self.root.local
+
+    def __exit__(self, *exc: object) -> None:
+        if self.root.mirrored:
+            self._stop.set()
+            self._thread.join(timeout=60)
+            if self.direction == "push":
+                self._once()  # what was written last goes up too
+
+
+def mirrored(location: str, *, direction: str, every_s: float = 2.0, staging: str | Path | None = None) -> Mirror:
+    """``with mirrored(url, direction="pull") as local_dir: ...`` (see :class:`Mirror`)."""
+    return Mirror(StorageRoot.open(location, staging=staging), direction=direction, every_s=every_s)

@@ -9,7 +9,7 @@ import fsspec
 import pytest
 
 from tables.errors import ConfigError
-from tables.storage import StorageRoot, local_path_of, upload_order
+from tables.storage import StorageRoot, local_path_of, mirrored, upload_order
 
 
 def test_plain_paths_and_file_urls_are_local(tmp_path: Path) -> None:
@@ -68,3 +68,20 @@ def test_memory_url_round_trip_through_two_hosts(tmp_path: Path) -> None:
 def test_pull_of_an_empty_remote_is_nothing(tmp_path: Path) -> None:
     root = StorageRoot.open(f"memory://streamrec-empty-{uuid.uuid4().hex}", staging=tmp_path / "s")
     assert root.pull() == 0
+
+
+def test_mirrors_push_a_writers_root_and_pull_into_a_readers(tmp_path: Path) -> None:
+    url = f"memory://streamrec-mirror-{uuid.uuid4().hex}/exports"
+    with mirrored(url, direction="push", every_s=0.05, staging=tmp_path / "writer") as local:
+        (local / "0000000001").mkdir()
+        (local / "0000000001" / "dense.arrays").write_bytes(b"x" * 10)
+        (local / "0000000001" / "bundle.json").write_text("{}")
+    # the final push on exit uploaded both files
+    with mirrored(url, direction="pull", every_s=0.05, staging=tmp_path / "reader") as seen:
+        assert (seen / "0000000001" / "bundle.json").read_text() == "{}"
+        assert (seen / "0000000001" / "dense.arrays").stat().st_size == 10
+
+
+def test_local_roots_need_no_mirror_thread(tmp_path: Path) -> None:
+    with mirrored(str(tmp_path / "plain"), direction="push") as local:
+        assert local == tmp_path / "plain" and local.is_dir()
