@@ -93,7 +93,8 @@ class PSWorker:
         if self.mode != "geo":
             return self.client.pull_sparse(table, keys)
         copy = self._geo.setdefault(table, _GeoCopy())
-        return copy.rows[copy.lookup(self.client, table, np.asarray(keys, np.uint64))]
+        slots = copy.lookup(self.client, table, np.asarray(keys, np.uint64))  # may grow copy.rows
+        return copy.rows[slots]
 
     def push(self, table: str, keys: np.ndarray, grads: np.ndarray, *, shows: np.ndarray | None = None,
              clicks: np.ndarray | None = None) -> None:

@@ -1,0 +1,76 @@
+"""A trainer stand-in run as a real process by the PS tests: ``ps_worker.py SCENARIO ...``.
+
+It finds the shards through STREAMREC_* (tables.cluster) like any trainer.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from tables.cluster import cluster_from_env
+from tables.sync_modes import PSWorker
+
+
+def async_batches(rank: int, steps: int, keys: int, batch: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Known integer gradients (exact in float32 sums) with duplicate keys inside batches."""
+    rng = np.random.default_rng(1000 + rank)
+    out = []
+    for _ in range(steps):
+        k = rng.integers(0, keys, batch).astype(np.uint64)
+        g = rng.integers(-3, 4, (batch, 4)).astype(np.float32)
+        out.append((k, g))
+    return out
+
+
+def sync_batches(rank: int, steps: int, keys: int, batch: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(2000 + rank)
+    return [rng.integers(0, keys, batch).astype(np.uint64) for _ in range(steps)]
+
+
+def target(keys: np.ndarray, width: int) -> np.ndarray:
+    """Regression target of the sync test: the gradient of 0.5 * ||w - target||^2 is w - target."""
+    return ((keys[:, None] % 7).astype(np.float32) - 3.0) * np.arange(1, width + 1, dtype=np.float32) / 8
+
+
+def main(argv: list[str]) -> int:
+    scenario, steps, keys, batch = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    spec = cluster_from_env()
+    worker = PSWorker.from_spec(spec, geo_lr=1.0)
+    if scenario == "async":
+        for k, g in async_batches(spec.rank, steps, keys, batch):
+            worker.push("sgd1", k, g)
+            worker.step()
+    elif scenario == "sync":
+        for k in sync_batches(spec.rank, steps, keys, batch):
+            w = worker.pull("ada", k)
+            worker.push("ada", k, w - target(k, w.shape[1]))
+            worker.step()
+    elif scenario == "geo":
+        for k, g in async_batches(spec.rank, steps, keys, batch):
+            worker.pull("sgd1", k)
+            worker.push("sgd1", k, g)
+            worker.step()
+    elif scenario == "steady":
+        # every step adds 1 to every row and is saved; progress is reported after each save
+        progress, result = argv[4], argv[5]
+        k = np.arange(keys, dtype=np.uint64)
+        for step in range(steps):
+            worker.push("sgd1", k, -np.ones((keys, 4), np.float32))
+            worker.client.save(mode="delta")
+            with open(progress, "a") as f:
+                f.write(f"{step + 1}\n")
+            time.sleep(0.05)
+        np.save(result, worker.pull("sgd1", k))
+    elif scenario == "fail":
+        raise SystemExit(3 if spec.rank == int(argv[4]) else 0)
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,52 @@
+"""Cluster roles from STREAMREC_* variables and from TF_CONFIG."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tables.cluster import ClusterSpec, cluster_env, cluster_from_env
+from tables.errors import ConfigError
+
+
+def test_our_variables_round_trip() -> None:
+    spec = ClusterSpec(role="worker", rank=1, shard_endpoints=("tcp://127.0.0.1:7000", "tcp://127.0.0.1:7001"),
+                       num_workers=3, mode="sync", ps_config="/x/ps.yaml")
+    assert cluster_from_env(cluster_env(spec)) == spec
+
+
+def test_host_port_endpoints_are_normalized() -> None:
+    env = {"STREAMREC_ROLE": "server", "STREAMREC_RANK": "1", "STREAMREC_SHARD_ENDPOINTS": "a:1, b:2"}
+    spec = cluster_from_env(env)
+    assert spec.shard_endpoints == ("tcp://a:1", "tcp://b:2") and spec.role == "server" and spec.rank == 1
+
+
+def test_tf_config_is_accepted_as_is() -> None:
+    cluster = {"chief": ["c:1"], "worker": ["w0:1", "w1:1"], "ps": ["p0:2", "p1:2"]}
+    tf = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}),
+          "STREAMREC_PS_MODE": "geo"}
+    spec = cluster_from_env(tf)
+    assert (spec.role, spec.rank, spec.num_workers, spec.mode) == ("worker", 2, 3, "geo")
+    assert spec.shard_endpoints == ("tcp://p0:2", "tcp://p1:2")
+    chief = cluster_from_env({"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})})
+    assert (chief.role, chief.rank) == ("worker", 0)
+    ps = cluster_from_env({"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 1}})})
+    assert (ps.role, ps.rank) == ("server", 1)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "no cluster spec"),
+        ({"TF_CONFIG": "{not json"}, "TF_CONFIG is not a valid"),
+        ({"TF_CONFIG": json.dumps({"cluster": {"ps": ["a:1"]}, "task": {"type": "evaluator"}})}, "evaluator"),
+        ({"STREAMREC_ROLE": "worker", "STREAMREC_SHARD_ENDPOINTS": "a:1", "STREAMREC_RANK": "x"}, "STREAMREC_RANK"),
+        ({"STREAMREC_ROLE": "worker"}, "shard_endpoints"),
+        ({"STREAMREC_ROLE": "boss", "STREAMREC_SHARD_ENDPOINTS": "a:1"}, "role"),
+        ({"STREAMREC_ROLE": "worker", "STREAMREC_SHARD_ENDPOINTS": "nohost"}, "needs a port"),
+    ],
+)
+def test_bad_specs_are_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        cluster_from_env(env)
