@@ -189,12 +189,15 @@ class ModelStore:
                   "apply_seconds": round(now - t0, 4), "items": next_items.size if next_items else 0,
                   "freshness_s": None if man.newest_record_time is None else round(now - man.newest_record_time, 3)}
         self.history = [*self.history[-99:], record]
-        if active is not None:
-            self._drain(active)
-            try:
-                self._load_tables(active, man, model, dense, next_items)
-            except StreamrecError:
-                active.healthy = False  # replayed before the next bundle
+        # the other side takes the same bundle: once its readers drained, or, for the very first
+        # bundle, as a fresh side (while the first one already serves)
+        other = active or Side()
+        self._drain(other)
+        try:
+            self._load_tables(other, man, model, dense, next_items)
+        except StreamrecError:
+            other.healthy = False  # replayed before the next bundle
+        self._standby = other
         return record
 
     def _next_items(self, active: Side | None, man: BundleManifest, items: Any) -> ItemIndex | None:
@@ -214,9 +217,9 @@ class ModelStore:
             side.tables = {}  # free the old rows before loading the new ones
             configs = {c.name: c for c in model.table_configs()}
             side.tables = {name: [SparseTable(configs[name]) for _ in range(man.num_shards)] for name in man.tables}
-        for shards in side.tables.values():
+        for name, shards in side.tables.items():
             for i, table in enumerate(shards):
-                table.load(man.shard_dir(self.root, i))
+                table.load(man.table_dir(self.root, i, name))
         side.version, side.manifest, side.model, side.dense, side.items = man.version, man, model, dense, items
         side.predictor = predictor
         side.healthy = True

@@ -5,9 +5,10 @@ Layout of ``<exports>/<version>/`` (version: zero-padded increasing integer)::
     bundle.json        manifest, written last (see BundleManifest)
     dense.arrays       dense model weights: name -> float32 array (tables.checkpoint container)
     items.arrays       two-tower item vectors: ids uint64[n], vectors float32[n, d] (optional)
-    shard-<i>/         each PS shard's sparse tables, saved with cursor "export":
-                       a base holds every row; a delta the rows changed since the previous
-                       bundle plus tombstones of evicted ids (tables.table_files format)
+    shard-<i>/         each PS shard's save with cursor "export" (tables.shard_server layout:
+                       shard.json, sparse/<table>/, dense/): a base holds every row; a delta
+                       the rows changed since the previous bundle plus tombstones of evicted
+                       ids (tables.table_files format)
 
 A bundle is built in ``<exports>/.staging-<version>/`` and renamed into place in one step,
 so a reader sees a whole bundle or none. Bundles apply in order: a delta names its
@@ -51,6 +52,14 @@ class BundleManifest:
 
     def shard_dir(self, root: Path, shard: int) -> Path:
         return bundle_dir(root, self.version) / f"shard-{shard}"
+
+    def table_dir(self, root: Path, shard: int, table: str) -> Path:
+        """Where shard ``shard`` saved sparse table ``table`` (the PS save layout)."""
+        return table_dir(self.shard_dir(root, shard), table)
+
+
+def table_dir(shard_dir: Path, table: str) -> Path:
+    return Path(shard_dir) / "sparse" / table
 
 
 def bundle_dir(root: Path, version: int) -> Path:

@@ -1,6 +1,6 @@
 """Builds real export bundles the way the trainer does: SparseTable saves with cursor "export"
-into the staging dir's shard-<i>/, then trainer.bundle.publish. Keeps the "trainer-side"
-tables so tests can compare what the service serves with what was exported."""
+into the staging dir's shard-<i>/sparse/<table>/ (the PS save layout), then trainer.bundle.publish.
+Keeps the "trainer-side" tables so tests can compare what the service serves with what was exported."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from service.settings import ServiceSettings
 from tables.config import EvictionConfig
 from tables.routing import shard_of
 from tables.sparse_table import SparseTable
-from trainer.bundle import BundleManifest, publish, staging_dir
+from trainer.bundle import BundleManifest, publish, staging_dir, table_dir
 from trainer.config import ModelConfig
 from trainer.models import build_model
 
@@ -110,9 +110,9 @@ class BundleBuilder:
                items_full: bool = True, newest_record_time: float | None = None) -> BundleManifest:
         self.version += 1
         stage = staging_dir(self.root, self.version)
-        for shards in self.tables.values():
+        for name, shards in self.tables.items():
             for i, t in enumerate(shards):
-                t.save(stage / f"shard-{i}", mode=kind, cursor="export")
+                t.save(table_dir(stage / f"shard-{i}", name), mode=kind, cursor="export")
         parent = None if kind == "base" else self.version - 1
         return publish(self.root, version=self.version, kind=kind, parent_version=parent, pass_id=self.version,
                        num_shards=self.num_shards, tables=sorted(self.tables), model=self.model.model_dump(mode="json"),

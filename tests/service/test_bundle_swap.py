@@ -13,7 +13,7 @@ from service_support import ITEM_IDS, USER_IDS, BundleBuilder, auth, wait_until
 
 from service.model_store import ModelStore
 from service.settings import IndexSettings
-from trainer.bundle import bundle_dir
+from trainer.bundle import bundle_dir, table_dir
 
 
 def _rows(store: ModelStore, slot: str, ids: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
@@ -38,7 +38,7 @@ def test_corrupt_delta_is_rejected_and_the_old_version_keeps_serving(builder: Bu
     good_copy = builder.root / "good-copy"
     shutil.copytree(bundle_dir(builder.root, 2), good_copy)
     # the last table applied (emb8, shard 1) is damaged: the other tables took the delta on the standby side
-    _corrupt(bundle_dir(builder.root, 2) / "shard-1" / "emb8.rows")
+    _corrupt(table_dir(bundle_dir(builder.root, 2) / "shard-1", "emb8") / "emb8.rows")
     try:
         store.apply(2)
         raise AssertionError("a corrupt bundle was applied")
