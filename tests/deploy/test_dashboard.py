@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
+from .headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 
 from deploy.launcher import free_ports
 from service.app import create_app

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from service_support import BundleBuilder, auth, make_settings, started, wait_until
+from .service_support import BundleBuilder, auth, make_settings, started, wait_until
 
 from tables.config import EvictionConfig, TableConfig
 from tables.errors import NotFound

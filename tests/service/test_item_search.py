@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from service_support import BundleBuilder, make_settings, random_items, started, wait_until
+from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
 
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex

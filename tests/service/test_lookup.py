@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from service_support import ITEM_IDS, USER_IDS, auth, make_settings, started, wait_until
+from .service_support import ITEM_IDS, USER_IDS, auth, make_settings, started, wait_until
 
 from service.settings import LimitSettings
 

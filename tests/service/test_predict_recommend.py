@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 from fastapi.testclient import TestClient
-from service_support import ITEM_IDS, USER_IDS, BundleBuilder, random_items
-from test_item_search import brute_force
+from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, random_items
+from .test_item_search import brute_force
 
 from tables.routing import shard_of
 from trainer.inference import Predictor, instances_to_batch

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from service_support import TOKEN, USER_IDS, BundleBuilder, wait_until
+from .service_support import TOKEN, USER_IDS, BundleBuilder, wait_until
 
 from deploy.cli import main as cli_main
 from service.settings import ServiceSettings, load_settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference_table import ReferenceTable
+from .reference_table import ReferenceTable
 
 from tables.config import InitializerConfig, OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from ps_harness import shard_processes
+from .ps_harness import shard_processes
 
 from tables import protocol
 from tables.auth import sign

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ps_harness import shard_processes
-from ps_worker import async_batches, sync_batches, target
+from .ps_harness import shard_processes
+from .ps_worker import async_batches, sync_batches, target
 
 from tables.config import OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable
