@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 import uvicorn
-from .headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 
 from deploy.launcher import free_ports
 from service.app import create_app
 from service.settings import ServiceSettings
 from trainer.control import ControlServer
+
+from .headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 
 TOKEN = "dashboard-test-token-0123456789"
 
@@ -34,6 +35,10 @@ class StubJob:
         return {"records": 1000 * n, "records_per_s": 400.0 + 10 * n, "auc": 0.6 + 0.01 * (n % 10),
                 "lag": 50 + n, "tables": {"emb8": {"rows": 1000 + 100 * n, "bytes": 64_000 + 6400 * n}},
                 "freshness_s": 2.0 + 0.1 * n}
+
+    def passes(self) -> list[dict[str, Any]]:
+        return [{"pass": 1, "created_at": 1000.0, "records_total": 4000},
+                {"pass": 2, "created_at": 1010.0, "records_total": 8000}]
 
 
 @pytest.fixture
