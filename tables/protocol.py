@@ -10,7 +10,8 @@ Frames (no pickle anywhere)::
   a UTF-8 JSON object of small options (save path, step, worker count, an error's
   ``code``/``message``), or nothing.
 - ``array_i``: the raw C-order bytes of array ``i``; sent zero-copy, received with
-  ``np.frombuffer`` (no copy either).
+  ``np.frombuffer`` (no copy either). Arrays of at most ``INLINE_MAX_BYTES`` instead follow
+  the meta inside the header frame (their dtype code has bit 0x80 set), in array order.
 - ``auth``: the HMAC tag of :mod:`tables.auth` over all the frames before it.
 
 Every frame costs a few microseconds each way, so small options travel inside the header.
@@ -40,6 +41,8 @@ HEADER = struct.Struct("<4sBBHBBHIQ")
 _DIM = struct.Struct("<Q")
 MAX_ARRAYS = 8
 MAX_NDIM = 4
+INLINE_MAX_BYTES = 16384  # smaller arrays travel inside the header frame: one frame less each way
+_INLINE = 0x80  # dtype-code bit: this array's bytes follow the meta in the header frame
 
 
 class Op(enum.IntEnum):
@@ -105,16 +108,23 @@ def encode(msg: Message, *, auth: bool = False) -> list[Any]:
     parts = [HEADER.pack(MAGIC, VERSION, int(msg.op), int(flags), msg.status, len(msg.arrays), len(name),
                          len(meta), msg.request_id), name]
     frames: list[Any] = []
+    inline: list[bytes] = []
     for arr in msg.arrays:
         code = _CODES.get(arr.dtype)
         if code is None:
             raise InvalidInput(f"dtype {arr.dtype} cannot be sent; use one of {sorted(str(d) for d in _CODES)}")
         if arr.ndim > MAX_NDIM:
             raise InvalidInput(f"arrays have at most {MAX_NDIM} dims, got {arr.ndim}")
+        data = np.ascontiguousarray(arr)
+        if data.nbytes <= INLINE_MAX_BYTES:
+            code |= _INLINE
+            inline.append(data.tobytes())
+        else:
+            frames.append(memoryview(data).cast("B"))
         parts.append(struct.pack("<BB", code, arr.ndim))
         parts.extend(_DIM.pack(d) for d in arr.shape)
-        frames.append(memoryview(np.ascontiguousarray(arr)).cast("B"))
     parts.append(meta)
+    parts.extend(inline)
     return [b"".join(parts), *frames]
 
 
@@ -143,12 +153,6 @@ def decode(frames: list[Any]) -> Message:
     op = Op(op)
     if n_arrays > MAX_ARRAYS:
         raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, header says {n_arrays}")
-    n_auth = 1 if flags & Flag.AUTH else 0
-    if len(frames) != 1 + n_arrays + n_auth:
-        raise InvalidInput(
-            f"header announces {n_arrays} arrays{' and auth' if n_auth else ''} but the message has "
-            f"{len(frames) - 1} frames after it"
-        )
     pos = HEADER.size
     if len(head) < pos + name_len:
         raise InvalidInput("truncated header: table name cut off")
@@ -157,27 +161,43 @@ def decode(frames: list[Any]) -> Message:
     except UnicodeDecodeError:
         raise InvalidInput("table name is not valid UTF-8") from None
     pos += name_len
-    arrays = []
+    layout = []
     for i in range(n_arrays):
         if len(head) < pos + 2:
             raise InvalidInput(f"truncated header: array {i} descriptor cut off")
         code, ndim = head[pos], head[pos + 1]
         pos += 2
-        dtype = _DTYPES.get(code)
+        dtype = _DTYPES.get(code & ~_INLINE)
         if dtype is None:
-            raise InvalidInput(f"array {i}: unknown dtype code {code}")
+            raise InvalidInput(f"array {i}: unknown dtype code {code & ~_INLINE}")
         if ndim > MAX_NDIM or len(head) < pos + 8 * ndim:
             raise InvalidInput(f"array {i}: bad or truncated shape (ndim {ndim})")
         shape = tuple(_DIM.unpack_from(head, pos + 8 * k)[0] for k in range(ndim))
         pos += 8 * ndim
-        buf = _frame_bytes(frames[1 + i])
-        expected = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
-        if len(buf) != expected:
-            raise InvalidInput(f"array {i}: shape {shape} of {dtype} needs {expected} bytes, frame has {len(buf)}")
+        layout.append((dtype, shape, int(np.prod(shape, dtype=np.float64)) * dtype.itemsize, bool(code & _INLINE)))
+    n_frames = sum(not is_inline for *_, is_inline in layout)
+    n_auth = 1 if flags & Flag.AUTH else 0
+    if len(frames) != 1 + n_frames + n_auth:
+        raise InvalidInput(
+            f"header announces {n_frames} array frames{' and auth' if n_auth else ''} but the message has "
+            f"{len(frames) - 1} frames after it"
+        )
+    meta_end = pos + meta_len
+    inline_at, frame_at = meta_end, 1
+    arrays = []
+    for i, (dtype, shape, nbytes, is_inline) in enumerate(layout):
+        if is_inline:
+            buf = head[inline_at : inline_at + nbytes]
+            inline_at += nbytes
+        else:
+            buf = _frame_bytes(frames[frame_at])
+            frame_at += 1
+        if len(buf) != nbytes:
+            raise InvalidInput(f"array {i}: shape {shape} of {dtype} needs {nbytes} bytes, got {len(buf)}")
         arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape))
-    if pos + meta_len != len(head):
-        raise InvalidInput(f"header is {len(head)} bytes, its fields and meta make {pos + meta_len}")
-    meta_raw = bytes(head[pos:])
+    if inline_at != len(head):
+        raise InvalidInput(f"header is {len(head)} bytes, its fields, meta and inline arrays make {inline_at}")
+    meta_raw = bytes(head[pos:meta_end])
     meta: dict[str, Any] = {}
     if meta_raw:
         try:

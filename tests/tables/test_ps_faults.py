@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from .ps_harness import shard_processes
 
 from tables import protocol
 from tables.auth import sign
@@ -18,6 +17,8 @@ from tables.errors import ConfigError, Forbidden, InvalidInput, NotFound, Unauth
 from tables.protocol import Message, Op
 from tables.ps_config import ClientConfig, PSConfig
 from tables.shard_server import ShardServer
+
+from .ps_harness import shard_processes
 
 SECRET = b"a-test-secret-of-32-bytes-length"
 EMB = {"name": "emb", "dim": 8, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
@@ -47,13 +48,15 @@ def test_bad_frames_get_named_errors_and_the_shard_keeps_serving(tmp_path: Path)
         ep = shards.endpoints[0]
         keys = np.arange(10, dtype=np.uint64)
         cases: dict[str, tuple[list, bytes | None, str]] = {}
-        good = _signed_request(Message(Op.PULL_SPARSE, 7, "emb", [keys]))
+        good = _signed_request(Message(Op.PULL_SPARSE, 7, "emb", [np.arange(4096, dtype=np.uint64)]))
+        small = _signed_request(Message(Op.PULL_SPARSE, 8, "emb", [keys]))  # keys inside the header frame
         cases["unauthenticated"] = ([bytes(f) for f in protocol.encode(Message(Op.PULL_SPARSE, 1, "emb", [keys]))],
                                     None, "unauthorized")
         cases["wrong secret"] = (good, b"another-secret-of-enough-bytes!!", "forbidden")
         cases["truncated array"] = ([good[0], good[1][:-8]], SECRET, "invalid_input")
         cases["missing array frame"] = ([good[0]], SECRET, "invalid_input")
         cases["truncated header"] = ([good[0][:10]], SECRET, "unauthorized")  # auth is checked first
+        cases["truncated inline array"] = ([small[0][:-8]], SECRET, "invalid_input")
         bad_version = bytearray(good[0])
         bad_version[4] = protocol.VERSION + 1
         cases["other version"] = ([bytes(bad_version), good[1]], SECRET, "invalid_input")

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from .ps_harness import shard_processes
-from .ps_worker import async_batches, sync_batches, target
 
 from tables.config import OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable
+
+from .ps_harness import shard_processes
+from .ps_worker import async_batches, sync_batches, target
 
 SGD1 = {"name": "sgd1", "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
 ADA = {"name": "ada", "dim": 4, "optimizer": {"kind": "adagrad", "lr": 0.1}, "seed": 7}

@@ -23,13 +23,19 @@ def test_round_trip_keeps_arrays_meta_and_ids() -> None:
     grads = np.arange(12, dtype=np.float32).reshape(3, 4)
     msg = Message(Op.PUSH_SPARSE, 2**63 + 5, "emb.v2", [keys, grads], {"step": 4}, Flag.SYNC)
     frames = [bytes(f) for f in protocol.encode(msg)]
-    assert len(frames) == 3  # header (with meta inside) + one frame per array
+    assert len(frames) == 1  # small arrays and the meta travel inside the header frame
     got = protocol.decode(frames)
     assert (got.op, got.request_id, got.table, got.meta, got.flags) == (msg.op, msg.request_id, "emb.v2", {"step": 4},
                                                                          Flag.SYNC)
     np.testing.assert_array_equal(got.arrays[0], keys)
     np.testing.assert_array_equal(got.arrays[1], grads)
     assert got.arrays[1].dtype == np.float32
+    big = np.arange(protocol.INLINE_MAX_BYTES, dtype=np.float32)  # 4x the inline limit: its own frame
+    frames = [bytes(f) for f in protocol.encode(Message(Op.PUSH_DENSE, 1, "w", [big, keys]))]
+    assert len(frames) == 2
+    got = protocol.decode(frames)
+    np.testing.assert_array_equal(got.arrays[0], big)
+    np.testing.assert_array_equal(got.arrays[1], keys)
 
 
 def test_error_reply_carries_code_and_message() -> None:
@@ -47,8 +53,9 @@ def test_unsendable_dtype_is_named() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=80), min_size=1, max_size=5), st.integers(0, 200))
 def test_decoding_junk_only_ever_raises_invalid_input(junk: list[bytes], cut: int) -> None:
-    valid = [bytes(f) for f in protocol.encode(Message(Op.PULL_SPARSE, 1, "emb", [np.arange(4, dtype=np.uint64)]))]
-    for frames in (junk, [valid[0][:cut], *junk], [valid[0], valid[1][:cut]]):
+    big = np.arange(4096, dtype=np.uint64)
+    valid = [bytes(f) for f in protocol.encode(Message(Op.PULL_SPARSE, 1, "emb", [big, big[:4]]))]
+    for frames in (junk, [valid[0][:cut], *junk], [valid[0], valid[1][:cut]], [valid[0][:-cut or None], valid[1]]):
         with contextlib.suppress(InvalidInput):
             protocol.decode(frames)
 
