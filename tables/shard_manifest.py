@@ -14,12 +14,17 @@ keeps numbered saves under its ``--checkpoint-dir``::
     <root>/shard-000/MANIFEST.json   {"version": 1, "saves": ["000001-base", ...]} (atomic)
     <root>/shard-000/000001-base/    a save dir as above
 
+The managed manifest also lists (by absolute path) the client-named saves on the
+"checkpoint" cursor, so a restarted shard comes back from its newest checkpoint whoever
+named the directory. It keeps only the newest base and the deltas after it.
+
 Restoring a chain replays the newest base and every delta after it, in order; dense parts
 come from the newest save.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,19 +76,26 @@ def managed_saves(directory: Path) -> list[Path]:
     saves = man.get("saves")
     if man.get("version") != FORMAT_VERSION or not isinstance(saves, list):
         raise CorruptData(f"{path}: unsupported managed manifest", detail={"file": str(path)})
-    for name in saves:
-        if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
-            raise CorruptData(f"{path}: bad save name {name!r}", detail={"file": str(path)})
-    return [directory / name for name in saves]
+    if not all(isinstance(name, str) and name not in ("", ".", "..") for name in saves):
+        raise CorruptData(f"{path}: bad save names {saves!r}", detail={"file": str(path)})
+    return [directory / name for name in saves]  # absolute names stay as they are
 
 
 def next_managed_dir(directory: Path, mode: str) -> Path:
-    saves = managed_saves(directory)
-    seq = int(saves[-1].name.split("-", 1)[0]) + 1 if saves else 1
+    numbered = sorted(p.name for p in directory.glob("[0-9]" * 6 + "-*")) if directory.is_dir() else []
+    seq = int(numbered[-1].split("-", 1)[0]) + 1 if numbered else 1
     return directory / f"{seq:06d}-{mode}"
 
 
-def commit_managed(directory: Path, save_dir: Path) -> None:
-    """Append ``save_dir`` to the managed manifest (atomic), after its shard.json is written."""
-    names = [p.name for p in managed_saves(directory)] + [save_dir.name]
-    write_json(directory / MANAGED_MANIFEST, {"version": FORMAT_VERSION, "saves": names})
+def commit_managed(directory: Path, save_dir: Path, mode: str) -> None:
+    """Record ``save_dir`` in the managed manifest (atomic), after its shard.json is written.
+    A base starts the list afresh (older saves are no longer needed to restore)."""
+    name = save_dir.name if save_dir.parent == directory else str(save_dir.resolve())
+    names = [] if mode == "base" else [str(p.relative_to(directory)) if p.parent == directory else str(p)
+                                       for p in managed_saves(directory)]
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(directory / MANAGED_MANIFEST, {"version": FORMAT_VERSION, "saves": [*names, name]})
+    if mode == "base":  # numbered saves before this base are no longer needed
+        for old in directory.glob("[0-9]" * 6 + "-*"):
+            if old != save_dir:
+                shutil.rmtree(old, ignore_errors=True)

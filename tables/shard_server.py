@@ -346,8 +346,10 @@ class ShardServer:
                 table.save(save_dir / "dense" / name)
             entry = write_save_manifest(save_dir, {"shard": self.index, "mode": mode, "cursor": cursor,
                                                    "sparse": sorted(self.sparse), "dense": dense_meta})
+            if managed is None and cursor == "checkpoint" and self._checkpoint_root is not None:
+                managed = shard_dir(self._checkpoint_root, self.index)  # a restart restores client-named saves too
             if managed is not None:
-                commit_managed(managed, save_dir)
+                commit_managed(managed, save_dir, mode)
             reply = self._ok(msg, meta={"mode": mode, "cursor": cursor, "dir": str(save_dir), "manifest": entry})
             frames = [ident, *protocol.encode(reply)]
         except Exception as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from pathlib import Path
 
@@ -136,7 +135,19 @@ def test_killed_shard_raises_a_clear_error_then_comes_back_from_its_checkpoint(t
         np.testing.assert_array_equal(rows[on_1], -2.0)  # both saves restored, the unsaved push lost
         np.testing.assert_array_equal(rows[~on_1], -3.0)
         assert c.stats()[1]["restored_from"].endswith("000002-delta")
-        assert os.getpid() not in [h["pid"] for h in c.health()]
+        # saves the client names (a trainer's pass directories) on the checkpoint cursor count too
+        c.save(into=str(tmp_path / "pass-1" / "shard-{shard}"), mode="delta")  # a base after the restart
+        c.push_sparse("emb", keys, np.ones((1000, 8), np.float32))
+        c.save(into=str(tmp_path / "pass-2" / "shard-{shard}"), mode="delta")
+        c.push_sparse("emb", keys, np.ones((1000, 8), np.float32))  # never saved
+        shards.kill(1)
+        shards.start(1)
+        shards.wait_healthy()
+        rows = c.pull_sparse("emb", keys)
+        np.testing.assert_array_equal(rows[on_1], -3.0)
+        np.testing.assert_array_equal(rows[~on_1], -5.0)
+        assert c.stats()[1]["restored_from"] == str(tmp_path / "pass-2" / "shard-1")
+        assert not list((shards.checkpoints / "shard-001").glob("0000*"))  # superseded numbered saves pruned
 
 
 def _shards_of(keys: np.ndarray) -> np.ndarray:
