@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from tables.errors import ConfigError
@@ -17,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--servers", type=int, required=True, help="number of shards")
     p.add_argument("--workers", type=int, required=True, help="number of worker processes running COMMAND")
-    p.add_argument("--config", required=True, help="PS YAML: the tables the shards serve")
+    p.add_argument("--config", default=os.environ.get("STREAMREC_PS_CONFIG"),
+                   help="PS YAML: the tables the shards serve (default: $STREAMREC_PS_CONFIG)")
     p.add_argument("--log-dir", default="logs/launch", help="one log file per role (default: logs/launch)")
     p.add_argument("--checkpoint-dir", help="shard checkpoints (default: <log-dir>/checkpoints)")
     p.add_argument("--max-restart", type=int, default=0, help="restart a dead shard up to K times (default 0)")
@@ -38,8 +40,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--servers and --workers must be >= 1, --max-restart >= 0")
     log_dir = Path(args.log_dir)
     checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else log_dir / "checkpoints"
-    if not Path(args.config).is_file():
-        raise ConfigError(f"--config {args.config}: no such file")
+    if not args.config or not Path(args.config).is_file():
+        raise ConfigError(
+            f"--config {args.config or '(unset)'}: no such file; pass the PS YAML or set STREAMREC_PS_CONFIG"
+        )
     spec = LaunchSpec(
         servers=args.servers,
         workers=args.workers,

@@ -112,6 +112,26 @@ def test_replayed_request_is_refused(tmp_path: Path) -> None:
             np.testing.assert_array_equal(c.pull_sparse("emb", np.arange(3, dtype=np.uint64))[:, 0], -1.0)
 
 
+def test_a_retried_push_is_applied_once(tmp_path: Path) -> None:
+    with shard_processes(tmp_path, [EMB], n=1) as shards:
+        push = Message(Op.PUSH_SPARSE, 77, "emb", [np.arange(3, dtype=np.uint64), np.ones((3, 8), np.float32)])
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, b"retrying-client")
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(shards.endpoints[0])
+        try:
+            for flags in (protocol.Flag.NONE, protocol.Flag.RETRY, protocol.Flag.RETRY):
+                push.flags = flags
+                sock.send_multipart(protocol.encode(push))
+                assert sock.poll(5000)
+                assert protocol.decode(sock.recv_multipart()).status == protocol.STATUS_OK
+        finally:
+            sock.close()
+        with shards.client() as c:
+            np.testing.assert_array_equal(c.pull_sparse("emb", np.arange(3, dtype=np.uint64))[:, 0], -1.0)
+
+
 def test_listening_off_loopback_needs_a_secret() -> None:
     with pytest.raises(ConfigError, match="without authentication"):
         ShardServer(PSConfig(), index=0, endpoint="tcp://0.0.0.0:1")
