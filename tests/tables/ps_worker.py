@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from tables.cluster import cluster_from_env
+from tables.config import OptimizerConfig
 from tables.sync_modes import PSWorker
 
 
@@ -44,10 +45,15 @@ def main(argv: list[str]) -> int:
             worker.push("sgd1", k, g)
             worker.step()
     elif scenario == "sync":
+        worker.init_dense("bias", np.zeros(8, np.float32), optimizer=OptimizerConfig(kind="sgd", lr=1.0))
         for k in sync_batches(spec.rank, steps, keys, batch):
             w = worker.pull("ada", k)
             worker.push("ada", k, w - target(k, w.shape[1]))
+            worker.push_dense("bias", np.full(8, spec.rank + 1, np.float32))
             worker.step()
+            # every worker sees the same dense value after each barrier: the sum of the step applied once
+            step_sum = sum(r + 1 for r in range(spec.num_workers))
+            assert (worker.pull_dense("bias") == -step_sum * worker.steps).all(), worker.pull_dense("bias")
     elif scenario == "geo":
         for k, g in async_batches(spec.rank, steps, keys, batch):
             worker.pull("sgd1", k)

@@ -43,6 +43,9 @@ def test_sync_mode_equals_one_process_on_the_concatenated_batch(tmp_path: Path) 
         shards.run_workers(WORKERS, ["sync", str(STEPS), str(KEYS), str(BATCH)], mode="sync")
         with shards.client() as c:
             rows = c.pull_sparse("ada", np.arange(KEYS, dtype=np.uint64))
+            c.init_dense("bias", np.ones(8, np.float32))  # exists already: only learns the layout
+            bias = c.pull_dense("bias")
+    np.testing.assert_array_equal(bias, np.full(8, -3.0 * STEPS, np.float32))
     local = SparseTable(TableConfig(name="ada", dim=4, optimizer=OptimizerConfig(kind="adagrad", lr=0.1), seed=7))
     per_worker = [sync_batches(r, STEPS, KEYS, BATCH) for r in range(WORKERS)]
     for step in range(STEPS):
