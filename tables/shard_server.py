@@ -2,7 +2,8 @@
 
 One thread runs the request loop, so each request is applied whole before the next one
 starts (no torn rows; the tables' own locks also make each pull/push atomic). Barriers never
-block the loop: a barrier reply is deferred until the last worker of the step arrives.
+block the loop: a barrier reply is deferred until the last worker of the step arrives
+(see :mod:`tables.sync_steps`).
 Saves run in a background thread (the tables are thread-safe, so pushes keep flowing) and
 report back through an inproc socket, because ZeroMQ sockets belong to one thread.
 """
@@ -13,7 +14,6 @@ import logging
 import os
 import threading
 from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +36,12 @@ from tables.shard_manifest import (
     write_save_manifest,
 )
 from tables.sparse_table import SparseTable
+from tables.sync_steps import SyncSteps
 
 log = logging.getLogger(__name__)
 
 _REPLAY_CACHE = 4096  # (client, request id) of recent mutating requests: a retried push applies once
 _MUTATING = (Op.PUSH_SPARSE, Op.PUSH_DENSE, Op.INIT_DENSE, Op.SHRINK, Op.END_PASS, Op.LOAD)
-
-
-@dataclass
-class _Barrier:
-    workers: int
-    waiting: list[tuple[bytes, int]] = field(default_factory=list)
 
 
 class ShardServer:
@@ -69,9 +64,7 @@ class ShardServer:
         self._dense_meta: dict[str, dict[str, Any]] = {}
         self._verifier = Verifier(secret) if secret is not None else None
         self._checkpoint_root = Path(checkpoint_dir) if checkpoint_dir else None
-        self._pending_sparse: dict[str, list[tuple[np.ndarray, ...]]] = {}
-        self._pending_dense: dict[str, np.ndarray] = {}
-        self._barriers: dict[int, _Barrier] = {}
+        self._sync = SyncSteps()
         self._replayed: OrderedDict[tuple[bytes, int], None] = OrderedDict()
         self._save_thread: threading.Thread | None = None
         self._saving = False
@@ -239,9 +232,7 @@ class ShardServer:
                 raise InvalidInput(f"table {msg.table!r}: geo deltas need optimizer sgd with lr 1, no l2, no clip")
             grads = -grads  # sgd with lr 1: w -= -delta adds the delta
         if msg.flags & Flag.SYNC:
-            self._pending_sparse.setdefault(msg.table, []).append(
-                tuple(np.array(a) for a in (keys, grads, shows, clicks) if a is not None)
-            )
+            self._sync.hold_sparse(msg.table, keys, grads, shows, clicks)
             return
         table.push(keys, grads, shows=shows, clicks=clicks)
 
@@ -269,8 +260,7 @@ class ShardServer:
         if grad.dtype != np.float32 or grad.shape != (size,):
             raise InvalidInput(f"dense {msg.table!r}: grad must be float32 ({size},), got {grad.dtype} {grad.shape}")
         if msg.flags & Flag.SYNC:
-            pending = self._pending_dense.get(msg.table)
-            self._pending_dense[msg.table] = grad.copy() if pending is None else pending + grad
+            self._sync.hold_dense(msg.table, grad)
             return
         table.push(grad)
 
@@ -279,37 +269,29 @@ class ShardServer:
             step, workers = int(msg.meta["step"]), int(msg.meta["workers"])
         except (KeyError, TypeError, ValueError):
             raise InvalidInput("barrier needs integer meta 'step' and 'workers'") from None
-        if workers < 1:
-            raise InvalidInput(f"barrier: workers must be >= 1, got {workers}")
-        barrier = self._barriers.setdefault(step, _Barrier(workers))
-        if barrier.workers != workers:
-            raise Conflict(f"barrier step {step}: workers disagree ({barrier.workers} vs {workers})")
-        # a retried barrier (the client timed out and resent) replaces the worker's earlier entry
-        barrier.waiting = [(who, rid) for who, rid in barrier.waiting if who != ident]
-        barrier.waiting.append((ident, msg.request_id))
-        if len(barrier.waiting) < workers:
+        waiters = self._sync.arrive(step, workers, (ident, msg.request_id))
+        if waiters is None:
             return None
-        del self._barriers[step]
-        applied = self._apply_pending()
-        for who, rid in barrier.waiting:
-            self._reply(sock, who, Message(Op.BARRIER, rid, meta={"step": step, "applied": applied}))
+        held = self._sync.release()
+        failures = []
+        for name, (keys, grads, shows, clicks) in held.sparse.items():
+            try:
+                self.sparse[name].push(keys, grads, shows=shows, clicks=clicks)  # duplicates summed: one update
+            except StreamrecError as err:
+                failures.append(err)
+        for name, grad in held.dense.items():
+            try:
+                self.dense[name].push(grad)
+            except StreamrecError as err:
+                failures.append(err)
+        for err in failures:
+            self._count_error(err)
+        for who, rid in waiters:  # every worker of the step hears the same outcome
+            if failures:
+                sock.send_multipart([who, *protocol.error_reply(Op.BARRIER, rid, failures[0])])
+            else:
+                self._reply(sock, who, Message(Op.BARRIER, rid, meta={"step": step, "applied": held.pushes}))
         return None
-
-    def _apply_pending(self) -> int:
-        """Apply the step's summed gradients once per table; returns the number of pushes merged."""
-        merged = 0
-        for name, parts in self._pending_sparse.items():
-            merged += len(parts)
-            cols = list(zip(*parts, strict=True))
-            keys, grads = np.concatenate(cols[0]), np.concatenate(cols[1])
-            extra = {"shows": np.concatenate(cols[2]), "clicks": np.concatenate(cols[3])} if len(cols) == 4 else {}
-            self.sparse[name].push(keys, grads, **extra)  # duplicate keys summed, one update
-        for name, grad in self._pending_dense.items():
-            merged += 1
-            self.dense[name].push(grad)
-        self._pending_sparse.clear()
-        self._pending_dense.clear()
-        return merged
 
     # ---------------------------------------------------------------- checkpoints
     def _managed_dir(self, msg: Message) -> Path:
