@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+
 from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, make_settings, random_items, started
 
 

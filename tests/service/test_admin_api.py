@@ -9,12 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from .service_support import BundleBuilder, auth, make_settings, started, wait_until
 
 from tables.config import EvictionConfig, TableConfig
 from tables.errors import NotFound
 from tables.sparse_table import SparseTable
 from trainer.control import ControlServer
+
+from .service_support import BundleBuilder, auth, make_settings, started, wait_until
 
 ADMIN_CALLS = [
     ("GET", "/admin/status", None), ("GET", "/admin/passes", None), ("POST", "/admin/checkpoint", None),

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
 
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex
 from tables.errors import NotFound
+
+from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
 
 EDGE_IDS = [0, (1 << 64) - 1, 1 << 63]
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from .service_support import ITEM_IDS, USER_IDS, auth, make_settings, started, wait_until
 
 from service.settings import LimitSettings
+
+from .service_support import ITEM_IDS, USER_IDS, auth, make_settings, started, wait_until
 
 
 def _lookup(client, slot, ids):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 from fastapi.testclient import TestClient
-from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, random_items
-from .test_item_search import brute_force
 
 from tables.routing import shard_of
 from trainer.inference import Predictor, instances_to_batch
+
+from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, random_items
+from .test_item_search import brute_force
 
 INSTANCES = [
     {"dense": [0.5, 3.0], "slots": {"user": [int(USER_IDS[0]), int(USER_IDS[7])], "item": [int(ITEM_IDS[2])]}},

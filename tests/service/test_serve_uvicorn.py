@@ -13,11 +13,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from .service_support import TOKEN, USER_IDS, BundleBuilder, wait_until
 
 from deploy.cli import main as cli_main
 from service.settings import ServiceSettings, load_settings
 from tables.errors import ConfigError
+
+from .service_support import TOKEN, USER_IDS, BundleBuilder, wait_until
 
 
 def _free_port() -> int:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from .reference_table import ReferenceTable
 
 from tables.config import InitializerConfig, OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable
+
+from .reference_table import ReferenceTable
 
 KINDS = ["sgd", "adagrad", "adam", "ftrl"]
 # The wide weight runs another rule than the embedding, so a mix-up of the two would show.
