@@ -37,6 +37,7 @@ class FileJob:
     mode: str = "async"
     predictions: str | None = None
     blas_threads: int = 1
+    dense_sync_steps: int = 16  # async: merge each worker's dense model through the PS every k steps
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
@@ -60,7 +61,8 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
         spec_path = root / "job.json"
         spec_path.write_text(json.dumps({"model": job.model.model_dump(mode="json"), "train": list(job.train),
                                          "test": job.test, "batch_size": job.batch_size, "results": str(results),
-                                         "predictions": job.predictions}))
+                                         "predictions": job.predictions,
+                                         "dense_sync_steps": job.dense_sync_steps}))
         saved = {k: os.environ.get(k) for k in _THREAD_VARS}
         os.environ.update({k: str(job.blas_threads) for k in _THREAD_VARS})  # inherited by the children
         try:

@@ -31,7 +31,7 @@ from tables.sync_modes import PSWorker
 from trainer.models import build_model
 from trainer.params import PSStore
 from trainer.prefetch import Prefetcher
-from trainer.process_stats import peak_rss_mb, process_peak_rss_mb
+from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb
 from trainer.worker import Worker, prepare
 
 _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)
@@ -77,6 +77,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
         batches.close()
     seconds = time.perf_counter() - start
     result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": dict(dead.counts),
+              "cpu_s": time.process_time(),
               "phases": dict(worker.phase_seconds), "progressive": worker.metrics.total.summary()}
     if prefetch_client is not None:
         prefetch_client.close()
@@ -99,7 +100,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
     ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
     dead = DeadLetters()
     labels, probs = [], []
-    for batch in file_batches([job["test"]], SchemaConfig.criteo(), 8192, dead):
+    for batch in file_batches([job["test"]], SchemaConfig.criteo(), 2048, dead):
         labels.append(batch.labels)
         probs.append(worker.score(batch))
     y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
@@ -107,14 +108,17 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
         np.savetxt(job["predictions"], p, fmt="%.6f")
     pc = np.clip(p, 1e-7, 1 - 1e-7)
     shard_pids = [int(h["pid"]) for h in worker.store.worker.client.health()]  # type: ignore[attr-defined]
-    rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + sum(process_peak_rss_mb(pid)
-                                                                          for pid in shard_pids)
+    shard_rss = [process_peak_rss_mb(pid) for pid in shard_pids]
+    shard_cpu = [process_cpu_seconds(pid) for pid in shard_pids]
+    rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + sum(shard_rss)
     train_rows = sum(r["records"] for r in ranks)
     train_seconds = max(r["seconds"] for r in ranks)
     out = {"train_rows": train_rows, "train_seconds": round(train_seconds, 3),
            "samples_per_s": round(train_rows / train_seconds, 1), "test_rows": int(y.shape[0]),
            "test_auc": roc_auc(y, p), "test_logloss": float(-(y * np.log(pc) + (1 - y) * np.log1p(-pc)).mean()),
-           "peak_rss_mb": round(rss, 1), "rejected": ranks[0]["rejected"], "test_rejected": dict(dead.counts),
+           "peak_rss_mb": round(rss, 1), "rss_mb": {"shards": shard_rss, "chief": peak_rss_mb(),
+                                                   "workers": [r["peak_rss_mb"] for r in ranks]},
+           "shard_cpu_s": shard_cpu, "rejected": ranks[0]["rejected"], "test_rejected": dict(dead.counts),
            "workers": ranks}
     (results / "result.json").write_text(json.dumps(out))
 

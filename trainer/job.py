@@ -22,6 +22,7 @@ import numpy as np
 from streaming.consumer import Membership, StreamConsumer
 from tables.client import PSClient
 from tables.cluster import ClusterSpec
+from tables.errors import NotFound, Unavailable
 from tables.ps_config import PSConfig, load_ps_config
 from tables.sync_modes import PSWorker
 from trainer import checkpoints
@@ -74,6 +75,7 @@ class StreamingJob:
         self.worker: Worker | None = None
         self.consumer: StreamConsumer | None = None
         self.reseek: dict[int, int] | None = None
+        self.recoveries = 0
 
     # ------------------------------------------------------------------ setup
     def _barrier(self, tag: int) -> None:
@@ -143,14 +145,20 @@ class StreamingJob:
                 time.sleep(0.05)
                 self._serve_requests()
             if self.reseek is not None:
-                return idle_since
-            if item is not None:
-                self._train(item)
-                idle_since = time.monotonic()
+                return time.monotonic()
             done = (self.max_records is not None and self.records_run >= self.max_records) or (
                 self.max_idle_s is not None and time.monotonic() - idle_since >= self.max_idle_s)
-            if self.clock.due() or (done and self.clock.count):
-                self.commit()
+            try:
+                if item is not None:
+                    self._train(item)
+                    idle_since = time.monotonic()
+                if self.clock.due() or (done and self.clock.count):
+                    self.commit()
+            except (NotFound, Unavailable):
+                if self.spec.num_workers != 1:
+                    raise  # several workers: the job fails and is restarted, every worker from the last pass
+                self._recover_shards()
+                return time.monotonic()  # the wait for the shard is not idleness of the stream
             if done:
                 self.stopping.set()
             if self.stopping.is_set():
@@ -261,8 +269,6 @@ class StreamingJob:
         box: dict[str, Any] = {"done": threading.Event()}
         self.requests.append((op, args, box))
         if not box["done"].wait(timeout=600):
-            from tables.errors import Unavailable
-
             raise Unavailable(f"training loop did not run {op!r} within 600 s")
         if "error" in box:
             raise box["error"]
@@ -278,6 +284,27 @@ class StreamingJob:
             raise Conflict("this worker does not export (not the chief, or passes.export is off)")
         return self.exporter.export(self.pass_id, newest_record_time=self.newest_time,
                                     item_vectors=self._item_vectors)
+
+    def _recover_shards(self) -> None:
+        """A shard restarted empty (its dense array is gone) or stopped answering: wait for it,
+        then go back to the newest complete pass (tables reloaded, stream re-read from there)."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.client.health()
+                break
+            except Unavailable:
+                if time.monotonic() > deadline:
+                    raise
+        found = checkpoints.complete_passes(self.root)
+        if not found:
+            raise Unavailable("a shard lost its tables before the first pass was committed; restart the job")
+        self.store.forget()
+        if self.spec.mode == "sync":  # apply (and so discard, by the load below) pushes held for a barrier
+            self.client.barrier(_TAG - 1 - self.ps.steps, 1, timeout_s=60)
+        self.store.init()
+        self._op_rollback(found[-1])
+        self.recoveries += 1
 
     def _op_rollback(self, pass_id: int) -> dict[str, Any]:
         """Back to a committed pass: shards load it, newer passes go, the stream re-reads from its offsets."""
@@ -310,5 +337,6 @@ class StreamingJob:
                 "records_total": self.records_total, "paused": self.paused.is_set(), "mode": self.spec.mode,
                 "progressive": None if w is None else w.metrics.summary(),
                 "phase_seconds": {} if w is None else dict(w.phase_seconds),
-                "newest_record_time": self.newest_time, "commit_stall_s": list(self.commit_stall_s[-20:]),
+                "newest_record_time": self.newest_time, "recoveries": self.recoveries,
+                "commit_stall_s": list(self.commit_stall_s[-20:]),
                 "last_commit": {k: v for k, v in self.last_commit.items() if k != "files"}}

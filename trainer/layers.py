@@ -85,12 +85,13 @@ class MLP:
         return acts[-1]
 
     def backward(self, params: ParamSet, dy: np.ndarray) -> np.ndarray:
-        """Accumulate parameter gradients into ``params.grad``; returns the input gradient."""
+        """Write parameter gradients into ``params.grad`` (zeroed by the caller); returns the input gradient."""
         acts = self._acts
         for i in range(len(self.sizes) - 2, -1, -1):
             w = params.value[f"{self.prefix}.{i}.w"]
-            params.grad[f"{self.prefix}.{i}.w"] += np.matmul(acts[i].T, dy)
-            params.grad[f"{self.prefix}.{i}.b"] += dy.sum(axis=0)
+            # each parameter is used once per step and its gradient was zeroed: write, don't add
+            np.matmul(acts[i].T, dy, out=params.grad[f"{self.prefix}.{i}.w"])
+            np.sum(dy, axis=0, out=params.grad[f"{self.prefix}.{i}.b"])
             dx = np.matmul(dy, w.T)
             if i > 0:
                 dx *= acts[i] > _F0  # through the ReLU of the layer below

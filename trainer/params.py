@@ -65,12 +65,20 @@ class PSStore:
 
     def __init__(self, worker: PSWorker, dense_initial: np.ndarray) -> None:
         self.worker = worker
+        self._initial = np.ascontiguousarray(dense_initial, np.float32).copy()
         # async mode: a step's sparse pushes are waited for at the end of the NEXT step, so
         # the network round trip overlaps compute; drain() waits for all (before a commit)
         self._this_step: list[Ticket] = []
         self._last_step: list[Ticket] = []
-        # first writer wins: every worker offers the same seeded initial value
-        worker.init_dense(DENSE_NAME, np.ascontiguousarray(dense_initial, np.float32), optimizer=SUM)
+        self.init()
+
+    def init(self) -> None:
+        """Create the dense array on the shards (first writer wins: all offer the same seeded value)."""
+        self.worker.init_dense(DENSE_NAME, self._initial, optimizer=SUM)
+
+    def forget(self) -> None:
+        """Drop pushes in flight (their shard restarted; the caller reloads a pass)."""
+        self._last_step, self._this_step = [], []
 
     def pull_sparse(self, table: str, keys: np.ndarray) -> np.ndarray:
         return self.worker.pull(table, keys)

@@ -20,3 +20,14 @@ def process_peak_rss_mb(pid: int) -> float:
     except (OSError, ValueError, IndexError):
         pass
     return 0.0
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process; 0 when unreadable."""
+    import os
+
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0

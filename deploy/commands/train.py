@@ -21,6 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--servers", type=int, default=1)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--mode", choices=["async", "sync", "geo"], default="async")
+    p.add_argument("--dense-sync-steps", type=int, default=16,
+                   help="async: each worker merges its dense model through the PS every k steps")
     p.add_argument("--predictions", help="write one predicted probability per test row here")
     p.add_argument("--work-dir", help="keep logs and shard files here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -46,7 +48,8 @@ def run_files(args: argparse.Namespace) -> int:
     model = criteo_model(args.model, embedding_dim=args.embedding_dim, mlp=mlp, optimizer=args.optimizer, lr=args.lr)
     job = FileJob(train=tuple(str(Path(p).resolve()) for p in args.train), test=str(Path(args.test).resolve()),
                   model=model, batch_size=args.batch_size, servers=args.servers, workers=args.workers, mode=args.mode,
-                  predictions=str(Path(args.predictions).resolve()) if args.predictions else None)
+                  predictions=str(Path(args.predictions).resolve()) if args.predictions else None,
+                  dense_sync_steps=args.dense_sync_steps)
     result = run_file_job(job, work_dir=Path(args.work_dir) if args.work_dir else None)
     keys = ("train_rows", "train_seconds", "samples_per_s", "test_auc", "test_logloss", "peak_rss_mb")
     if args.json:

@@ -39,13 +39,19 @@ class Procs:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.procs: list[subprocess.Popen] = []
+        self.logs: dict[int, Path] = {}  # pid -> its log file
 
     def start(self, argv: list[str], *, env: dict[str, str] | None = None, log: str) -> subprocess.Popen:
-        out = open(self.tmp / log, "ab")  # noqa: SIM115 - owned by the child's lifetime
+        path = self.tmp / f"{log}.{len(self.procs)}"
+        out = open(path, "ab")  # noqa: SIM115 - owned by the child's lifetime
         p = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=REPO, stdout=out,
                              stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(p)
+        self.logs[p.pid] = path
         return p
+
+    def log_of(self, p: subprocess.Popen) -> str:
+        return self.logs[p.pid].read_text(errors="replace")
 
     @staticmethod
     def kill(p: subprocess.Popen) -> None:
@@ -75,14 +81,16 @@ class Cluster:
 
         self.procs, self.tmp = procs, tmp
         self.ps_yaml = tmp / "ps.yaml"
-        self.ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=tables).model_dump(mode="json")))
+        # short client timeouts: a restarted shard is found again quickly
+        ps = PSConfig(tables=tables, client=ClientConfig(timeout_s=2.0, retries=20))
+        self.ps_yaml.write_text(yaml.safe_dump(ps.model_dump(mode="json")))
         self.ports = free_ports(servers)
         self.endpoints = tuple(f"tcp://127.0.0.1:{p}" for p in self.ports)
         self.shards = [self.start_shard(i) for i in range(servers)]
 
     def start_shard(self, i: int) -> subprocess.Popen:
         p = self.procs.start([sys.executable, "-m", "deploy.cli", "shard", "--config", str(self.ps_yaml), "--index",
-                              str(i), "--port", str(self.ports[i])], log=f"shard-{i}.log")
+                              str(i), "--port", str(self.ports[i])], log=f"shard-{i}")
         deadline = time.monotonic() + 60
         with PSClient([self.endpoints[i]], config=ClientConfig(timeout_s=0.5, retries=0)) as c:
             while True:
@@ -103,7 +111,7 @@ class Cluster:
               extra: tuple[str, ...] = ("--max-idle-s", "4")) -> subprocess.Popen:
         return self.procs.start([sys.executable, "-m", "deploy.cli", "train", "--config", str(job_yaml),
                                  "--bootstrap", bootstrap, *extra], env=self.env(rank, workers, mode),
-                                log=f"train-{rank}.log")
+                                log=f"train-{rank}")
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
 """The streaming job end to end on real processes: tansu broker, a PS shard, `streamrec train`.
 
-Passes commit into checkpoints/pass-<n>/ and export bundles; a job killed with SIGKILL and
-restarted continues from its last committed pass and ends with exactly the model of a run
-that never crashed (sync mode, one partition, so batches are the same in both runs).
+Passes commit into checkpoints/pass-<n>/ and export bundles. A trainer killed with SIGKILL
+and restarted, and then a shard killed and restarted empty, both continue from the last
+committed pass; the job ends with exactly the model of a run that never crashed (sync
+mode, one partition, so both runs see the same batches).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -71,7 +73,7 @@ def final_model(root: Path, tables) -> tuple[dict, np.ndarray]:
     for cfg in tables:
         t = SparseTable(cfg)
         for n in done[done.index(start):]:
-            t.load(checkpoints.pass_dir(root, n) / "shard-0")
+            t.load(checkpoints.pass_dir(root, n) / "shard-0" / "sparse" / cfg.name)
         keys = np.sort(t._rows.cols["keys"][: t.size()])  # the test peeks at the stored ids
         out[cfg.name] = (keys, t.pull(keys))
     dense_dir = checkpoints.pass_dir(root, done[-1]) / "shard-0" / "dense" / "dense"
@@ -86,7 +88,8 @@ def test_passes_commit_checkpoints_and_bundles(broker, cluster, tmp_path: Path) 
     path = job_yaml(tmp_path, "run", kafka)
     cfg = load_job_config(path)
     c = cluster(cfg.model.table_configs())
-    assert wait_exit(c.train(path, broker.bootstrap)) == 0, (tmp_path / "train-0.log").read_text()[-3000:]
+    job = c.train(path, broker.bootstrap)
+    assert wait_exit(job) == 0, c.procs.log_of(job)[-3000:]
     root = Path(cfg.checkpoint_dir)
     done = checkpoints.complete_passes(root)
     assert done[-1] == 5 and len(done) >= 3
@@ -103,8 +106,8 @@ def test_passes_commit_checkpoints_and_bundles(broker, cluster, tmp_path: Path) 
     man = bundle.read_manifest(exports, 5)
     dense = bundle.load_dense(exports, man)
     tables = {t.name: SparseTable(t) for t in cfg.model.table_configs()}
-    for t in tables.values():
-        t.load(man.shard_dir(exports, 0))
+    for name, t in tables.items():
+        t.load(man.shard_dir(exports, 0) / "sparse" / name)
     pred = Predictor(man.model, dense, lambda name, keys: tables[name].pull(keys))
     from streaming.parsers import make_parser
     from streaming.sample_encoding import generated_criteo_schema
@@ -114,7 +117,9 @@ def test_passes_commit_checkpoints_and_bundles(broker, cluster, tmp_path: Path) 
     assert p.shape == (300,) and np.all((p > 0) & (p < 1))
 
 
-def test_killed_job_restarts_from_last_pass_and_matches_a_clean_run(broker, cluster, procs, tmp_path: Path) -> None:
+def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
+    broker, cluster, procs, tmp_path: Path
+) -> None:
     kafka = produce(broker.bootstrap)
     clean_yaml, crash_yaml = job_yaml(tmp_path, "clean", kafka), job_yaml(tmp_path, "crash", kafka)
     tables = load_job_config(clean_yaml).model.table_configs()
@@ -130,7 +135,14 @@ def test_killed_job_restarts_from_last_pass_and_matches_a_clean_run(broker, clus
     procs.kill(first)  # SIGKILL, mid-pass 3
     committed = checkpoints.read_pass(root, max(checkpoints.complete_passes(root)))
     second = crashy.train(crash_yaml, broker.bootstrap)
-    assert wait_exit(second) == 0, (tmp_path / "train-0.log").read_text()[-3000:]
+    while 3 not in checkpoints.complete_passes(root):
+        assert time.monotonic() < deadline and second.poll() is None
+        time.sleep(0.05)
+    procs.kill(crashy.shards[0])  # and now the shard, mid-pass 4: it comes back empty on the same port
+    crashy.start_shard(0)
+    assert wait_exit(second) == 0, procs.log_of(second)[-3000:]
+    status = json.loads(procs.log_of(second).strip().splitlines()[-1])
+    assert status["recoveries"] == 1
 
     final = checkpoints.read_pass(root, 5)
     assert final["records_total"] == RECORDS and final["offsets"] == {"0": RECORDS}

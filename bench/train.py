@@ -1,0 +1,164 @@
+"""Training benchmark: `streamrec train-files` on planted Criteo-format data, plus the stall of a
+pass commit with 10M sparse rows.
+
+Data: one PlantedModel (seed 0) draws --train-rows training rows and then --test-rows test
+rows (the same hidden model, later events); the Bayes AUC is that of the true
+probabilities on the test rows. Job: wide&deep, dim 9, MLP 400-400-400, batch 512, Adam
+1e-3, 1 shard, 2 workers (all configurable). The TensorFlow ParameterServerStrategy and
+TorchRec figures are quoted from the issue (measured earlier on this machine), NOT re-run.
+
+Commit stall: a shard process holding --stall-rows rows (wide&deep row layout) is asked to
+save a pass the way the chief does at a pass end (a base: every row; and a delta after
+--stall-delta-rows pushes); workers wait at the barrier for exactly that long.
+
+Run: ``python bench/train.py [--train-rows N] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+QUOTED = {"tensorflow_ps": {"samples_per_s": 22_000, "test_auc": "0.763-0.765", "peak_rss_gb": "2.9-6.9"},
+          "torchrec_2_ranks": {"samples_per_s": 28_000, "test_auc": "0.763-0.765", "peak_rss_gb": "2.9-6.9"}}
+TARGETS = {"samples_per_s": 50_000, "peak_rss_mb": 1536, "pass_commit_stall_s": 2.0}
+
+
+def make_data(directory: Path, train_rows: int, test_rows: int, seed: int) -> tuple[Path, Path, float]:
+    from streaming.generator import PlantedModel
+    from streaming.sample_encoding import write_dataset
+
+    model = PlantedModel(seed=seed)
+    train, test = directory / "train.txt", directory / "test.txt"
+    write_dataset(str(train), model, train_rows, fmt="criteo")
+    stats = write_dataset(str(test), model, test_rows, fmt="criteo")  # continues the same stream of events
+    return train, test, float(stats["bayes_auc"])
+
+
+def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path) -> dict:
+    """`streamrec train-files --json` as its own process: its RSS sum is the job's, not this script's."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "deploy.cli", "train-files", "--train", str(train), "--test", str(test),
+            "--model", "wide_deep", "--embedding-dim", str(args.dim), "--mlp", args.mlp, "--batch-size",
+            str(args.batch_size), "--optimizer", "adam", "--lr", str(args.lr), "--servers", str(args.servers),
+            "--workers", str(args.workers), "--dense-sync-steps", str(args.dense_sync_steps), "--work-dir",
+            str(work / "job"), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    if done.returncode != 0:
+        raise SystemExit(f"train-files failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
+    """Seconds a pass commit holds the workers: a base and a delta save of a shard with ``rows`` rows."""
+    import subprocess
+
+    import yaml
+
+    from deploy.launcher import free_ports
+    from tables.client import PSClient
+    from tables.ps_config import ClientConfig, PSConfig
+    from trainer.file_job import criteo_model
+
+    tables = criteo_model("wide_deep", embedding_dim=9, mlp=(8,), optimizer="adam", lr=1e-3).table_configs()
+    tables = tuple(t.model_copy(update={"initial_capacity": rows}) for t in tables)
+    ps_yaml = work / "stall-ps.yaml"
+    ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=tables).model_dump(mode="json")))
+    port = free_ports(1)[0]
+    shard = subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(ps_yaml), "--index", "0",
+                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        with PSClient([f"tcp://127.0.0.1:{port}"], config=ClientConfig(timeout_s=60, retries=0)) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.health()
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+            name, width = tables[0].name, tables[0].width
+            chunk = 1 << 20
+            for start in range(0, rows, chunk):
+                keys = np.arange(start + 1, min(rows, start + chunk) + 1, dtype=np.uint64)
+                client.push_sparse(name, keys, np.full((keys.shape[0], width), 0.01, np.float32))
+            t = time.perf_counter()
+            client.save(into=str(work / "stall" / "pass-1" / "shard-{shard}"), mode="base", cursor="checkpoint")
+            base_s = time.perf_counter() - t
+            keys = np.random.default_rng(0).choice(rows, delta_rows, replace=False).astype(np.uint64) + np.uint64(1)
+            client.push_sparse(name, keys, np.full((delta_rows, width), 0.01, np.float32))
+            t = time.perf_counter()
+            client.save(into=str(work / "stall" / "pass-2" / "shard-{shard}"), mode="delta", cursor="checkpoint")
+            delta_s = time.perf_counter() - t
+            client.stop()
+    finally:
+        shard.kill()
+        shard.wait()
+    return {"rows": rows, "base_save_s": round(base_s, 2), "delta_rows": delta_rows, "delta_save_s": round(delta_s, 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train-rows", type=int, default=1_000_000)
+    ap.add_argument("--test-rows", type=int, default=200_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dim", type=int, default=9)
+    ap.add_argument("--mlp", default="400,400,400")
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--servers", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--dense-sync-steps", type=int, default=16)
+    ap.add_argument("--stall-rows", type=int, default=10_000_000)
+    ap.add_argument("--stall-delta-rows", type=int, default=1_000_000)
+    ap.add_argument("--skip-stall", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="streamrec-bench-train-") as tmp:
+        work = Path(tmp)
+        train, test, bayes = make_data(work, args.train_rows, args.test_rows, args.seed)
+        result = run_training(args, train, test, work)
+        stall = None if args.skip_stall else commit_stall(args.stall_rows, args.stall_delta_rows, work)
+    # the workers wait for the base save (the worst pass: every K-th one)
+    stall_s = None if stall is None else stall["base_save_s"]
+    out = {"samples_per_s": result["samples_per_s"], "test_auc": round(result["test_auc"], 4),
+           "bayes_auc": round(bayes, 4), "peak_rss_mb": result["peak_rss_mb"], "pass_commit_stall_s": stall_s,
+           "train_rows": result["train_rows"], "train_seconds": result["train_seconds"],
+           "test_logloss": round(result["test_logloss"], 4), "auc_gap_to_bayes": round(bayes - result["test_auc"], 4),
+           "commit": stall, "setup": {k: getattr(args, k) for k in ("dim", "mlp", "batch_size", "lr", "servers",
+                                                                    "workers", "dense_sync_steps")},
+           "quoted_not_rerun": QUOTED}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"streamrec train-files: wide&deep dim {args.dim}, MLP {args.mlp}, batch {args.batch_size}, Adam {args.lr}, "
+          f"{args.servers} shard / {args.workers} workers, {result['train_rows']:,} train rows, "
+          f"{args.test_rows:,} test rows")
+    rows = [("samples/s", f"{out['samples_per_s']:,.0f}", f">= {TARGETS['samples_per_s']:,}", "22,000 / 28,000"),
+            ("test AUC", f"{out['test_auc']:.4f}", f"Bayes {out['bayes_auc']:.4f} (gap {out['auc_gap_to_bayes']:.4f})",
+             "0.763-0.765"),
+            ("test logloss", f"{out['test_logloss']:.4f}", "", ""),
+            ("peak RSS (all processes)", f"{out['peak_rss_mb']:,.0f} MB", f"<= {TARGETS['peak_rss_mb']} MB",
+             "2.9-6.9 GB"),
+            ("pass commit stall", "skipped" if stall_s is None else f"{stall_s:.2f} s "
+             f"(base of {args.stall_rows:,} rows; delta of {args.stall_delta_rows:,}: {stall['delta_save_s']:.2f} s)",
+             f"<= {TARGETS['pass_commit_stall_s']} s", "")]
+    print(f"{'metric':<26}{'streamrec':<52}{'target':<34}{'TF PS / TorchRec (quoted, not re-run)'}")
+    for r in rows:
+        print(f"{r[0]:<26}{r[1]:<52}{r[2]:<34}{r[3]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
