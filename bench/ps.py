@@ -165,6 +165,8 @@ def run(dist: str, client: PSClient, r: Any, seconds: float, small_calls: int) -
     small = key_batches(dist, 64, SMALL, seed=3)
     out["small_pull_p50_us"], out["small_pull_p99_us"] = latency(lambda k: client.pull_sparse("emb", k), small,
                                                                  small_calls)
+    # the floor under that: a health round trip to both shards (same sockets, no table work)
+    out["health_p50_us"], _ = latency(lambda k: client.health(), small, small_calls)
     return out
 
 
@@ -181,7 +183,10 @@ def human(results: dict[str, dict[str, float]]) -> str:
         p50 = m["small_pull_p50_us"]
         lines.append(f"{dist:8} {SMALL}-key pull latency: p50 {p50:.0f} us, p99 {m['small_pull_p99_us']:.0f} us "
                      f"(target p50 <= {TARGETS['small_pull_p50_us']:.0f} us: "
-                     f"{'met' if p50 <= TARGETS['small_pull_p50_us'] else 'MISSED'})")
+                     f"{'met' if p50 <= TARGETS['small_pull_p50_us'] else 'MISSED'}); "
+                     f"health round trip to both shards p50 {m['health_p50_us']:.0f} us")
+    load = os.getloadavg()[0]
+    lines.append(f"machine: {os.cpu_count()} cores, load average {load:.2f} during the run")
     return "\n".join(lines)
 
 

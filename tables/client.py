@@ -146,12 +146,8 @@ class PSClient:
                 continue
             timeout_ms = max(1, int((min(p.deadline for p in waiting) - now) * 1000) + 1)
             for sock, _ in self._poller.poll(timeout_ms):
-                while True:
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self._accept(frames)
+                # one message per readiness: cheaper than draining until zmq.Again is raised
+                self._accept(sock.recv_multipart(copy=False))
 
     def _accept(self, frames: list[Any]) -> None:
         try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,9 @@ class Flag(enum.IntFlag):
     RETRY = 4  # a resend of an earlier request id: the shard answers from its replay cache
     AUTH = 8  # the last frame is an auth tag
 
+
+_OPS = {int(op): op for op in Op}
+_FLAGS = tuple(Flag(i) for i in range(16))  # enum construction per message is measurably slow
 
 STATUS_OK = 0
 STATUS_ERROR = 1
@@ -148,9 +152,9 @@ def decode(frames: list[Any]) -> Message:
         raise InvalidInput(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION:
         raise InvalidInput(f"protocol version {version} is not supported; this peer speaks version {VERSION}")
-    if op not in Op._value2member_map_ or (op == Op.UNKNOWN and status != STATUS_ERROR):
+    if op not in _OPS or (op == Op.UNKNOWN and status != STATUS_ERROR):
         raise InvalidInput(f"unknown op {op}")
-    op = Op(op)
+    op = _OPS[op]
     if n_arrays > MAX_ARRAYS:
         raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, header says {n_arrays}")
     pos = HEADER.size
@@ -174,7 +178,7 @@ def decode(frames: list[Any]) -> Message:
             raise InvalidInput(f"array {i}: bad or truncated shape (ndim {ndim})")
         shape = tuple(_DIM.unpack_from(head, pos + 8 * k)[0] for k in range(ndim))
         pos += 8 * ndim
-        layout.append((dtype, shape, int(np.prod(shape, dtype=np.float64)) * dtype.itemsize, bool(code & _INLINE)))
+        layout.append((dtype, shape, math.prod(shape) * dtype.itemsize, bool(code & _INLINE)))
     n_frames = sum(not is_inline for *_, is_inline in layout)
     n_auth = 1 if flags & Flag.AUTH else 0
     if len(frames) != 1 + n_frames + n_auth:
@@ -207,7 +211,7 @@ def decode(frames: list[Any]) -> Message:
         if not isinstance(meta, dict):
             raise InvalidInput("meta frame must be a JSON object")
     return Message(op=op, request_id=request_id, table=table, arrays=arrays, meta=meta,
-                   flags=Flag(flags & 0xF), status=status)
+                   flags=_FLAGS[flags & 0xF], status=status)
 
 
 def peek(frames: list[Any]) -> tuple[int, Flag, int]:
@@ -220,7 +224,7 @@ def peek(frames: list[Any]) -> tuple[int, Flag, int]:
         head = _frame_bytes(frames[0])
         if len(head) >= HEADER.size:
             _, _, op, flags, _, _, _, _, request_id = HEADER.unpack_from(head, 0)
-            return op, Flag(flags & 0xF), request_id
+            return op, _FLAGS[flags & 0xF], request_id
     return 0, Flag.NONE, 0
 
 

@@ -41,20 +41,42 @@ def shard_of(keys: np.ndarray, n_shards: int) -> np.ndarray:
         return ((_fmix64_np(keys ^ ROUTING_SALT) >> np.uint64(32)) % np.uint64(n_shards)).astype(np.int64)
 
 
+@nb.njit(cache=True, inline="always")
+def _fmix64(z: np.uint64) -> np.uint64:
+    z ^= z >> np.uint64(33)
+    z *= np.uint64(0xFF51AFD7ED558CCD)
+    z ^= z >> np.uint64(33)
+    z *= np.uint64(0xC4CEB9FE1A85EC53)
+    return z ^ (z >> np.uint64(33))
+
+
 @nb.njit(cache=True, nogil=True)
-def _group(shard: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray]:
-    """Counting sort by shard: ``order`` (stable) and per-shard ``offsets``."""
+def _group(uniq: np.ndarray, first_inverse: np.ndarray, n_shards: int,
+           salt: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Route (as :func:`shard_of`) and counting-sort the unique keys by shard, in one pass each."""
+    m = uniq.shape[0]
+    shard = np.empty(m, np.int64)
     offsets = np.zeros(n_shards + 1, np.int64)
-    for j in range(shard.shape[0]):
-        offsets[shard[j] + 1] += 1
+    for j in range(m):
+        s = np.int64((_fmix64(uniq[j] ^ salt) >> np.uint64(32)) % np.uint64(n_shards))
+        shard[j] = s
+        offsets[s + 1] += 1
     for s in range(n_shards):
         offsets[s + 1] += offsets[s]
     fill = offsets[:-1].copy()
-    order = np.empty(shard.shape[0], np.int64)
-    for j in range(shard.shape[0]):
-        order[fill[shard[j]]] = j
+    grouped = np.empty(m, np.uint64)
+    order = np.empty(m, np.int64)
+    position = np.empty(m, np.int64)
+    for j in range(m):
+        p = fill[shard[j]]
         fill[shard[j]] += 1
-    return order, offsets
+        grouped[p] = uniq[j]
+        order[p] = j
+        position[j] = p
+    inverse = np.empty(first_inverse.shape[0], np.int64)
+    for i in range(first_inverse.shape[0]):
+        inverse[i] = position[first_inverse[i]]
+    return grouped, inverse, offsets, order
 
 
 @dataclass(frozen=True)
@@ -86,11 +108,11 @@ class KeyPlan:
 def plan_keys(keys: np.ndarray, n_shards: int) -> KeyPlan:
     """Deduplicate ``keys`` and group them by :func:`shard_of` (O(n), no sort)."""
     keys = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+    if n_shards < 1:
+        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
     uniq, first_inverse = dedupe(keys)
-    order, offsets = _group(shard_of(uniq, n_shards), n_shards)
-    position = np.empty_like(order)
-    position[order] = np.arange(order.shape[0])
-    return KeyPlan(uniq[order], position[first_inverse], offsets, first_inverse, order)
+    grouped, inverse, offsets, order = _group(uniq, first_inverse, n_shards, ROUTING_SALT)
+    return KeyPlan(grouped, inverse, offsets, first_inverse, order)
 
 
 @dataclass(frozen=True)
