@@ -102,7 +102,7 @@ class PSClient:
             frames.append(sign(self._secret, frames))
         # no connection to the shard right now: the request times out and is resent
         with contextlib.suppress(zmq.Again):
-            self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=len(frames) == 1)
 
     def _request(self, shard: int, op: Op, table: str = "", arrays: Sequence[np.ndarray] = (),
                  meta: dict[str, Any] | None = None, flags: Flag = Flag.NONE, timeout_s: float | None = None) -> int:

@@ -112,7 +112,9 @@ class ShardServer:
             ctx.term()
 
     def _reply(self, sock: zmq.Socket, ident: bytes, msg: Message) -> None:
-        sock.send_multipart([ident, *protocol.encode(msg)], copy=False)
+        frames = protocol.encode(msg)
+        # zero-copy pays off only for big frames; small replies are cheaper copied
+        sock.send_multipart([ident, *frames], copy=len(frames) == 1)
 
     def _handle(self, sock: zmq.Socket, frames: list[Any]) -> bool:
         ident, body = frames[0].bytes, frames[1:]
