@@ -160,7 +160,13 @@ class PSClient:
 
     def _collect(self, rids: Sequence[int]) -> list[Message]:
         """Replies for ``rids`` in order; raises the first error reply as its error class."""
-        self._receive(set(rids))
+        try:
+            self._receive(set(rids))
+        except Unavailable:
+            for rid in rids:  # abandon the whole request: late replies to its other parts are dropped
+                self._pending.pop(rid, None)
+                self._done.pop(rid, None)
+            raise
         replies = [self._done.pop(rid) for rid in rids]
         for rid, reply in zip(rids, replies, strict=True):
             if reply.status != protocol.STATUS_OK:
