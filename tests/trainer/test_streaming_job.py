@@ -143,6 +143,10 @@ def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
     assert wait_exit(second) == 0, procs.log_of(second)[-3000:]
     status = json.loads(procs.log_of(second).strip().splitlines()[-1])
     assert status["recoveries"] == 1
+    # trained records = the stream after the last commit, plus at most the records after the
+    # commit preceding the shard's crash (one pass of 1000), replayed once
+    after_commit = RECORDS - int(committed["offsets"]["0"])
+    assert after_commit <= status["records_run"] <= after_commit + 1000
 
     final = checkpoints.read_pass(root, 5)
     assert final["records_total"] == RECORDS and final["offsets"] == {"0": RECORDS}

@@ -1,0 +1,104 @@
+"""Pass commits are atomic (a process killed mid-commit leaves the previous pass the newest
+complete one), corrupt passes are refused by name, and pruning keeps what deltas need."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tables.checkpoint import write_json
+from tables.errors import CorruptData
+from trainer import checkpoints
+from trainer.recovery import newest_usable_pass
+
+# A child that commits passes forever, each with a few MB of worker arrays and a fake shard part.
+_COMMITTER = r"""
+import sys
+import numpy as np
+from pathlib import Path
+from tables.checkpoint import write_json
+from trainer import checkpoints
+root = Path(sys.argv[1])
+checkpoints.discard_incomplete(root)
+done = checkpoints.complete_passes(root)
+n = done[-1] + 1 if done else 1
+rng = np.random.default_rng(n)
+while True:
+    checkpoints.write_worker_part(root, n, 0, {"opt.m": rng.random(1_500_000, dtype=np.float32)},
+                                  {"rank": 0, "offsets": {"0": n * 100}, "records": 100})
+    part = checkpoints.pass_dir(root, n) / "shard-0"
+    part.mkdir(parents=True, exist_ok=True)
+    entry = write_json(part / "shard.json", {"mode": "base" if n % 2 else "delta"})
+    checkpoints.commit_pass(root, n, {"offsets": {"0": n * 100}, "records_total": n * 100}, workers=1,
+                            shard_entries=[{"mode": "base" if n % 2 else "delta", "manifest": entry}])
+    n += 1
+"""
+
+
+def test_a_commit_killed_at_any_moment_leaves_the_previous_pass_complete(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        child = subprocess.Popen([sys.executable, "-c", _COMMITTER, str(root)], start_new_session=True,
+                                 cwd=Path(__file__).resolve().parents[2])
+        try:
+            time.sleep(0.6 + rng.random() * 0.6)
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        done = checkpoints.complete_passes(root)
+        assert done, "no pass committed at all"
+        for n in done:  # every pass that has a manifest verifies completely
+            man = checkpoints.read_pass(root, n)
+            assert man["offsets"] == {"0": n * 100}
+        found = newest_usable_pass(root)
+        assert found is not None and found[0] == done[-1]
+    # the half-written pass the last kill left (if any) is not complete and gets discarded
+    checkpoints.discard_incomplete(root)
+    assert all((checkpoints.pass_dir(root, n) / checkpoints.MANIFEST).is_file()
+               for n in checkpoints.complete_passes(root))
+
+
+def _commit(root: Path, n: int, mode: str) -> None:
+    checkpoints.write_worker_part(root, n, 0, {"opt.t": np.array([n], np.float64)}, {"offsets": {"0": n}})
+    part = checkpoints.pass_dir(root, n) / "shard-0"
+    part.mkdir(parents=True)
+    entry = write_json(part / "shard.json", {"mode": mode})
+    checkpoints.commit_pass(root, n, {"offsets": {"0": n}}, workers=1, shard_entries=[{"mode": mode,
+                                                                                       "manifest": entry}])
+
+
+def test_a_corrupt_pass_is_refused_by_name_and_the_previous_one_is_used(tmp_path: Path) -> None:
+    for n, mode in [(1, "base"), (2, "delta"), (3, "delta")]:
+        _commit(tmp_path, n, mode)
+    victim = checkpoints.pass_dir(tmp_path, 3) / "worker-0.arrays"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(CorruptData, match="worker-0.arrays"):
+        checkpoints.read_pass(tmp_path, 3)
+    found = newest_usable_pass(tmp_path)
+    assert found is not None and found[0] == 2
+    (checkpoints.pass_dir(tmp_path, 2) / checkpoints.MANIFEST).write_text("{not json")
+    with pytest.raises(CorruptData, match="pass.json"):
+        checkpoints.read_pass(tmp_path, 2)
+    assert newest_usable_pass(tmp_path)[0] == 1
+
+
+def test_prune_keeps_the_last_passes_and_the_base_their_deltas_need(tmp_path: Path) -> None:
+    modes = ["base", "delta", "delta", "base", "delta", "delta", "delta"]
+    for n, mode in enumerate(modes, start=1):
+        _commit(tmp_path, n, mode)
+    (tmp_path / "pass-00000008").mkdir()  # a commit that died: no manifest
+    assert checkpoints.discard_incomplete(tmp_path) == [8]
+    assert checkpoints.prune(tmp_path, keep=2) == [1, 2, 3]  # 6 and 7 need the base of pass 4
+    assert checkpoints.complete_passes(tmp_path) == [4, 5, 6, 7]
+    assert [Path(t).parent.name for t in checkpoints.chain(tmp_path, 6)] == ["pass-00000004", "pass-00000005",
+                                                                             "pass-00000006"]

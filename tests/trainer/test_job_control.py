@@ -1,0 +1,85 @@
+"""The chief's job-control channel over a running two-tower job (what the service's admin API
+calls), and the two-tower bundle: item vectors equal the item tower over the bundle's rows."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from streaming.config import SchemaConfig
+from tables.checkpoint import read_json
+from tables.errors import Conflict, NotFound
+from trainer import bundle, checkpoints
+from trainer.config import load_job_config
+from trainer.control import ControlClient
+from trainer.inference import Predictor
+from trainer.item_catalog import ItemCatalog
+
+from .test_streaming_job import produce, wait_exit
+
+
+def test_control_ops_on_a_running_two_tower_job(broker, cluster, tmp_path: Path) -> None:
+    kafka = produce(broker.bootstrap, 3000)
+    slots = [{"name": f"C{i}", "tower": "item" if i == 2 else "user"} for i in range(1, 27)]
+    data = {"model": {"type": "two_tower", "slots": slots, "embedding_dim": 4, "mlp": [16], "tower_dim": 4, "seed": 2},
+            "records": SchemaConfig.criteo(item_id="C2").model_dump(mode="json"), "kafka": kafka,
+            "passes": {"records": 100_000, "base_every": 2, "keep": 3},
+            "checkpoint_dir": str(tmp_path / "checkpoints"), "export_dir": str(tmp_path / "exports")}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_job_config(path)
+    c = cluster(cfg.model.table_configs())
+    job = c.train(path, broker.bootstrap, extra=("--max-idle-s", "5"))
+    control = Path(cfg.checkpoint_dir) / "control.json"
+    deadline = time.monotonic() + 60
+    while not control.is_file():
+        assert time.monotonic() < deadline and job.poll() is None, c.procs.log_of(job)[-2000:]
+        time.sleep(0.05)
+    client = ControlClient(read_json(control)["endpoint"], timeout_s=60)
+    try:
+        assert client.call("pause") == {"paused": True}
+        assert client.call("status")["paused"] is True
+        first = client.call("checkpoint")
+        assert first["pass"] == 1 and first["offsets"]["0"] == first["records_total"]
+        assert [p["pass"] for p in client.call("passes")] == [1]
+        assert client.call("export")["kind"] == "delta"  # the checkpoint above exported the base
+        assert client.call("get_policy", table="emb4")["admission"]["policy"] == "always"
+        with pytest.raises(NotFound):
+            client.call("get_policy", table="nope")
+        with pytest.raises(Conflict):
+            client.call("put_policy", table="emb4", admission=None, eviction={"ttl_passes": 3}, dry_run=True)
+        assert client.call("rollback", pass_id=1)["pass"] == 1
+        assert client.call("resume") == {"paused": False}
+    finally:
+        client.close()
+    assert wait_exit(job) == 0, c.procs.log_of(job)[-3000:]
+    root = Path(cfg.checkpoint_dir)
+    assert checkpoints.read_pass(root, checkpoints.complete_passes(root)[-1])["offsets"] == {"0": 3000}
+
+    exports = Path(cfg.export_dir)
+    man = bundle.read_manifest(exports, bundle.list_versions(exports)[-1])
+    ids, vectors = bundle.load_items(exports, man)
+    assert ids.size > 50 and vectors.shape == (ids.size, 4)
+    # rebuild the served model from the bundle chain and recompute the item vectors
+    from tables.sparse_table import SparseTable
+
+    chain = []
+    v = man.version
+    while v is not None:
+        m = bundle.read_manifest(exports, v)
+        chain.append(m)
+        v = m.parent_version if m.kind == "delta" else None
+    tables = {t.name: SparseTable(t) for t in cfg.model.table_configs()}
+    for m in reversed(chain):
+        for name, t in tables.items():
+            t.load(m.shard_dir(exports, 0) / "sparse" / name)
+    pred = Predictor(man.model, bundle.load_dense(exports, man), lambda name, keys: tables[name].pull(keys))
+    catalog = ItemCatalog(("C2",))
+    some = ids[:20]
+    for i in some.tolist():  # the item tower of this model reads only the item id slot
+        catalog._features[int(i)] = ((int(i),),)
+    np.testing.assert_allclose(pred.item_vectors(catalog.batch_of(some)), vectors[:20], rtol=1e-4, atol=1e-5)
