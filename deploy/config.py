@@ -54,7 +54,8 @@ TrainSection = create_model(
 
 
 def default_train() -> FrozenModel:
-    return TrainSection(passes=PassConfig(records=None, seconds=5.0), metric_window=20_000)
+    # A pass (checkpoint + export) every 2 s: served rows trail events by ~2-4 s (bench/freshness.py).
+    return TrainSection(passes=PassConfig(records=None, seconds=2.0), metric_window=20_000)
 
 
 class PSSection(FrozenModel):
@@ -68,6 +69,7 @@ class ServiceSection(ServiceSettings):
 
     exports_dir: str = ""
     port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536)
+    poll_seconds: float = Field(0.5, gt=0.0)  # look for new bundles often: they arrive every pass
 
 
 class GeneratorSection(FrozenModel):
