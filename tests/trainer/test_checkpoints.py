@@ -82,12 +82,12 @@ def test_a_corrupt_pass_is_refused_by_name_and_the_previous_one_is_used(tmp_path
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
-    with pytest.raises(CorruptData, match="worker-0.arrays"):
+    with pytest.raises(CorruptData, match=r"worker-0\.arrays"):
         checkpoints.read_pass(tmp_path, 3)
     found = newest_usable_pass(tmp_path)
     assert found is not None and found[0] == 2
     (checkpoints.pass_dir(tmp_path, 2) / checkpoints.MANIFEST).write_text("{not json")
-    with pytest.raises(CorruptData, match="pass.json"):
+    with pytest.raises(CorruptData, match=r"pass\.json"):
         checkpoints.read_pass(tmp_path, 2)
     assert newest_usable_pass(tmp_path)[0] == 1
 
