@@ -7,7 +7,8 @@ vectors, served with the --index Faiss index. Load comes from separate processes
 with --concurrency connections, latencies (p99) with --latency-concurrency connections.
 Then a delta of --delta rows (and as many item vectors) is published while single lookups
 run: its apply time and the p99 during it.
-Run: ``python bench/serve.py [--items 1000000] [--rows 10000000] [--json]``.
+Run: ``python bench/serve.py [--items 1000000] [--rows 10000000] [--json]`` (with --json the
+table goes to stderr and stdout holds one JSON object).
 """
 
 from __future__ import annotations
@@ -70,12 +71,12 @@ class Exporter:
             t.push(keys[sel], grads[sel])
 
     def export(self, kind: str, items: tuple[np.ndarray, np.ndarray], items_full: bool) -> None:
-        from trainer.bundle import publish, staging_dir
+        from trainer.bundle import publish, staging_dir, table_dir
 
         self.version += 1
         stage = staging_dir(self.root, self.version)
         for i, t in enumerate(self.tables):
-            t.save(stage / f"shard-{i}", mode=kind, cursor="export")
+            t.save(table_dir(stage / f"shard-{i}", t.name), mode=kind, cursor="export")
         publish(self.root, version=self.version, kind=kind, parent_version=None if kind == "base" else self.version - 1,
                 pass_id=self.version, num_shards=self.shards, tables=[self.tables[0].name],
                 model=self.model.model_dump(mode="json"), dense=self.dense, items=items, items_full=items_full,
@@ -104,9 +105,14 @@ def start(cmd: list[str], port: int, ready_path: str, timeout: float, env: dict[
         if proc.poll() is not None:
             raise RuntimeError(f"{cmd[:4]} exited: {proc.stderr.read().decode()[-2000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2).status_code == 200:
+            r = httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=2)
+            if r.status_code == 200:
                 return proc
-        except httpx.TransportError:
+            rejected = r.json().get("error", {}).get("detail", {}).get("last_error")
+            if rejected:
+                proc.kill()
+                raise RuntimeError(f"the service rejected the bundle: {rejected}")
+        except (httpx.TransportError, ValueError):
             pass
         time.sleep(0.25)
     proc.kill()
@@ -227,6 +233,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
         res[name] = load(p, reqs, lc, d)
         log(f"{name}: p99 {res[name]['p99_ms']:.2f} ms")
 
+    log_server_side(port)
     # a delta of --delta changed rows (and as many item vectors) published while single lookups run
     keys = rng.choice(args.rows, args.delta, replace=False).astype(np.uint64) + np.uint64(1)
     ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
@@ -260,14 +267,29 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
              "duration_s": d,
              "bare_p99_ms": round(res["bare_lat"]["p99_ms"], 3), "lookup_p50_ms": round(res["lookup_lat"]["p50_ms"], 3),
              "delta_visible_s": round(t_vis - t_pub, 3), "during_apply_requests": int(during.size)}
+    print_table(out, extra, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))
-    else:
-        print_table(out, extra)
     return 0
 
 
-def print_table(out: dict[str, Any], extra: dict[str, Any]) -> None:
+def log_server_side(port: int) -> None:
+    """The service's own view (its /metrics histograms): mean time in the app per route, to tell
+    server time from transport and queueing in the client's numbers."""
+    import httpx
+
+    sums: dict[str, list[float]] = {}
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+        for kind in ("_sum", "_count"):
+            if line.startswith(f"streamrec_request_seconds{kind}{{"):
+                route = line.split('route="')[1].split('"')[0]
+                sums.setdefault(route, [0.0, 0.0])[kind == "_count"] += float(line.rsplit(" ", 1)[1])
+    for route, (total, count) in sorted(sums.items()):
+        if count:
+            log(f"server-side mean {route}: {1000 * total / count:.3f} ms over {int(count)} requests")
+
+
+def print_table(out: dict[str, Any], extra: dict[str, Any], stream: Any) -> None:
     ratio = out["lookup_rps"] / out["bare_rps"] if out["bare_rps"] else float("nan")
     rows = [
         ("single-id lookup rate", f"{out['lookup_rps']:.0f} req/s", f"bare {out['bare_rps']:.0f} req/s",
@@ -284,9 +306,9 @@ def print_table(out: dict[str, Any], extra: dict[str, Any]) -> None:
     ]
     print(f"streamrec service: {extra['rows']} rows (dim {extra['dim']}, {extra['shards']} shards), "
           f"{extra['items']} items; rates at {extra['concurrency']} connections, p99 at "
-          f"{extra['latency_concurrency']}; {extra['duration_s']:.0f}s per scenario")
+          f"{extra['latency_concurrency']}; {extra['duration_s']:.0f}s per scenario", file=stream)
     for r in rows:
-        print(f"  {r[0]:<32} {r[1]:>14}   {r[2]:<26} {r[3]}")
+        print(f"  {r[0]:<32} {r[1]:>14}   {r[2]:<26} {r[3]}", file=stream)
 
 
 if __name__ == "__main__":

@@ -267,6 +267,7 @@ class ModelStore:
             "items": side.items.size if side and side.items else 0,
             "index_kind": side.items.kind if side and side.items else None,
             "freshness_s": self.history[-1]["freshness_s"] if self.history else None,
+            "standby_version": self._standby.version if self._standby and self._standby.healthy else None,
             "last_error": self.last_error,
             "history": self.history[-10:],
         }

@@ -9,11 +9,12 @@ import threading
 import time
 
 import numpy as np
-from service_support import ITEM_IDS, USER_IDS, BundleBuilder, auth, wait_until
 
 from service.model_store import ModelStore
 from service.settings import IndexSettings
 from trainer.bundle import bundle_dir, table_dir
+
+from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, auth, wait_until
 
 
 def _rows(store: ModelStore, slot: str, ids: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
@@ -31,6 +32,7 @@ def _corrupt(path) -> None:
 def test_corrupt_delta_is_rejected_and_the_old_version_keeps_serving(builder: BundleBuilder) -> None:
     store = ModelStore(builder.root, IndexSettings())
     store.apply(1)
+    assert store.status()["standby_version"] == 1  # the first bundle goes to both sides
     before = _rows(store, "user", USER_IDS)
     builder.push("user", USER_IDS[:100])
     builder.push("item", ITEM_IDS[:100])
@@ -59,7 +61,7 @@ def test_corrupt_delta_is_rejected_and_the_old_version_keeps_serving(builder: Bu
         builder.export("delta")
         store.apply(v)
         version, found, rows = _rows(store, "user", USER_IDS)
-        assert version == v and found.all()
+        assert version == v and found.all() and store.status()["standby_version"] == v
         assert np.array_equal(rows, builder.expected("user", USER_IDS)[1])
         assert np.array_equal(_rows(store, "item", ITEM_IDS)[2], builder.expected("item", ITEM_IDS)[1])
 

@@ -78,7 +78,8 @@ def fuzz_client(tmp_path_factory: pytest.TempPathFactory):
     import time
 
     import numpy as np
-    from service_support import ITEM_IDS, USER_IDS, BundleBuilder, make_settings, random_items, started
+
+    from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, make_settings, random_items, started
 
     b = BundleBuilder(tmp_path_factory.mktemp("fuzz") / "exports")
     b.push("user", USER_IDS)
