@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         r = stack.enter_context(redis_server())
         for dist in ("uniform", "zipf"):
             results[dist] = run(dist, client, r, args.seconds, args.small_calls)
-    print(json.dumps(results) if args.json else human(results))
+    machine = {"cores": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
+    print(json.dumps({**results, "machine": machine}) if args.json else human(results))
     return 0
 
 
