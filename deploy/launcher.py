@@ -29,6 +29,7 @@ from tables.ps_config import ClientConfig
 
 _POLL_S = 0.1
 _STOP_GRACE_S = 5.0
+_STARTUP_ATTEMPTS = 3
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -97,19 +98,23 @@ class Launcher:
     def __init__(self, spec: LaunchSpec, *, out: IO[str] = sys.stderr) -> None:
         self.spec = spec
         self.out = out
-        self.ports = free_ports(spec.servers, spec.host)
-        self.endpoints = tuple(f"tcp://{spec.host}:{p}" for p in self.ports)
+        self.endpoints: tuple[str, ...] = ()  # set once every shard answers
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self.servers = [self._server(i) for i in range(spec.servers)]
-        self.workers = [self._worker(i) for i in range(spec.workers)]
+        self._plan_roles()
+
+    def _plan_roles(self) -> None:
+        self.ports = free_ports(self.spec.servers, self.spec.host)
+        self._endpoints = tuple(f"tcp://{self.spec.host}:{p}" for p in self.ports)
+        self.servers = [self._server(i) for i in range(self.spec.servers)]
+        self.workers = [self._worker(i) for i in range(self.spec.workers)]
 
     def _say(self, text: str) -> None:
         print(f"streamrec launch: {text}", file=self.out, flush=True)
 
     def _cluster(self, role: str, rank: int) -> dict[str, str]:
         s = self.spec
-        spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self.endpoints, num_workers=s.workers,  # type: ignore[arg-type]
+        spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self._endpoints, num_workers=s.workers,  # type: ignore[arg-type]
                            mode=s.mode, geo_steps=s.geo_steps, ps_config=str(s.ps_config),
                            secret_file=str(s.secret_file) if s.secret_file else None,
                            checkpoint_dir=str(s.checkpoint_dir))
@@ -131,7 +136,7 @@ class Launcher:
         s = self.spec
         secret = read_secret(s.secret_file) if s.secret_file else None
         deadline = time.monotonic() + s.startup_timeout_s
-        with PSClient(self.endpoints, config=ClientConfig(timeout_s=0.5, retries=0), secret=secret) as client:
+        with PSClient(self._endpoints, config=ClientConfig(timeout_s=0.5, retries=0), secret=secret) as client:
             while True:
                 dead = [r.name for r in self.servers if r.poll() is not None]
                 if dead:
@@ -148,9 +153,7 @@ class Launcher:
     def run(self) -> int:
         """Run the job; 0 when every worker exited 0, else 1."""
         try:
-            for role in self.servers:
-                role.start()
-            self._wait_healthy()
+            self._start_shards()
             self._say(f"{len(self.servers)} shards up at {','.join(self.endpoints)}; logs in {self.spec.log_dir}")
             for role in self.workers:
                 role.start()
@@ -160,6 +163,26 @@ class Launcher:
             return 1
         finally:
             self._shutdown()
+
+    def _start_shards(self) -> None:
+        """Start the shards; a port taken between picking and binding (a busy machine) means new ports."""
+        for attempt in range(1, _STARTUP_ATTEMPTS + 1):
+            for role in self.servers:
+                role.start()
+            try:
+                self._wait_healthy()
+                self.endpoints = self._endpoints
+                return
+            except Unavailable as err:
+                if attempt == _STARTUP_ATTEMPTS:
+                    raise
+                self._say(f"{err.message}; starting the shards again on other ports ({attempt}/{_STARTUP_ATTEMPTS})")
+                for role in self.servers:
+                    role.kill()
+                    if role.proc is not None:
+                        role.proc.wait()
+                    role.close_log()
+                self._plan_roles()
 
     def _monitor(self) -> int:
         while True:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from deploy.launcher import Launcher, LaunchSpec
@@ -92,3 +93,29 @@ def test_launch_with_every_worker_dead_fails_unlike_fleetrun(tmp_path: Path) -> 
     out = io.StringIO()
     assert Launcher(spec, out=out).run() == 1
     assert "exited 9" in out.getvalue()
+
+
+def test_a_shard_port_taken_before_it_binds_gets_new_ports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import deploy.launcher as launcher_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    real = launcher_module.free_ports
+    calls = []
+
+    def first_one_taken(n: int, host: str = "127.0.0.1") -> list[int]:
+        calls.append(n)
+        return [taken.getsockname()[1]] * n if len(calls) == 1 else real(n, host)
+
+    monkeypatch.setattr(launcher_module, "free_ports", first_one_taken)
+    spec = LaunchSpec(servers=1, workers=1, ps_config=_config(tmp_path), log_dir=tmp_path / "logs",
+                      checkpoint_dir=tmp_path / "ckpt", command=(sys.executable, str(WORKER), "async", "1", "10", "5"))
+    out = io.StringIO()
+    try:
+        assert Launcher(spec, out=out).run() == 0, out.getvalue()
+    finally:
+        taken.close()
+    assert "on other ports (1/3)" in out.getvalue() and len(calls) == 2
