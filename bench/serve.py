@@ -200,6 +200,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     import httpx
 
     rng = np.random.default_rng(0)
+    loadavg_start = os.getloadavg()[0]  # the machine is shared: say how busy it was
     t0 = time.perf_counter()
     ex = Exporter(exports, args.rows, args.dim, args.shards)
     item_ids = build_base(ex, args.items, args.dim, rng)
@@ -264,7 +265,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     }
     extra = {"rows": args.rows, "items": int(item_ids.shape[0]), "dim": args.dim, "shards": args.shards,
              "index": args.index, "concurrency": c, "delta_rows": args.delta, "latency_concurrency": lc,
-             "duration_s": d,
+             "duration_s": d, "loadavg_start": loadavg_start, "loadavg_end": os.getloadavg()[0],
              "bare_p99_ms": round(res["bare_lat"]["p99_ms"], 3), "lookup_p50_ms": round(res["lookup_lat"]["p50_ms"], 3),
              "delta_visible_s": round(t_vis - t_pub, 3), "during_apply_requests": int(during.size)}
     print_table(out, extra, sys.stderr if args.json else sys.stdout)
@@ -306,7 +307,9 @@ def print_table(out: dict[str, Any], extra: dict[str, Any], stream: Any) -> None
     ]
     print(f"streamrec service: {extra['rows']} rows (dim {extra['dim']}, {extra['shards']} shards), "
           f"{extra['items']} items; rates at {extra['concurrency']} connections, p99 at "
-          f"{extra['latency_concurrency']}; {extra['duration_s']:.0f}s per scenario", file=stream)
+          f"{extra['latency_concurrency']}; {extra['duration_s']:.0f}s per scenario; 1-min load average "
+          f"{extra['loadavg_start']:.1f} at start, {extra['loadavg_end']:.1f} at end ({os.cpu_count()} cores)",
+          file=stream)
     for r in rows:
         print(f"  {r[0]:<32} {r[1]:>14}   {r[2]:<26} {r[3]}", file=stream)
 

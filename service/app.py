@@ -3,6 +3,7 @@ tables, item index), the export watcher and the link to the training job."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,7 +31,8 @@ def _register_gauges(metrics: Metrics, store: ModelStore, job: JobLink) -> None:
     metrics.gauge("bundle_apply_seconds", lambda: last("apply_seconds"))
     metrics.gauge("bundles_rejected", lambda: len(store.rejected))
     metrics.gauge("index_items", lambda: store.status()["items"])
-    metrics.gauge("training_lag", job.training_lag)
+    metrics.gauge("training_lag_records", job.training_lag_records)
+    metrics.gauge("training_lag_seconds", job.training_lag_seconds)
     metrics.gauge("training_auc", job.auc)
 
 
@@ -43,6 +45,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         # updates and single queries are fastest on one thread.
         faiss.omp_set_num_threads(1)
         rows_json(np.zeros((1, 1), np.float32))  # load the compiled JSON kernel before the first request
+        # bundle loads run Python in the watcher thread: hand the GIL back to the event loop
+        # every 1 ms (default 5 ms) so requests during an apply wait less
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(0.001)
         store = ModelStore(Path(settings.exports_dir), settings.index)
         watcher = ExportWatcher(store, settings.poll_seconds)
         job = JobLink(settings.job_control, settings.job_timeout_s)
@@ -55,6 +61,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         finally:
             watcher.stop()
             job.stop()
+            sys.setswitchinterval(switch)
 
     app = FastAPI(title="streamrec service", version="0.1.0", lifespan=lifespan,
                   description="Fresh embeddings, similar items, recommendations and CTR scores from the latest "

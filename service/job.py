@@ -72,8 +72,15 @@ class JobLink:
                 self.last_error = err.message
             self._stop.wait(self._refresh_s)
 
-    def training_lag(self) -> float | None:
+    def training_lag_records(self) -> float | None:
+        """Records the job still has to consume, when its status reports them."""
         return _find(self.cached_status, "lag", "consumer_lag", "lag_records")
 
+    def training_lag_seconds(self) -> float | None:
+        """How far training is behind the stream: now minus the newest record it trained on."""
+        newest = _find(self.cached_status, "newest_record_time")
+        return None if newest is None else max(0.0, time.time() - newest)
+
     def auc(self) -> float | None:
+        """The job's progressive-validation AUC (trainer status: progressive.auc)."""
         return _find(self.cached_status, "auc")

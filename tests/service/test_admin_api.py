@@ -3,6 +3,7 @@ sparse tables: tokens are enforced, ops reach the job, job errors keep their HTT
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,7 +47,8 @@ class TableJob:
 
     def status(self) -> dict[str, Any]:
         return {"job": "test", "paused": self.paused, "passes": self.committed, "lag": 42,
-                "metrics": {"auc": 0.75}, "shards": [{"rows": self.table.size()}]}
+                "progressive": {"auc": 0.75}, "newest_record_time": time.time() - 30.0,
+                "shards": [{"rows": self.table.size()}]}
 
     def passes(self) -> list[dict[str, Any]]:
         return [{"pass": p, "complete": True} for p in self.committed]
@@ -140,8 +142,12 @@ def test_admin_ops_reach_the_job(admin_client: TestClient, job: TableJob) -> Non
     for bad in ({"eviction": {"ttl_passes": -1}}, {"admission": {"policy": "sometimes"}}, {"dry_run": "maybe"}):
         r = admin_client.put("/admin/tables/emb8/policy", headers=auth(), json=bad)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", bad
-    wait_until(lambda: "streamrec_training_lag 42" in admin_client.get("/metrics").text, what="job metrics")
-    assert "streamrec_training_auc 0.75" in admin_client.get("/metrics").text
+    wait_until(lambda: "streamrec_training_lag_records 42" in admin_client.get("/metrics").text, what="job metrics")
+    metrics = admin_client.get("/metrics").text
+    assert "streamrec_training_auc 0.75" in metrics
+    lag_s = next(float(line.split()[1]) for line in metrics.splitlines()
+                 if line.startswith("streamrec_training_lag_seconds "))
+    assert 30.0 <= lag_s < 300.0
 
 
 def test_admin_without_a_job_answers_503_but_reports_the_bundle(client: TestClient) -> None:
