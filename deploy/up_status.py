@@ -107,7 +107,11 @@ class StatusCollector:
         if snap.auc is None:
             snap.auc = find_number(commit.get("metrics") or {}, "auc")
         snap.last_pass = find_number(job, "pass")
-        snap.last_export = find_number(commit.get("export") or {}, "version")
+        last_export = job.get("last_export")
+        if isinstance(last_export, int | float) and not isinstance(last_export, bool):
+            snap.last_export = float(last_export)
+        else:
+            snap.last_export = find_number(last_export or commit.get("export") or {}, "version")
         if snap.lag is None and commit.get("offsets") is not None and self.end_offsets is not None:
             end = self.end_offsets()
             if end is not None:
