@@ -235,6 +235,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
         log(f"{name}: p99 {res[name]['p99_ms']:.2f} ms")
 
     log_server_side(port)
+    rss_gib = rss_of(procs[0].pid) / 2**30
     # a delta of --delta changed rows (and as many item vectors) published while single lookups run
     keys = rng.choice(args.rows, args.delta, replace=False).astype(np.uint64) + np.uint64(1)
     ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
@@ -267,11 +268,17 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
              "index": args.index, "concurrency": c, "delta_rows": args.delta, "latency_concurrency": lc,
              "duration_s": d, "loadavg_start": loadavg_start, "loadavg_end": os.getloadavg()[0],
              "bare_p99_ms": round(res["bare_lat"]["p99_ms"], 3), "lookup_p50_ms": round(res["lookup_lat"]["p50_ms"], 3),
-             "delta_visible_s": round(t_vis - t_pub, 3), "during_apply_requests": int(during.size)}
+             "delta_visible_s": round(t_vis - t_pub, 3), "service_rss_gib": round(rss_gib, 2),
+             "during_apply_requests": int(during.size)}
     print_table(out, extra, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))
     return 0
+
+
+def rss_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def log_server_side(port: int) -> None:
@@ -308,8 +315,8 @@ def print_table(out: dict[str, Any], extra: dict[str, Any], stream: Any) -> None
     print(f"streamrec service: {extra['rows']} rows (dim {extra['dim']}, {extra['shards']} shards), "
           f"{extra['items']} items; rates at {extra['concurrency']} connections, p99 at "
           f"{extra['latency_concurrency']}; {extra['duration_s']:.0f}s per scenario; 1-min load average "
-          f"{extra['loadavg_start']:.1f} at start, {extra['loadavg_end']:.1f} at end ({os.cpu_count()} cores)",
-          file=stream)
+          f"{extra['loadavg_start']:.1f} at start, {extra['loadavg_end']:.1f} at end ({os.cpu_count()} cores); "
+          f"service RSS {extra['service_rss_gib']:.2f} GiB (two copies of the tables)", file=stream)
     for r in rows:
         print(f"  {r[0]:<32} {r[1]:>14}   {r[2]:<26} {r[3]}", file=stream)
 
