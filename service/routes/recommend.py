@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from service.deps import LimitsDep, StoreDep
-from service.routes.items import check_k, items_of
+from service.routes.items import check_k, items_of, run_search
 from service.routes.predict import batch_of, finite_or_fail, predictor_of
 from service.schemas import U64, Instance, ItemsResponse, Strict, json_response, scored
 
@@ -21,14 +21,15 @@ class RecommendRequest(Strict):
 
 
 @router.post("/v1/recommend", response_model=ItemsResponse, summary="Top-k items for a user")
-def recommend(body: RecommendRequest, store: StoreDep, limits: LimitsDep) -> Response:
+async def recommend(body: RecommendRequest, store: StoreDep, limits: LimitsDep) -> Response:
+    # one user's tower is ~0.1 ms of numpy: inline; the search moves off the loop only when slow
     check_k(body.k, limits)
     with store.read() as side:
         items = items_of(side.items, side.version)
         predictor = predictor_of(side)
         user = finite_or_fail(predictor.user_vectors(batch_of(side, [body.user])), "user vector")
         exclude = np.array(body.exclude, np.uint64)
-        ids, scores = items.search(user, body.k + exclude.shape[0])
+        ids, scores = await run_search(items, items.search, user, body.k + exclude.shape[0])
         version = side.version
     ids, scores = ids[0], scores[0]
     if exclude.shape[0]:

@@ -41,6 +41,9 @@ def test_predict_matches_the_model_on_the_exported_rows(client: TestClient, buil
     want = reference(builder).predict(_batch(builder, INSTANCES))
     assert r.json()["version"] == 1
     np.testing.assert_allclose(r.json()["scores"], want, rtol=1e-6)
+    many = INSTANCES * 40  # a batch big enough to be scored off the event loop
+    r = client.post("/v1/predict", json={"instances": many})
+    np.testing.assert_allclose(r.json()["scores"], np.tile(want, 40), rtol=1e-6)
 
 
 def test_recommend_is_top_k_of_the_user_vector(client: TestClient, builder: BundleBuilder) -> None:
