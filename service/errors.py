@@ -31,7 +31,8 @@ def _describe_validation(exc: RequestValidationError) -> StreamrecError:
 
 
 def error_response(err: StreamrecError) -> JSONResponse:
-    return JSONResponse({"error": err.to_dict()}, status_code=err.http_status)
+    headers = {"WWW-Authenticate": "Bearer"} if err.http_status == 401 else None
+    return JSONResponse({"error": err.to_dict()}, status_code=err.http_status, headers=headers)
 
 
 async def handle_error(request: Request, exc: Exception) -> JSONResponse:

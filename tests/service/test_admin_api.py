@@ -109,6 +109,7 @@ def test_admin_refuses_missing_or_wrong_tokens(admin_client: TestClient) -> None
     for method, path, body in ADMIN_CALLS:
         r = admin_client.request(method, path, json=body)
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
+        assert r.headers["www-authenticate"] == "Bearer"
         r = admin_client.request(method, path, json=body, headers=auth("wrong"))
         assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", path
         r = admin_client.request(method, path, json=body, headers={"Authorization": "Basic abc"})
