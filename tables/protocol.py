@@ -67,7 +67,7 @@ class Flag(enum.IntFlag):
     NONE = 0
     SYNC = 1  # push: accumulate until the step's barrier, then apply the sum once
     GEO_DELTA = 2  # push: the arrays are deltas to add to the rows (geo mode)
-    RETRY = 4  # a resend of an earlier request id: the shard answers from its replay cache
+    RETRY = 4  # a resend of an earlier request id (informational: shards dedupe every mutating request id)
     AUTH = 8  # the last frame is an auth tag
 
 

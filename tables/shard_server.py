@@ -124,7 +124,9 @@ class ShardServer:
                 self._verifier.verify(body, has_tag=bool(flags & Flag.AUTH))
             msg = protocol.decode(body)
             self.requests[msg.op.name.lower()] += 1
-            if msg.flags & Flag.RETRY and (ident, msg.request_id) in self._replayed:
+            # any request id already applied is answered from the cache: a resend may even overtake
+            # its original when the client rebuilt its socket (request ids never repeat per client)
+            if msg.op in _MUTATING and (ident, msg.request_id) in self._replayed:
                 self._reply(sock, ident, Message(msg.op, msg.request_id, msg.table, meta={"replayed": True}))
                 return True
             reply = self._dispatch(sock, ident, msg)
