@@ -66,6 +66,7 @@ class BundleBuilder:
         self.dense = build_model(self.model).params.as_dict()
         self.version = 0
         self.rng = np.random.default_rng(7)
+        self.known = {name: np.empty(0, np.uint64) for name in self.tables}  # every id pushed per table
 
     def table_of(self, slot: str) -> str:
         return self.model.table_name(next(s for s in self.model.slots if s.name == slot))
@@ -73,9 +74,10 @@ class BundleBuilder:
     def push(self, slot: str, ids: np.ndarray) -> None:
         """Create/update rows for ``ids`` (random gradients), routed like the PS does."""
         ids = np.asarray(ids, np.uint64)
-        shards = self.tables[self.table_of(slot)]
+        table = self.table_of(slot)
+        self.known[table] = np.union1d(self.known[table], ids)
         where = shard_of(ids, self.num_shards)
-        for i, t in enumerate(shards):
+        for i, t in enumerate(self.tables[table]):
             sel = ids[where == i]
             if sel.shape[0]:
                 t.push(sel, self.rng.standard_normal((sel.shape[0], t.width)).astype(np.float32))
@@ -83,11 +85,13 @@ class BundleBuilder:
     def evict_all_of(self, slot: str, ids: np.ndarray) -> None:
         """Evict exactly ``ids``: push everything else once more, then shrink rows unseen for a pass."""
         ids = np.asarray(ids, np.uint64)
-        for t in self.tables[self.table_of(slot)]:
+        table = self.table_of(slot)
+        known = self.known[table]
+        where = shard_of(known, self.num_shards)
+        for i, t in enumerate(self.tables[table]):
             t.end_pass()
-            n = t.size()
-            keys = t._rows.cols["keys"][:n].copy()  # test-only peek: every id the shard holds
-            keep = keys[~np.isin(keys, ids)]
+            keys = known[where == i]
+            keep = keys[~np.isin(keys, ids) & t.contains(keys)]
             if keep.shape[0]:
                 t.push(keep, np.zeros((keep.shape[0], t.width), np.float32))
             t.shrink(policy=EvictionConfig(ttl_passes=0))
