@@ -26,14 +26,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("async", "sync", "geo"), default="async", help="PS update mode for workers")
     p.add_argument("--geo-steps", type=int, default=10, help="geo mode: push deltas every this many steps")
     p.add_argument("--secret-file", help="shared HMAC secret for the shards (needed off loopback)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... run by every worker")
+    # not dest "command": deploy/cli.py keeps the subcommand's name there
+    p.add_argument("worker_command", metavar="COMMAND", nargs=argparse.REMAINDER,
+                   help="-- COMMAND ... run by every worker")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from deploy.launcher import Launcher, LaunchSpec
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.worker_command[1:] if args.worker_command[:1] == ["--"] else args.worker_command
     if not command:
         raise ConfigError("launch needs a worker command after --")
     if args.servers < 1 or args.workers < 1 or args.max_restart < 0:

@@ -119,3 +119,10 @@ def test_a_shard_port_taken_before_it_binds_gets_new_ports(tmp_path: Path, monke
     finally:
         taken.close()
     assert "on other ports (1/3)" in out.getvalue() and len(calls) == 2
+
+
+def test_cli_names_a_missing_config() -> None:
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", "launch", "--servers", "1", "--workers", "1", "--config",
+                           "/nonexistent/ps.yaml", "--", "true"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("streamrec launch: --config /nonexistent/ps.yaml: no such file")
