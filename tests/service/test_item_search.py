@@ -102,3 +102,50 @@ def test_ivf_retrains_after_enough_changes_and_keeps_ids() -> None:
         assert np.array_equal(fresh.vectors[fresh.position_of(item)], index.vectors[index.position_of(item)])
     with pytest.raises(NotFound):
         fresh.position_of(12345)
+
+
+def test_searches_during_item_updates_are_safe(tmp_path) -> None:
+    """Readers search while deltas upsert items (and IVF retrains): every search answers from
+    one whole snapshot: k results, each id known to that bundle's item set."""
+    import threading
+
+    from service.model_store import ModelStore
+
+    b = BundleBuilder(tmp_path / "exports")
+    b.push("user", np.arange(1, 10, dtype=np.uint64))
+    rng = np.random.default_rng(4)
+    ids, vecs = random_items(rng, 3000, 8, clusters=8)
+    b.export("base", items=(ids, vecs))
+    store = ModelStore(b.root, IndexSettings(kind="ivf", nlist=16, rebuild_fraction=0.05))
+    store.apply(1)
+    known = {1: set(ids.tolist())}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        q = np.random.default_rng(9).standard_normal(8).astype(np.float32)
+        while not stop.is_set():
+            try:
+                with store.read() as side:
+                    got, _ = side.items.search(q, 20)
+                    assert got[0].shape[0] == 20 and set(got[0].tolist()) <= known[side.version]
+            except BaseException as err:
+                errors.append(err)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for v in range(2, 6):
+            new_ids, new_vecs = random_items(rng, 400, 8, clusters=8)
+            b.export("delta", items=(new_ids, new_vecs), items_full=False)
+            known[v] = known[v - 1] | set(new_ids.tolist())
+            store.apply(v)
+            assert store.rebuild_index_if_due()  # 400 of ~3000 changed: past 5%, retrained and swapped
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert store.status()["items"] == len(known[5])
