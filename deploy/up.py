@@ -182,6 +182,8 @@ class LocalSystem:
 
     def _start_cluster(self) -> None:
         checkpoints = resolve_root(self.cfg.train.checkpoint_dir, self.run_dir)
+        if "://" in checkpoints:  # an object store: the shards' own saves stay in the run dir
+            checkpoints = str(self.run_dir / "checkpoints")
         spec = LaunchSpec(servers=self.cfg.up.shards, workers=self.cfg.up.workers,
                           command=tuple(self._cli("train", "--config", str(self.roles_dir / "train.yaml"))),
                           ps_config=self.roles_dir / "ps.yaml", log_dir=self.logs,

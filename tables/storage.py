@@ -158,21 +158,24 @@ class StorageRoot:
 class Mirror:
     """Keeps a mirrored root in step in the background: ``push`` (a writer's root: uploads what
     its atomic writers finished) or ``pull`` (a reader's root) every ``every_s`` seconds; a
-    final push on stop. Nothing to do (no thread) for local roots."""
+    final push on stop. ``none`` only maps the root to its staging dir (a process that writes
+    there while another one uploads). ``pull_first``: a writer that restores downloads first.
+    Nothing to do (no thread) for local roots."""
 
-    def __init__(self, root: StorageRoot, *, direction: str, every_s: float) -> None:
-        if direction not in ("push", "pull"):
-            raise ValueError(f"direction must be push or pull, got {direction!r}")
+    def __init__(self, root: StorageRoot, *, direction: str, every_s: float, pull_first: bool = False) -> None:
+        if direction not in ("push", "pull", "none"):
+            raise ValueError(f"direction must be push, pull or none, got {direction!r}")
         self.root = root
         self.direction = direction
         self.every_s = every_s
+        self.pull_first = pull_first
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"storage-{direction}", daemon=True)
 
-    def _once(self) -> None:
+    def _once(self, direction: str | None = None) -> None:
         try:
-            if self.direction == "push":
+            if (direction or self.direction) == "push":
                 self.root.push()
             else:
                 self.root.pull()
@@ -186,20 +189,22 @@ class Mirror:
             self._once()
 
     def __enter__(self) -> Path:
-        if self.root.mirrored:
-            if self.direction == "pull":
-                self._once()  # a reader starts from what is there
+        if self.root.mirrored and self.direction != "none":
+            if self.direction == "pull" or self.pull_first:
+                self._once("pull")  # start from what is there
             self._thread.start()
         return self.root.local
 
     def __exit__(self, *exc: object) -> None:
-        if self.root.mirrored:
+        if self.root.mirrored and self.direction != "none":
             self._stop.set()
             self._thread.join(timeout=60)
             if self.direction == "push":
                 self._once()  # what was written last goes up too
 
 
-def mirrored(location: str, *, direction: str, every_s: float = 2.0, staging: str | Path | None = None) -> Mirror:
+def mirrored(location: str, *, direction: str, every_s: float = 2.0, staging: str | Path | None = None,
+             pull_first: bool = False) -> Mirror:
     """``with mirrored(url, direction="pull") as local_dir: ...`` (see :class:`Mirror`)."""
-    return Mirror(StorageRoot.open(location, staging=staging), direction=direction, every_s=every_s)
+    return Mirror(StorageRoot.open(location, staging=staging), direction=direction, every_s=every_s,
+                  pull_first=pull_first)

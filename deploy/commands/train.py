@@ -73,30 +73,44 @@ def register_stream(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stream(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
     from pathlib import Path
 
     from tables.checkpoint import write_json
     from tables.cluster import cluster_from_env
     from tables.errors import ConfigError
+    from tables.storage import mirrored
     from trainer.config import load_job_config
     from trainer.control import ControlServer
     from trainer.job import StreamingJob
     from trainer.job_control import JobControl
 
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to stderr
     config = load_job_config(args.config)
     bootstrap = args.bootstrap.split(",") if args.bootstrap else list(config.kafka.bootstrap_servers)
     if not bootstrap:
         raise ConfigError("train needs Kafka: set kafka.bootstrap_servers or --bootstrap")
     spec = cluster_from_env()
-    job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s, max_records=args.max_records)
-    server = None
-    if job.chief:
-        server = ControlServer(JobControl(job), config.control_endpoint).start()
-        write_json(Path(config.checkpoint_dir) / "control.json", {"endpoint": server.endpoint})
-    try:
-        result = job.run()
-    finally:
-        if server is not None:
-            server.stop()
+    with ExitStack() as roots:
+        # Roots may be fsspec URLs (s3://...): every process on this host works in the same local
+        # staging dir; the chief restores from the store first and uploads what passes write.
+        chief = spec.rank == 0
+        local = {key: roots.enter_context(mirrored(getattr(config, key), direction="push" if chief else "none",
+                                                   pull_first=chief)) for key in ("checkpoint_dir", "export_dir")}
+        config = config.model_copy(update={key: str(path) for key, path in local.items()})
+        job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
+                           max_records=args.max_records)
+        server = None
+        if job.chief:
+            server = ControlServer(JobControl(job), config.control_endpoint).start()
+            write_json(Path(config.checkpoint_dir) / "control.json", {"endpoint": server.endpoint})
+        try:
+            result = job.run()
+        finally:
+            if server is not None:
+                server.stop()
     print(json.dumps(result, default=str))
     return 0

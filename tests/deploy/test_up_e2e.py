@@ -123,7 +123,9 @@ class Up:
 @pytest.fixture
 def up_factory(tmp_path: Path) -> Iterator[Callable[[], Up]]:
     config = tmp_path / "streamrec.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
+    store = tmp_path / "store"  # roots given as file:// URLs, as on a cluster's shared volume
+    roots = {"checkpoint_dir": f"file://{store}/checkpoints", "export_dir": f"file://{store}/exports"}
+    config.write_text(yaml.safe_dump({**CONFIG, "train": {**CONFIG["train"], **roots}}))
     run_dir = tmp_path / "run"
     started: list[Up] = []
 
@@ -168,6 +170,7 @@ def test_up_learns_serves_stops_cleanly_and_resumes(up_factory: Callable[[], Up]
 
     status = up.get("/admin/status", admin=True)
     assert status["bundle"]["version"] >= bundle
+    assert list((tmp_path / "store" / "exports").glob("*/bundle.json"))  # the file:// roots were used
     assert (find_number(status["job"]["status"], "pass") or 0) >= 2
 
     # The dashboard draws its charts from the live system. Consumer lag is charted when the job

@@ -85,3 +85,21 @@ def test_mirrors_push_a_writers_root_and_pull_into_a_readers(tmp_path: Path) -> 
 def test_local_roots_need_no_mirror_thread(tmp_path: Path) -> None:
     with mirrored(str(tmp_path / "plain"), direction="push") as local:
         assert local == tmp_path / "plain" and local.is_dir()
+
+
+def test_a_restoring_writer_pulls_first_then_pushes_its_new_files(tmp_path: Path) -> None:
+    url = f"memory://streamrec-restore-{uuid.uuid4().hex}/checkpoints"
+    with mirrored(url, direction="push", every_s=0.05, staging=tmp_path / "first") as local:
+        (local / "MANIFEST.json").write_text("1")
+    with mirrored(url, direction="push", every_s=0.05, staging=tmp_path / "second", pull_first=True) as local:
+        assert (local / "MANIFEST.json").read_text() == "1"  # restored from the store
+        (local / "MANIFEST.json").write_text("2")
+    fs = fsspec.filesystem("memory")
+    assert fs.cat_file(url + "/MANIFEST.json") == b"2"
+
+
+def test_direction_none_maps_to_the_staging_dir_without_mirroring(tmp_path: Path) -> None:
+    url = f"memory://streamrec-none-{uuid.uuid4().hex}/x"
+    with mirrored(url, direction="none", staging=tmp_path / "s") as local:
+        (local / "a").write_text("1")
+    assert not fsspec.filesystem("memory").exists(url + "/a")
