@@ -40,6 +40,29 @@ class ItemsResponse(BaseModel):
     items: list[ScoredItem]
 
 
+class ErrorDetail(BaseModel):
+    code: str = Field(description="stable machine-readable code (tables.errors)")
+    message: str = Field(description="what was wrong, naming the field, id or file")
+    detail: dict[str, Any] = Field(description="structured context")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+# Every router documents the one error shape for the statuses it can answer with.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in ((404, "unknown slot, id, item or table"), (422, "invalid input or over a limit"),
+                         (503, "no bundle loaded yet, or the training job is unreachable"))
+}
+ADMIN_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES, 401: {"model": ErrorBody, "description": "missing bearer token"},
+    403: {"model": ErrorBody, "description": "wrong token, or the admin API is disabled"},
+    409: {"model": ErrorBody, "description": "the job refused the operation in its current state"},
+}
+
+
 def json_response(obj: Any, status_code: int = 200) -> Response:
     """Pre-serialized JSON: skips FastAPI's response-model pass on hot endpoints (their
     documented shape is still the route's ``response_model``)."""

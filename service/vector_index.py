@@ -25,6 +25,14 @@ _TRAIN_POINTS_PER_LIST = 39  # faiss warns below this many training points per I
 _MAX_TRAIN_POINTS_PER_LIST = 256
 
 
+def _one_omp_thread() -> None:
+    """OpenMP's thread count is per calling thread: the event loop, the watcher and worker
+    threads each start at the core count. Two cores shared with the event loop make Faiss's
+    OpenMP teams spin against each other (100x slower updates), so every Faiss call here runs
+    single-threaded in whichever thread makes it."""
+    faiss.omp_set_num_threads(1)
+
+
 def _dedupe_last(ids: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unique ids, the last vector of each duplicate winning (later rows are newer)."""
     rev_ids = ids[::-1]
@@ -82,6 +90,7 @@ class ItemIndex:
     @classmethod
     def build(cls, settings: IndexSettings, ids: np.ndarray, vectors: np.ndarray) -> ItemIndex:
         """A fresh index over exactly these items (duplicates: the last one wins)."""
+        _one_omp_thread()
         ids, vectors = _checked(ids, vectors, None)
         ids, vectors = _dedupe_last(ids, vectors)
         n, dim = vectors.shape
@@ -112,6 +121,7 @@ class ItemIndex:
         changed = self.changed + ids.shape[0]
         if self.settings.kind == "hnsw" or self.index.ntotal == 0:
             return ItemIndex.build(self.settings, pos_ids, all_vectors)  # HNSW cannot remove ids: rebuild
+        _one_omp_thread()
         index = faiss.clone_index(self.index)
         if self.trained_on:
             faiss.extract_index_ivf(index).nprobe = faiss.extract_index_ivf(self.index).nprobe
@@ -146,6 +156,7 @@ class ItemIndex:
             raise InvalidInput("query vector holds NaN or Inf")
         if self.size == 0:
             return [np.empty(0, np.uint64)] * q.shape[0], [np.empty(0, np.float32)] * q.shape[0]
+        _one_omp_thread()
         scores, labels = self.index.search(q, min(k, self.size))
         ids, out_scores = [], []
         for s, lab in zip(scores, labels, strict=True):
@@ -157,6 +168,7 @@ class ItemIndex:
     def similar(self, item_id: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` other items for ``item_id`` (the item itself left out)."""
         pos = self.position_of(item_id)
+        _one_omp_thread()
         scores, labels = self.index.search(self.vectors[pos : pos + 1], min(k + 1, self.size))
         keep = (labels[0] >= 0) & (labels[0] != pos)
         lab, sc = labels[0][keep][:k], scores[0][keep][:k]

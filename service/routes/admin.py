@@ -13,11 +13,12 @@ from pydantic import Field
 from service.auth import require_admin
 from service.deps import JobDep, StoreDep, WatcherDep
 from service.job import JobLink
-from service.schemas import Strict
+from service.schemas import ADMIN_ERROR_RESPONSES, Strict
 from tables.config import AdmissionConfig, EvictionConfig
 from tables.errors import StreamrecError
 
-router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
+                   responses=ADMIN_ERROR_RESPONSES)
 
 TableName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
 

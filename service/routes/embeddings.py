@@ -11,10 +11,10 @@ from pydantic import BaseModel, Field
 
 from service.deps import LimitsDep, StoreDep
 from service.json_rows import rows_json
-from service.schemas import U64, Strict
+from service.schemas import ERROR_RESPONSES, U64, Strict
 from tables.errors import InvalidInput, NotFound
 
-router = APIRouter(tags=["embeddings"])
+router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
 
 class LookupRequest(Strict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from service.deps import MetricsDep, StoreDep
+from service.schemas import ERROR_RESPONSES
 from tables.errors import Unavailable
 
 router = APIRouter(tags=["health"])
@@ -15,7 +16,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Ready once a bundle is loaded")
+@router.get("/readyz", summary="Ready once a bundle is loaded", responses={503: ERROR_RESPONSES[503]})
 async def readyz(store: StoreDep) -> dict[str, object]:
     if not store.ready:
         raise Unavailable("no bundle loaded yet", detail={"exports_dir": str(store.root),

@@ -11,12 +11,12 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
 from service.deps import LimitsDep, StoreDep
-from service.schemas import Finite, ItemsResponse, Strict, json_response, scored
+from service.schemas import ERROR_RESPONSES, Finite, ItemsResponse, Strict, json_response, scored
 from service.settings import LimitSettings
 from service.vector_index import ItemIndex
 from tables.errors import InvalidInput, Unavailable
 
-router = APIRouter(tags=["items"])
+router = APIRouter(tags=["items"], responses=ERROR_RESPONSES)
 T = TypeVar("T")
 
 # An exact search over this many items takes milliseconds: run it off the event loop then.

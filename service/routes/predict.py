@@ -9,12 +9,12 @@ from pydantic import BaseModel, Field
 
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
-from service.schemas import Instance, Strict, json_response
+from service.schemas import ERROR_RESPONSES, Instance, Strict, json_response
 from streaming.batch import Batch
 from tables.errors import InvalidInput, Unavailable
 from trainer.inference import Predictor, instances_to_batch
 
-router = APIRouter(tags=["predict"])
+router = APIRouter(tags=["predict"], responses=ERROR_RESPONSES)
 _INLINE_INSTANCES = 64  # up to this many instances take well under a millisecond: score on the event loop
 
 

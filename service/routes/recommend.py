@@ -9,9 +9,9 @@ from pydantic import Field
 from service.deps import LimitsDep, StoreDep
 from service.routes.items import check_k, items_of, run_search
 from service.routes.predict import batch_of, finite_or_fail, predictor_of
-from service.schemas import U64, Instance, ItemsResponse, Strict, json_response, scored
+from service.schemas import ERROR_RESPONSES, U64, Instance, ItemsResponse, Strict, json_response, scored
 
-router = APIRouter(tags=["recommend"])
+router = APIRouter(tags=["recommend"], responses=ERROR_RESPONSES)
 
 
 class RecommendRequest(Strict):
