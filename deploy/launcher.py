@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,7 @@ class Launcher:
         self.spec = spec
         self.out = out
         self.endpoints: tuple[str, ...] = ()  # set once every shard answers
+        self._stop = threading.Event()
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self._plan_roles()
@@ -184,8 +186,15 @@ class Launcher:
                     role.close_log()
                 self._plan_roles()
 
+    def stop(self) -> None:
+        """Ask a running ``run()`` (in another thread) to end the job: it returns 0 and stops every role."""
+        self._stop.set()
+
     def _monitor(self) -> int:
         while True:
+            if self._stop.is_set():
+                self._say("stopping on request")
+                return 0
             for role in self.servers:
                 code = role.poll()
                 if code is None:

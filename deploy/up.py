@@ -257,11 +257,13 @@ class LocalSystem:
         except (KafkaError, OSError, ValueError):
             return None
 
-    def _ps_client(self):  # -> PSClient, imported lazily
+    def _ps_client(self):  # -> PSClient | None, imported lazily
         from tables.client import PSClient
         from tables.ps_config import ClientConfig
 
         while self.launcher is None or not self.launcher.endpoints:
+            if self._launch_thread is not None and not self._launch_thread.is_alive():
+                return None  # the shards never came up: failed() says why
             time.sleep(0.1)
         return PSClient(self.launcher.endpoints, config=ClientConfig(timeout_s=1.0, retries=0))
 
@@ -339,9 +341,7 @@ class LocalSystem:
         for role in service:
             role.kill(signal.SIGINT)  # uvicorn: graceful shutdown
         if self.launcher is not None and self._launch_thread is not None:
-            # The launcher ends its job when the workers exit, then stops the shards itself.
-            for worker in self.launcher.workers:
-                worker.kill(signal.SIGTERM)
+            self.launcher.stop()  # it stops the workers and shards itself
             self._launch_thread.join(timeout=60)
         deadline = time.monotonic() + _STOP_GRACE_S
         for role in self.roles:
