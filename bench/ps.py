@@ -51,16 +51,22 @@ def key_batches(dist: str, n_batches: int, size: int, seed: int) -> list[np.ndar
     return [(i.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) for i in ids]
 
 
-def rate(fn: Callable[[np.ndarray], Any], batches: list[np.ndarray], *, seconds: float) -> float:
-    """Keys per second of ``fn`` cycling over ``batches`` for about ``seconds`` (after one warm-up call)."""
+def rate(fn: Callable[[np.ndarray], Any], batches: list[np.ndarray], *, seconds: float, windows: int = 5) -> float:
+    """Keys per second of ``fn`` cycling over ``batches``: the median of ``windows`` windows of
+    ``seconds / windows`` each (after one warm-up call), so one burst of other load on a shared
+    machine does not decide the figure."""
     fn(batches[0])
-    done, i, t0 = 0, 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds or i < 3:
-        b = batches[i % len(batches)]
-        fn(b)
-        done += b.shape[0]
-        i += 1
-    return done / (time.perf_counter() - t0)
+    rates, i = [], 0
+    for _ in range(windows):
+        done, calls, t0 = 0, 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / windows or calls < 2:
+            b = batches[i % len(batches)]
+            fn(b)
+            done += b.shape[0]
+            calls += 1
+            i += 1
+        rates.append(done / (time.perf_counter() - t0))
+    return float(np.median(rates))
 
 
 @contextmanager
@@ -171,7 +177,8 @@ def run(dist: str, client: PSClient, r: Any, seconds: float, small_calls: int) -
 
 
 def human(results: dict[str, dict[str, float]]) -> str:
-    lines = [f"bench/ps.py: 2 shards + 1 client on loopback, dim {DIM}, adagrad, {BATCH}-key requests",
+    lines = [f"bench/ps.py: 2 shards + 1 client on loopback, dim {DIM}, adagrad, {BATCH}-key requests "
+             "(keys/s: median of 5 windows)",
              f"{'keys':8} {'op':5} {'PS client':>14} {'in-process':>14} {'redis':>14} {'PS/inproc':>10} "
              f"{'PS/redis':>9} {'target':>14}"]
     for dist, m in results.items():
@@ -193,7 +200,7 @@ def human(results: dict[str, dict[str, float]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per throughput figure")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per throughput figure")
     parser.add_argument("--small-calls", type=int, default=3000, help="100-key pulls timed for the latency")
     args = parser.parse_args(argv)
     results: dict[str, dict[str, float]] = {}
