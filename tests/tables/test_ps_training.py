@@ -76,3 +76,33 @@ def test_dense_arrays_are_sliced_across_shards_and_first_init_wins(tmp_path: Pat
         with pytest.raises(Conflict, match="exists with"):
             c.init_dense("mlp.w0.slice0of2", np.zeros(3, np.float32))
         sliced.close()
+
+
+def test_pushes_are_served_while_a_save_runs(tmp_path: Path) -> None:
+    import threading
+
+    big = {"name": "big", "dim": 32, "optimizer": {"kind": "adagrad", "lr": 0.1}}
+    with shard_processes(tmp_path, [big], n=1) as shards, shards.client(timeout_s=60) as c:
+        keys = np.arange(1 << 20, dtype=np.uint64)
+        grads = np.ones((1 << 16, 32), np.float32)
+        for s in range(0, keys.shape[0], 1 << 16):
+            c.push_sparse("big", keys[s : s + (1 << 16)], grads)
+        saving = threading.Event()
+        saved: list[dict] = []
+
+        def save() -> None:
+            with shards.client(timeout_s=120) as other:
+                saving.set()
+                saved.extend(other.save(mode="base"))
+
+        saver = threading.Thread(target=save)
+        saver.start()
+        saving.wait()
+        pushes_during_save = 0
+        while saver.is_alive():
+            c.push_sparse("big", np.arange(8, dtype=np.uint64), np.ones((8, 32), np.float32))
+            pushes_during_save += saver.is_alive()
+        saver.join()
+        assert saved and saved[0]["mode"] == "base"
+        # a save run inside the request loop would let at most the one queued push finish "during" it
+        assert pushes_during_save >= 5, pushes_during_save
