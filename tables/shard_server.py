@@ -41,6 +41,7 @@ from tables.sync_steps import SyncSteps
 log = logging.getLogger(__name__)
 
 _REPLAY_CACHE = 4096  # (client, request id) of recent mutating requests: a retried push applies once
+_MAX_FRAME_BYTES = 1 << 30
 _MUTATING = (Op.PUSH_SPARSE, Op.PUSH_DENSE, Op.INIT_DENSE, Op.SHRINK, Op.END_PASS, Op.LOAD)
 
 
@@ -84,6 +85,7 @@ class ShardServer:
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client reconnecting with its identity takes over
         sock.setsockopt(zmq.LINGER, 1000)
+        sock.setsockopt(zmq.MAXMSGSIZE, _MAX_FRAME_BYTES)  # a peer sending more is disconnected, not buffered
         sock.bind(self.endpoint)
         done_rx = ctx.socket(zmq.PAIR)
         done_rx.bind(f"inproc://save-done-{id(self)}")
@@ -231,8 +233,8 @@ class ShardServer:
                 f"got {grads.dtype} {grads.shape}"
             )
         if msg.flags & Flag.GEO_DELTA:
-            opt = table.config.optimizer if hasattr(table, "config") else None
-            if opt is None or opt.kind != "sgd" or opt.lr != 1.0 or opt.l2 or opt.grad_clip:
+            opt = table.config.optimizer
+            if opt.kind != "sgd" or opt.lr != 1.0 or opt.l2 or opt.grad_clip:
                 raise InvalidInput(f"table {msg.table!r}: geo deltas need optimizer sgd with lr 1, no l2, no clip")
             grads = -grads  # sgd with lr 1: w -= -delta adds the delta
         if msg.flags & Flag.SYNC:
