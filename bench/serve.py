@@ -215,6 +215,8 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
                         "--log-level", "warning"], port, "/readyz", 3600,
                        env={**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN}))
     log(f"service ready in {time.perf_counter() - t0:.1f}s")
+    wait_settled(port)  # the first bundle also loads into the standby side, after /readyz
+    log(f"both store sides loaded after {time.perf_counter() - t0:.1f}s")
     procs.append(start([sys.executable, __file__, "--bare-server", str(bare_port)], bare_port, "/bare", 120))
 
     n_req = 4096
@@ -280,6 +282,19 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     if args.json:
         print(json.dumps(out))
     return 0
+
+
+def wait_settled(port: int, timeout: float = 3600) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = httpx.get(f"http://127.0.0.1:{port}/admin/status", headers={"Authorization": f"Bearer {TOKEN}"},
+                           timeout=10).json()["bundle"]
+        if status["version"] is not None and status["standby_version"] == status["version"]:
+            return
+        time.sleep(0.25)
+    raise RuntimeError("the service's standby side never caught up")
 
 
 def rss_of(pid: int) -> int:
