@@ -90,6 +90,49 @@ def shard_processes(tmp: Path, n: int = 2):
             p.wait()
 
 
+_ECHO = ("import sys, zmq; s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1])\n"
+         "while True: s.send_multipart(s.recv_multipart())")
+
+
+@contextmanager
+def echo_peers(n: int = 2):
+    """Bare pyzmq ROUTER echo processes: the transport floor under a 2-shard round trip."""
+    import zmq
+
+    ports = free_ports(n)
+    procs = [subprocess.Popen([sys.executable, "-c", _ECHO, f"tcp://127.0.0.1:{p}"], start_new_session=True)
+             for p in ports]
+    ctx = zmq.Context()
+    socks = []
+    try:
+        for p in ports:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(f"tcp://127.0.0.1:{p}")
+            socks.append(sock)
+        poller = zmq.Poller()
+        for sock in socks:
+            poller.register(sock, zmq.POLLIN)
+
+        def round_trip(keys: np.ndarray) -> None:
+            for sock in socks:
+                sock.send(keys)
+            got = 0
+            while got < len(socks):
+                for sock, _ in poller.poll():
+                    sock.recv()
+                    got += 1
+
+        yield round_trip
+    finally:
+        for sock in socks:
+            sock.close()
+        ctx.term()
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
 @contextmanager
 def redis_server():
     import redis
@@ -151,7 +194,7 @@ def latency(fn: Callable[[np.ndarray], Any], batches: list[np.ndarray], calls: i
     return float(np.percentile(lat, 50) * 1e6), float(np.percentile(lat, 99) * 1e6)
 
 
-def run(dist: str, client: PSClient, r: Any, seconds: float, small_calls: int) -> dict[str, float]:
+def run(dist: str, client: PSClient, r: Any, echo: Callable, seconds: float, small_calls: int) -> dict[str, float]:
     batches = key_batches(dist, 8, BATCH, seed=1)
     grads = np.random.default_rng(2).standard_normal((BATCH, DIM)).astype(np.float32) * 0.01
     inproc = SparseTable(TABLE)
@@ -173,6 +216,7 @@ def run(dist: str, client: PSClient, r: Any, seconds: float, small_calls: int) -
                                                                  small_calls)
     # the floor under that: a health round trip to both shards (same sockets, no table work)
     out["health_p50_us"], _ = latency(lambda k: client.health(), small, small_calls)
+    out["zmq_echo_p50_us"], _ = latency(echo, small, small_calls)  # no protocol, no Python server work
     return out
 
 
@@ -191,7 +235,8 @@ def human(results: dict[str, dict[str, float]]) -> str:
         lines.append(f"{dist:8} {SMALL}-key pull latency: p50 {p50:.0f} us, p99 {m['small_pull_p99_us']:.0f} us "
                      f"(target p50 <= {TARGETS['small_pull_p50_us']:.0f} us: "
                      f"{'met' if p50 <= TARGETS['small_pull_p50_us'] else 'MISSED'}); "
-                     f"health round trip to both shards p50 {m['health_p50_us']:.0f} us")
+                     f"health round trip to both shards p50 {m['health_p50_us']:.0f} us; "
+                     f"bare pyzmq echo to 2 processes p50 {m['zmq_echo_p50_us']:.0f} us")
     load = os.getloadavg()[0]
     lines.append(f"machine: {os.cpu_count()} cores, load average {load:.2f} during the run")
     return "\n".join(lines)
@@ -208,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         client = stack.enter_context(shard_processes(tmp))
         r = stack.enter_context(redis_server())
+        echo = stack.enter_context(echo_peers())
         for dist in ("uniform", "zipf"):
-            results[dist] = run(dist, client, r, args.seconds, args.small_calls)
+            results[dist] = run(dist, client, r, echo, args.seconds, args.small_calls)
     machine = {"cores": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
     print(json.dumps({**results, "machine": machine}) if args.json else human(results))
     return 0
