@@ -41,6 +41,8 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         err = _describe_validation(exc)
     elif isinstance(exc, StreamrecError):
         err = exc
+    elif isinstance(exc, HTTPException) and isinstance(exc.__cause__, StreamrecError):
+        err = exc.__cause__  # FastAPI wraps errors raised while reading the body (e.g. our size limit)
     elif isinstance(exc, HTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 413: "invalid_input"}.get(exc.status_code, "http_error")
         err = StreamrecError(str(exc.detail))

@@ -81,6 +81,22 @@ class Metrics:
         return "\n".join(out) + "\n"
 
 
+def _counting(receive: Receive, limit: int) -> Receive:
+    """``receive`` that refuses a body (chunked or lying about its length) past ``limit`` bytes."""
+    seen = 0
+
+    async def counted() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise InvalidInput(f"request body exceeds {limit} bytes", detail={"max_body_bytes": limit})
+        return message
+
+    return counted
+
+
 class RequestMetricsMiddleware:
     """Times each HTTP request under its route template and refuses bodies over the limit
     with 422 before the handler reads them."""
@@ -104,26 +120,15 @@ class RequestMetricsMiddleware:
                 status = message["status"]
             await send(message)
 
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                await self._too_large(send, int(value))
-                self.metrics.observe_request("<body-too-large>", scope["method"], 422, time.perf_counter() - t0)
-                return
-        seen = 0
-
-        async def receive_wrapper() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise InvalidInput(f"request body exceeds {limit} bytes", detail={"max_body_bytes": limit})
-            return message
-
+        if scope["method"] not in ("GET", "HEAD"):  # bodiless (hot single-id) requests skip the body checks
+            for name, value in scope.get("headers", ()):
+                if name == b"content-length" and value.isdigit() and int(value) > limit:
+                    await self._too_large(send, int(value))
+                    self.metrics.observe_request("<body-too-large>", scope["method"], 422, time.perf_counter() - t0)
+                    return
+            receive = _counting(receive, limit)
         try:
-            # bodiless methods skip the byte counting (the hot single-id lookups are GETs)
-            counted = receive if scope["method"] in ("GET", "HEAD") else receive_wrapper
-            await self.app(scope, counted, send_wrapper)
+            await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "<unmatched>")

@@ -24,6 +24,11 @@ def test_lookup_returns_exactly_the_exported_rows(client, builder) -> None:
     assert body["ids"] == [int(i) for i in ids[found]]
     assert body["missing"] == [int(i) for i in unknown]
     assert np.array_equal(np.array(body["rows"], np.float32), rows)
+    # duplicates are answered per occurrence, in request order
+    a, b = int(USER_IDS[5]), int(USER_IDS[6])
+    dup = _lookup(client, "user", [a, b, 7, a, b])
+    assert dup["ids"] == [a, b, a, b] and dup["missing"] == [7]
+    assert dup["rows"][0] == dup["rows"][2] == body["rows"][5] and dup["rows"][1] == body["rows"][6]
     # the same through the table name, and the item slot's own table
     assert _lookup(client, "emb8", ids)["rows"] == body["rows"]
     item = _lookup(client, "item", ITEM_IDS[:5])
@@ -85,7 +90,10 @@ def test_limits_answer_422_and_are_counted(builder, tmp_path) -> None:
         r = client.post("/v1/embeddings:lookup", content=b"[" + b"1," * 5000 + b"1]",
                         headers={"content-type": "application/json"})
         assert r.status_code == 422 and "4096 bytes" in r.json()["error"]["message"]
+        chunked = iter([b'{"slot": "user", "ids": [', b"1, " * 3000, b"1]}"])  # no content-length to trust
+        r = client.post("/v1/embeddings:lookup", content=chunked, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and "exceeds 4096 bytes" in r.json()["error"]["message"]
         # and nothing else was lost: the service still answers
         assert client.post("/v1/embeddings:lookup", json={"slot": "user", "ids": [1]}).status_code == 200
         metrics = client.get("/metrics").text
-        assert 'streamrec_errors_total{code="invalid_input"} 3' in metrics
+        assert 'streamrec_errors_total{code="invalid_input"} 4' in metrics
