@@ -5,40 +5,75 @@ Every shard saves its tables on cursor "export" straight into the staging dir: a
 exports and whenever a shard has no export base since it started or loaded, a base. If
 the shards disagree (one fell back to a base) the save is redone as a base everywhere, so a
 bundle is one kind. Then the dense weights, the two-tower item vectors and the manifest.
+
+The export runs in a background thread with its own PS client and model copy, after the
+pass is committed and the workers were released: it does not stall training. The next
+commit waits for it (a shard runs one save at a time).
 """
 
 from __future__ import annotations
 
 import shutil
+import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tables.client import PSClient
+from tables.errors import StreamrecError
 from trainer.bundle import discard_staging, list_versions, publish, staging_dir
+from trainer.config import ModelConfig
+from trainer.features import build_features
 from trainer.item_catalog import ItemCatalog
-from trainer.models.base import Model
+from trainer.models import build_model
+
+SAVE_TIMEOUT_S = 120.0
 
 
 class Exporter:
-    def __init__(self, root: str, client: PSClient, model: Model, *, base_every: int,
-                 catalog: ItemCatalog | None = None) -> None:
-        from pathlib import Path
-
+    def __init__(self, root: str, client: PSClient, model_config: ModelConfig, *, base_every: int) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         discard_staging(self.root)
-        self.client = client
-        self.model = model
+        self.client = client  # owned by the export thread
+        self.model = build_model(model_config)  # a copy: the training thread keeps its own
         self.base_every = base_every
-        self.catalog = catalog
         versions = list_versions(self.root)
         self.last_version = versions[-1] if versions else 0
         self.exports = 0  # by this process: its first bundle is a base (the chain restarts with it)
+        self._thread: threading.Thread | None = None
+        self._result: dict[str, Any] | None = None
+        self.failures = 0
 
-    def export(self, pass_id: int, *, newest_record_time: float | None,
-               item_vectors: Any = None) -> dict[str, Any]:
-        """``item_vectors(ids, catalog) -> float32 (n, d)`` computes vectors for the two-tower."""
+    def start(self, pass_id: int, *, dense: dict[str, np.ndarray], newest_record_time: float | None,
+              catalog: ItemCatalog | None = None) -> None:
+        """Export in the background (after waiting for the previous export)."""
+        self.wait()
+        self._result = None
+        self._thread = threading.Thread(target=self._run, args=(pass_id, dense, newest_record_time, catalog),
+                                        name="export", daemon=True)
+        self._thread.start()
+
+    def _run(self, *args: Any) -> None:
+        try:
+            self._result = self.export(*args)
+        except StreamrecError as err:  # a failed bundle is counted; the next one is a base
+            self.failures += 1
+            self.exports = 0
+            discard_staging(self.root)
+            self._result = {"error": err.message, "pass": args[0]}
+
+    def wait(self) -> dict[str, Any] | None:
+        """The last export's result ({"error": ...} when it failed); None when none ran."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        result, self._result = self._result, None
+        return result
+
+    def export(self, pass_id: int, dense: dict[str, np.ndarray], newest_record_time: float | None,
+               catalog: ItemCatalog | None = None) -> dict[str, Any]:
         version = self.last_version + 1
         stage = staging_dir(self.root, version)
         base = self.exports == 0 or self.exports % self.base_every == 0
@@ -46,22 +81,35 @@ class Exporter:
         if not base and any(e["mode"] == "base" for e in entries):
             base = True  # a shard restarted: everyone writes a base
             entries = self._save(stage, "base")
+        self.model.params.load(dense)
         items = None
-        if self.catalog is not None and item_vectors is not None:
-            ids = self.catalog.all_ids() if base else self.catalog.touched_ids()
-            items = (ids, item_vectors(ids) if ids.size else np.zeros((0, self.model.config.tower_dim), np.float32))
+        if catalog is not None:
+            ids = catalog.all_ids() if base else catalog.touched_ids()
+            items = (ids, self._item_vectors(catalog, ids))
         man = publish(self.root, version=version, kind="base" if base else "delta",
                       parent_version=None if base else self.last_version, pass_id=pass_id,
                       num_shards=self.client.n_shards, tables=[t.name for t in self.model.tables],
-                      model=self.model.config.model_dump(mode="json"), dense=self.model.params.as_dict(),
+                      model=self.model.config.model_dump(mode="json"), dense=dense,
                       items=items, items_full=base, newest_record_time=newest_record_time)
-        if self.catalog is not None:
-            self.catalog.clear_touched()
         self.last_version = version
         self.exports += 1
         return {"version": version, "kind": man.kind, "pass": pass_id, "items": 0 if items is None else len(items[0])}
 
-    def _save(self, stage: Any, mode: str) -> list[dict[str, Any]]:
+    def _item_vectors(self, catalog: ItemCatalog, ids: np.ndarray) -> np.ndarray:
+        m = self.model
+        if not ids.size:
+            return np.zeros((0, m.config.tower_dim), np.float32)
+        f = build_features(m.config, catalog.batch_of(ids), m.item_slots)  # type: ignore[attr-defined]
+        rows = {t: self.client.pull_sparse(t, ti.keys) for t, ti in f.tables.items()}
+        return np.ascontiguousarray(m.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
+
+    def _save(self, stage: Path, mode: str) -> list[dict[str, Any]]:
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir(parents=True)
-        return self.client.save(into=str(stage / "shard-{shard}"), mode=mode, cursor="export")
+        # bounded: a shard lost mid-save fails this bundle instead of holding the next commit
+        return self.client.save(into=str(stage / "shard-{shard}"), mode=mode, cursor="export",
+                                timeout_s=SAVE_TIMEOUT_S)
+
+    def close(self) -> None:
+        self.wait()
+        self.client.close()

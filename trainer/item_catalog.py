@@ -42,8 +42,12 @@ class ItemCatalog:
     def touched_ids(self) -> np.ndarray:
         return np.fromiter(self._touched, np.uint64, len(self._touched))
 
-    def clear_touched(self) -> None:
-        self._touched.clear()
+    def snapshot(self) -> ItemCatalog:
+        """A copy for the export thread; the touched set starts over here."""
+        copy = ItemCatalog(self.item_slots)
+        copy._features, copy._touched = dict(self._features), self._touched
+        self._touched = set()
+        return copy
 
     def batch_of(self, ids: np.ndarray) -> Batch:
         """A batch of the given items' item-slot features (labels and dense zero)."""

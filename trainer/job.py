@@ -23,12 +23,11 @@ from streaming.consumer import Membership, StreamConsumer
 from tables.client import PSClient
 from tables.cluster import ClusterSpec
 from tables.errors import NotFound, Unavailable
-from tables.ps_config import PSConfig, load_ps_config
+from tables.ps_config import ClientConfig, PSConfig, load_ps_config
 from tables.sync_modes import PSWorker
 from trainer import checkpoints
 from trainer.config import JobConfig, ModelType
-from trainer.export import Exporter
-from trainer.features import build_features
+from trainer.export import SAVE_TIMEOUT_S, Exporter
 from trainer.item_catalog import ItemCatalog
 from trainer.metrics import Metrics, WindowedMetrics
 from trainer.models import build_model
@@ -76,6 +75,7 @@ class StreamingJob:
         self.consumer: StreamConsumer | None = None
         self.reseek: dict[int, int] | None = None
         self.recoveries = 0
+        self.last_export: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setup
     def _barrier(self, tag: int) -> None:
@@ -101,8 +101,13 @@ class StreamingJob:
         if restored.offsets:
             self.consumer.seek_to({p: o for p, o in restored.offsets.items() if p in mine})
         if self.chief and self.config.passes.export:
-            self.exporter = Exporter(self.config.export_dir, self.client, self.model,
-                                     base_every=self.config.passes.base_every, catalog=self.catalog)
+            self.exporter = self._make_exporter()
+
+    def _make_exporter(self) -> Exporter:
+        # no resends: a lost shard fails the bundle instead of holding the next commit (the next one is a base)
+        client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret(),
+                          config=ClientConfig(timeout_s=self.ps.client.config.timeout_s, retries=0))
+        return Exporter(self.config.export_dir, client, self.config.model, base_every=self.config.passes.base_every)
 
     def _poll(self) -> Any:
         while not self.stopping.is_set():
@@ -135,6 +140,9 @@ class StreamingJob:
             self.stopping.set()
             if pull_client is not None:
                 pull_client.close()
+            if self.exporter is not None:
+                self.last_export = self.exporter.wait() or self.last_export  # the last pass's bundle is out
+                self.exporter.close()
             self.consumer.close()
         return self.status()
 
@@ -215,10 +223,12 @@ class StreamingJob:
         evicted = None
         if n % k == 0:
             evicted = sum(sum(e.get("evicted", {}).values()) for e in self.client.shrink())
+        if self.exporter is not None:
+            self.last_export = self.exporter.wait() or self.last_export  # one save at a time per shard
         base = n % k == 1 or k == 1 or self.force_base
         try:
             entries = self.client.save(into=checkpoints.shard_template(self.root, n), mode="base" if base else "delta",
-                                       cursor="checkpoint")
+                                       cursor="checkpoint", timeout_s=SAVE_TIMEOUT_S)
         except Exception:
             self.force_base = True  # some shards may have advanced their chain: restart it with a base
             raise
@@ -238,21 +248,19 @@ class StreamingJob:
             "records_total": total, "newest_record_time": newest, "workers": self.spec.num_workers,
             "mode": self.spec.mode}, workers=self.spec.num_workers, shard_entries=entries)
         checkpoints.prune(self.root, self.config.passes.keep)
-        if self.exporter is not None:
+        if self.exporter is not None:  # in the background, after the workers are released
             self.worker.dense.refresh(self.store)  # every worker's dense change is in
-            man["export"] = self.exporter.export(n, newest_record_time=newest, item_vectors=self._item_vectors)
+            self._export(n, newest)
         return man
+
+    def _export(self, pass_id: int, newest: float | None) -> None:
+        assert self.exporter is not None
+        self.exporter.start(pass_id, dense=self.model.params.as_dict(), newest_record_time=newest,
+                            catalog=None if self.catalog is None else self.catalog.snapshot())
 
     def _previous_total(self, n: int) -> int:
         done = [p for p in checkpoints.complete_passes(self.root) if p < n]
         return int(checkpoints.read_pass(self.root, done[-1]).get("records_total", 0)) if done else 0
-
-    def _item_vectors(self, ids: np.ndarray) -> np.ndarray:
-        assert self.catalog is not None
-        model = self.model
-        f = build_features(model.config, self.catalog.batch_of(ids), model.item_slots)  # type: ignore[attr-defined]
-        rows = {t: self.client.pull_sparse(t, ti.keys) for t, ti in f.tables.items()}
-        return np.ascontiguousarray(model.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
 
     # ---------------------------------------------------------------- control
     def _serve_requests(self) -> None:
@@ -282,8 +290,9 @@ class StreamingJob:
             from tables.errors import Conflict
 
             raise Conflict("this worker does not export (not the chief, or passes.export is off)")
-        return self.exporter.export(self.pass_id, newest_record_time=self.newest_time,
-                                    item_vectors=self._item_vectors)
+        self.exporter.wait()
+        self._export(self.pass_id, self.newest_time)
+        return self.exporter.wait() or {}
 
     def _recover_shards(self) -> None:
         """A shard restarted empty (its dense array is gone) or stopped answering: wait for it,
@@ -300,6 +309,8 @@ class StreamingJob:
         if not found:
             raise Unavailable("a shard lost its tables before the first pass was committed; restart the job")
         self.store.forget()
+        if self.exporter is not None:  # its save may hang on the lost shard: let it fail alone, start afresh
+            self.exporter = self._make_exporter()
         if self.spec.mode == "sync":  # apply (and so discard, by the load below) pushes held for a barrier
             self.client.barrier(_TAG - 1 - self.ps.steps, 1, timeout_s=60)
         self.store.init()
@@ -312,6 +323,8 @@ class StreamingJob:
         from trainer.recovery import load_into_shards
 
         self.store.drain()
+        if self.exporter is not None:
+            self.exporter.wait()
         load_into_shards(self.client, self.root, pass_id)
         for n in checkpoints.complete_passes(self.root):
             if n > pass_id:
@@ -339,4 +352,5 @@ class StreamingJob:
                 "phase_seconds": {} if w is None else dict(w.phase_seconds),
                 "newest_record_time": self.newest_time, "recoveries": self.recoveries,
                 "commit_stall_s": list(self.commit_stall_s[-20:]),
-                "last_commit": {k: v for k, v in self.last_commit.items() if k != "files"}}
+                "last_commit": {k: v for k, v in self.last_commit.items() if k != "files"},
+                "last_export": self.last_export}

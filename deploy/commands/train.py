@@ -73,6 +73,8 @@ def register_stream(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stream(args: argparse.Namespace) -> int:
+    import faulthandler
+    import signal
     from contextlib import ExitStack
     from pathlib import Path
 
@@ -84,9 +86,6 @@ def run_stream(args: argparse.Namespace) -> int:
     from trainer.control import ControlServer
     from trainer.job import StreamingJob
     from trainer.job_control import JobControl
-
-    import faulthandler
-    import signal
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to stderr
     config = load_job_config(args.config)

@@ -9,6 +9,8 @@ mode, one partition, so both runs see the same batches).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -34,15 +36,19 @@ from .conftest import topic_name
 RECORDS = 5000
 
 
-def produce(bootstrap: str, n: int = RECORDS) -> dict:
-    topic = topic_name()
-    kafka = {"topic": topic, "dead_letter_topic": f"{topic}.dead", "group_id": f"g-{topic}", "partitions": 1,
-             "batch_size": 500, "batch_timeout_ms": 3000, "max_poll_interval_ms": 3000, "session_timeout_ms": 3000}
+def produce(bootstrap: str, n: int = RECORDS, *, kafka: dict | None = None, start: int = 0,
+            stop: int | None = None) -> dict:
+    """Records ``start..stop`` of a fixed planted stream of ``n``, to a new topic (or ``kafka``'s)."""
+    if kafka is None:
+        topic = topic_name()
+        kafka = {"topic": topic, "dead_letter_topic": f"{topic}.dead", "group_id": f"g-{topic}", "partitions": 1,
+                 "batch_size": 500, "batch_timeout_ms": 3000, "max_poll_interval_ms": 3000,
+                 "session_timeout_ms": 3000}
     config = KafkaConfig(**kafka)
     options = client_options(config, [bootstrap])
     ensure_topics(config, options)
     with RecordProducer(config, options) as producer:
-        producer.send_all(criteo_lines(PlantedModel(seed=3).sample(n)))
+        producer.send_all(criteo_lines(PlantedModel(seed=3).sample(n))[start:stop])
     return kafka
 
 
@@ -56,10 +62,13 @@ def job_yaml(tmp: Path, name: str, kafka: dict, model_type: str = "wide_deep") -
     return path
 
 
-def wait_exit(p, timeout: float = 180) -> int:
+def wait_exit(p, timeout: float = 300) -> int:
     deadline = time.monotonic() + timeout
     while p.poll() is None:
-        assert time.monotonic() < deadline, "training job did not finish"
+        if time.monotonic() > deadline:
+            os.kill(p.pid, signal.SIGUSR1)  # the job dumps its threads' stacks into its log
+            time.sleep(1)
+            raise AssertionError("training job did not finish")
         time.sleep(0.2)
     return p.returncode
 
@@ -121,25 +130,27 @@ def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
     broker, cluster, procs, tmp_path: Path
 ) -> None:
     kafka = produce(broker.bootstrap)
-    clean_yaml, crash_yaml = job_yaml(tmp_path, "clean", kafka), job_yaml(tmp_path, "crash", kafka)
+    late = produce(broker.bootstrap, stop=3000)  # the crash run's stream: 3000 now, the rest after the shard dies
+    clean_yaml, crash_yaml = job_yaml(tmp_path, "clean", kafka), job_yaml(tmp_path, "crash", late)
     tables = load_job_config(clean_yaml).model.table_configs()
     clean, crashy = cluster(tables), cluster(tables)
     assert wait_exit(clean.train(clean_yaml, broker.bootstrap)) == 0
 
     root = Path(load_job_config(crash_yaml).checkpoint_dir)
-    first = crashy.train(crash_yaml, broker.bootstrap)
+    first = crashy.train(crash_yaml, broker.bootstrap, extra=("--max-idle-s", "8"))
     deadline = time.monotonic() + 120
     while 2 not in checkpoints.complete_passes(root):
         assert time.monotonic() < deadline and first.poll() is None
         time.sleep(0.05)
     procs.kill(first)  # SIGKILL, mid-pass 3
     committed = checkpoints.read_pass(root, max(checkpoints.complete_passes(root)))
-    second = crashy.train(crash_yaml, broker.bootstrap)
+    second = crashy.train(crash_yaml, broker.bootstrap, extra=("--max-idle-s", "8"))
     while 3 not in checkpoints.complete_passes(root):
         assert time.monotonic() < deadline and second.poll() is None
         time.sleep(0.05)
-    procs.kill(crashy.shards[0])  # and now the shard, mid-pass 4: it comes back empty on the same port
+    procs.kill(crashy.shards[0])  # and now the shard: it comes back empty on the same port
     crashy.start_shard(0)
+    produce(broker.bootstrap, kafka=late, start=3000)  # the trainer meets the empty shard on these
     assert wait_exit(second) == 0, procs.log_of(second)[-3000:]
     status = json.loads(procs.log_of(second).strip().splitlines()[-1])
     assert status["recoveries"] == 1
