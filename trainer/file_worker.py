@@ -118,9 +118,18 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
            "test_auc": roc_auc(y, p), "test_logloss": float(-(y * np.log(pc) + (1 - y) * np.log1p(-pc)).mean()),
            "peak_rss_mb": round(rss, 1), "rss_mb": {"shards": shard_rss, "chief": peak_rss_mb(),
                                                    "workers": [r["peak_rss_mb"] for r in ranks]},
-           "shard_cpu_s": shard_cpu, "rejected": ranks[0]["rejected"], "test_rejected": dict(dead.counts),
+           "shard_cpu_s": shard_cpu, "rejected": _sum_counts(r["rejected"] for r in ranks),
+           "test_rejected": dict(dead.counts),
            "workers": ranks}
     (results / "result.json").write_text(json.dumps(out))
+
+
+def _sum_counts(counts: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + int(v)
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
