@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_files)
     register_stream(subparsers)
+    register_infer(subparsers)
 
 
 def run_files(args: argparse.Namespace) -> int:
@@ -111,5 +112,28 @@ def run_stream(args: argparse.Namespace) -> int:
         finally:
             if server is not None:
                 server.stop()
+    print(json.dumps(result, default=str))
+    return 0
+
+
+def register_infer(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("infer", help="score files with the PS parameters, no training (two-tower: item vectors)")
+    p.add_argument("--config", required=True, help="job YAML (model and record schema)")
+    p.add_argument("--data", action="append", required=True, help="file to score (repeat for more)")
+    p.add_argument("--predictions", help="write one probability per scored record here")
+    p.add_argument("--items", help="two-tower: write the catalogue's item vectors here (ids, vectors arrays)")
+    p.set_defaults(func=run_infer)
+
+
+def run_infer(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tables.cluster import cluster_from_env
+    from trainer.config import load_job_config
+    from trainer.infer import infer_files
+
+    result = infer_files(load_job_config(args.config), cluster_from_env(), args.data,
+                         predictions=Path(args.predictions) if args.predictions else None,
+                         items_out=Path(args.items) if args.items else None)
     print(json.dumps(result, default=str))
     return 0

@@ -102,6 +102,11 @@ class Cluster:
                         raise
         return p
 
+    def stats(self) -> list[dict]:
+        """Per shard: pushes applied over all its tables."""
+        with PSClient(self.endpoints) as c:
+            return [{"pushes": sum(t["pushes"] for t in s["tables"].values())} for s in c.stats()]
+
     def env(self, rank: int = 0, workers: int = 1, mode: str = "sync") -> dict[str, str]:
         spec = ClusterSpec(role="worker", rank=rank, shard_endpoints=self.endpoints, num_workers=workers,
                            mode=mode, ps_config=str(self.ps_yaml))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -124,6 +126,19 @@ def test_passes_commit_checkpoints_and_bundles(broker, cluster, tmp_path: Path) 
     batch, _ = make_parser(generated_criteo_schema()).parse(criteo_lines(PlantedModel(seed=3).sample(300)))
     p = pred.predict(batch)
     assert p.shape == (300,) and np.all((p > 0) & (p < 1))
+
+    # infer mode against the same shards: scores without pushing (the shards' tables do not change)
+    data = tmp_path / "score.txt"
+    data.write_bytes(b"\n".join(criteo_lines(PlantedModel(seed=3).sample(400))) + b"\nbad line\n")
+    before = c.stats()
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", "infer", "--config", str(path), "--data", str(data),
+                           "--predictions", str(tmp_path / "p.txt")], capture_output=True, text=True,
+                          env={**os.environ, **c.env()}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["records"] == 400 and sum(out["rejected"].values()) == 1 and out["auc"] > 0.5
+    assert np.loadtxt(tmp_path / "p.txt").shape == (400,)
+    assert [s["pushes"] for s in c.stats()] == [s["pushes"] for s in before]
 
 
 def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(

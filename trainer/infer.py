@@ -1,0 +1,55 @@
+"""Infer mode (Paddle's infer_from_dataset): score files with the parameters on the PS, nothing
+pushed; for a two-tower model also the vectors of every item the files name (the catalogue)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streaming.file_dataset import FileDataset
+from tables.checkpoint import encode_arrays, write_bytes
+from tables.cluster import ClusterSpec
+from tables.ps_config import PSConfig, load_ps_config
+from tables.sync_modes import PSWorker
+from trainer.config import JobConfig, ModelType
+from trainer.features import build_features
+from trainer.item_catalog import ItemCatalog
+from trainer.metrics import Metrics
+from trainer.models import build_model
+from trainer.params import PSStore
+from trainer.worker import Worker
+
+
+def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, predictions: Path | None = None,
+                items_out: Path | None = None, batch_size: int = 4096) -> dict[str, Any]:
+    model = build_model(config.model)
+    ps = PSWorker.from_spec(spec, config=load_ps_config(spec.ps_config) if spec.ps_config else PSConfig())
+    try:
+        worker = Worker(model, PSStore(ps, model.params.values))  # starts from the PS's dense vector
+        data = FileDataset(list(paths), config.records, batch_size=batch_size)
+        two_tower = model.config.type is ModelType.TWO_TOWER
+        catalog = ItemCatalog(tuple(s.name for s in model.item_slots)) if two_tower else None  # type: ignore[attr-defined]
+        metrics, scored = Metrics(), []
+        for batch in data:
+            p = worker.score(batch)
+            metrics.add(batch.labels, p)
+            if predictions is not None:
+                scored.append(p)
+            if catalog is not None:
+                catalog.observe(batch)
+        if predictions is not None:
+            np.savetxt(predictions, np.concatenate(scored) if scored else np.zeros(0), fmt="%.6f")
+        items = 0
+        if catalog is not None and items_out is not None:
+            ids = catalog.all_ids()
+            f = build_features(model.config, catalog.batch_of(ids), model.item_slots)  # type: ignore[attr-defined]
+            rows = {t: ps.client.pull_sparse(t, ti.keys) for t, ti in f.tables.items()}
+            vectors = np.ascontiguousarray(model.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
+            write_bytes(items_out, encode_arrays({"ids": ids, "vectors": vectors}))
+            items = int(ids.shape[0])
+        return {**metrics.summary(), "rejected": dict(data.dead_letters.counts), "items": items}
+    finally:
+        ps.close()
