@@ -1,0 +1,23 @@
+"""Streaming training: models, the worker step, passes, checkpoints, bundles, recovery.
+
+Models and scoring
+  config.py        ModelConfig / PassConfig / JobConfig (one YAML; unknown keys are errors)
+  layers.py        ParamSet (one flat dense vector), MLP, BCE, numba pooling and wide kernels
+  features.py      Batch -> per-table unique keys (deduplicated across slots) and indices
+  models/          lr, wide_deep, deepfm, two_tower; build_model(config)
+  inference.py     Predictor(model_config, dense, lookup) and instances_to_batch (the service's API)
+Training
+  params.py        LocalStore / PSStore: pull/push sparse, dense vector, step end, drain
+  dense_optim.py   Adam / Adagrad / SGD over the flat dense vector (numba)
+  dense_sync.py    workers' dense copies merged through the PS every k steps
+  worker.py        one step per call: prepare -> pull -> forward (scored first) -> backward -> push
+  prefetch.py      next batches' parsing, features and (async) pull in a thread
+  auc.py, metrics.py  bucketed AUC (exact merge), windowed progressive metrics
+Passes and serving hand-off
+  passes.py        when a pass ends (N records or T seconds)
+  checkpoints.py   checkpoints/pass-<n>/ layout, manifest last, verify, prune
+  recovery.py      newest complete pass -> shards load, offsets, optimizer state
+  export.py        bundles (trainer.bundle) in a background thread; item_catalog.py for two-tower
+  job.py           the streaming job; job_control.py its control handler (trainer.control)
+  infer.py         infer mode; file_job.py / file_worker.py: `streamrec train-files`
+"""

@@ -37,7 +37,7 @@ class FileJob:
     mode: str = "async"
     predictions: str | None = None
     blas_threads: int = 1
-    dense_sync_steps: int = 16  # async: merge each worker's dense model through the PS every k steps
+    dense_sync_steps: int = 64  # async: merge each worker's dense model through the PS every k steps
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,

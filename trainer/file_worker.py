@@ -64,7 +64,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     dead = DeadLetters()
     ps = PSWorker.from_spec(spec)
     store = PSStore(ps, model.params.values)
-    worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 16))
+    worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64))
     prefetch_client = _client(spec) if spec.mode == "async" else None
     pull = prefetch_client.pull_sparse if prefetch_client is not None else None
     start = time.perf_counter()

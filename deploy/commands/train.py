@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--servers", type=int, default=1)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--mode", choices=["async", "sync", "geo"], default="async")
-    p.add_argument("--dense-sync-steps", type=int, default=16,
+    p.add_argument("--dense-sync-steps", type=int, default=64,
                    help="async: each worker merges its dense model through the PS every k steps")
     p.add_argument("--predictions", help="write one predicted probability per test row here")
     p.add_argument("--work-dir", help="keep logs and shard files here (default: a temp dir)")
