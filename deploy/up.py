@@ -31,6 +31,7 @@ import yaml
 from deploy.config import StreamrecConfig, resolve_root, write_role_files
 from deploy.launcher import Launcher, LaunchSpec, _Role, free_ports
 from tables.errors import ConfigError, StreamrecError
+from tables.storage import local_path_of
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer
@@ -174,8 +175,20 @@ class LocalSystem:
             return
         gen = self.cfg.up.generator
         argv = self._cli("generate", "--config", config, "--format", "json", "--rate", str(gen.rate),
-                         "--seed", str(gen.seed), "--drift", str(gen.drift))
+                         "--seed", str(gen.seed), "--drift", str(gen.drift), "--skip", str(self._trained()))
         self._start_role("generator", argv)
+
+    def _trained(self) -> int:
+        """Records the last committed pass had trained on: a resumed run's generator continues
+        the stream after them instead of replaying events the model already saw."""
+        from trainer import checkpoints
+
+        root = local_path_of(resolve_root(self.cfg.train.checkpoint_dir, self.run_dir))
+        try:
+            done = checkpoints.complete_passes(root) if root is not None and root.is_dir() else []
+            return int(checkpoints.read_pass(root, done[-1]).get("records_total", 0)) if done else 0
+        except StreamrecError:
+            return 0  # an unreadable pass: the trainers will say so; the stream starts over
 
     def _start_service(self) -> None:
         self._start_role("service", self._cli("serve", "--config", str(self.roles_dir / "service.yaml")))

@@ -26,6 +26,7 @@ from streaming.batch import Batch
 from streaming.config import KafkaConfig, SchemaConfig
 from streaming.connection import client_options
 from streaming.dead_letter import DeadLetters
+from streaming.log_bounds import past_the_end
 from streaming.offsets import OffsetTracker
 from streaming.parsers import Parser, make_parser
 from tables.errors import Unavailable
@@ -78,6 +79,7 @@ class StreamConsumer:
         self.tracker = OffsetTracker()
         self.membership = membership
         options = client_options(config, bootstrap)
+        self._options = options
         self._owns_dead_letters = dead_letters is None
         self.dead_letters = dead_letters or DeadLetters.to_topic(options, config.dead_letter_topic)
         self._restore: dict[int, int] = {}
@@ -189,6 +191,8 @@ class StreamConsumer:
         In a group, partitions assigned later are positioned when they are assigned.
         """
         self._restore = {int(p): int(o) for p, o in offsets.items()}
+        for p in past_the_end(self._options, self.config.topic, self._restore):
+            self._restore[p] = 0  # the topic was recreated: its new log starts over (see log_bounds)
         self._apply_restore([tp.partition for tp in self._consumer.assignment()])
 
     def _apply_restore(self, partitions: list[int]) -> None:

@@ -23,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--drift", type=float, default=0.0, help="hidden-weight rotation, radians per million events")
     p.add_argument("--rate", type=float, help="records per second when producing (default: as fast as possible)")
+    p.add_argument("--skip", type=int, default=0,
+                   help="draw and drop this many events first: a resumed stream goes on (clock, drift) "
+                        "instead of replaying the events already produced")
     p.add_argument("--topic", help="target topic (default: kafka.topic of the config)")
     p.add_argument("--config", help="YAML file with a 'kafka:' section")
     p.add_argument("--bootstrap", help="host:port[,host:port] of the Kafka cluster (overrides the config)")
@@ -35,8 +38,11 @@ def run(args: argparse.Namespace) -> int:
 
     # A live stream at a fixed rate carries wall-clock event times, so serving freshness
     # (now - newest event time of a bundle) is meaningful for generated data too.
-    clock = {"start_time": time.time(), "events_per_second": args.rate} if args.rate and not args.out else {}
+    live = args.rate and not args.out  # the first event after the skipped ones happens now
+    clock = {"start_time": time.time() - max(0, args.skip) / args.rate, "events_per_second": args.rate} if live else {}
     model = PlantedModel(seed=args.seed, drift=args.drift, **clock)
+    for start in range(0, max(0, args.skip), 100_000):  # in chunks: bounded memory
+        model.sample(min(100_000, args.skip - start))
     if args.out:
         if not args.rows or args.rows < 1:
             raise ConfigError("--out needs --rows N (N >= 1)")
