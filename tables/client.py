@@ -181,15 +181,19 @@ class PSClient:
         return [r.meta for r in self._collect(rids)]
 
     # ---------------------------------------------------------------- sparse
-    def pull(self, table: str, keys: np.ndarray) -> Ticket:
-        """Start pulling rows of ``keys`` (uint64); ``wait`` returns float32 (n, width)."""
+    def pull(self, table: str, keys: np.ndarray, *, existing_only: bool = False) -> Ticket:
+        """Start pulling rows of ``keys`` (uint64); ``wait`` returns float32 (n, width).
+
+        With ``existing_only`` (serving read-through) shards return stored rows only and
+        ``wait`` returns ``(rows, found)``: absent ids read as zeros, never invented."""
         plan = plan_keys(self._check_keys(keys), self.n_shards)
+        flags = Flag.EXISTING if existing_only else Flag.NONE
         parts = {}
         for s in range(self.n_shards):
             sl = plan.shard_slice(s)
             if sl.stop > sl.start or (s == 0 and plan.keys.shape[0] == 0):
-                parts[self._request(s, Op.PULL_SPARSE, table, [plan.keys[sl]])] = s
-        return Ticket("pull", parts, plan)
+                parts[self._request(s, Op.PULL_SPARSE, table, [plan.keys[sl]], flags=flags)] = s
+        return Ticket("pull_existing" if existing_only else "pull", parts, plan)
 
     def push(self, table: str, keys: np.ndarray, grads: np.ndarray, *, shows: np.ndarray | None = None,
              clicks: np.ndarray | None = None, flags: Flag = Flag.NONE) -> Ticket:
@@ -212,18 +216,25 @@ class PSClient:
                 parts[self._request(s, Op.PUSH_SPARSE, table, arrays, flags=flags)] = s
         return Ticket("push", parts, plan)
 
-    def wait(self, ticket: Ticket) -> np.ndarray | None:
-        """Complete ``ticket``: rows in input order for a pull, None for a push."""
+    def wait(self, ticket: Ticket) -> Any:
+        """Complete ``ticket``: rows in input order for a pull (``(rows, found)`` for an
+        existing-only pull), None for a push."""
         rids = list(ticket.parts)
         replies = self._collect(rids)
-        if ticket.kind != "pull":
+        if ticket.kind not in ("pull", "pull_existing"):
             return None
         plan = ticket.plan
         assert plan is not None
         width = replies[0].arrays[0].shape[1] if replies else 0
         rows = np.empty((plan.keys.shape[0], width), np.float32)
+        found = np.empty(plan.keys.shape[0], np.bool_)
         for rid, reply in zip(rids, replies, strict=True):
-            rows[plan.shard_slice(ticket.parts[rid])] = reply.arrays[0]
+            sl = plan.shard_slice(ticket.parts[rid])
+            rows[sl] = reply.arrays[0]
+            if ticket.kind == "pull_existing":
+                found[sl] = reply.arrays[1].view(np.bool_)
+        if ticket.kind == "pull_existing":
+            return rows[plan.inverse], found[plan.inverse]
         return rows[plan.inverse]
 
     def pull_sparse(self, table: str, keys: np.ndarray) -> np.ndarray:

@@ -69,10 +69,11 @@ class Flag(enum.IntFlag):
     GEO_DELTA = 2  # push: the arrays are deltas to add to the rows (geo mode)
     RETRY = 4  # a resend of an earlier request id (informational: shards dedupe every mutating request id)
     AUTH = 8  # the last frame is an auth tag
+    EXISTING = 16  # pull: only stored rows (absent ids read as zeros); the reply adds a uint8 found mask
 
 
 _OPS = {int(op): op for op in Op}
-_FLAGS = tuple(Flag(i) for i in range(16))  # enum construction per message is measurably slow
+_FLAGS = tuple(Flag(i) for i in range(32))  # enum construction per message is measurably slow
 
 STATUS_OK = 0
 STATUS_ERROR = 1
@@ -211,7 +212,7 @@ def decode(frames: list[Any]) -> Message:
         if not isinstance(meta, dict):
             raise InvalidInput("meta frame must be a JSON object")
     return Message(op=op, request_id=request_id, table=table, arrays=arrays, meta=meta,
-                   flags=_FLAGS[flags & 0xF], status=status)
+                   flags=_FLAGS[flags & 0x1F], status=status)
 
 
 def peek(frames: list[Any]) -> tuple[int, Flag, int]:
@@ -224,7 +225,7 @@ def peek(frames: list[Any]) -> tuple[int, Flag, int]:
         head = _frame_bytes(frames[0])
         if len(head) >= HEADER.size:
             _, _, op, flags, _, _, _, _, request_id = HEADER.unpack_from(head, 0)
-            return op, _FLAGS[flags & 0xF], request_id
+            return op, _FLAGS[flags & 0x1F], request_id
     return 0, Flag.NONE, 0
 
 

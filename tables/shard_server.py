@@ -160,6 +160,9 @@ class ShardServer:
         op = msg.op
         if op == Op.PULL_SPARSE:
             (keys,) = self._arrays(msg, 1)
+            if msg.flags & Flag.EXISTING:
+                rows, found = self._table(msg.table).pull_existing(self._keys(keys))
+                return self._ok(msg, rows, found.view(np.uint8))
             return self._ok(msg, self._table(msg.table).pull(self._keys(keys)))
         if op == Op.PUSH_SPARSE:
             self._push_sparse(msg)

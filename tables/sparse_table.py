@@ -86,6 +86,18 @@ class SparseTable:
             self.counters["rejected_pulls"] += missing
         return out
 
+    def pull_existing(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Stored rows only, for serving: ``(rows, found)``; absent ids read as zeros and are
+        reported in ``found``, never invented (no initializer row, no counters touched)."""
+        k = as_keys(keys, table=self.name)
+        out = np.zeros((k.shape[0], self.width), np.float32)
+        rows = np.empty(k.shape[0], np.int64)
+        with self._lock:
+            hashmap.lookup(self._slots, self._rows.cols["keys"], k, rows)
+            found = rows >= 0
+            out[found] = self._rows.cols["params"][rows[found]]
+        return out, found
+
     def contains(self, keys: Any) -> np.ndarray:
         """Boolean mask: which ids have a row."""
         return self.lookup_rows(as_keys(keys, table=self.name)) >= 0
