@@ -133,7 +133,7 @@ class LocalSystem:
         if not servers:
             from streaming.broker import EmbeddedBroker
 
-            self.broker = EmbeddedBroker().start()
+            self.broker = EmbeddedBroker(log_path=self.logs / "broker.log").start()
             servers = self.broker.bootstrap
             self.say(f"embedded Kafka broker at {servers}")
         self.bootstrap = servers

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from streaming.config import KafkaConfig
 from tables.errors import Unavailable
@@ -76,11 +77,13 @@ def broker_answers(bootstrap: str, *, timeout_s: float = 2.0) -> bool:
 class EmbeddedBroker:
     """A tansu broker process: ``with EmbeddedBroker() as b: use(b.bootstrap)``."""
 
-    def __init__(self, *, port: int | None = None, startup_timeout_s: float = 30.0) -> None:
+    def __init__(self, *, port: int | None = None, startup_timeout_s: float = 30.0,
+                 log_path: Path | None = None) -> None:
         self.port = port
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
-        self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.log_path = log_path  # None: a temporary file, gone after stop()
         self._exited_at_startup = False
 
     @property
@@ -107,7 +110,10 @@ class EmbeddedBroker:
 
     def _spawn(self) -> None:
         url = f"tcp://127.0.0.1:{self.port}"
-        self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log")  # noqa: SIM115 - closed in stop()
+        if self.log_path is not None:
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        else:
+            self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],

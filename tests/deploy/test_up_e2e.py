@@ -180,6 +180,9 @@ def test_up_learns_serves_stops_cleanly_and_resumes(up_factory: Callable[[], Up]
     charted = {"rate", "auc", "rows", "freshness"} | ({"lag"} if find_number(up.job(), "lag") is not None else set())
     assert all(drawn[name] > 0 for name in charted), drawn
 
+    logs = {p.name for p in (run_dir / "logs").glob("*.log")}
+    assert {"broker.log", "generator.log", "service.log", "server.0.log", "server.1.log", "worker.0.log",
+            "worker.1.log"} <= logs  # one log file per role
     assert run_processes(run_dir), "the run's processes should carry its tag"
     assert up.ctrl_c() == 0, up.output()
     assert run_processes(run_dir) == [], "Ctrl-C left processes behind"
