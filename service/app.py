@@ -18,6 +18,7 @@ from service.job import JobLink
 from service.json_rows import rows_json
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.model_store import ModelStore
+from service.read_through import ReadThrough
 from service.routes import admin, dashboard, embeddings, health, items, predict, recommend
 from service.settings import ServiceSettings
 
@@ -54,6 +55,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         job = JobLink(settings.job_control, settings.job_timeout_s)
         _register_gauges(metrics, store, job)
         app.state.store, app.state.watcher, app.state.job = store, watcher, job
+        app.state.read_through = ReadThrough(settings.read_through) if settings.read_through else None
+        if app.state.read_through is not None:
+            rt = app.state.read_through
+            metrics.gauge("streamrec_read_through_served_total", lambda: rt.served)
+            metrics.gauge("streamrec_read_through_unavailable_total", lambda: rt.unavailable)
         watcher.start()  # the first poll loads the newest bundle chain; /readyz tells when
         job.start()
         try:
@@ -61,6 +67,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         finally:
             watcher.stop()
             job.stop()
+            if app.state.read_through is not None:
+                app.state.read_through.close()
             sys.setswitchinterval(switch)
 
     app = FastAPI(title="streamrec service", version="0.1.0", lifespan=lifespan,

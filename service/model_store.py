@@ -84,8 +84,8 @@ class Side:
         _, shards = self.table_of(slot)
         ids = np.ascontiguousarray(ids, dtype=np.uint64)
         if len(shards) == 1:
-            found = shards[0].lookup_rows(ids) >= 0
-            return found, shards[0].pull(ids[found]) if found.any() else np.empty((0, shards[0].width), np.float32)
+            rows, found = shards[0].pull_existing(ids)
+            return found, rows[found]
         # one numba pass dedupes and groups the ids by shard (cheaper than shard_of even for one id)
         plan = plan_keys(ids, len(shards))
         m = plan.keys.shape[0]
@@ -93,14 +93,10 @@ class Side:
         rows = np.empty((m, shards[0].width), np.float32)
         for i, table in enumerate(shards):
             sl = plan.shard_slice(i)
-            keys = plan.keys[sl]
-            if keys.shape[0]:
-                hit = table.lookup_rows(keys) >= 0
-                found[sl] = hit
-                if hit.any():
-                    rows[sl][hit] = table.pull(keys[hit])
-        found = found[plan.inverse]
-        return found, rows[plan.inverse[found]]
+            if sl.stop > sl.start:
+                rows[sl], found[sl] = table.pull_existing(plan.keys[sl])
+        found_in = found[plan.inverse]
+        return found_in, rows[plan.inverse[found_in]]
 
 
 def _model_of(man: BundleManifest) -> ModelConfig:

@@ -43,6 +43,14 @@ class IndexSettings(FrozenModel):
     rebuild_fraction: float = Field(0.25, gt=0.0)
 
 
+class ReadThroughSettings(FrozenModel):
+    """Optional read-through to live PS shards for embedding lookups (fresher than bundles)."""
+
+    endpoints: list[str] = Field(min_length=1)  # the shards, in shard order (tcp://host:port)
+    timeout_s: float = Field(0.05, gt=0.0)  # past this a lookup serves the bundle's rows
+    secret_file: str | None = None  # the shards' HMAC secret, when they require one
+
+
 class LimitSettings(FrozenModel):
     max_ids: int = Field(10_000, ge=1)
     max_k: int = Field(1000, ge=1)
@@ -60,6 +68,7 @@ class ServiceSettings(FrozenModel):
     job_control: str | None = None  # the training job's control endpoint (tcp://host:port)
     job_timeout_s: float = Field(10.0, gt=0.0)
     index: IndexSettings = IndexSettings()
+    read_through: ReadThroughSettings | None = None
     limits: LimitSettings = LimitSettings()
 
     @model_validator(mode="after")

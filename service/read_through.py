@@ -1,0 +1,58 @@
+"""Read-through to the live parameter-server shards: the freshest rows, newer than the last
+exported bundle.
+
+Shards answer existing-only pulls (``Flag.EXISTING``): stored rows plus a found mask, so a
+read-through never invents a row. When the shards do not answer within the (short) timeout
+the lookup serves the bundle's rows and the miss is counted: serving never fails because
+training is busy or down. One PS client, used under a lock (clients are not thread-safe).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from service.settings import ReadThroughSettings
+from tables.client import PSClient
+from tables.errors import StreamrecError
+from tables.ps_config import ClientConfig
+
+
+class ReadThrough:
+    def __init__(self, settings: ReadThroughSettings) -> None:
+        secret = Path(settings.secret_file).read_bytes().strip() if settings.secret_file else None
+        self._client = PSClient(list(settings.endpoints),
+                                config=ClientConfig(timeout_s=settings.timeout_s, retries=0), secret=secret)
+        self._lock = threading.Lock()
+        self.served = 0  # lookups answered with live rows
+        self.unavailable = 0  # lookups that fell back to the bundle
+
+    def rows(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rows, found)`` for ``ids`` from the live shards, or None when they did not answer."""
+        try:
+            with self._lock:
+                rows, found = self._client.wait(self._client.pull(table, ids, existing_only=True))
+        except StreamrecError:
+            self.unavailable += 1
+            return None
+        self.served += 1
+        return rows, found
+
+    def merge(self, table: str, ids: np.ndarray, found: np.ndarray,
+              rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bundle's ``(found, rows of found ids)`` overlaid with live rows where shards have them."""
+        live = self.rows(table, ids)
+        if live is None:
+            return found, rows
+        live_rows, live_found = live
+        full = np.zeros((ids.shape[0], rows.shape[1] if rows.ndim == 2 else live_rows.shape[1]), np.float32)
+        full[found] = rows
+        full[live_found] = live_rows[live_found]
+        both = found | live_found
+        return both, full[both]
+
+    def close(self) -> None:
+        with self._lock:
+            self._client.close()
