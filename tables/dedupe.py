@@ -63,14 +63,13 @@ def sum_rows(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
     seen = 0
     for i in range(values.shape[0]):
         u = inverse[i]
-        o, v = out[u], values[i]
         if u == seen:
             seen += 1
-            for j in range(v.shape[0]):
-                o[j] = v[j]
+            for j in range(values.shape[1]):
+                out[u, j] = values[i, j]
         else:
-            for j in range(v.shape[0]):
-                o[j] += v[j]
+            for j in range(values.shape[1]):
+                out[u, j] += values[i, j]
     return out
 
 

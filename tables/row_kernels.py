@@ -31,9 +31,8 @@ def gather(
             prefetch(params, rows[i + PF])
         r = rows[i]
         if r >= 0:
-            o, p = out[i], params[r]
             for j in range(width):
-                o[j] = p[j]
+                out[i, j] = params[r, j]
         else:
             if c0 == 1:
                 fill_row(out[i], 0, 1, query[i], wseed, wkind, wscale)
