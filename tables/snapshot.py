@@ -12,6 +12,8 @@ loads and other whole-table rewrites wait until the snapshot is done.
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 from numba import njit
 
@@ -20,16 +22,29 @@ from tables.rows import RowStore
 
 
 @njit(**JIT)
-def _claim(rows: np.ndarray, written: int, n0: int, pre_pos: np.ndarray, n_pre: int, out: np.ndarray) -> int:
-    """Rows that need a pre-image now; ``pre_pos`` holds position + 1 (0 = none yet)."""
+def _claim(rows: np.ndarray, written: int, n0: int, saved: np.ndarray, out: np.ndarray) -> int:
+    """Rows that need a pre-image now (not yet copied by the writer, none saved yet); marks
+    them in the ``saved`` bitmap (one bit per row: small enough to stay in cache)."""
     cnt = 0
     for i in range(rows.shape[0]):
         r = rows[i]
-        if written <= r < n0 and pre_pos[r] == 0:
-            pre_pos[r] = n_pre + cnt + 1
-            out[cnt] = r
-            cnt += 1
+        if written <= r < n0:
+            byte, bit = r >> 3, np.uint8(1 << (r & 7))
+            if not saved[byte] & bit:
+                saved[byte] |= bit
+                out[cnt] = r
+                cnt += 1
     return cnt
+
+
+def _lazy_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An array on a plain anonymous mapping, faulted in as it is written. numpy madvises big
+    arrays for huge pages, whose first touches can stall in the kernel's synchronous
+    compaction (~200 ms measured here); pushes first-touch these buffers, so 4 KiB pages."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0:
+        return np.zeros(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
 
 
 class BaseSnapshot:
@@ -39,20 +54,30 @@ class BaseSnapshot:
         self.n0 = store.n
         self.chunk_rows = chunk_rows
         self.written = 0
-        self._pre_pos = np.zeros(self.n0, np.int64)  # calloc'd: pages appear only where written
-        # Lazily faulted: memory grows only with the rows pushed during the save.
-        self._pre = {name: np.empty((self.n0, *c.shape[1:]), c.dtype) for name, c in store.cols.items()}
+        self._saved = np.zeros((self.n0 + 7) // 8, np.uint8)
+        # Pre-images are appended in push order, so these buffers are written sequentially.
+        self._pre = {name: _lazy_empty((self.n0, *c.shape[1:]), c.dtype) for name, c in store.cols.items()}
+        self._pre_rows = _lazy_empty((self.n0,), np.dtype(np.int64))
+        self._by_chunk: dict[int, list[np.ndarray]] = {}  # chunk -> positions of its pre-images
         self._n_pre = 0
 
     def protect(self, store: RowStore, rows: np.ndarray) -> None:
         """Call under the table lock before changing ``rows``."""
         out = np.empty(rows.shape[0], np.int64)
-        cnt = _claim(rows, self.written, self.n0, self._pre_pos, self._n_pre, out)
-        if cnt:
-            sel = out[:cnt]
-            for name, col in store.cols.items():
-                self._pre[name][self._n_pre : self._n_pre + cnt] = col[sel]
-            self._n_pre += cnt
+        cnt = _claim(rows, self.written, self.n0, self._saved, out)
+        if not cnt:
+            return
+        sel = out[:cnt]
+        a, b = self._n_pre, self._n_pre + cnt
+        for name, col in store.cols.items():
+            self._pre[name][a:b] = col[sel]
+        self._pre_rows[a:b] = sel
+        chunks = sel // self.chunk_rows
+        order = np.argsort(chunks, kind="stable")
+        ids, starts = np.unique(chunks[order], return_index=True)
+        for c, part in zip(ids.tolist(), np.split(order + a, starts[1:]), strict=True):
+            self._by_chunk.setdefault(c, []).append(part)
+        self._n_pre = b
 
     @property
     def done(self) -> bool:
@@ -63,11 +88,11 @@ class BaseSnapshot:
         a = self.written
         b = min(a + self.chunk_rows, self.n0)
         out = {name: col[a:b].copy() for name, col in store.cols.items()}
-        pos = self._pre_pos[a:b]
-        hit = pos > 0
-        if hit.any():
-            src = pos[hit] - 1
+        parts = self._by_chunk.pop(a // self.chunk_rows, None)
+        if parts:
+            pos = np.concatenate(parts)
+            local = self._pre_rows[pos] - a
             for name in out:
-                out[name][hit] = self._pre[name][src]
+                out[name][local] = self._pre[name][pos]
         self.written = b
         return out
