@@ -147,15 +147,6 @@ def relink(slots: np.ndarray, keys_col: np.ndarray, old_rows: np.ndarray, new_ro
         slots[pos] = (s & ~LOW32) | np.uint64(new_rows[t] + 1)
 
 
-@njit(**JIT)
 def rebuild(slots: np.ndarray, keys_col: np.ndarray, n: int) -> None:
     """Index rows 0..n-1 into an all-empty ``slots``."""
-    mask = np.uint64(slots.shape[0] - 1)
-    for r in range(n):
-        if r + PF < n:
-            prefetch(slots, mix64(keys_col[r + PF]) & mask)
-        h = mix64(keys_col[r])
-        pos = h & mask
-        while slots[pos] != _ZERO:
-            pos = (pos + _ONE) & mask
-        slots[pos] = ((h >> U32) << U32) | np.uint64(r + 1)
+    insert(slots, keys_col, np.arange(n, dtype=np.int64))
