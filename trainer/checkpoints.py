@@ -66,12 +66,12 @@ def write_worker_part(root: Path, pass_id: int, rank: int, arrays: dict[str, np.
     write_json(d / f"worker-{rank}.json", {**info, "arrays": entry})
 
 
-def commit_pass(root: Path, pass_id: int, manifest: dict[str, Any], *, workers: int,
+def commit_pass(root: Path, pass_id: int, manifest: dict[str, Any], *, ranks: list[int],
                 shard_entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Write the manifest last: checksums of the worker parts and each shard's ``shard.json``."""
+    """Write the manifest last: checksums of the worker parts (of ``ranks``) and each shard's ``shard.json``."""
     d = pass_dir(root, pass_id)
     files: dict[str, dict[str, Any]] = {}
-    for r in range(workers):
+    for r in ranks:
         info = read_json(d / f"worker-{r}.json")
         files[f"worker-{r}.arrays"] = info["arrays"]
         files[f"worker-{r}.json"] = _entry_of(d / f"worker-{r}.json")

@@ -74,12 +74,13 @@ class StreamingJob:
         self.worker: Worker | None = None
         self.consumer: StreamConsumer | None = None
         self.reseek: dict[int, int] | None = None
+        self.active = list(range(spec.num_workers))  # ranks still training (a worker whose stream ended leaves)
         self.recoveries = 0
         self.last_export: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setup
     def _barrier(self, tag: int) -> None:
-        self.client.barrier(_TAG + tag, self.spec.num_workers, timeout_s=600.0)
+        self.client.barrier(_TAG + tag, len(self.active), timeout_s=600.0)
 
     def _start(self) -> None:
         restored = restore(self.root, self.client, rank=self.rank, chief=self.chief)
@@ -156,22 +157,33 @@ class StreamingJob:
                 return time.monotonic()
             done = (self.max_records is not None and self.records_run >= self.max_records) or (
                 self.max_idle_s is not None and time.monotonic() - idle_since >= self.max_idle_s)
+            # the chief stays while others train: it commits their passes
+            leaving = done and (not self.chief or self.active == [self.rank])
             try:
                 if item is not None:
                     self._train(item)
                     idle_since = time.monotonic()
-                if self.clock.due() or (done and self.clock.count):
-                    self.commit()
+                if self.clock.due() or self._peer_committing() or (
+                        leaving and (self.clock.count or len(self.active) > 1)):
+                    self.commit(leaving=leaving)
             except (NotFound, Unavailable):
                 if self.spec.num_workers != 1:
                     raise  # several workers: the job fails and is restarted, every worker from the last pass
                 self._recover_shards()
                 return time.monotonic()  # the wait for the shard is not idleness of the stream
-            if done:
+            if leaving or self.rank not in self.active:
                 self.stopping.set()
             if self.stopping.is_set():
                 break
         return idle_since
+
+    def _peer_committing(self) -> bool:
+        """Another worker ended this pass (its part is written): end it here too, so every
+        worker meets at the commit barrier whether or not its own clock is due."""
+        if len(self.active) == 1:
+            return False
+        d = checkpoints.pass_dir(self.root, self.clock.pass_id)
+        return any((d / f"worker-{r}.json").is_file() for r in self.active if r != self.rank)
 
     def _train(self, item: Prepared) -> None:
         assert self.worker is not None and self.consumer is not None
@@ -191,8 +203,9 @@ class StreamingJob:
             self.catalog.observe(batch)
 
     # ----------------------------------------------------------------- passes
-    def commit(self) -> dict[str, Any]:
-        """End the current pass on this worker; the chief commits it (see the module docstring)."""
+    def commit(self, *, leaving: bool = False) -> dict[str, Any]:
+        """End the current pass on this worker; the chief commits it (see the module docstring).
+        ``leaving``: this worker's stream is done; later passes are committed without it."""
         assert self.worker is not None and self.consumer is not None
         t0 = time.monotonic()
         n = self.clock.pass_id
@@ -204,11 +217,12 @@ class StreamingJob:
         arrays |= {f"metrics.{k}": v for k, v in self.worker.metrics.total.to_arrays().items()}
         checkpoints.write_worker_part(self.root, n, self.rank, arrays, {
             "rank": self.rank, "offsets": {str(p): o for p, o in offsets.items()}, "records": self.clock.count,
-            "newest_record_time": self.newest_time})
+            "newest_record_time": self.newest_time, "leaving": leaving})
         self._barrier(2 * n)
         if self.chief:
             self.last_commit = self._commit_as_chief(n)
         self._barrier(2 * n + 1)
+        self.active = [int(r) for r in checkpoints.read_pass(self.root, n).get("active_ranks", self.active)]
         self.worker.dense.refresh(self.store)
         self.worker.metrics = WindowedMetrics(self.config.metric_window)
         self.pass_id = n
@@ -233,11 +247,15 @@ class StreamingJob:
             self.force_base = True  # some shards may have advanced their chain: restart it with a base
             raise
         self.force_base = False
-        offsets: dict[str, int] = {}
+        previous = self._previous_manifest(n)
+        offsets: dict[str, int] = dict(previous.get("offsets", {}))  # partitions of workers that left stay put
         metrics = Metrics()
-        newest, total = None, self._previous_total(n)
-        for r in range(self.spec.num_workers):
+        newest, total = None, int(previous.get("records_total", 0))
+        staying = []
+        for r in self.active:
             info, arrays = checkpoints.read_worker_part(self.root, n, r)
+            if not info.get("leaving"):
+                staying.append(r)
             offsets |= info["offsets"]
             metrics.merge(Metrics.from_arrays({k[8:]: v for k, v in arrays.items() if k.startswith("metrics.")}))
             t = info.get("newest_record_time")
@@ -246,7 +264,7 @@ class StreamingJob:
         man = checkpoints.commit_pass(self.root, n, {
             "created_at": time.time(), "offsets": offsets, "metrics": metrics.summary(), "evicted": evicted,
             "records_total": total, "newest_record_time": newest, "workers": self.spec.num_workers,
-            "mode": self.spec.mode}, workers=self.spec.num_workers, shard_entries=entries)
+            "active_ranks": staying or [self.rank], "mode": self.spec.mode}, ranks=self.active, shard_entries=entries)
         checkpoints.prune(self.root, self.config.passes.keep)
         if self.exporter is not None:  # in the background, after the workers are released
             self.worker.dense.refresh(self.store)  # every worker's dense change is in
@@ -258,9 +276,9 @@ class StreamingJob:
         self.exporter.start(pass_id, dense=self.model.params.as_dict(), newest_record_time=newest,
                             catalog=None if self.catalog is None else self.catalog.snapshot())
 
-    def _previous_total(self, n: int) -> int:
+    def _previous_manifest(self, n: int) -> dict[str, Any]:
         done = [p for p in checkpoints.complete_passes(self.root) if p < n]
-        return int(checkpoints.read_pass(self.root, done[-1]).get("records_total", 0)) if done else 0
+        return checkpoints.read_pass(self.root, done[-1]) if done else {}
 
     # ---------------------------------------------------------------- control
     def _serve_requests(self) -> None:

@@ -36,7 +36,7 @@ while True:
     part = checkpoints.pass_dir(root, n) / "shard-0"
     part.mkdir(parents=True, exist_ok=True)
     entry = write_json(part / "shard.json", {"mode": "base" if n % 2 else "delta"})
-    checkpoints.commit_pass(root, n, {"offsets": {"0": n * 100}, "records_total": n * 100}, workers=1,
+    checkpoints.commit_pass(root, n, {"offsets": {"0": n * 100}, "records_total": n * 100}, ranks=[0],
                             shard_entries=[{"mode": "base" if n % 2 else "delta", "manifest": entry}])
     n += 1
 """
@@ -71,7 +71,7 @@ def _commit(root: Path, n: int, mode: str) -> None:
     part = checkpoints.pass_dir(root, n) / "shard-0"
     part.mkdir(parents=True)
     entry = write_json(part / "shard.json", {"mode": mode})
-    checkpoints.commit_pass(root, n, {"offsets": {"0": n}}, workers=1, shard_entries=[{"mode": mode,
+    checkpoints.commit_pass(root, n, {"offsets": {"0": n}}, ranks=[0], shard_entries=[{"mode": mode,
                                                                                        "manifest": entry}])
 
 
