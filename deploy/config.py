@@ -44,18 +44,21 @@ def default_model() -> ModelConfig:
 
 
 # The job's own kafka and records sections come from the root's kafka and schema (shared with
-# the generator), so the train section is JobConfig without them, and with a default model.
+# the generator), so the train section is JobConfig without them. Its defaults suit `up`: a
+# default model, and a pass (checkpoint + export) every 2 s, so served rows trail events by
+# ~2-4 s (bench/freshness.py).
 _SHARED = ("kafka", "records")
+_UP_DEFAULTS = {
+    "model": (ModelConfig, Field(default_factory=lambda: default_model())),
+    "passes": (PassConfig, PassConfig(records=None, seconds=2.0)),
+    "metric_window": (int, Field(20_000, ge=1)),
+}
 TrainSection = create_model(
     "TrainSection", __base__=FrozenModel, __doc__="trainer.config.JobConfig less kafka and records.",
-    **{name: (f.annotation, f) for name, f in JobConfig.model_fields.items() if name not in (*_SHARED, "model")},
-    model=(ModelConfig, Field(default_factory=lambda: default_model())),
+    **{name: (f.annotation, f) for name, f in JobConfig.model_fields.items()
+       if name not in (*_SHARED, *_UP_DEFAULTS)},
+    **_UP_DEFAULTS,
 )
-
-
-def default_train() -> FrozenModel:
-    # A pass (checkpoint + export) every 2 s: served rows trail events by ~2-4 s (bench/freshness.py).
-    return TrainSection(passes=PassConfig(records=None, seconds=2.0), metric_window=20_000)
 
 
 class PSSection(FrozenModel):
@@ -96,7 +99,7 @@ class StreamrecConfig(FrozenModel):
     kafka: KafkaConfig = KafkaConfig()
     schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema")
     ps: PSSection = PSSection()
-    train: TrainSection = Field(default_factory=default_train)  # type: ignore[valid-type]
+    train: TrainSection = Field(default_factory=TrainSection)  # type: ignore[valid-type]
     service: ServiceSection = ServiceSection()
     up: UpSection = UpSection()
 

@@ -50,3 +50,11 @@ def test_examples_are_full_root_configs(path: Path, tmp_path: Path) -> None:
     assert isinstance(config, StreamrecConfig)
     files = write_role_files(config, tmp_path, base=tmp_path)
     load_job_config(files["train.yaml"])
+
+
+def test_a_partial_train_section_keeps_the_up_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "streamrec.yaml"
+    path.write_text("train:\n  model:\n    type: deepfm\n    slots: [{name: user_id}, {name: item_id}]\n")
+    config = load_config(path)
+    assert config.train.passes == load_config(None).train.passes  # a pass every few seconds, not 100k records
+    assert config.train.passes.seconds is not None and config.train.passes.records is None
