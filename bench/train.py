@@ -136,6 +136,7 @@ def main() -> int:
            "bayes_auc": round(bayes, 4), "peak_rss_mb": result["peak_rss_mb"], "pass_commit_stall_s": stall_s,
            "train_rows": result["train_rows"], "train_seconds": result["train_seconds"],
            "test_logloss": round(result["test_logloss"], 4), "auc_gap_to_bayes": round(bayes - result["test_auc"], 4),
+           "rss_breakdown_mb": result.get("rss_mb"),
            "commit": stall, "setup": {k: getattr(args, k) for k in ("dim", "mlp", "batch_size", "lr", "servers",
                                                                     "workers", "dense_sync_steps")},
            "quoted_not_rerun": QUOTED}

@@ -54,7 +54,7 @@ def run_files(args: argparse.Namespace) -> int:
     result = run_file_job(job, work_dir=Path(args.work_dir) if args.work_dir else None)
     keys = ("train_rows", "train_seconds", "samples_per_s", "test_auc", "test_logloss", "peak_rss_mb")
     if args.json:
-        print(json.dumps({k: result[k] for k in keys} | {"test_rows": result["test_rows"]}))
+        print(json.dumps({k: result[k] for k in keys} | {"test_rows": result["test_rows"], "rss_mb": result["rss_mb"]}))
     else:
         for k in keys:
             print(f"{k:>15}: {result[k]}")
