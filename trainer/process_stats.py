@@ -7,8 +7,12 @@ from pathlib import Path
 
 
 def peak_rss_mb() -> float:
-    """This process's peak RSS (ru_maxrss is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """This process's peak RSS: VmHWM, which starts over at exec (ru_maxrss does not: a child
+    forked from a big parent would report the parent's size)."""
+    import os
+
+    own = process_peak_rss_mb(os.getpid())
+    return own if own > 0 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def process_peak_rss_mb(pid: int) -> float:
