@@ -40,6 +40,17 @@ from trainer.worker import Prepared, Worker, prepare
 _TAG = 1 << 41  # barrier ids of pass commits and restores: far above any step number
 
 
+def _check_geo(tables: Any) -> None:
+    """Geo mode sends row deltas the shard adds: its tables must use SGD at lr 1 (a plain sum)."""
+    from tables.errors import ConfigError
+
+    for t in tables:
+        for opt in (t.optimizer, t.wide_optimizer if t.wide else t.optimizer):
+            if opt.kind != "sgd" or opt.lr != 1.0 or opt.l2 or opt.grad_clip:
+                raise ConfigError(f"geo mode: table {t.name} needs sparse_optimizer (and wide_optimizer) "
+                                  "{kind: sgd, lr: 1}; the workers' geo_lr is the learning rate")
+
+
 class StreamingJob:
     def __init__(self, config: JobConfig, spec: ClusterSpec, *, bootstrap: list[str],
                  max_idle_s: float | None = None, max_records: int | None = None) -> None:
@@ -53,6 +64,8 @@ class StreamingJob:
         self.root = Path(config.checkpoint_dir)
         self.root.mkdir(parents=True, exist_ok=True)
         self.model = build_model(config.model)
+        if spec.mode == "geo":
+            _check_geo(self.model.tables)
         ps_config = load_ps_config(spec.ps_config) if spec.ps_config else PSConfig()
         self.ps = PSWorker.from_spec(spec, config=ps_config)
         self.client: PSClient = self.ps.client
