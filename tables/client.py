@@ -321,6 +321,14 @@ class PSClient:
     def shrink(self) -> list[dict]:
         return self._all(Op.SHRINK)
 
+    def policy(self, table: str, *, admission: dict | None = None, eviction: dict | None = None,
+               dry_run: bool = False) -> list[dict]:
+        """Per shard: a table's policy and how many rows its eviction would remove now. With
+        ``admission``/``eviction`` the new settings are validated, counted and (unless
+        ``dry_run``) applied on every shard."""
+        meta = {"table": table, "admission": admission, "eviction": eviction, "dry_run": dry_run}
+        return self._all(Op.POLICY, {k: v for k, v in meta.items() if v is not None})
+
     def end_pass(self) -> list[dict]:
         return self._all(Op.END_PASS)
 

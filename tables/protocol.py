@@ -61,6 +61,7 @@ class Op(enum.IntEnum):
     HEALTH = 11
     STOP = 12
     END_PASS = 13
+    POLICY = 14  # meta {table, admission?, eviction?, dry_run}: read, dry-run or change a table's policy
 
 
 class Flag(enum.IntFlag):

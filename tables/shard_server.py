@@ -24,7 +24,7 @@ from tables import protocol
 from tables.auth import Verifier, require_auth_for
 from tables.config import DenseTableConfig, OptimizerConfig
 from tables.dense_table import DenseTable
-from tables.errors import Conflict, InvalidInput, NotFound, StreamrecError
+from tables.errors import ConfigError, Conflict, InvalidInput, NotFound, StreamrecError
 from tables.protocol import Flag, Message, Op
 from tables.ps_config import PSConfig
 from tables.shard_manifest import (
@@ -37,6 +37,7 @@ from tables.shard_manifest import (
 )
 from tables.sparse_table import SparseTable
 from tables.sync_steps import SyncSteps
+from tables.yaml_config import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,8 @@ class ShardServer:
             return self._ok(msg)
         if op == Op.SHRINK:
             return self._ok(msg, meta={"evicted": {n: int(t.shrink()) for n, t in self.sparse.items()}})
+        if op == Op.POLICY:
+            return self._ok(msg, meta=self._policy(msg.meta))
         if op == Op.END_PASS:
             return self._ok(msg, meta={"passes": {n: int(t.end_pass()) for n, t in self.sparse.items()}})
         if op == Op.STATS:
@@ -194,6 +197,35 @@ class ShardServer:
         if op == Op.STOP:
             return self._ok(msg, meta={"stopping": True})
         raise InvalidInput(f"unknown op {int(op)}")
+
+    def _policy(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """Read a table's admission/eviction policy, count what an eviction policy would evict
+        (dry run), or apply new settings."""
+        table = self._table(str(meta.get("table", "")))
+        admission, eviction = meta.get("admission"), meta.get("eviction")
+        if admission is not None or eviction is not None:
+            cfg = self._policy_config(table, admission, eviction)
+            if not meta.get("dry_run", False):
+                table.set_policy(admission=admission, eviction=eviction)
+            would = table.shrink(policy=cfg.eviction, dry_run=True)
+        else:
+            cfg = table.config
+            would = table.shrink(dry_run=True)
+        return {"table": table.name, "admission": cfg.admission.model_dump(), "eviction": cfg.eviction.model_dump(),
+                "would_evict": int(would), "rows": table.size(), "applied": bool(
+                    (admission is not None or eviction is not None) and not meta.get("dry_run", False))}
+
+    @staticmethod
+    def _policy_config(table: SparseTable, admission: Any, eviction: Any) -> Any:
+        data = table.config.model_dump()
+        if admission is not None:
+            data["admission"] = admission
+        if eviction is not None:
+            data["eviction"] = eviction
+        try:
+            return validate_config(data, type(table.config), f"table {table.name} policy")
+        except ConfigError as err:  # a request, not a config file: 422 like any bad input
+            raise InvalidInput(err.message, detail=err.detail) from None
 
     # ---------------------------------------------------------------- helpers
     @staticmethod

@@ -31,6 +31,7 @@ from tables.optimizers import Optimizer
 from tables.row_kernels import gather, touch
 from tables.rows import RowStore
 from tables.snapshot import BaseSnapshot
+from tables.yaml_config import validate_config
 
 _WIDE_SEED_SALT = 0x5EED_0F_3A11_DE
 
@@ -218,6 +219,32 @@ class SparseTable:
         with self._lock:
             self._pass += 1
             return self._pass
+
+    def set_policy(self, *, admission: Any = None, eviction: Any = None) -> TableConfig:
+        """Change admission and/or eviction settings of a live table (dicts or config models);
+        returns the new config. Pending admission counts carry over when the policy keeps its
+        kind and sketch shape; otherwise they start again. Saves record the effective policy
+        and a restore adopts it."""
+        data = self.config.model_dump()
+        for key, value in (("admission", admission), ("eviction", eviction)):
+            if value is not None:
+                data[key] = value.model_dump() if hasattr(value, "model_dump") else value
+        new = validate_config(data, TableConfig, f"table {self.name} policy")
+        with self._lock:
+            if new.admission != self.config.admission:
+                fresh = make_admission(new.admission, new.seed)
+                old_state = self._admission.state()
+                try:
+                    same_shape = all(old_state[k].shape == v.shape for k, v in fresh.state().items())
+                except KeyError:
+                    same_shape = False
+                if same_shape:
+                    fresh.load_state(old_state)
+                else:
+                    fresh.admitted = self._admission.admitted
+                self._admission = fresh
+            self.config = new
+        return new
 
     def shrink(self, *, policy: EvictionConfig | None = None, dry_run: bool = False) -> int:
         """Evict the rows the eviction rules select; returns how many (would) go. Evicted

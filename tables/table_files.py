@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from tables import hashmap
 from tables.admission import make_admission
@@ -34,6 +35,7 @@ from tables.checkpoint import (
     write_bytes,
     write_json,
 )
+from tables.config import TableConfig
 from tables.errors import Conflict, CorruptData, InvalidInput
 from tables.rows import RowStore
 from tables.snapshot import BaseSnapshot
@@ -45,7 +47,6 @@ CHUNK_ROWS = 1 << 16
 
 
 def _layout(t: SparseTable) -> dict[str, Any]:
-    a = t.config.admission
     return {
         "dim": t.dim, "wide": t.config.wide, "width": t.width,
         "optimizer": t.config.optimizer.kind, "wide_optimizer": t.config.wide_optimizer.kind if t.config.wide else None,
@@ -53,9 +54,12 @@ def _layout(t: SparseTable) -> dict[str, Any]:
         # Seed and initializers decide what never-seen ids read as: a restore must keep them.
         "seed": t.config.seed, "initializer": t.config.initializer.model_dump(),
         "wide_initializer": t.config.wide_initializer.model_dump() if t.config.wide else None,
-        "admission": a.policy,
-        "admission_sketch": [getattr(a, "sketch_depth", 0), getattr(a, "sketch_width", 0)],
     }
+
+
+def _policy(t: SparseTable) -> dict[str, Any]:
+    """The effective admission and eviction settings (``set_policy`` may have changed them)."""
+    return {"admission": t.config.admission.model_dump(), "eviction": t.config.eviction.model_dump()}
 
 
 def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[str, Any]:
@@ -71,7 +75,7 @@ def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[st
             t._epoch += 1
             since = prev.epoch if mode == "delta" else 0
             state = {k: v.copy() for k, v in t._admission.state().items()}
-            head = {"pass": t._pass, "counters": dict(t.counters),
+            head = {"pass": t._pass, "counters": dict(t.counters), "policy": _policy(t),
                     "cursors": {c: [v.epoch, v.save_id] for c, v in t._cursors.items()}}
             if mode == "base":
                 snap = BaseSnapshot(t._rows, CHUNK_ROWS)
@@ -162,8 +166,15 @@ def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
         epoch, pass_ = int(man["epoch"]), int(man["pass"])
         counters = {k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters}
         cursors = {str(c): (int(ep), str(sid)) for c, (ep, sid) in man.get("cursors", {}).items()}
+        policy = {"admission": dict(man["policy"]["admission"]), "eviction": dict(man["policy"]["eviction"])}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptData(f"{mpath}: malformed manifest ({exc!r})") from None
+    # A restore continues the same job: it adopts the policy in force when the save was made
+    # (PUT /admin/tables/{name}/policy may have changed it since the YAML was written).
+    try:
+        adopted = TableConfig.model_validate({**t.config.model_dump(), **policy})
+    except ValidationError as exc:
+        raise CorruptData(f"{mpath}: saved admission/eviction policy is invalid ({exc.errors()[0]['msg']})") from None
     layout = _layout(t)
     if man.get("layout") != layout:
         diff = sorted(k for k in layout if man.get("layout", {}).get(k) != layout[k])
@@ -178,7 +189,7 @@ def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
         raise CorruptData(f"{tomb_src}: expected uint64 keys and uint32 epochs of one length",
                           detail={"file": tomb_src})
     state = decode_arrays(bufs["state"], str(path / files["state"]["file"]))
-    admission = make_admission(t.config.admission, t.config.seed)
+    admission = make_admission(adopted.admission, t.config.seed)
     try:
         admission.load_state(state)
     except (KeyError, ValueError) as exc:
@@ -211,6 +222,7 @@ def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
         from tables.sparse_table import Cursor
 
         t._admission = admission
+        t.config = adopted
         t._pass = pass_
         t._epoch = epoch + 1
         t.counters.update(counters)

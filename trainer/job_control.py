@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tables.errors import Conflict, NotFound
+from tables.client import PSClient
+from tables.errors import Conflict, InvalidInput, NotFound
 from trainer import checkpoints
 from trainer.job import StreamingJob
 
@@ -60,13 +61,37 @@ class JobControl:
         self.job.paused.clear()
         return {"paused": False}
 
+    def _ps(self) -> PSClient:
+        # the control thread gets its own client: PS clients are not thread-safe
+        return PSClient(self.job.spec.shard_endpoints, secret=self.job.spec.secret())
+
     def get_policy(self, table: str) -> dict[str, Any]:
-        for t in self.job.model.tables:
-            if t.name == table:
-                return {"table": table, "admission": t.admission.model_dump(), "eviction": t.eviction.model_dump()}
-        raise NotFound(f"no table {table!r} (tables: {[t.name for t in self.job.model.tables]})")
+        """The policy in force on the shards (PUT may have changed the YAML's)."""
+        self._known(table)
+        with self._ps() as ps:
+            parts = ps.policy(table)
+        return self._merge(parts, applied=False, dry_run=False)
 
     def put_policy(self, table: str, admission: dict | None, eviction: dict | None, dry_run: bool) -> dict[str, Any]:
-        self.get_policy(table)
-        raise Conflict("changing admission/eviction policies of a running job is not supported yet; "
-                       "restart the job with the new table config")
+        """Validate new settings on every shard, report how many rows the eviction policy would
+        remove now, and apply them unless ``dry_run``."""
+        self._known(table)
+        if admission is None and eviction is None:
+            raise InvalidInput("give 'admission' and/or 'eviction' settings")
+        with self._ps() as ps:
+            if not dry_run:  # validate everywhere first, so no shard is left with half a change
+                ps.policy(table, admission=admission, eviction=eviction, dry_run=True)
+            parts = ps.policy(table, admission=admission, eviction=eviction, dry_run=dry_run)
+        return self._merge(parts, applied=not dry_run, dry_run=dry_run)
+
+    def _known(self, table: str) -> None:
+        names = [t.name for t in self.job.model.tables]
+        if table not in names:
+            raise NotFound(f"no table {table!r} (tables: {names})", detail={"table": table, "tables": names})
+
+    @staticmethod
+    def _merge(parts: list[dict[str, Any]], *, applied: bool, dry_run: bool) -> dict[str, Any]:
+        first = parts[0]
+        return {"table": first["table"], "admission": first["admission"], "eviction": first["eviction"],
+                "would_evict": sum(int(p["would_evict"]) for p in parts),
+                "rows": sum(int(p["rows"]) for p in parts), "applied": applied, "dry_run": dry_run}
