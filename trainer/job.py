@@ -11,6 +11,7 @@ bundle; a second barrier releases everyone. On start the newest complete pass is
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kafka.errors import KafkaError
 
 from streaming.consumer import Membership, StreamConsumer
 from tables.client import PSClient
@@ -86,6 +88,8 @@ class StreamingJob:
         self.exporter: Exporter | None = None
         self.worker: Worker | None = None
         self.consumer: StreamConsumer | None = None
+        self.lag_partitions: dict[int, int] = {}  # this worker's partitions, refreshed ~1/s by the poll loop
+        self._lag_at = 0.0
         self.reseek: dict[int, int] | None = None
         self.active = list(range(spec.num_workers))  # ranks still training (a worker whose stream ended leaves)
         self.recoveries = 0
@@ -127,6 +131,13 @@ class StreamingJob:
         while not self.stopping.is_set():
             with self.lock:
                 batch = self.consumer.poll_batch()  # type: ignore[union-attr]
+                # Lag asks the broker, and the consumer is not thread-safe: refresh it here, under
+                # the consumer's lock, about once a second; status() reads the cached figure.
+                now = time.monotonic()
+                if now - self._lag_at >= 1.0:
+                    self._lag_at = now
+                    with contextlib.suppress(KafkaError):
+                        self.lag_partitions = self.consumer.lag()  # type: ignore[union-attr]
             yield batch
 
     # ------------------------------------------------------------------- loop
@@ -382,6 +393,8 @@ class StreamingJob:
                 "progressive": None if w is None else w.metrics.summary(),
                 "phase_seconds": {} if w is None else dict(w.phase_seconds),
                 "newest_record_time": self.newest_time, "recoveries": self.recoveries,
+                # records not yet consumed on this worker's partitions (rank 0's when asked through job control)
+                "lag": sum(self.lag_partitions.values()), "lag_partitions": dict(self.lag_partitions),
                 "commit_stall_s": list(self.commit_stall_s[-20:]),
                 "last_commit": {k: v for k, v in self.last_commit.items() if k != "files"},
                 "last_export": self.last_export}
