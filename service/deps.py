@@ -10,7 +10,6 @@ from service.export_watcher import ExportWatcher
 from service.job import JobLink
 from service.metrics import Metrics
 from service.model_store import ModelStore
-from service.read_through import ReadThrough
 from service.settings import LimitSettings, ServiceSettings
 
 
@@ -30,10 +29,6 @@ async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
-async def get_read_through(request: Request) -> ReadThrough | None:
-    return request.app.state.read_through
-
-
 async def get_settings(request: Request) -> ServiceSettings:
     return request.app.state.settings
 
@@ -48,4 +43,3 @@ JobDep = Annotated[JobLink, Depends(get_job)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 LimitsDep = Annotated[LimitSettings, Depends(get_limits)]
-ReadThroughDep = Annotated[ReadThrough | None, Depends(get_read_through)]
