@@ -47,8 +47,8 @@ def slots_for(n_rows: int) -> int:
 
 
 @njit(inline="always", **JIT)
-def find_row(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.uint64) -> np.int64:
-    """Row of key ``k``, or -1. The one probe loop every reader shares."""
+def find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.uint64) -> np.int64:
+    """Slot holding key ``k``, or -1. The one probe loop every reader and writer shares."""
     h = mix64(k)
     tag = h >> U32
     pos = h & mask
@@ -56,11 +56,16 @@ def find_row(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.uin
         s = slots[pos]
         if s == _ZERO:
             return np.int64(-1)
-        if (s >> U32) == tag:
-            cand = np.int64(s & LOW32) - 1
-            if keys_col[cand] == k:
-                return cand
+        if (s >> U32) == tag and keys_col[np.int64(s & LOW32) - 1] == k:
+            return np.int64(pos)
         pos = (pos + _ONE) & mask
+
+
+@njit(inline="always", **JIT)
+def find_row(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.uint64) -> np.int64:
+    """Row of key ``k``, or -1."""
+    pos = find_slot(slots, keys_col, k, mask)
+    return np.int64(-1) if pos < 0 else np.int64(slots[pos] & LOW32) - 1
 
 
 @njit(**JIT)
@@ -95,27 +100,12 @@ def insert(slots: np.ndarray, keys_col: np.ndarray, rows: np.ndarray) -> None:
 
 
 @njit(**JIT)
-def _find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64) -> np.int64:
-    mask = np.uint64(slots.shape[0] - 1)
-    h = mix64(k)
-    tag = h >> U32
-    pos = h & mask
-    while True:
-        s = slots[pos]
-        if s == _ZERO:
-            return -1
-        if (s >> U32) == tag and keys_col[np.int64(s & LOW32) - 1] == k:
-            return np.int64(pos)
-        pos = (pos + _ONE) & mask
-
-
-@njit(**JIT)
 def delete(slots: np.ndarray, keys_col: np.ndarray, keys: np.ndarray) -> int:
     """Remove ``keys`` from the index (backward-shift deletion); returns how many were present."""
     mask = np.int64(slots.shape[0] - 1)
     removed = 0
     for t in range(keys.shape[0]):
-        i = _find_slot(slots, keys_col, keys[t])
+        i = find_slot(slots, keys_col, keys[t], np.uint64(mask))
         if i < 0:
             continue
         removed += 1
@@ -141,8 +131,9 @@ def delete(slots: np.ndarray, keys_col: np.ndarray, keys: np.ndarray) -> int:
 @njit(**JIT)
 def relink(slots: np.ndarray, keys_col: np.ndarray, old_rows: np.ndarray, new_rows: np.ndarray) -> None:
     """Point the slots of rows moved from ``old_rows`` to ``new_rows`` (keys already copied)."""
+    mask = np.uint64(slots.shape[0] - 1)
     for t in range(old_rows.shape[0]):
-        pos = _find_slot(slots, keys_col, keys_col[new_rows[t]])
+        pos = find_slot(slots, keys_col, keys_col[new_rows[t]], mask)
         s = slots[pos]
         slots[pos] = (s & ~LOW32) | np.uint64(new_rows[t] + 1)
 
