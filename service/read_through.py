@@ -47,7 +47,7 @@ class ReadThrough:
         if live is None:
             return found, rows
         live_rows, live_found = live
-        full = np.zeros((ids.shape[0], rows.shape[1] if rows.ndim == 2 else live_rows.shape[1]), np.float32)
+        full = np.zeros((ids.shape[0], live_rows.shape[1]), np.float32)
         full[found] = rows
         full[live_found] = live_rows[live_found]
         both = found | live_found

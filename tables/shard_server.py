@@ -37,7 +37,6 @@ from tables.shard_manifest import (
 )
 from tables.sparse_table import SparseTable
 from tables.sync_steps import SyncSteps
-from tables.yaml_config import validate_config
 
 log = logging.getLogger(__name__)
 
@@ -217,13 +216,8 @@ class ShardServer:
 
     @staticmethod
     def _policy_config(table: SparseTable, admission: Any, eviction: Any) -> Any:
-        data = table.config.model_dump()
-        if admission is not None:
-            data["admission"] = admission
-        if eviction is not None:
-            data["eviction"] = eviction
         try:
-            return validate_config(data, type(table.config), f"table {table.name} policy")
+            return table.policy_config(admission=admission, eviction=eviction)
         except ConfigError as err:  # a request, not a config file: 422 like any bad input
             raise InvalidInput(err.message, detail=err.detail) from None
 

@@ -220,16 +220,20 @@ class SparseTable:
             self._pass += 1
             return self._pass
 
+    def policy_config(self, *, admission: Any = None, eviction: Any = None) -> TableConfig:
+        """This table's config with new admission/eviction settings, validated, not applied."""
+        data = self.config.model_dump()
+        for key, value in (("admission", admission), ("eviction", eviction)):
+            if value is not None:
+                data[key] = value.model_dump() if hasattr(value, "model_dump") else value
+        return validate_config(data, TableConfig, f"table {self.name} policy")
+
     def set_policy(self, *, admission: Any = None, eviction: Any = None) -> TableConfig:
         """Change admission and/or eviction settings of a live table (dicts or config models);
         returns the new config. Pending admission counts carry over when the policy keeps its
         kind and sketch shape; otherwise they start again. Saves record the effective policy
         and a restore adopts it."""
-        data = self.config.model_dump()
-        for key, value in (("admission", admission), ("eviction", eviction)):
-            if value is not None:
-                data[key] = value.model_dump() if hasattr(value, "model_dump") else value
-        new = validate_config(data, TableConfig, f"table {self.name} policy")
+        new = self.policy_config(admission=admission, eviction=eviction)
         with self._lock:
             if new.admission != self.config.admission:
                 fresh = make_admission(new.admission, new.seed)
