@@ -287,12 +287,18 @@ class PSClient:
         self._all(Op.BARRIER, {"step": step, "workers": workers}, timeout_s=timeout_s)
 
     def save(self, path: str | None = None, *, into: str | None = None, mode: str = "base",
-             cursor: str = "checkpoint", timeout_s: float = 600.0) -> list[dict]:
-        """Every shard saves its tables; returns each shard's entry (mode, cursor, dir, manifest).
+             cursor: str = "checkpoint", timeout_s: float = 600.0, detach: bool = False) -> list[dict]:
+        """Every shard saves its tables; returns each shard's entry (save id, mode, cursor, dir,
+        manifest: the file entry of its ``shard.json``).
 
         ``into``: a directory template with ``{shard}`` (one save dir per shard, e.g. one pass);
         else numbered saves under ``path``/shard-NNN or the shard's ``--checkpoint-dir``. A
         delta asked of a shard that has no base on ``cursor`` yet comes back as a base.
+
+        ``detach``: return as soon as every shard took the save's consistent point (pushes
+        after this return are not in the save), while the shards write on; the entries then
+        lack ``manifest`` and :meth:`save_wait` collects the full ones (or the error). A shard
+        runs one save at a time: a save asked during a running one is refused with Conflict.
         """
         metas = []
         for s in range(self.n_shards):
@@ -302,7 +308,20 @@ class PSClient:
             elif path is not None:
                 meta["path"] = str(path)
             metas.append(meta)
-        rids = [self._request(s, Op.SAVE, meta=metas[s], timeout_s=timeout_s) for s in range(self.n_shards)]
+        flags = Flag.DETACH if detach else Flag.NONE
+        rids = [self._request(s, Op.SAVE, meta=metas[s], flags=flags, timeout_s=timeout_s)
+                for s in range(self.n_shards)]
+        return [r.meta for r in self._collect(rids)]
+
+    def save_wait(self, saves: list[dict] | None = None, *, timeout_s: float = 600.0) -> list[dict]:
+        """The full entries of the detached saves ``saves`` (what ``save(detach=True)``
+        returned) once every shard has written its part; a shard's failure is raised here as
+        its error class, naming the shard and the cause. Any client may wait (not only the one
+        that asked). Without ``saves``: wait until no shard runs a save (whoever started it)."""
+        metas = [{} for _ in range(self.n_shards)] if saves is None else [{"save": e["save"]} for e in saves]
+        if len(metas) != self.n_shards:
+            raise InvalidInput(f"save_wait needs one entry per shard ({self.n_shards}), got {len(metas)}")
+        rids = [self._request(s, Op.SAVE_WAIT, meta=metas[s], timeout_s=timeout_s) for s in range(self.n_shards)]
         return [r.meta for r in self._collect(rids)]
 
     def load(self, path: str | None = None, *, chain: list[str] | None = None, timeout_s: float = 600.0) -> None:

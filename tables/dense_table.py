@@ -65,14 +65,20 @@ class DenseTable:
             self.version += 1
 
     def save(self, path: str | Path) -> dict[str, Any]:
+        return self.write_snapshot(path, self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        """The value, optimizer state and version as of now (copies), for :meth:`write_snapshot`."""
+        with self._lock:
+            return {"value": self._value.copy(), "state": self._state.copy(), "version": self.version}
+
+    def write_snapshot(self, path: str | Path, snap: dict[str, Any]) -> dict[str, Any]:
         p = Path(path)
         p.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            arrays = {"value": self._value.copy(), "state": self._state.copy()}
-            version = self.version
+        arrays = {"value": snap["value"], "state": snap["state"]}
         entry = write_bytes(p / f"{self.name.replace('/', '__')}.dense", encode_arrays(arrays))
         manifest = {"format": FORMAT_VERSION, "table": self.name, "shape": list(self.shape),
-                    "optimizer": self.config.optimizer.kind, "version": version, "files": {"dense": entry}}
+                    "optimizer": self.config.optimizer.kind, "version": snap["version"], "files": {"dense": entry}}
         write_json(p / f"{self.name.replace('/', '__')}.dense.manifest.json", manifest)
         return manifest
 

@@ -62,6 +62,7 @@ class Op(enum.IntEnum):
     STOP = 12
     END_PASS = 13
     POLICY = 14  # meta {table, admission?, eviction?, dry_run}: read, dry-run or change a table's policy
+    SAVE_WAIT = 15  # meta {save?}: reply when that save (or, without one, any running save) is written
 
 
 class Flag(enum.IntFlag):
@@ -71,10 +72,12 @@ class Flag(enum.IntFlag):
     RETRY = 4  # a resend of an earlier request id (informational: shards dedupe every mutating request id)
     AUTH = 8  # the last frame is an auth tag
     EXISTING = 16  # pull: only stored rows (absent ids read as zeros); the reply adds a uint8 found mask
+    DETACH = 32  # save: reply once the consistent point is taken; the shard writes on (SAVE_WAIT collects it)
 
 
 _OPS = {int(op): op for op in Op}
-_FLAGS = tuple(Flag(i) for i in range(32))  # enum construction per message is measurably slow
+_FLAG_BITS = 0x3F
+_FLAGS = tuple(Flag(i) for i in range(_FLAG_BITS + 1))  # enum construction per message is measurably slow
 
 STATUS_OK = 0
 STATUS_ERROR = 1
@@ -213,7 +216,7 @@ def decode(frames: list[Any]) -> Message:
         if not isinstance(meta, dict):
             raise InvalidInput("meta frame must be a JSON object")
     return Message(op=op, request_id=request_id, table=table, arrays=arrays, meta=meta,
-                   flags=_FLAGS[flags & 0x1F], status=status)
+                   flags=_FLAGS[flags & _FLAG_BITS], status=status)
 
 
 def peek(frames: list[Any]) -> tuple[int, Flag, int]:
@@ -226,7 +229,7 @@ def peek(frames: list[Any]) -> tuple[int, Flag, int]:
         head = _frame_bytes(frames[0])
         if len(head) >= HEADER.size:
             _, _, op, flags, _, _, _, _, request_id = HEADER.unpack_from(head, 0)
-            return op, _FLAGS[flags & 0x1F], request_id
+            return op, _FLAGS[flags & _FLAG_BITS], request_id
     return 0, Flag.NONE, 0
 
 

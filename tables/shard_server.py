@@ -4,8 +4,14 @@ One thread runs the request loop, so each request is applied whole before the ne
 starts (no torn rows; the tables' own locks also make each pull/push atomic). Barriers never
 block the loop: a barrier reply is deferred until the last worker of the step arrives
 (see :mod:`tables.sync_steps`).
-Saves run in a background thread (the tables are thread-safe, so pushes keep flowing) and
-report back through an inproc socket, because ZeroMQ sockets belong to one thread.
+A save is two steps. The request loop takes its consistent point for every table at once
+(a base starts a copy-on-write snapshot, a delta copies its changed rows; dense parts are
+copied), so no request lands between the tables' points; a background thread then writes
+(the tables are thread-safe, so pushes keep flowing) and reports back through an inproc
+socket, because ZeroMQ sockets belong to one thread. A plain SAVE is answered when the
+files are written; a DETACH save right after the consistent point, and SAVE_WAIT collects
+its entry or error later. One save runs at a time: a SAVE during a running one is refused
+(Conflict naming the running save); SAVE_WAIT is how to wait for it.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +45,40 @@ from tables.shard_manifest import (
 )
 from tables.sparse_table import SparseTable
 from tables.sync_steps import SyncSteps
+from tables.table_files import TableSave
 
 log = logging.getLogger(__name__)
 
 _REPLAY_CACHE = 4096  # (client, request id) of recent mutating requests: a retried push applies once
 _MAX_FRAME_BYTES = 1 << 30
 _MUTATING = (Op.PUSH_SPARSE, Op.PUSH_DENSE, Op.INIT_DENSE, Op.SHRINK, Op.END_PASS, Op.LOAD)
+
+
+@dataclass
+class _Save:
+    """This shard's running save, or its last one (kept so SAVE_WAIT can collect it)."""
+
+    id: str
+    ident: bytes  # who asked for it
+    msg: Message  # its SAVE request
+    save_dir: Path
+    mode: str
+    cursor: str
+    started: float = field(default_factory=time.monotonic)
+    waiters: list[tuple[bytes, int]] = field(default_factory=list)  # SAVE_WAIT requests to answer when written
+    written: bool = False
+    entry: dict[str, Any] = field(default_factory=dict)  # the reply meta once written
+    error: StreamrecError | None = None
+
+    @property
+    def detached(self) -> bool:
+        return bool(self.msg.flags & Flag.DETACH)
+
+    def reply(self, op: Op, rid: int) -> list[Any]:
+        """Frames answering ``op``/``rid`` with this (written) save's outcome."""
+        if self.error is not None:
+            return protocol.error_reply(op, rid, self.error)
+        return protocol.encode(Message(op, rid, meta=self.entry))
 
 
 class ShardServer:
@@ -68,7 +104,8 @@ class ShardServer:
         self._sync = SyncSteps()
         self._replayed: OrderedDict[tuple[bytes, int], None] = OrderedDict()
         self._save_thread: threading.Thread | None = None
-        self._saving = False
+        self._save: _Save | None = None  # the running or last save
+        self._idle_waiters: list[tuple[bytes, int]] = []  # SAVE_WAIT without a save id: any running save
         self._based: set[str] = set()  # cursors this process wrote a base on (deltas may follow)
         self.requests: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -101,8 +138,8 @@ class ShardServer:
             while running:
                 ready = dict(poller.poll())
                 if done_rx in ready:
-                    sock.send_multipart(done_rx.recv_multipart(copy=False), copy=False)
-                    self._saving = False
+                    done_rx.recv()
+                    self._save_written(sock)
                 if sock in ready:
                     frames = sock.recv_multipart(copy=False)
                     running = self._handle(sock, frames)
@@ -178,8 +215,9 @@ class ShardServer:
         if op == Op.BARRIER:
             return self._barrier(sock, ident, msg)
         if op == Op.SAVE:
-            self._start_save(ident, msg)
-            return None
+            return self._start_save(ident, msg)
+        if op == Op.SAVE_WAIT:
+            return self._save_wait(sock, ident, msg)
         if op == Op.LOAD:
             self._load_request(msg)
             return self._ok(msg)
@@ -335,50 +373,113 @@ class ShardServer:
             raise InvalidInput(f"shard {self.index} has no --checkpoint-dir; pass a directory")
         return shard_dir(root if root is not None else self._checkpoint_root, self.index)  # type: ignore[arg-type]
 
-    def _start_save(self, ident: bytes, msg: Message) -> None:
+    @property
+    def _saving(self) -> bool:
+        return self._save is not None and not self._save.written
+
+    def _start_save(self, ident: bytes, msg: Message) -> Message | None:
         mode, cursor = msg.meta.get("mode", "base"), msg.meta.get("cursor", "checkpoint")
         if mode not in ("base", "delta") or not isinstance(cursor, str):
             raise InvalidInput(f"save mode must be 'base' or 'delta' and cursor a string, got {mode!r}, {cursor!r}")
         if self._saving:
-            raise Conflict(f"shard {self.index}: a save is already running")
+            run = self._save
+            assert run is not None
+            raise Conflict(f"shard {self.index}: a save is already running ({run.mode} on cursor {run.cursor!r} into "
+                           f"{run.save_dir}, for {time.monotonic() - run.started:.1f} s); wait for it (save_wait)",
+                           detail={"shard": self.index, "save": run.id})
         if mode == "delta" and cursor not in self._based:
             mode = "base"  # a delta must follow a base this process wrote on the same cursor
         managed = None if "dir" in msg.meta else self._managed_dir(msg)
         save_dir = Path(msg.meta["dir"]) if managed is None else next_managed_dir(managed, mode)
-        self._based.add(cursor)
-        dense, dense_meta = dict(self.dense), {k: dict(v) for k, v in self._dense_meta.items()}
-        self._save_thread = threading.Thread(
-            target=self._save, args=(ident, msg, save_dir, managed, mode, cursor, dense, dense_meta), daemon=True
-        )
-        self._saving = True  # until the main loop forwards the save's reply
-        self._save_thread.start()
-
-    def _save(self, ident: bytes, msg: Message, save_dir: Path, managed: Path | None, mode: str, cursor: str,
-              dense: dict[str, DenseTable], dense_meta: dict[str, dict[str, Any]]) -> None:
+        # The consistent point of every table at once: no request runs between them.
+        points: dict[str, TableSave] = {}
         try:
-            save_dir.mkdir(parents=True, exist_ok=True)
             for name, table in self.sparse.items():
-                table.save(save_dir / "sparse" / name, mode=mode, cursor=cursor)
-            for name, table in dense.items():
-                table.save(save_dir / "dense" / name)
+                points[name] = table.begin_save(save_dir / "sparse" / name, mode=mode, cursor=cursor)
+        except BaseException:
+            for point in points.values():
+                point.abort()
+            raise
+        dense = {name: (table, table.snapshot()) for name, table in self.dense.items()}
+        dense_meta = {k: dict(v) for k, v in self._dense_meta.items()}
+        self._based.add(cursor)
+        run = _Save(os.urandom(8).hex(), ident, msg, save_dir, mode, cursor)
+        self._save = run
+        self._save_thread = threading.Thread(target=self._write_save, args=(run, managed, points, dense, dense_meta),
+                                             name="save", daemon=True)
+        self._save_thread.start()
+        if run.detached:
+            return self._ok(msg, meta={"save": run.id, "mode": mode, "cursor": cursor, "dir": str(save_dir)})
+        return None  # answered when written
+
+    def _write_save(self, run: _Save, managed: Path | None, points: dict[str, TableSave],
+                    dense: dict[str, tuple[DenseTable, dict[str, Any]]], dense_meta: dict[str, dict[str, Any]]) -> None:
+        """The save thread: write what the consistent point holds, then tell the loop."""
+        save_dir, mode, cursor = run.save_dir, run.mode, run.cursor
+        try:
+            try:
+                save_dir.mkdir(parents=True, exist_ok=True)
+                for name in list(points):
+                    points.pop(name).write()
+            finally:
+                for point in points.values():  # a table failed: the others give their snapshots up
+                    point.abort()
+            for name, (table, snap) in dense.items():
+                table.write_snapshot(save_dir / "dense" / name, snap)
             entry = write_save_manifest(save_dir, {"shard": self.index, "mode": mode, "cursor": cursor,
                                                    "sparse": sorted(self.sparse), "dense": dense_meta})
             if managed is None and cursor == "checkpoint" and self._checkpoint_root is not None:
                 managed = shard_dir(self._checkpoint_root, self.index)  # a restart restores client-named saves too
             if managed is not None:
                 commit_managed(managed, save_dir, mode)
-            reply = self._ok(msg, meta={"mode": mode, "cursor": cursor, "dir": str(save_dir), "manifest": entry})
-            frames = [ident, *protocol.encode(reply)]
+            run.entry = {"save": run.id, "mode": mode, "cursor": cursor, "dir": str(save_dir), "manifest": entry}
         except Exception as exc:
             self._based.discard(cursor)  # the chain may be broken: the next save on it is a base
-            err = exc if isinstance(exc, StreamrecError) else StreamrecError(
-                f"shard {self.index}: save failed: {type(exc).__name__}: {exc}")
             if not isinstance(exc, StreamrecError):
                 log.exception("shard %d: save failed", self.index)
-            self._count_error(err)
-            frames = [ident, *protocol.error_reply(msg.op, msg.request_id, err)]
+            cause = exc.message if isinstance(exc, StreamrecError) else f"{type(exc).__name__}: {exc}"
+            cls = type(exc) if isinstance(exc, StreamrecError) else StreamrecError
+            run.error = cls(f"shard {self.index}: save into {save_dir} failed: {cause}",
+                            detail={"shard": self.index, "dir": str(save_dir)})
+            self._count_error(run.error)
         with self._done_lock:
-            self._done_tx.send_multipart(frames, copy=False)
+            self._done_tx.send(b"")
+
+    def _save_written(self, sock: zmq.Socket) -> None:
+        """In the loop: the save thread finished; answer whoever waits for it."""
+        run = self._save
+        assert run is not None
+        if self._save_thread is not None:
+            self._save_thread.join()
+            self._save_thread = None
+        run.written = True
+        if not run.detached:
+            sock.send_multipart([run.ident, *run.reply(Op.SAVE, run.msg.request_id)], copy=False)
+        for who, rid in run.waiters:
+            sock.send_multipart([who, *run.reply(Op.SAVE_WAIT, rid)], copy=False)
+        run.waiters.clear()
+        for who, rid in self._idle_waiters:
+            self._reply(sock, who, Message(Op.SAVE_WAIT, rid, meta={"idle": True, "save": run.id}))
+        self._idle_waiters.clear()
+
+    def _save_wait(self, sock: zmq.Socket, ident: bytes, msg: Message) -> Message | None:
+        """SAVE_WAIT {save}: that save's entry (or error) once written; without a save id, an
+        empty answer once no save is running (a restarting trainer lets an orphaned save end)."""
+        wanted = msg.meta.get("save")
+        run = self._save
+        if wanted is None:
+            if self._saving:
+                self._idle_waiters.append((ident, msg.request_id))
+                return None
+            return self._ok(msg, meta={"idle": True, "save": None if run is None else run.id})
+        if run is None or run.id != wanted:
+            raise NotFound(f"shard {self.index}: save {wanted!r} is unknown (the shard restarted, or a newer save "
+                           f"{None if run is None else run.id!r} replaced it)", detail={"shard": self.index})
+        if run.written:
+            sock.send_multipart([ident, *run.reply(Op.SAVE_WAIT, msg.request_id)], copy=False)
+        else:
+            run.waiters.append((ident, msg.request_id))
+        return None
 
     def _load_request(self, msg: Message) -> None:
         if self._saving:

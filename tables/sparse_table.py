@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from tables.row_kernels import gather, touch
 from tables.rows import RowStore
 from tables.snapshot import BaseSnapshot
 from tables.yaml_config import validate_config
+
+if TYPE_CHECKING:
+    from tables.table_files import TableSave
 
 _WIDE_SEED_SALT = 0x5EED_0F_3A11_DE
 
@@ -292,9 +295,16 @@ class SparseTable:
     def save(self, path: str | Path, mode: Literal["base", "delta"] = "base", cursor: str = "checkpoint") -> dict:
         """Write a base (all rows) or a delta (rows changed since this cursor's last save, plus
         tombstones) into directory ``path``; returns the manifest."""
-        from tables.table_files import save_table
+        return self.begin_save(path, mode, cursor).write()
 
-        return save_table(self, Path(path), mode=mode, cursor=cursor)
+    def begin_save(self, path: str | Path, mode: Literal["base", "delta"] = "base",
+                   cursor: str = "checkpoint") -> TableSave:
+        """Take a save's consistent point now (cheap for a base: copy-on-write); the returned
+        :class:`TableSave` writes it with ``write()`` (or gives it up with ``abort()``) while
+        pushes go on. One save at a time: a second waits until the first is written."""
+        from tables.table_files import TableSave
+
+        return TableSave(self, Path(path), mode=mode, cursor=cursor)
 
     def load(self, path: str | Path) -> dict:
         """Apply a saved base (replaces everything) or delta (must follow the previous save of

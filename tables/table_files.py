@@ -9,8 +9,10 @@ Files in the save directory, per table ``<name>``:
   ``<name>.state``       array container: admission state (sketches, counters);
   ``<name>.manifest.json`` written last: layout, chain (save id, parent id, epochs),
                          counters, and size + CRC-32C of each file.
-A base snapshot is consistent as of the save point (copy-on-write, :mod:`tables.snapshot`);
-a delta copies its rows under the lock (its stall grows with the delta, not the table).
+A save is two steps (:class:`TableSave`): the consistent point, taken under the table lock
+(a base starts a copy-on-write snapshot, :mod:`tables.snapshot`, in microseconds; a delta
+copies its changed rows, so its cost grows with the delta, not the table), then the
+writing, during which pushes go on. A PS shard replies to a detached save between the two.
 """
 
 from __future__ import annotations
@@ -62,68 +64,111 @@ def _policy(t: SparseTable) -> dict[str, Any]:
     return {"admission": t.config.admission.model_dump(), "eviction": t.config.eviction.model_dump()}
 
 
-def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[str, Any]:
-    if mode not in ("base", "delta"):
-        raise InvalidInput(f"table {t.name}: save mode must be 'base' or 'delta', got {mode!r}")
-    path.mkdir(parents=True, exist_ok=True)
-    with t._save_lock:
-        with t._lock:
-            prev = t._cursors.get(cursor)
-            if mode == "delta" and prev is None:
-                raise Conflict(f"table {t.name}: no base saved on cursor '{cursor}' yet; save a base first")
-            epoch = t._epoch
-            t._epoch += 1
-            since = prev.epoch if mode == "delta" else 0
-            state = {k: v.copy() for k, v in t._admission.state().items()}
-            head = {"pass": t._pass, "counters": dict(t.counters), "policy": _policy(t),
-                    "cursors": {c: [v.epoch, v.save_id] for c, v in t._cursors.items()}}
-            if mode == "base":
-                snap = BaseSnapshot(t._rows, CHUNK_ROWS)
-                t._snapshot = snap
-                n_rows, tomb, tomb_ep = snap.n0, t._tomb_keys.copy(), t._tomb_epochs.copy()
-            else:
-                n = t._rows.n
-                sel = np.flatnonzero(t._rows.cols["mod_epoch"][:n] > since)
-                delta = {name: col[sel] for name, col in t._rows.cols.items()}
-                new_tomb = t._tomb_epochs > since
-                n_rows, tomb, tomb_ep = sel.shape[0], t._tomb_keys[new_tomb], t._tomb_epochs[new_tomb]
-        save_id = uuid.uuid4().hex
+class TableSave:
+    """A save whose consistent point is taken (:func:`begin_save`); :meth:`write` writes it.
+
+    Holds the table's save lock from the consistent point until :meth:`write` or
+    :meth:`abort` returns, so exactly one of them must be called (once)."""
+
+    def __init__(self, t: SparseTable, path: Path, *, mode: str, cursor: str) -> None:
+        if mode not in ("base", "delta"):
+            raise InvalidInput(f"table {t.name}: save mode must be 'base' or 'delta', got {mode!r}")
+        self.table, self.path, self.mode, self.cursor = t, path, mode, cursor
+        t._save_lock.acquire()
         try:
-            with AtomicWriter(path / f"{t.name}.rows") as w:
-                if mode == "base":
-                    while not snap.done:
-                        with t._lock:
-                            chunk = snap.next_chunk(t._rows)
-                        for col in chunk.values():
-                            w.write(col)
-                else:
-                    for a in range(0, n_rows, CHUNK_ROWS):
-                        for col in delta.values():
-                            w.write(col[a : a + CHUNK_ROWS])
-                rows_entry = w.commit()
+            with t._lock:
+                self._take(t)
+        except BaseException:
+            t._save_lock.release()
+            raise
+
+    def _take(self, t: SparseTable) -> None:
+        """Under the table lock: everything the save holds is as of this instant."""
+        prev = t._cursors.get(self.cursor)
+        if self.mode == "delta" and prev is None:
+            raise Conflict(f"table {t.name}: no base saved on cursor '{self.cursor}' yet; save a base first")
+        self.prev, self.epoch = prev, t._epoch
+        t._epoch += 1
+        self.since = prev.epoch if self.mode == "delta" else 0
+        self.state = {k: v.copy() for k, v in t._admission.state().items()}
+        self.head = {"pass": t._pass, "counters": dict(t.counters), "policy": _policy(t),
+                     "cursors": {c: [v.epoch, v.save_id] for c, v in t._cursors.items()}}
+        self.layout = _layout(t)
+        self.snap: BaseSnapshot | None = None
+        self.delta: dict[str, np.ndarray] = {}
+        if self.mode == "base":
+            self.snap = BaseSnapshot(t._rows, CHUNK_ROWS)
+            t._snapshot = self.snap
+            self.n_rows, self.tomb, self.tomb_ep = self.snap.n0, t._tomb_keys.copy(), t._tomb_epochs.copy()
+        else:  # a delta is copied here: its cost grows with the rows changed, not with the table
+            n = t._rows.n
+            sel = np.flatnonzero(t._rows.cols["mod_epoch"][:n] > self.since)
+            self.delta = {name: col[sel] for name, col in t._rows.cols.items()}
+            new_tomb = t._tomb_epochs > self.since
+            self.n_rows, self.tomb, self.tomb_ep = sel.shape[0], t._tomb_keys[new_tomb], t._tomb_epochs[new_tomb]
+
+    def _end_snapshot(self) -> None:
+        if self.snap is not None:
+            t = self.table
+            with t._lock:
+                t._snapshot = None
+                t._idle.notify_all()
+            self.snap = None
+
+    def abort(self) -> None:
+        """Give the consistent point up without writing (pushes stop keeping pre-images)."""
+        try:
+            self._end_snapshot()
         finally:
-            if mode == "base":
-                with t._lock:
-                    t._snapshot = None
-                    t._idle.notify_all()
+            self.table._save_lock.release()
+
+    def write(self) -> dict[str, Any]:
+        """Write the files and the manifest (last); returns the manifest."""
+        try:
+            return self._write()
+        finally:
+            self.abort()
+
+    def _write(self) -> dict[str, Any]:
+        t, path = self.table, self.path
+        path.mkdir(parents=True, exist_ok=True)
+        save_id = uuid.uuid4().hex
+        with AtomicWriter(path / f"{t.name}.rows") as w:
+            if self.snap is not None:
+                while not self.snap.done:
+                    with t._lock:
+                        chunk = self.snap.next_chunk(t._rows)
+                    for col in chunk.values():
+                        w.write(col)
+            else:
+                for a in range(0, self.n_rows, CHUNK_ROWS):
+                    for col in self.delta.values():
+                        w.write(col[a : a + CHUNK_ROWS])
+            rows_entry = w.commit()
+        self._end_snapshot()
         files = {
             "rows": rows_entry,
-            "tombstones": write_bytes(path / f"{t.name}.tombstones", encode_arrays({"keys": tomb, "epochs": tomb_ep})),
-            "state": write_bytes(path / f"{t.name}.state", encode_arrays(state)),
+            "tombstones": write_bytes(path / f"{t.name}.tombstones",
+                                      encode_arrays({"keys": self.tomb, "epochs": self.tomb_ep})),
+            "state": write_bytes(path / f"{t.name}.state", encode_arrays(self.state)),
         }
         manifest = {
-            "format": FORMAT_VERSION, "table": t.name, "mode": mode, "cursor": cursor, "save_id": save_id,
-            "parent_id": prev.save_id if mode == "delta" else None, "epoch": epoch, "since_epoch": since,
-            "rows": int(n_rows), "tombstones": int(tomb.shape[0]), "chunk_rows": CHUNK_ROWS,
-            "layout": _layout(t), "files": files, "created_at": time.time(), **head,
+            "format": FORMAT_VERSION, "table": t.name, "mode": self.mode, "cursor": self.cursor, "save_id": save_id,
+            "parent_id": self.prev.save_id if self.mode == "delta" else None, "epoch": self.epoch,
+            "since_epoch": self.since, "rows": int(self.n_rows), "tombstones": int(self.tomb.shape[0]),
+            "chunk_rows": CHUNK_ROWS, "layout": self.layout, "files": files, "created_at": time.time(), **self.head,
         }
         write_json(path / f"{t.name}.manifest.json", manifest)
         with t._lock:
             from tables.sparse_table import Cursor
 
-            t._cursors[cursor] = Cursor(epoch, save_id)
+            t._cursors[self.cursor] = Cursor(self.epoch, save_id)
             _prune_tombstones(t)
         return manifest
+
+
+def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[str, Any]:
+    return TableSave(t, path, mode=mode, cursor=cursor).write()
 
 
 def _prune_tombstones(t: SparseTable) -> None:

@@ -7,7 +7,9 @@ Layout of a pass directory::
     worker-<r>.arrays a worker's dense-optimizer state and metric histograms
     worker-<r>.json   its Kafka offsets, record counts, newest record time
     pass.json         the manifest, written LAST (temp + fsync + rename): pass id, offsets,
-                      metrics, evicted count, and size + CRC-32C of every file above
+                      metrics, evicted count, and size + CRC-32C of every file above; the
+                      chief writes it after the workers were released, once every shard
+                      finished writing its save (trainer.pass_commit)
 
 A pass without ``pass.json`` does not exist: restore ignores it and the chief deletes it at
 start. Every file is verified against the manifest before anything is loaded.
@@ -64,6 +66,15 @@ def write_worker_part(root: Path, pass_id: int, rank: int, arrays: dict[str, np.
     d.mkdir(parents=True, exist_ok=True)
     entry = write_bytes(d / f"worker-{rank}.arrays", encode_arrays(arrays))
     write_json(d / f"worker-{rank}.json", {**info, "arrays": entry})
+
+
+def staying_ranks(root: Path, pass_id: int, ranks: list[int]) -> list[int]:
+    """Ranks among ``ranks`` still training after pass ``pass_id`` (their part does not say
+    they leave); the chief (rank 0), which commits for the others, when none stays. Every
+    worker reads this from the parts right after the commit barrier, before the manifest
+    (written later, in the background) exists."""
+    staying = [r for r in ranks if not read_json(pass_dir(root, pass_id) / f"worker-{r}.json").get("leaving")]
+    return staying or [0]
 
 
 def commit_pass(root: Path, pass_id: int, manifest: dict[str, Any], *, ranks: list[int],

@@ -3,10 +3,11 @@
 One process per worker (``streamrec launch ... -- streamrec train --config job.yaml``).
 Worker ``r`` of ``W`` reads partitions ``p % W == r``. At a pass end every worker drains
 its pushes, merges its dense changes and writes its part (offsets, optimizer state,
-metrics); at a PS barrier the chief (rank 0) shrinks every K passes, has every shard save
-its tables into the pass directory, writes the manifest last, prunes, and exports a
-bundle; a second barrier releases everyone. On start the newest complete pass is loaded
-(:mod:`trainer.recovery`) and every worker seeks Kafka to its offsets.
+metrics); at a PS barrier the chief (rank 0) shrinks every K passes and has every shard
+take the consistent point of a save into the pass directory; a second barrier releases
+everyone, and the chief finishes the commit in the background (shard saves written, the
+manifest last, prune, export: :mod:`trainer.pass_commit`). On start the newest complete
+pass is loaded (:mod:`trainer.recovery`) and every worker seeks Kafka to its offsets.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from trainer import checkpoints
 from trainer.config import JobConfig, ModelType
 from trainer.export import SAVE_TIMEOUT_S, Exporter
 from trainer.item_catalog import ItemCatalog
-from trainer.metrics import Metrics, WindowedMetrics
+from trainer.metrics import WindowedMetrics
 from trainer.models import build_model
 from trainer.params import PSStore
+from trainer.pass_commit import CommitFinisher, pass_fields
 from trainer.passes import PassClock
 from trainer.prefetch import Prefetcher
 from trainer.recovery import restore
@@ -86,6 +88,7 @@ class StreamingJob:
         item_slots = tuple(s.name for s in getattr(self.model, "item_slots", ()))
         self.catalog = ItemCatalog(item_slots) if tt else None
         self.exporter: Exporter | None = None
+        self.finisher: CommitFinisher | None = None  # the chief's commits finishing in the background
         self.worker: Worker | None = None
         self.consumer: StreamConsumer | None = None
         self.lag_partitions: dict[int, int] = {}  # this worker's partitions, refreshed ~1/s by the poll loop
@@ -122,10 +125,13 @@ class StreamingJob:
             self.exporter = self._make_exporter()
 
     def _make_exporter(self) -> Exporter:
-        # no resends: a lost shard fails the bundle instead of holding the next commit (the next one is a base)
-        client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret(),
-                          config=ClientConfig(timeout_s=self.ps.client.config.timeout_s, retries=0))
-        return Exporter(self.config.export_dir, client, self.config.model, base_every=self.config.passes.base_every)
+        return Exporter(self.config.export_dir, self._background_client(), self.config.model,
+                        base_every=self.config.passes.base_every)
+
+    def _background_client(self) -> PSClient:
+        # no resends: a lost shard fails the bundle (or the commit) instead of holding the next one
+        return PSClient(self.spec.shard_endpoints, secret=self.spec.secret(),
+                        config=ClientConfig(timeout_s=self.ps.client.config.timeout_s, retries=0))
 
     def _poll(self) -> Any:
         while not self.stopping.is_set():
@@ -161,10 +167,13 @@ class StreamingJob:
                     break
                 with self.lock:  # batches prefetched from before the rollback point are dropped here
                     self.consumer.seek_to(self.reseek)
+            self._finish_wait()  # the last pass is complete (or its failure raised) before the job reports
         finally:
             self.stopping.set()
             if pull_client is not None:
                 pull_client.close()
+            if self.finisher is not None:
+                self.finisher.close()
             if self.exporter is not None:
                 self.last_export = self.exporter.wait() or self.last_export  # the last pass's bundle is out
                 self.exporter.close()
@@ -229,7 +238,9 @@ class StreamingJob:
     # ----------------------------------------------------------------- passes
     def commit(self, *, leaving: bool = False) -> dict[str, Any]:
         """End the current pass on this worker; the chief commits it (see the module docstring).
-        ``leaving``: this worker's stream is done; later passes are committed without it."""
+        ``leaving``: this worker's stream is done; later passes are committed without it.
+        Returns the manifest of the newest pass the chief finished committing (the chief's
+        commit of this pass may still be finishing in the background)."""
         assert self.worker is not None and self.consumer is not None
         t0 = time.monotonic()
         n = self.clock.pass_id
@@ -244,9 +255,10 @@ class StreamingJob:
             "newest_record_time": self.newest_time, "leaving": leaving})
         self._barrier(2 * n)
         if self.chief:
-            self.last_commit = self._commit_as_chief(n)
+            self._commit_as_chief(n)
         self._barrier(2 * n + 1)
-        self.active = [int(r) for r in checkpoints.read_pass(self.root, n).get("active_ranks", self.active)]
+        # from the parts (written before the first barrier): the manifest may not be written yet
+        self.active = checkpoints.staying_ranks(self.root, n, self.active)
         self.worker.dense.refresh(self.store)
         self.worker.metrics = WindowedMetrics(self.config.metric_window)
         self.pass_id = n
@@ -254,46 +266,63 @@ class StreamingJob:
         self.commit_stall_s.append(time.monotonic() - t0)
         return self.last_commit
 
-    def _commit_as_chief(self, n: int) -> dict[str, Any]:
+    def _commit_as_chief(self, n: int) -> None:
+        """The first half of the commit (the workers wait): the shards take the save's
+        consistent point; the finisher writes it out and commits (trainer.pass_commit)."""
         assert self.worker is not None
+        self._finish_wait()  # one save at a time per shard: the previous commit's, then its export
+        if self.exporter is not None:
+            self.last_export = self.exporter.wait() or self.last_export
         k = self.config.passes.base_every
         self.client.end_pass()
         evicted = None
         if n % k == 0:
             evicted = sum(sum(e.get("evicted", {}).values()) for e in self.client.shrink())
-        if self.exporter is not None:
-            self.last_export = self.exporter.wait() or self.last_export  # one save at a time per shard
         base = n % k == 1 or k == 1 or self.force_base
         try:
-            entries = self.client.save(into=checkpoints.shard_template(self.root, n), mode="base" if base else "delta",
-                                       cursor="checkpoint", timeout_s=SAVE_TIMEOUT_S)
+            saves = self.client.save(into=checkpoints.shard_template(self.root, n), mode="base" if base else "delta",
+                                     cursor="checkpoint", timeout_s=SAVE_TIMEOUT_S, detach=True)
         except Exception:
             self.force_base = True  # some shards may have advanced their chain: restart it with a base
             raise
         self.force_base = False
-        previous = self._previous_manifest(n)
-        offsets: dict[str, int] = dict(previous.get("offsets", {}))  # partitions of workers that left stay put
-        metrics = Metrics()
-        newest, total = None, int(previous.get("records_total", 0))
-        staying = []
-        for r in self.active:
-            info, arrays = checkpoints.read_worker_part(self.root, n, r)
-            if not info.get("leaving"):
-                staying.append(r)
-            offsets |= info["offsets"]
-            metrics.merge(Metrics.from_arrays({k[8:]: v for k, v in arrays.items() if k.startswith("metrics.")}))
-            t = info.get("newest_record_time")
-            newest = t if newest is None or (t is not None and t > newest) else newest
-            total += int(info["records"])
+        export = None
+        if self.exporter is not None:  # the dense weights of the snapshot point: nobody pushed since
+            self.worker.dense.refresh(self.store)
+            export = (self.model.params.as_dict(), None if self.catalog is None else self.catalog.snapshot())
+        ranks = list(self.active)
+        if self.finisher is None:
+            self.finisher = CommitFinisher(self._background_client())
+        self.finisher.start(lambda client: self._finish_commit(client, n, saves, ranks, evicted, export))
+
+    def _finish_commit(self, client: PSClient, n: int, saves: list[dict], ranks: list[int], evicted: int | None,
+                       export: tuple[dict[str, np.ndarray], ItemCatalog | None] | None) -> dict[str, Any]:
+        """In the finisher thread: the shards' saves written, the manifest last, prune, export."""
+        entries = client.save_wait(saves, timeout_s=SAVE_TIMEOUT_S)
+        fields = pass_fields(self.root, n, ranks, self._previous_manifest(n))
         man = checkpoints.commit_pass(self.root, n, {
-            "created_at": time.time(), "offsets": offsets, "metrics": metrics.summary(), "evicted": evicted,
-            "records_total": total, "newest_record_time": newest, "workers": self.spec.num_workers,
-            "active_ranks": staying or [self.rank], "mode": self.spec.mode}, ranks=self.active, shard_entries=entries)
+            "created_at": time.time(), "evicted": evicted, "workers": self.spec.num_workers, "mode": self.spec.mode,
+            **fields}, ranks=ranks, shard_entries=entries)
         checkpoints.prune(self.root, self.config.passes.keep)
-        if self.exporter is not None:  # in the background, after the workers are released
-            self.worker.dense.refresh(self.store)  # every worker's dense change is in
-            self._export(n, newest)
+        if export is not None and self.exporter is not None:
+            dense, catalog = export
+            self.exporter.start(n, dense=dense, newest_record_time=fields["newest_record_time"], catalog=catalog)
         return man
+
+    def _finish_wait(self, *, failures: str = "raise") -> dict[str, Any]:
+        """Wait until the chief's last commit is finished; its manifest becomes ``last_commit``.
+        A failure (a shard's save, the manifest) is raised (``failures="ignore"``: dropped, e.g.
+        before a rollback); either way the next save is a base, since some shards may have
+        advanced their chain on a pass that never became complete."""
+        if self.finisher is None:
+            return self.last_commit
+        try:
+            self.last_commit = self.finisher.wait() or self.last_commit
+        except Exception:
+            self.force_base = True
+            if failures == "raise":
+                raise
+        return self.last_commit
 
     def _export(self, pass_id: int, newest: float | None) -> None:
         assert self.exporter is not None
@@ -325,13 +354,15 @@ class StreamingJob:
         return box["result"]
 
     def _op_checkpoint(self) -> dict[str, Any]:
-        return self.commit()
+        self.commit()
+        return self._finish_wait()  # asked for a checkpoint: answered when it is complete
 
     def _op_export(self) -> dict[str, Any]:
         if self.exporter is None:
             from tables.errors import Conflict
 
             raise Conflict("this worker does not export (not the chief, or passes.export is off)")
+        self._finish_wait()
         self.exporter.wait()
         self._export(self.pass_id, self.newest_time)
         return self.exporter.wait() or {}
@@ -347,6 +378,7 @@ class StreamingJob:
             except Unavailable:
                 if time.monotonic() > deadline:
                     raise
+        self._finish_wait(failures="ignore")  # its save may have failed on the lost shard
         found = checkpoints.complete_passes(self.root)
         if not found:
             raise Unavailable("a shard lost its tables before the first pass was committed; restart the job")
@@ -365,6 +397,7 @@ class StreamingJob:
         from trainer.recovery import load_into_shards
 
         self.store.drain()
+        self._finish_wait(failures="ignore")  # a pass still committing completes (or not) before the load
         if self.exporter is not None:
             self.exporter.wait()
         load_into_shards(self.client, self.root, pass_id)

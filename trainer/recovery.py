@@ -1,7 +1,8 @@
 """Start from the newest complete pass: shards load its table chain, the worker gets its dense
 optimizer state and the Kafka offsets to seek to.
 
-The chief (rank 0) deletes half-written passes and asks the shards to load; every worker
+The chief (rank 0) lets any save still running on the shards end (a chief killed after
+releasing the workers leaves one), deletes half-written passes and asks the shards to load; every worker
 then (after a barrier, so nobody pulls half-loaded tables) reads the same manifest.
 """
 
@@ -46,6 +47,7 @@ def restore(root: Path, client: PSClient, *, rank: int, chief: bool) -> Restored
     """Chief: clean up and load the shards (call before the restore barrier). Others: read only."""
     root = Path(root)
     if chief:
+        client.save_wait()  # a save a killed chief left running ends before its half-committed pass goes
         checkpoints.discard_incomplete(root)
     found = newest_usable_pass(root)
     if found is None:
