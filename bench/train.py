@@ -9,7 +9,12 @@ TorchRec figures are quoted from the issue (measured earlier on this machine), N
 
 Commit stall: a shard process holding --stall-rows rows (wide&deep row layout) is asked to
 save a pass the way the chief does at a pass end (a base: every row; and a delta after
---stall-delta-rows pushes); workers wait at the barrier for exactly that long.
+--stall-delta-rows pushes). Workers wait at the commit barrier until the chief's request
+returns: with the two-phase commit that is the detached save's reply (every table took its
+consistent point; the shard writes on in the background), with the baseline (the old
+synchronous commit, measured in the same run on the same shard) the whole save. Also
+measured: when the background write completes (request -> SAVE_WAIT answer), and the p99 of
+10k-key pushes (random existing ids) while it runs, beside the same pushes with no save.
 
 Run: ``python bench/train.py [--train-rows N] [--json]``.
 """
@@ -20,6 +25,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,8 +64,29 @@ def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path) 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _push_latencies(client, name: str, width: int, rows: int, *, count: int | None = None,
+                    until: threading.Event | None = None) -> list[float]:
+    """Seconds per 10k-key push of random existing ids: ``count`` pushes, or until ``until`` is set."""
+    rng = np.random.default_rng(1)
+    grads = np.full((10_000, width), 0.01, np.float32)
+    out = []
+    while (count is not None and len(out) < count) or (until is not None and not until.is_set()):
+        keys = rng.choice(rows, 10_000, replace=False).astype(np.uint64) + np.uint64(1)
+        t = time.perf_counter()
+        client.push_sparse(name, keys, grads)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def _p99_ms(lat: list[float]) -> float | None:
+    return round(float(np.percentile(lat, 99)) * 1000, 1) if lat else None
+
+
 def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
-    """Seconds a pass commit holds the workers: a base and a delta save of a shard with ``rows`` rows."""
+    """Seconds a pass commit holds the workers, two-phase and synchronous (baseline), for a
+    base and a delta of a shard with ``rows`` rows; plus the background write's completion
+    and push latencies during it."""
+    import shutil
     import subprocess
 
     import yaml
@@ -74,11 +101,14 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
     ps_yaml = work / "stall-ps.yaml"
     ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=tables).model_dump(mode="json")))
     port = free_ports(1)[0]
+    endpoint = f"tcp://127.0.0.1:{port}"
     shard = subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(ps_yaml), "--index", "0",
                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
+    config = ClientConfig(timeout_s=120, retries=0)
+    out: dict = {"rows": rows, "delta_rows": delta_rows}
     try:
-        with PSClient([f"tcp://127.0.0.1:{port}"], config=ClientConfig(timeout_s=60, retries=0)) as client:
+        with PSClient([endpoint], config=config) as client, PSClient([endpoint], config=config) as pusher:
             deadline = time.monotonic() + 60
             while True:
                 try:
@@ -92,19 +122,58 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
             for start in range(0, rows, chunk):
                 keys = np.arange(start + 1, min(rows, start + chunk) + 1, dtype=np.uint64)
                 client.push_sparse(name, keys, np.full((keys.shape[0], width), 0.01, np.float32))
-            t = time.perf_counter()
-            client.save(into=str(work / "stall" / "pass-1" / "shard-{shard}"), mode="base", cursor="checkpoint")
-            base_s = time.perf_counter() - t
-            keys = np.random.default_rng(0).choice(rows, delta_rows, replace=False).astype(np.uint64) + np.uint64(1)
-            client.push_sparse(name, keys, np.full((delta_rows, width), 0.01, np.float32))
-            t = time.perf_counter()
-            client.save(into=str(work / "stall" / "pass-2" / "shard-{shard}"), mode="delta", cursor="checkpoint")
-            delta_s = time.perf_counter() - t
+            out["push_10k_p99_ms_no_save"] = _p99_ms(_push_latencies(pusher, name, width, rows, count=100))
+            rng = np.random.default_rng(0)
+            passes = iter(range(1, 100))
+
+            def save(mode: str, detach: bool, *, push_during: bool = False) -> dict:
+                into = work / "stall" / f"pass-{next(passes)}"
+                t = time.perf_counter()
+                entries = client.save(into=str(into / "shard-{shard}"), mode=mode, cursor="checkpoint",
+                                      detach=detach, timeout_s=600)
+                res = {"stall_s": time.perf_counter() - t}
+                if detach:
+                    stop, lat = threading.Event(), []
+                    th = threading.Thread(target=lambda: lat.extend(
+                        _push_latencies(pusher, name, width, rows, until=stop))) if push_during else None
+                    if th is not None:
+                        th.start()
+                    client.save_wait(entries, timeout_s=600)
+                    res["complete_s"] = time.perf_counter() - t
+                    stop.set()
+                    if th is not None:
+                        th.join()
+                        res["push_10k_p99_ms"], res["pushes"] = _p99_ms(lat), len(lat)
+                shutil.rmtree(into, ignore_errors=True)  # 10M rows are ~1.5 GB on disk each time
+                return res
+
+            def touch_delta() -> None:
+                keys = rng.choice(rows, delta_rows, replace=False).astype(np.uint64) + np.uint64(1)
+                client.push_sparse(name, keys, np.full((delta_rows, width), 0.01, np.float32))
+
+            # base (B first, A last: the pushes during A's background write would grow the deltas)
+            sync_base = save("base", False)
+            touch_delta()
+            two_delta = save("delta", True)
+            touch_delta()
+            sync_delta = save("delta", False)
+            two_base = save("base", True, push_during=True)
             client.stop()
     finally:
         shard.kill()
         shard.wait()
-    return {"rows": rows, "base_save_s": round(base_s, 2), "delta_rows": delta_rows, "delta_save_s": round(delta_s, 2)}
+    r2 = lambda x: round(x, 3)  # noqa: E731
+    out |= {
+        "base_stall_s": r2(two_base["stall_s"]), "base_complete_s": r2(two_base["complete_s"]),
+        "base_sync_save_s": r2(sync_base["stall_s"]),
+        "base_stall_ratio": round(sync_base["stall_s"] / max(two_base["stall_s"], 1e-9), 1),
+        "delta_stall_s": r2(two_delta["stall_s"]), "delta_complete_s": r2(two_delta["complete_s"]),
+        "delta_sync_save_s": r2(sync_delta["stall_s"]),
+        "delta_stall_ratio": round(sync_delta["stall_s"] / max(two_delta["stall_s"], 1e-9), 1),
+        "push_10k_p99_ms_during_base_write": two_base["push_10k_p99_ms"],
+        "pushes_during_base_write": two_base["pushes"],
+    }
+    return out
 
 
 def main() -> int:
@@ -130,8 +199,8 @@ def main() -> int:
         train, test, bayes = make_data(work, args.train_rows, args.test_rows, args.seed)
         result = run_training(args, train, test, work)
         stall = None if args.skip_stall else commit_stall(args.stall_rows, args.stall_delta_rows, work)
-    # the workers wait for the base save (the worst pass: every K-th one)
-    stall_s = None if stall is None else stall["base_save_s"]
+    # the workers wait for the base's consistent point (the worst pass: every K-th one)
+    stall_s = None if stall is None else stall["base_stall_s"]
     out = {"samples_per_s": result["samples_per_s"], "test_auc": round(result["test_auc"], 4),
            "bayes_auc": round(bayes, 4), "peak_rss_mb": result["peak_rss_mb"], "pass_commit_stall_s": stall_s,
            "train_rows": result["train_rows"], "train_seconds": result["train_seconds"],
@@ -147,7 +216,7 @@ def main() -> int:
           f"{args.servers} shard / {args.workers} workers, {result['train_rows']:,} train rows, "
           f"{args.test_rows:,} test rows")
     stall_text = "skipped" if stall is None else (
-        f"{stall_s:.2f} s base of {args.stall_rows:,} rows; {stall['delta_save_s']:.2f} s delta of "
+        f"{stall_s:.3f} s base of {args.stall_rows:,} rows; {stall['delta_stall_s']:.3f} s delta of "
         f"{args.stall_delta_rows:,}")
     rows = [("samples/s", f"{out['samples_per_s']:,.0f}", f">= {TARGETS['samples_per_s']:,}", "22,000 / 28,000"),
             ("test AUC", f"{out['test_auc']:.4f} (Bayes {out['bayes_auc']:.4f}, gap {out['auc_gap_to_bayes']:.4f})",
@@ -159,6 +228,15 @@ def main() -> int:
     print(f"{'metric':<25}{'streamrec':<58}{'target':<16}TF PS / TorchRec (quoted from the issue, not re-run)")
     for r in rows:
         print(f"{r[0]:<25}{r[1]:<58}{r[2]:<16}{r[3]}")
+    if stall is not None:
+        print(f"\ncommit stall, two-phase vs synchronous save (baseline, same run, same shard of {args.stall_rows:,} "
+              "rows):")
+        for kind in ("base", "delta"):
+            print(f"  {kind:<6} workers wait {stall[f'{kind}_stall_s']:.3f} s (synchronous: "
+                  f"{stall[f'{kind}_sync_save_s']:.2f} s, {stall[f'{kind}_stall_ratio']}x less); written in the "
+                  f"background by {stall[f'{kind}_complete_s']:.2f} s")
+        print(f"  10k-key push p99 during the base's background write: {stall['push_10k_p99_ms_during_base_write']} ms "
+              f"({stall['pushes_during_base_write']} pushes); with no save: {stall['push_10k_p99_ms_no_save']} ms")
     return 0
 
 

@@ -35,7 +35,7 @@ from trainer.item_catalog import ItemCatalog
 from trainer.metrics import WindowedMetrics
 from trainer.models import build_model
 from trainer.params import PSStore
-from trainer.pass_commit import CommitFinisher, pass_fields
+from trainer.pass_commit import CommitFinisher, finish_pass
 from trainer.passes import PassClock
 from trainer.prefetch import Prefetcher
 from trainer.recovery import restore
@@ -298,15 +298,11 @@ class StreamingJob:
     def _finish_commit(self, client: PSClient, n: int, saves: list[dict], ranks: list[int], evicted: int | None,
                        export: tuple[dict[str, np.ndarray], ItemCatalog | None] | None) -> dict[str, Any]:
         """In the finisher thread: the shards' saves written, the manifest last, prune, export."""
-        entries = client.save_wait(saves, timeout_s=SAVE_TIMEOUT_S)
-        fields = pass_fields(self.root, n, ranks, self._previous_manifest(n))
-        man = checkpoints.commit_pass(self.root, n, {
-            "created_at": time.time(), "evicted": evicted, "workers": self.spec.num_workers, "mode": self.spec.mode,
-            **fields}, ranks=ranks, shard_entries=entries)
-        checkpoints.prune(self.root, self.config.passes.keep)
+        man = finish_pass(client, self.root, n, saves, ranks, keep=self.config.passes.keep, fields={
+            "evicted": evicted, "workers": self.spec.num_workers, "mode": self.spec.mode})
         if export is not None and self.exporter is not None:
             dense, catalog = export
-            self.exporter.start(n, dense=dense, newest_record_time=fields["newest_record_time"], catalog=catalog)
+            self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog)
         return man
 
     def _finish_wait(self, *, failures: str = "raise") -> dict[str, Any]:
@@ -328,10 +324,6 @@ class StreamingJob:
         assert self.exporter is not None
         self.exporter.start(pass_id, dense=self.model.params.as_dict(), newest_record_time=newest,
                             catalog=None if self.catalog is None else self.catalog.snapshot())
-
-    def _previous_manifest(self, n: int) -> dict[str, Any]:
-        done = [p for p in checkpoints.complete_passes(self.root) if p < n]
-        return checkpoints.read_pass(self.root, done[-1]) if done else {}
 
     # ---------------------------------------------------------------- control
     def _serve_requests(self) -> None:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tables.client import PSClient
 from trainer import checkpoints
+from trainer.export import SAVE_TIMEOUT_S
 from trainer.metrics import Metrics
 
 
@@ -76,7 +78,21 @@ class CommitFinisher:
             self.client.close()
 
 
-def pass_fields(root: Path, pass_id: int, ranks: list[int], previous: dict[str, Any]) -> dict[str, Any]:
+def finish_pass(client: PSClient, root: Path, pass_id: int, saves: list[dict[str, Any]], ranks: list[int], *,
+                keep: int, fields: dict[str, Any]) -> dict[str, Any]:
+    """Commit pass ``pass_id`` once the shards wrote the detached ``saves``: the manifest (with
+    ``fields`` and what the worker parts of ``ranks`` say) last, then prune to ``keep``."""
+    entries = client.save_wait(saves, timeout_s=SAVE_TIMEOUT_S)
+    done = [p for p in checkpoints.complete_passes(root) if p < pass_id]
+    previous = checkpoints.read_pass(root, done[-1]) if done else {}
+    man = checkpoints.commit_pass(root, pass_id, {"created_at": time.time(), **fields,
+                                                 **_merge_parts(root, pass_id, ranks, previous)},
+                                  ranks=ranks, shard_entries=entries)
+    checkpoints.prune(root, keep)
+    return man
+
+
+def _merge_parts(root: Path, pass_id: int, ranks: list[int], previous: dict[str, Any]) -> dict[str, Any]:
     """Manifest fields merged from the worker parts of ``ranks`` (offsets, metrics, records,
     newest record time); partitions of workers that left keep ``previous``'s offsets."""
     offsets: dict[str, int] = dict(previous.get("offsets", {}))

@@ -102,3 +102,74 @@ def test_prune_keeps_the_last_passes_and_the_base_their_deltas_need(tmp_path: Pa
     assert checkpoints.complete_passes(tmp_path) == [4, 5, 6, 7]
     assert [Path(t).parent.name for t in checkpoints.chain(tmp_path, 6)] == ["pass-00000004", "pass-00000005",
                                                                              "pass-00000006"]
+
+
+# A chief: pass 1 committed whole; pass 2 released (the shards' consistent point taken), then
+# it finishes the commit only when told, the way StreamingJob does it (trainer.pass_commit).
+_CHIEF = r"""
+import sys
+import numpy as np
+from pathlib import Path
+from tables.client import PSClient
+from trainer import checkpoints
+from trainer.metrics import Metrics
+from trainer.pass_commit import CommitFinisher, finish_pass
+root, endpoints = Path(sys.argv[1]), sys.argv[2].split(",")
+keys = np.arange(1, 20001, dtype=np.uint64)
+client = PSClient(endpoints)
+finisher = CommitFinisher(PSClient(endpoints))
+for n in (1, 2):
+    client.push_sparse("emb", keys, np.ones((keys.shape[0], 8), np.float32))
+    part = {f"metrics.{k}": v for k, v in Metrics().to_arrays().items()}
+    checkpoints.write_worker_part(root, n, 0, part, {"rank": 0, "offsets": {"0": n}, "records": 1})
+    saves = client.save(into=checkpoints.shard_template(root, n), mode="base" if n == 1 else "delta", detach=True)
+    print("released", n, flush=True)
+    if n == 2:
+        sys.stdin.readline()
+    finisher.start(lambda c: finish_pass(c, root, n, saves, [0], keep=3, fields={}))
+    if n == 1:
+        finisher.wait()
+finisher.wait()
+print("committed", flush=True)
+"""
+
+
+def test_a_chief_killed_after_the_release_leaves_the_previous_pass_the_newest(tmp_path: Path) -> None:
+    from tables.client import PSClient
+    from tests.tables.ps_harness import shard_processes
+    from trainer.recovery import restore
+
+    root = tmp_path / "ckpt"
+    emb = {"name": "emb", "dim": 8, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
+    with shard_processes(tmp_path, [emb]) as shards:
+        chief = subprocess.Popen([sys.executable, "-c", _CHIEF, str(root), ",".join(shards.endpoints)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                 cwd=Path(__file__).resolve().parents[2])
+        stopped = shards.procs[1]
+        assert stopped is not None
+        try:
+            assert chief.stdout.readline().split() == ["released", "1"]
+            assert chief.stdout.readline().split() == ["released", "2"]
+            # Shard 1 stopped: its save of pass 2 cannot be reported written, so whatever the chief's
+            # finisher does from now on, it cannot write pass 2's manifest.
+            os.killpg(stopped.pid, signal.SIGSTOP)
+            chief.stdin.write("go\n")
+            chief.stdin.flush()
+            time.sleep(0.5)  # let the finisher run as far as it can (not needed for correctness)
+            os.killpg(chief.pid, signal.SIGKILL)
+            chief.wait()
+        finally:
+            os.killpg(stopped.pid, signal.SIGCONT)
+            if chief.poll() is None:
+                os.killpg(chief.pid, signal.SIGKILL)
+                chief.wait()
+        assert checkpoints.complete_passes(root) == [1]
+        assert checkpoints.pass_dir(root, 2).is_dir()  # released and written in part, never committed
+        found = newest_usable_pass(root)
+        assert found is not None and found[0] == 1
+        # a restarted chief lets the orphaned save end, drops pass 2 and loads pass 1
+        with PSClient(shards.endpoints) as c:
+            restored = restore(root, c, rank=0, chief=True)
+            assert restored.pass_id == 1 and restored.offsets == {0: 1}
+            assert not checkpoints.pass_dir(root, 2).exists()
+            np.testing.assert_array_equal(c.pull_sparse("emb", np.arange(1, 20001, dtype=np.uint64)), -1.0)
