@@ -52,7 +52,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         sys.setswitchinterval(0.001)
         store = ModelStore(Path(settings.exports_dir), settings.index)
         watcher = ExportWatcher(store, settings.poll_seconds)
-        job = JobLink(settings.job_control, settings.job_timeout_s)
+        job = JobLink(settings.job_control, settings.job_timeout_s, endpoint_file=settings.job_control_file)
         _register_gauges(metrics, store, job)
         app.state.store, app.state.watcher, app.state.job = store, watcher, job
         app.state.read_through = ReadThrough(settings.read_through) if settings.read_through else None

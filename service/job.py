@@ -2,12 +2,18 @@
 
 Admin calls go straight through; a background refresher caches the job's status so /metrics
 can show training lag and AUC without calling the job on every scrape.
+
+The endpoint is fixed (``job_control``) or read from the ``control.json`` the chief trainer
+writes (``job_control_file``) before every call: with leased ranks any trainer may become the
+chief, and the link follows it.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from tables.errors import StreamrecError, Unavailable
@@ -30,8 +36,12 @@ def _find(d: Any, *keys: str) -> float | None:
 
 
 class JobLink:
-    def __init__(self, endpoint: str | None, timeout_s: float, refresh_s: float = 5.0) -> None:
+    def __init__(self, endpoint: str | None, timeout_s: float, refresh_s: float = 5.0, *,
+                 endpoint_file: str | None = None) -> None:
         self.endpoint = endpoint
+        self._file = Path(endpoint_file) if endpoint_file else None
+        self._timeout_s = timeout_s
+        self._swap = threading.Lock()
         self._client = ControlClient(endpoint, timeout_s=timeout_s) if endpoint else None
         self._refresh_s = refresh_s
         self._stop = threading.Event()
@@ -42,16 +52,32 @@ class JobLink:
 
     @property
     def connected(self) -> bool:
-        return self._client is not None
+        return self._client is not None or self._file is not None
+
+    def _current(self) -> ControlClient | None:
+        if self._file is None:
+            return self._client
+        try:
+            endpoint = json.loads(self._file.read_text())["endpoint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            endpoint = None  # no chief has published its endpoint yet
+        with self._swap:
+            if endpoint != self.endpoint:  # a new chief: drop the old one's socket
+                if self._client is not None:
+                    self._client.close()
+                self._client = ControlClient(endpoint, timeout_s=self._timeout_s) if endpoint else None
+                self.endpoint = endpoint
+            return self._client
 
     def call(self, op: str, **args: Any) -> Any:
-        if self._client is None:
-            raise Unavailable("no training job connected: set job_control in the service settings",
-                              detail={"op": op})
-        return self._client.call(op, **args)
+        client = self._current()
+        if client is None:
+            where = f"{self._file} names no endpoint yet" if self._file else "set job_control in the service settings"
+            raise Unavailable(f"no training job connected: {where}", detail={"op": op})
+        return client.call(op, **args)
 
     def start(self) -> JobLink:
-        if self._client is not None:
+        if self.connected:
             self._thread.start()
         return self
 

@@ -66,6 +66,9 @@ class ServiceSettings(FrozenModel):
     admin_token_env: str = "STREAMREC_ADMIN_TOKEN"
     admin_token: str = ""  # filled from admin_token_env by load_settings; empty: admin API disabled
     job_control: str | None = None  # the training job's control endpoint (tcp://host:port)
+    # or: the control.json the chief trainer writes under train.checkpoint_dir, re-read on every
+    # call, so the link follows whichever trainer holds rank 0 (leased ranks on Kubernetes)
+    job_control_file: str | None = None
     job_timeout_s: float = Field(10.0, gt=0.0)
     index: IndexSettings = IndexSettings()
     read_through: ReadThroughSettings | None = None
@@ -73,6 +76,8 @@ class ServiceSettings(FrozenModel):
 
     @model_validator(mode="after")
     def _secure(self) -> ServiceSettings:
+        if self.job_control is not None and self.job_control_file is not None:
+            raise ValueError("set job_control or job_control_file, not both")
         if not is_loopback(self.host) and self.admin_token in DEFAULT_TOKENS:
             raise ValueError(f"host {self.host} is not loopback: set a non-default admin token in "
                              f"${self.admin_token_env}")

@@ -348,6 +348,17 @@ class PSClient:
         meta = {"table": table, "admission": admission, "eviction": eviction, "dry_run": dry_run}
         return self._all(Op.POLICY, {k: v for k, v in meta.items() if v is not None})
 
+    # ---------------------------------------------------------------- rank leases (shard 0)
+    def lease(self, action: str, *, holder: str = "", workers: int = 0, ttl_s: float = 0.0, rank: int = -1,
+              step: str = "", epoch: str = "", timeout_s: float | None = None) -> dict[str, Any]:
+        """One worker-rank lease action on shard 0 (see :mod:`tables.rank_leases`): ``claim``
+        -> ``{rank (None: all leased), retry_s, epoch}``; ``renew`` (raises Conflict when another
+        holder has the rank); ``release``; ``meet`` -> ``{complete, epoch}``; ``bump``; ``list``."""
+        meta = {"action": action, "holder": holder, "workers": workers, "ttl_s": ttl_s, "rank": rank, "step": step,
+                "epoch": epoch}
+        (reply,) = self._collect([self._request(0, Op.LEASE, meta=meta, timeout_s=timeout_s)])
+        return reply.meta
+
     def end_pass(self) -> list[dict]:
         return self._all(Op.END_PASS)
 

@@ -3,7 +3,14 @@
 Our variables (set by ``streamrec launch``; every one documented here):
 
 - ``STREAMREC_ROLE``: ``server`` or ``worker``
-- ``STREAMREC_RANK``: index within the role (shard index for a server), default 0
+- ``STREAMREC_RANK``: index within the role (shard index for a server), default 0; ``auto``
+  (workers only): claim a rank as a lease on shard 0 (:mod:`tables.rank_leases`), so workers
+  need no stable identity (a Kubernetes Deployment)
+- ``STREAMREC_RANK_LEASE_TTL``: seconds a claimed rank outlives its holder's last renewal
+  (default 15; setting it without ``STREAMREC_RANK`` also means ``auto``)
+- ``STREAMREC_HOLDER_ID``: who holds the lease (default ``<hostname>:<pid>``: the pod name)
+- ``STREAMREC_ADVERTISE_HOST``: the host other processes reach this one at (Kubernetes: the
+  pod IP); the chief publishes its job-control endpoint with it (``<checkpoint_dir>/control.json``)
 - ``STREAMREC_SHARD_ENDPOINTS``: comma-separated shard endpoints, shard order (``tcp://host:port``
   or ``host:port``)
 - ``STREAMREC_NUM_WORKERS``: number of workers (sync-mode barriers wait for all of them)
@@ -23,8 +30,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -45,6 +53,16 @@ class ClusterSpec(FrozenModel):
     ps_config: str | None = None
     secret_file: str | None = None
     checkpoint_dir: str | None = None
+    rank_lease_ttl_s: float | None = Field(None, gt=0.0, le=3600.0)  # set: the rank is claimed, not given
+    holder_id: str | None = None
+    advertise_host: str | None = None
+
+    @property
+    def leased_rank(self) -> bool:
+        return self.rank_lease_ttl_s is not None
+
+    def holder(self) -> str:
+        return self.holder_id or f"{socket.gethostname()}:{os.getpid()}"
 
     def secret(self) -> bytes | None:
         return read_secret(self.secret_file) if self.secret_file is not None else None
@@ -59,14 +77,19 @@ def normalize_endpoint(address: str) -> str:
     return f"tcp://{address}"
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _number(env: Mapping[str, str], name: str, kind: type, what: str) -> Any:
     raw = env.get(name)
     if raw is None or raw == "":
-        return default
+        return None
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+        raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _number(env, name, int, "an integer")
+    return default if value is None else value
 
 
 def _common(env: Mapping[str, str]) -> dict:
@@ -76,16 +99,34 @@ def _common(env: Mapping[str, str]) -> dict:
         "ps_config": env.get("STREAMREC_PS_CONFIG") or None,
         "secret_file": env.get("STREAMREC_PS_SECRET_FILE") or None,
         "checkpoint_dir": env.get("STREAMREC_CHECKPOINT_DIR") or None,
+        "advertise_host": env.get("STREAMREC_ADVERTISE_HOST") or None,
     }
+
+
+DEFAULT_LEASE_TTL_S = 15.0
+
+
+def _rank(env: Mapping[str, str]) -> tuple[int, float | None]:
+    """(rank, lease ttl): ``STREAMREC_RANK=auto``, or a ttl and no rank, means a claimed rank."""
+    ttl = _number(env, "STREAMREC_RANK_LEASE_TTL", float, "a number of seconds")
+    raw = env.get("STREAMREC_RANK", "").strip()
+    if raw == "auto" or (raw == "" and ttl is not None):
+        if env["STREAMREC_ROLE"] != "worker":
+            raise ConfigError("STREAMREC_RANK=auto is for workers; a shard's index is fixed")
+        return 0, DEFAULT_LEASE_TTL_S if ttl is None else ttl
+    return _int(env, "STREAMREC_RANK", 0), None
 
 
 def _from_ours(env: Mapping[str, str]) -> ClusterSpec:
     endpoints = [e for e in env.get("STREAMREC_SHARD_ENDPOINTS", "").split(",") if e.strip()]
+    rank, ttl = _rank(env)
     data = {
         "role": env["STREAMREC_ROLE"],
-        "rank": _int(env, "STREAMREC_RANK", 0),
+        "rank": rank,
         "shard_endpoints": tuple(normalize_endpoint(e) for e in endpoints),
         "num_workers": _int(env, "STREAMREC_NUM_WORKERS", 1),
+        "rank_lease_ttl_s": ttl,
+        "holder_id": env.get("STREAMREC_HOLDER_ID") or None,
         **_common(env),
     }
     return validate_config(data, ClusterSpec, "STREAMREC_* environment")
@@ -133,14 +174,16 @@ def cluster_env(spec: ClusterSpec) -> dict[str, str]:
     """The ``STREAMREC_*`` variables describing ``spec`` (what the launcher exports)."""
     env = {
         "STREAMREC_ROLE": spec.role,
-        "STREAMREC_RANK": str(spec.rank),
+        "STREAMREC_RANK": "auto" if spec.leased_rank else str(spec.rank),
         "STREAMREC_SHARD_ENDPOINTS": ",".join(spec.shard_endpoints),
         "STREAMREC_NUM_WORKERS": str(spec.num_workers),
         "STREAMREC_PS_MODE": spec.mode,
         "STREAMREC_GEO_STEPS": str(spec.geo_steps),
     }
+    ttl = None if spec.rank_lease_ttl_s is None else str(spec.rank_lease_ttl_s)
     for key, value in (("STREAMREC_PS_CONFIG", spec.ps_config), ("STREAMREC_PS_SECRET_FILE", spec.secret_file),
-                       ("STREAMREC_CHECKPOINT_DIR", spec.checkpoint_dir)):
+                       ("STREAMREC_CHECKPOINT_DIR", spec.checkpoint_dir), ("STREAMREC_RANK_LEASE_TTL", ttl),
+                       ("STREAMREC_HOLDER_ID", spec.holder_id), ("STREAMREC_ADVERTISE_HOST", spec.advertise_host)):
         if value is not None:
             env[key] = value
     return env

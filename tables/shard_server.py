@@ -35,6 +35,7 @@ from tables.dense_table import DenseTable
 from tables.errors import ConfigError, Conflict, InvalidInput, NotFound, StreamrecError
 from tables.protocol import Flag, Message, Op
 from tables.ps_config import PSConfig
+from tables.rank_leases import RankLeases
 from tables.shard_manifest import (
     commit_managed,
     managed_saves,
@@ -102,6 +103,7 @@ class ShardServer:
         self._verifier = Verifier(secret) if secret is not None else None
         self._checkpoint_root = Path(checkpoint_dir) if checkpoint_dir else None
         self._sync = SyncSteps()
+        self.rank_leases = RankLeases()  # used on shard 0 only (trainers without a fixed rank)
         self._replayed: OrderedDict[tuple[bytes, int], None] = OrderedDict()
         self._save_thread: threading.Thread | None = None
         self._save: _Save | None = None  # the running or last save
@@ -227,6 +229,8 @@ class ShardServer:
             return self._ok(msg, meta=self._policy(msg.meta))
         if op == Op.END_PASS:
             return self._ok(msg, meta={"passes": {n: int(t.end_pass()) for n, t in self.sparse.items()}})
+        if op == Op.LEASE:
+            return self._ok(msg, meta=self.rank_leases.handle(msg.meta))
         if op == Op.STATS:
             return self._ok(msg, meta=self.stats())
         if op == Op.HEALTH:

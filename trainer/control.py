@@ -90,6 +90,16 @@ class ControlServer:
             self._thread.join(timeout=5)
 
 
+def advertised_endpoint(bound: str, host: str | None) -> str:
+    """``bound`` (e.g. ``tcp://0.0.0.0:7100``) as others reach it: its host replaced by ``host``
+    (STREAMREC_ADVERTISE_HOST, the pod IP on Kubernetes) when one is given."""
+    if host is None:
+        return bound
+    scheme, _, rest = bound.partition("://")
+    port = rest.rsplit(":", 1)[1]
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
 class ControlClient:
     """Calls a job's control server; raises the job's errors as tables.errors classes."""
 

@@ -8,6 +8,13 @@ take the consistent point of a save into the pass directory; a second barrier re
 everyone, and the chief finishes the commit in the background (shard saves written, the
 manifest last, prune, export: :mod:`trainer.pass_commit`). On start the newest complete
 pass is loaded (:mod:`trainer.recovery`) and every worker seeks Kafka to its offsets.
+
+Leased ranks (``STREAMREC_RANK=auto``, :mod:`trainer.rank_lease`): the barriers are
+rendezvous on shard 0 named after the membership epoch, so a dead worker's arrival never
+counts later. When the epoch moves (a replacement took a dead worker's rank, or a shard
+lost its tables) every worker *regroups*: all meet, the chief reloads the newest complete
+pass into the shards, everyone re-seeks to its offsets and goes on, as if the whole job had
+restarted but without restarting the processes.
 """
 
 from __future__ import annotations
@@ -38,10 +45,16 @@ from trainer.params import PSStore
 from trainer.pass_commit import CommitFinisher, finish_pass
 from trainer.passes import PassClock
 from trainer.prefetch import Prefetcher
-from trainer.recovery import restore
+from trainer.rank_lease import RankLease
+from trainer.recovery import Restored, restore
 from trainer.worker import Prepared, Worker, prepare
 
 _TAG = 1 << 41  # barrier ids of pass commits and restores: far above any step number
+_MEET_TIMEOUT_S = 600.0
+
+
+class _Regroup(Exception):
+    """Membership changed while this worker was mid-pass: regroup from the last complete pass."""
 
 
 def _check_geo(tables: Any) -> None:
@@ -57,7 +70,16 @@ def _check_geo(tables: Any) -> None:
 
 class StreamingJob:
     def __init__(self, config: JobConfig, spec: ClusterSpec, *, bootstrap: list[str],
-                 max_idle_s: float | None = None, max_records: int | None = None) -> None:
+                 max_idle_s: float | None = None, max_records: int | None = None,
+                 lease: RankLease | None = None) -> None:
+        from tables.errors import ConfigError
+
+        if lease is not None and spec.mode == "sync":
+            raise ConfigError("leased ranks (STREAMREC_RANK=auto) need ps mode async or geo: a sync step "
+                              "cannot take in a replacement worker")
+        self.lease = lease
+        self.epoch = lease.epoch if lease is not None else ""
+        self.regroups = 0
         self.config = config
         self.spec = spec
         self.rank = spec.rank
@@ -100,11 +122,72 @@ class StreamingJob:
 
     # ------------------------------------------------------------------ setup
     def _barrier(self, tag: int) -> None:
+        if self.lease is not None:
+            self._meet(f"pass-{tag}", len(self.active))
+            return
         self.client.barrier(_TAG + tag, len(self.active), timeout_s=600.0)
 
+    def _meet(self, name: str, workers: int) -> None:
+        """Leased ranks: the rendezvous ``name`` of this epoch on shard 0 (tables.rank_leases).
+        Raises _Regroup when the epoch moves meanwhile; waits out a shard-0 restart."""
+        assert self.lease is not None
+        deadline = time.monotonic() + _MEET_TIMEOUT_S
+        while True:
+            self.lease.check()
+            with contextlib.suppress(Unavailable):
+                if self.lease.call("meet", step=f"{self.epoch}/{name}", workers=workers)["complete"]:
+                    return
+            if self.lease.epoch != self.epoch:
+                raise _Regroup
+            if time.monotonic() > deadline:
+                raise Unavailable(f"workers did not all reach {name!r} within {_MEET_TIMEOUT_S:g}s")
+            time.sleep(0.05)
+
+    def _meet_and_restore(self) -> Restored:
+        """Leased ranks: every worker meets; the chief loads the newest complete pass into the
+        shards between two meetings, so nobody pulls or pushes while it loads."""
+        assert self.lease is not None
+        while True:
+            self.epoch = self.lease.epoch
+            try:
+                self._meet("stopped", self.spec.num_workers)
+                if self.chief:
+                    restore(self.root, self.client, rank=self.rank, chief=True)
+                self._meet("loaded", self.spec.num_workers)
+            except _Regroup:
+                continue
+            return restore(self.root, self.client, rank=self.rank, chief=False)
+
+    def _regroup(self) -> None:
+        """The epoch moved: back to the newest complete pass with every worker (module docstring)."""
+        assert self.worker is not None and self.lease is not None
+        with contextlib.suppress(NotFound, Unavailable):
+            self.store.drain()  # pushes a lost shard never applied are void: the pass is reloaded
+        self.store.forget()
+        if self.exporter is not None:
+            self.exporter.wait()  # its pulls must not straddle the reload
+            self.exporter.exports = 0  # the next bundle is a base: the service drops what came after
+        restored = self._meet_and_restore()
+        self.store.init()  # no pass yet and a shard restarted empty: the dense array comes back
+        opt_state = {k[4:]: v for k, v in restored.worker_arrays.items() if k.startswith("opt.")}
+        if opt_state:
+            self.worker.dense.optimizer.load_state(opt_state)
+        self.worker.dense.start(self.store)
+        self.worker.metrics = WindowedMetrics(self.config.metric_window)
+        self.pass_id, self.records_total = restored.pass_id, restored.records_total
+        self.clock.next_pass(self.pass_id + 1)
+        self.active = list(range(self.spec.num_workers))
+        mine = [p for p in range(self.config.kafka.partitions) if p % self.spec.num_workers == self.rank]
+        # no pass committed yet: nothing to go back to, every worker goes on from where it is
+        self.reseek = {p: o for p, o in restored.offsets.items() if p in mine}
+        self.regroups += 1
+
     def _start(self) -> None:
-        restored = restore(self.root, self.client, rank=self.rank, chief=self.chief)
-        self._barrier(0)  # nobody pulls before the chief's load finished
+        if self.lease is not None:
+            restored = self._meet_and_restore()
+        else:
+            restored = restore(self.root, self.client, rank=self.rank, chief=self.chief)
+            self._barrier(0)  # nobody pulls before the chief's load finished
         sync_steps = 1 if self.spec.mode == "sync" else self.config.dense_sync_steps
         self.worker = Worker(self.model, self.store, metrics=WindowedMetrics(self.config.metric_window),
                              dense_sync_steps=sync_steps)
@@ -193,13 +276,25 @@ class StreamingJob:
             # the chief stays while others train: it commits their passes
             leaving = done and (not self.chief or self.active == [self.rank])
             try:
+                if self.lease is not None:
+                    self.lease.check()  # a lost rank ends this process (Conflict)
+                    if self.lease.epoch != self.epoch:
+                        raise _Regroup
                 if item is not None:
                     self._train(item)
                     idle_since = time.monotonic()
                 if self.clock.due() or self._peer_committing() or (
                         leaving and (self.clock.count or len(self.active) > 1)):
                     self.commit(leaving=leaving)
+            except _Regroup:
+                self._regroup()
+                return time.monotonic()
             except (NotFound, Unavailable):
+                if self.lease is not None and self.spec.num_workers != 1:
+                    with contextlib.suppress(Unavailable):  # shard 0 itself restarting moves the epoch anyway
+                        self.lease.bump(self.epoch)  # a shard lost its tables or is away: everyone regroups
+                    self._regroup()
+                    return time.monotonic()
                 if self.spec.num_workers != 1:
                     raise  # several workers: the job fails and is restarted, every worker from the last pass
                 self._recover_shards()
@@ -417,7 +512,7 @@ class StreamingJob:
                 "records_total": self.records_total, "paused": self.paused.is_set(), "mode": self.spec.mode,
                 "progressive": None if w is None else w.metrics.summary(),
                 "phase_seconds": {} if w is None else dict(w.phase_seconds),
-                "newest_record_time": self.newest_time, "recoveries": self.recoveries,
+                "newest_record_time": self.newest_time, "recoveries": self.recoveries, "regroups": self.regroups,
                 # records not yet consumed on this worker's partitions (rank 0's when asked through job control)
                 "lag": sum(self.lag_partitions.values()), "lag_partitions": dict(self.lag_partitions),
                 "commit_stall_s": list(self.commit_stall_s[-20:]),

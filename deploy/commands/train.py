@@ -65,7 +65,8 @@ def register_stream(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "train", help="streaming training worker: Kafka -> PS, passes commit checkpoints and export bundles",
         description="Run under `streamrec launch` (or with STREAMREC_*/TF_CONFIG set): worker 0 is the chief; it "
-        "commits passes, exports bundles and serves job control (endpoint in <checkpoint_dir>/control.json).")
+        "commits passes, exports bundles and serves job control (endpoint in <checkpoint_dir>/control.json). "
+        "STREAMREC_RANK=auto claims the rank as a lease on shard 0 (a replacement takes over a dead worker's).")
     p.add_argument("--config", required=True, help="job YAML (model, records, kafka, passes, ...)")
     p.add_argument("--bootstrap", help="host:port[,host:port] of Kafka (overrides kafka.bootstrap_servers)")
     p.add_argument("--max-idle-s", type=float, help="commit and stop after this long without records")
@@ -84,9 +85,10 @@ def run_stream(args: argparse.Namespace) -> int:
     from tables.errors import ConfigError
     from tables.storage import mirrored
     from trainer.config import load_job_config
-    from trainer.control import ControlServer
+    from trainer.control import ControlServer, advertised_endpoint
     from trainer.job import StreamingJob
     from trainer.job_control import JobControl
+    from trainer.rank_lease import RankLease
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to stderr
     config = load_job_config(args.config)
@@ -95,6 +97,10 @@ def run_stream(args: argparse.Namespace) -> int:
         raise ConfigError("train needs Kafka: set kafka.bootstrap_servers or --bootstrap")
     spec = cluster_from_env()
     with ExitStack() as roots:
+        lease = RankLease(spec) if spec.leased_rank else None
+        if lease is not None:
+            roots.callback(lease.close)  # last out: released after the job stopped
+            spec = spec.model_copy(update={"rank": lease.rank})
         # Roots may be fsspec URLs (s3://...): every process on this host works in the same local
         # staging dir; the chief restores from the store first and uploads what passes write.
         chief = spec.rank == 0
@@ -102,11 +108,12 @@ def run_stream(args: argparse.Namespace) -> int:
                                                    pull_first=chief)) for key in ("checkpoint_dir", "export_dir")}
         config = config.model_copy(update={key: str(path) for key, path in local.items()})
         job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
-                           max_records=args.max_records)
+                           max_records=args.max_records, lease=lease)
         server = None
         if job.chief:
             server = ControlServer(JobControl(job), config.control_endpoint).start()
-            write_json(Path(config.checkpoint_dir) / "control.json", {"endpoint": server.endpoint})
+            write_json(Path(config.checkpoint_dir) / "control.json",
+                       {"endpoint": advertised_endpoint(server.endpoint, spec.advertise_host), "rank": spec.rank})
         try:
             result = job.run()
         finally:

@@ -16,6 +16,18 @@ def test_our_variables_round_trip() -> None:
     assert cluster_from_env(cluster_env(spec)) == spec
 
 
+def test_a_worker_without_a_rank_claims_one_by_lease() -> None:
+    base = {"STREAMREC_ROLE": "worker", "STREAMREC_SHARD_ENDPOINTS": "a:1", "STREAMREC_NUM_WORKERS": "3"}
+    auto = cluster_from_env({**base, "STREAMREC_RANK": "auto", "STREAMREC_HOLDER_ID": "pod-x",
+                             "STREAMREC_ADVERTISE_HOST": "10.0.0.7"})
+    assert auto.leased_rank and auto.rank_lease_ttl_s == 15.0 and auto.holder() == "pod-x"
+    assert auto.advertise_host == "10.0.0.7"
+    ttl_only = cluster_from_env({**base, "STREAMREC_RANK_LEASE_TTL": "4"})
+    assert ttl_only.leased_rank and ttl_only.rank_lease_ttl_s == 4.0 and ":" in ttl_only.holder()
+    assert cluster_from_env(cluster_env(auto)) == auto
+    assert not cluster_from_env({**base, "STREAMREC_RANK": "2"}).leased_rank
+
+
 def test_host_port_endpoints_are_normalized() -> None:
     env = {"STREAMREC_ROLE": "server", "STREAMREC_RANK": "1", "STREAMREC_SHARD_ENDPOINTS": "a:1, b:2"}
     spec = cluster_from_env(env)
@@ -45,6 +57,11 @@ def test_tf_config_is_accepted_as_is() -> None:
         ({"STREAMREC_ROLE": "worker"}, "shard_endpoints"),
         ({"STREAMREC_ROLE": "boss", "STREAMREC_SHARD_ENDPOINTS": "a:1"}, "role"),
         ({"STREAMREC_ROLE": "worker", "STREAMREC_SHARD_ENDPOINTS": "nohost"}, "needs a port"),
+        ({"STREAMREC_ROLE": "server", "STREAMREC_SHARD_ENDPOINTS": "a:1", "STREAMREC_RANK": "auto"}, "for workers"),
+        ({"STREAMREC_ROLE": "worker", "STREAMREC_SHARD_ENDPOINTS": "a:1", "STREAMREC_RANK_LEASE_TTL": "soon"},
+         "number of seconds"),
+        ({"STREAMREC_ROLE": "worker", "STREAMREC_SHARD_ENDPOINTS": "a:1", "STREAMREC_RANK_LEASE_TTL": "0"},
+         "rank_lease_ttl_s"),
     ],
 )
 def test_bad_specs_are_named(env: dict[str, str], message: str) -> None:
