@@ -25,6 +25,7 @@ import zmq
 
 from tables.errors import InvalidInput, StreamrecError, Unavailable, error_from_code
 
+CONTROL_FILE = "control.json"  # under the checkpoint root: {"endpoint", "rank"} of the chief's control server
 OPS = ("status", "passes", "checkpoint", "export", "shrink", "rollback", "pause", "resume", "get_policy",
        "put_policy")
 MAX_REQUEST_BYTES = 1 << 20

@@ -85,7 +85,7 @@ def run_stream(args: argparse.Namespace) -> int:
     from tables.errors import ConfigError
     from tables.storage import mirrored
     from trainer.config import load_job_config
-    from trainer.control import ControlServer, advertised_endpoint
+    from trainer.control import CONTROL_FILE, ControlServer, advertised_endpoint
     from trainer.job import StreamingJob
     from trainer.job_control import JobControl
     from trainer.rank_lease import RankLease
@@ -109,10 +109,12 @@ def run_stream(args: argparse.Namespace) -> int:
         config = config.model_copy(update={key: str(path) for key, path in local.items()})
         job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
                            max_records=args.max_records, lease=lease)
+        # Kubernetes stops a pod with SIGTERM: end the loop, so the rank is released at once
+        signal.signal(signal.SIGTERM, lambda *_: job.stopping.set())
         server = None
         if job.chief:
             server = ControlServer(JobControl(job), config.control_endpoint).start()
-            write_json(Path(config.checkpoint_dir) / "control.json",
+            write_json(Path(config.checkpoint_dir) / CONTROL_FILE,
                        {"endpoint": advertised_endpoint(server.endpoint, spec.advertise_host), "rank": spec.rank})
         try:
             result = job.run()

@@ -18,6 +18,7 @@ from tables.cluster import cluster_from_env
 from tables.ps_config import load_ps_config
 from tables.yaml_config import validate_config
 from trainer.config import load_job_config
+from trainer.control import CONTROL_FILE, advertised_endpoint
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_FILES = sorted((DEPLOY / "k8s").glob("*.yaml"))
@@ -54,7 +55,7 @@ def _flag(argv: list[str], name: str) -> str:
 
 def test_there_are_manifests_for_every_role() -> None:
     kinds = {(d["kind"], d["metadata"]["name"]) for d in _k8s()}
-    assert {("StatefulSet", "streamrec-shard"), ("StatefulSet", "streamrec-trainer"), ("Deployment", "streamrec-api"),
+    assert {("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-trainer"), ("Deployment", "streamrec-api"),
             ("Service", "streamrec-api"), ("ConfigMap", "streamrec-config"), ("Secret", "streamrec-secrets"),
             ("PersistentVolumeClaim", "streamrec-data")} <= kinds
 
@@ -106,7 +107,7 @@ def test_shards_take_their_index_from_the_pod_ordinal_and_trainers_find_every_sh
     headless = next(s for s in _by_kind("Service") if s["metadata"]["name"] == sts["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["ports"][0]["port"] == port
 
-    trainers = _named("StatefulSet", "streamrec-trainer")
+    trainers = _named("Deployment", "streamrec-trainer")
     trainer = trainers["spec"]["template"]["spec"]["containers"][0]
     tenv = {k: e.get("value") for k, e in _env(trainer).items()}
     name, svc = sts["metadata"]["name"], sts["spec"]["serviceName"]
@@ -114,20 +115,46 @@ def test_shards_take_their_index_from_the_pod_ordinal_and_trainers_find_every_sh
     assert tenv["STREAMREC_SHARD_ENDPOINTS"].split(",") == expected
     assert int(tenv["STREAMREC_NUM_WORKERS"]) == trainers["spec"]["replicas"]
     assert tenv["STREAMREC_PS_SECRET_FILE"] == _flag(_argv(shard), "--secret-file")
-    assert _env(trainer)["STREAMREC_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == POD_INDEX  # 0 is the chief
-    cluster = cluster_from_env({**tenv, "STREAMREC_RANK": "0"})  # what the trainer itself parses
+    cluster = cluster_from_env(tenv)  # what the trainer itself parses
     assert len(cluster.shard_endpoints) == sts["spec"]["replicas"]
 
 
-def test_the_api_reaches_the_chief_trainers_job_control() -> None:
+def _field(env: dict[str, Any], name: str) -> str:
+    return env[name]["valueFrom"]["fieldRef"]["fieldPath"]
+
+
+def test_trainers_are_a_deployment_whose_pods_lease_their_ranks() -> None:
+    trainers = _named("Deployment", "streamrec-trainer")
+    trainer = trainers["spec"]["template"]["spec"]["containers"][0]
+    env = _env(trainer)
+    tenv = {k: e["value"] for k, e in env.items() if "value" in e}
+    # the downward-API fields, filled with what Kubernetes would put there
+    cluster = cluster_from_env({**tenv, "STREAMREC_HOLDER_ID": "streamrec-trainer-7d9f-x2x", "STREAMREC_ADVERTISE_HOST":
+                                "10.1.2.3"})
+    assert tenv["STREAMREC_RANK"] == "auto" and cluster.leased_rank and cluster.rank_lease_ttl_s == float(
+        tenv["STREAMREC_RANK_LEASE_TTL"])
+    assert _field(env, "STREAMREC_HOLDER_ID") == "metadata.name"  # distinct per pod, also across restarts
+    assert _field(env, "STREAMREC_ADVERTISE_HOST") == "status.podIP"
+    assert not any("pod-index" in str(e) for e in env.values())  # a Deployment has no ordinal
+    # a new pod waits for a freed rank: surging past W trainers would stall a rollout
+    assert trainers["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
+    assert cluster.mode != "sync"  # leased ranks regroup mid-stream; sync steps cannot (trainer.job)
+
+
+def test_the_api_finds_the_chief_trainers_job_control_wherever_it_runs() -> None:
     (cm,) = _by_kind("ConfigMap")
     config = validate_config(yaml.safe_load(cm["data"]["streamrec.yaml"]), StreamrecConfig, "configmap.yaml")
     bind = config.train.control_endpoint.rsplit(":", 1)
     assert bind[0] == "tcp://0.0.0.0" and int(bind[1]) > 0
-    trainers = _named("StatefulSet", "streamrec-trainer")
-    headless = _named("Service", trainers["spec"]["serviceName"])
-    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["ports"][0]["port"] == int(bind[1])
-    assert config.service.job_control == f"tcp://{trainers['metadata']['name']}-0.{headless['metadata']['name']}:{bind[1]}"
+    trainer = _named("Deployment", "streamrec-trainer")["spec"]["template"]["spec"]["containers"][0]
+    assert {p["name"]: p["containerPort"] for p in trainer["ports"]}["control"] == int(bind[1])
+    # the chief writes <checkpoint_dir>/control.json (deploy/commands/train.py); the API reads it
+    assert config.service.job_control is None
+    assert config.service.job_control_file == str(Path(config.train.checkpoint_dir) / CONTROL_FILE)
+    assert advertised_endpoint(config.train.control_endpoint, "10.1.2.3") == f"tcp://10.1.2.3:{bind[1]}"
+    api = _named("Deployment", "streamrec-api")["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["mountPath"] for m in api["volumeMounts"]}
+    assert any(config.service.job_control_file.startswith(f"{m}/") for m in mounts)
 
 
 def test_the_configmap_renders_role_files_each_role_loads(tmp_path: Path) -> None:
@@ -229,6 +256,10 @@ def test_compose_config_is_a_valid_streamrec_config_with_a_real_kafka() -> None:
     endpoints = services["trainer"]["environment"]["STREAMREC_SHARD_ENDPOINTS"].split(",")
     assert {int(e.rsplit(":", 1)[1]) for e in endpoints} == shard_ports
     assert len(endpoints) == len([n for n in services if n.startswith("shard-")])
+    trainer = cluster_from_env(services["trainer"]["environment"])
+    assert trainer.leased_rank and trainer.num_workers == 1
+    assert config.service.job_control_file == str(Path(config.train.checkpoint_dir) / CONTROL_FILE)
+    assert advertised_endpoint(config.train.control_endpoint, trainer.advertise_host) == "tcp://trainer:7100"
 
 
 def test_dockerfile_is_slim_non_root_and_ships_no_embedded_broker() -> None:
