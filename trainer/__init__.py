@@ -19,5 +19,6 @@ Passes and serving hand-off
   recovery.py      newest complete pass -> shards load, offsets, optimizer state
   export.py        bundles (trainer.bundle) in a background thread; item_catalog.py for two-tower
   job.py           the streaming job; job_control.py its control handler (trainer.control)
+  rank_lease.py    STREAMREC_RANK=auto: the rank claimed on shard 0, renewed in a thread, released
   infer.py         infer mode; file_job.py / file_worker.py: `streamrec train-files`
 """

@@ -32,7 +32,7 @@ from kafka.errors import KafkaError
 from streaming.consumer import Membership, StreamConsumer
 from tables.client import PSClient
 from tables.cluster import ClusterSpec
-from tables.errors import NotFound, Unavailable
+from tables.errors import Conflict, NotFound, Unavailable
 from tables.ps_config import ClientConfig, PSConfig, load_ps_config
 from tables.sync_modes import PSWorker
 from trainer import checkpoints
@@ -134,6 +134,8 @@ class StreamingJob:
         deadline = time.monotonic() + _MEET_TIMEOUT_S
         while True:
             self.lease.check()
+            if self.stopping.is_set():  # SIGTERM while others are away: exit (the rank is released)
+                raise Conflict(f"stopped while waiting for the other workers at {name!r}")
             with contextlib.suppress(Unavailable):
                 if self.lease.call("meet", step=f"{self.epoch}/{name}", workers=workers)["complete"]:
                     return
@@ -158,14 +160,24 @@ class StreamingJob:
                 continue
             return restore(self.root, self.client, rank=self.rank, chief=False)
 
-    def _regroup(self) -> None:
-        """The epoch moved: back to the newest complete pass with every worker (module docstring)."""
+    def _new_lease_table(self) -> bool:
+        """Shard 0 restarted: its lease table is new (the table's nonce leads the epoch)."""
+        assert self.lease is not None
+        return self.lease.epoch.split(".")[0] != self.epoch.split(".")[0]
+
+    def _regroup(self, *, shard_lost: bool) -> None:
+        """The epoch moved: back to the newest complete pass with every worker (module docstring).
+        ``shard_lost``: a shard restarted (or shard 0, whose table is new), so an export in flight
+        may hang on it until its timeout; it fails alone and a fresh exporter takes over."""
         assert self.worker is not None and self.lease is not None
         with contextlib.suppress(NotFound, Unavailable):
             self.store.drain()  # pushes a lost shard never applied are void: the pass is reloaded
         self.store.forget()
         if self.exporter is not None:
-            self.exporter.wait()  # its pulls must not straddle the reload
+            if shard_lost:
+                self.exporter = self._make_exporter()
+            else:
+                self.exporter.wait()  # a shard refuses to load while it saves for the export
             self.exporter.exports = 0  # the next bundle is a base: the service drops what came after
         restored = self._meet_and_restore()
         self.store.init()  # no pass yet and a shard restarted empty: the dense array comes back
@@ -287,13 +299,13 @@ class StreamingJob:
                         leaving and (self.clock.count or len(self.active) > 1)):
                     self.commit(leaving=leaving)
             except _Regroup:
-                self._regroup()
+                self._regroup(shard_lost=self._new_lease_table())
                 return time.monotonic()
             except (NotFound, Unavailable):
                 if self.lease is not None and self.spec.num_workers != 1:
                     with contextlib.suppress(Unavailable):  # shard 0 itself restarting moves the epoch anyway
                         self.lease.bump(self.epoch)  # a shard lost its tables or is away: everyone regroups
-                    self._regroup()
+                    self._regroup(shard_lost=True)
                     return time.monotonic()
                 if self.spec.num_workers != 1:
                     raise  # several workers: the job fails and is restarted, every worker from the last pass

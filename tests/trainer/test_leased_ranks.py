@@ -1,7 +1,8 @@
 """Trainers without ranks (STREAMREC_RANK=auto, what the Kubernetes Deployment runs) against real
 shards and Kafka: two of them lease ranks 0 and 1 and train; the chief is killed with SIGKILL, a
 new process gets the freed rank 0 once the ttl ran out, every worker regroups from the last
-committed pass, and the job finishes with every record counted exactly once."""
+committed pass, and the job finishes with every record counted exactly once. Shard 0 (which
+keeps the leases) restarting empty: the trainers keep their ranks and regroup the same way."""
 
 from __future__ import annotations
 
@@ -36,27 +37,56 @@ def _holders(endpoint: str) -> dict[int, str]:
         return {int(r): v["holder"] for r, v in c.lease("list")["leases"].items()}
 
 
-def test_leased_ranks_survive_a_killed_chief(broker, cluster, procs, tmp_path: Path) -> None:
-    topic = topic_name()
-    kafka = {"topic": topic, "dead_letter_topic": f"{topic}.dead", "partitions": 4, "batch_size": 200,
-             "batch_timeout_ms": 300}
-    produce(broker.bootstrap, FIRST + SECOND, kafka=kafka, stop=FIRST)
-    path = job_yaml(tmp_path, "leased", kafka, "deepfm")
-    path.write_text(path.read_text().replace("records: 1000", "records: 400"))
-    cfg = load_job_config(path)
-    assert cfg.passes.records == 400
-    c = cluster(cfg.model.table_configs(), servers=2)
+class _Job:
+    """Two shards, a 4-partition topic holding the first records, and `train` for leased workers."""
 
-    def trainer(holder: str):
-        env = {**c.env(0, 2, "async"), "STREAMREC_RANK": "auto", "STREAMREC_RANK_LEASE_TTL": str(TTL_S),
+    def __init__(self, broker, cluster, procs, tmp_path: Path) -> None:
+        topic = topic_name()
+        self.kafka = {"topic": topic, "dead_letter_topic": f"{topic}.dead", "partitions": 4, "batch_size": 200,
+                      "batch_timeout_ms": 300}
+        self.bootstrap, self.procs = broker.bootstrap, procs
+        produce(self.bootstrap, FIRST + SECOND, kafka=self.kafka, stop=FIRST)
+        self.path = job_yaml(tmp_path, "leased", self.kafka, "deepfm")
+        self.path.write_text(self.path.read_text().replace("records: 1000", "records: 400"))
+        self.cfg = load_job_config(self.path)
+        assert self.cfg.passes.records == 400
+        self.root = Path(self.cfg.checkpoint_dir)
+        self.cluster = cluster(self.cfg.model.table_configs(), servers=2)
+
+    def train(self, holder: str):
+        env = {**self.cluster.env(0, 2, "async"), "STREAMREC_RANK": "auto", "STREAMREC_RANK_LEASE_TTL": str(TTL_S),
                "STREAMREC_HOLDER_ID": holder}
-        return procs.start([sys.executable, "-m", "deploy.cli", "train", "--config", str(path), "--bootstrap",
-                            broker.bootstrap, "--max-idle-s", "12"], env=env, log=f"train-{holder}")
+        return self.procs.start([sys.executable, "-m", "deploy.cli", "train", "--config", str(self.path),
+                                 "--bootstrap", self.bootstrap, "--max-idle-s", "12"], env=env, log=f"train-{holder}")
 
-    first = {h: trainer(h) for h in ("a", "b")}
-    _wait("both ranks leased", lambda: sorted(_holders(c.endpoints[0]).values()) == ["a", "b"], procs)
-    root = Path(cfg.checkpoint_dir)
-    _wait("the first pass", lambda: bool(checkpoints.complete_passes(root)), procs)
+    def holders(self) -> dict[int, str]:
+        return _holders(self.cluster.endpoints[0])
+
+    def start_two(self) -> dict:
+        first = {h: self.train(h) for h in ("a", "b")}
+        _wait("both ranks leased", lambda: sorted(self.holders().values()) == ["a", "b"], self.procs)
+        _wait("the first pass", lambda: bool(checkpoints.complete_passes(self.root)), self.procs)
+        return first
+
+    def produce_rest(self) -> None:
+        produce(self.bootstrap, FIRST + SECOND, kafka=self.kafka, start=FIRST)
+
+    def check_every_record_counted_once(self) -> None:
+        last = checkpoints.read_pass(self.root, checkpoints.complete_passes(self.root)[-1])
+        # the regroup went back to the last committed pass: nothing lost, nothing counted twice
+        assert last["records_total"] == FIRST + SECOND
+        assert sum(last["offsets"].values()) == FIRST + SECOND and sorted(last["offsets"]) == ["0", "1", "2", "3"]
+        assert self.holders() == {}  # clean exits released their ranks
+
+
+def _final_status(procs, p) -> dict:
+    return json.loads(procs.log_of(p).strip().splitlines()[-1])
+
+
+def test_leased_ranks_survive_a_killed_chief(broker, cluster, procs, tmp_path: Path) -> None:
+    job = _Job(broker, cluster, procs, tmp_path)
+    c, root, trainer = job.cluster, job.root, job.train
+    first = job.start_two()
     chief = _holders(c.endpoints[0])[0]
     survivor = "b" if chief == "a" else "a"
     control = root / "control.json"
@@ -71,15 +101,27 @@ def test_leased_ranks_survive_a_killed_chief(broker, cluster, procs, tmp_path: P
     _wait("the new chief's control endpoint", lambda: json.loads(control.read_text())["endpoint"] != old_endpoint,
           procs)
     assert link.call("status")["rank"] == 0 and link.endpoint != old_endpoint
-    produce(broker.bootstrap, FIRST + SECOND, kafka=kafka, start=FIRST)
+    job.produce_rest()
 
     assert wait_exit(first[survivor], 240) == 0, procs.log_of(first[survivor])[-3000:]
     assert wait_exit(replacement, 240) == 0, procs.log_of(replacement)[-3000:]
     link.stop()
-    survivor_status = json.loads(procs.log_of(first[survivor]).strip().splitlines()[-1])
+    survivor_status = _final_status(procs, first[survivor])
     assert survivor_status["rank"] == 1 and survivor_status["regroups"] >= 1
-    last = checkpoints.read_pass(root, checkpoints.complete_passes(root)[-1])
-    # the regroup went back to the last committed pass: nothing lost, nothing counted twice
-    assert last["records_total"] == FIRST + SECOND
-    assert sum(last["offsets"].values()) == FIRST + SECOND and sorted(last["offsets"]) == ["0", "1", "2", "3"]
-    assert _holders(c.endpoints[0]) == {}  # clean exits released their ranks
+    job.check_every_record_counted_once()
+
+
+def test_trainers_keep_their_ranks_when_shard_0_restarts_empty(broker, cluster, procs, tmp_path: Path) -> None:
+    job = _Job(broker, cluster, procs, tmp_path)
+    first = job.start_two()
+    ranks = {h: r for r, h in job.holders().items()}
+    procs.kill(job.cluster.shards[0])  # the lease table and shard 0's rows are gone
+    job.cluster.shards[0] = job.cluster.start_shard(0)
+    _wait("the holders to take their ranks back", lambda: job.holders() == {r: h for h, r in ranks.items()}, procs)
+    job.produce_rest()
+    for p in first.values():
+        assert wait_exit(p, 240) == 0, procs.log_of(p)[-3000:]
+    for holder, p in first.items():
+        status = _final_status(procs, p)
+        assert status["rank"] == ranks[holder] and status["regroups"] >= 1
+    job.check_every_record_counted_once()
