@@ -167,17 +167,22 @@ class StreamingJob:
 
     def _regroup(self, *, shard_lost: bool) -> None:
         """The epoch moved: back to the newest complete pass with every worker (module docstring).
-        ``shard_lost``: a shard restarted (or shard 0, whose table is new), so an export in flight
-        may hang on it until its timeout; it fails alone and a fresh exporter takes over."""
+        ``shard_lost``: a shard restarted (or shard 0, whose table is new), so the chief's commit
+        finishing in the background and its export may hang on it until their timeouts: they
+        fail alone (no manifest, no bundle) and fresh ones take over."""
         assert self.worker is not None and self.lease is not None
         with contextlib.suppress(NotFound, Unavailable):
             self.store.drain()  # pushes a lost shard never applied are void: the pass is reloaded
         self.store.forget()
-        if self.exporter is not None:
-            if shard_lost:
+        if shard_lost:
+            self.finisher, self.force_base = None, True
+            if self.exporter is not None:
                 self.exporter = self._make_exporter()
-            else:
-                self.exporter.wait()  # a shard refuses to load while it saves for the export
+        else:  # a pass still committing completes (or not) before the load, then its export
+            self._finish_wait(failures="ignore")
+            if self.exporter is not None:
+                self.exporter.wait()
+        if self.exporter is not None:
             self.exporter.exports = 0  # the next bundle is a base: the service drops what came after
         restored = self._meet_and_restore()
         self.store.init()  # no pass yet and a shard restarted empty: the dense array comes back
