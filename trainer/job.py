@@ -32,7 +32,7 @@ from kafka.errors import KafkaError
 from streaming.consumer import Membership, StreamConsumer
 from tables.client import PSClient
 from tables.cluster import ClusterSpec
-from tables.errors import Conflict, NotFound, Unavailable
+from tables.errors import ConfigError, NotFound, Unavailable
 from tables.ps_config import ClientConfig, PSConfig, load_ps_config
 from tables.sync_modes import PSWorker
 from trainer import checkpoints
@@ -45,16 +45,11 @@ from trainer.params import PSStore
 from trainer.pass_commit import CommitFinisher, finish_pass
 from trainer.passes import PassClock
 from trainer.prefetch import Prefetcher
-from trainer.rank_lease import RankLease
+from trainer.rank_lease import EpochMoved, RankLease
 from trainer.recovery import Restored, restore
 from trainer.worker import Prepared, Worker, prepare
 
 _TAG = 1 << 41  # barrier ids of pass commits and restores: far above any step number
-_MEET_TIMEOUT_S = 600.0
-
-
-class _Regroup(Exception):
-    """Membership changed while this worker was mid-pass: regroup from the last complete pass."""
 
 
 def _check_geo(tables: Any) -> None:
@@ -72,8 +67,6 @@ class StreamingJob:
     def __init__(self, config: JobConfig, spec: ClusterSpec, *, bootstrap: list[str],
                  max_idle_s: float | None = None, max_records: int | None = None,
                  lease: RankLease | None = None) -> None:
-        from tables.errors import ConfigError
-
         if lease is not None and spec.mode == "sync":
             raise ConfigError("leased ranks (STREAMREC_RANK=auto) need ps mode async or geo: a sync step "
                               "cannot take in a replacement worker")
@@ -128,22 +121,9 @@ class StreamingJob:
         self.client.barrier(_TAG + tag, len(self.active), timeout_s=600.0)
 
     def _meet(self, name: str, workers: int) -> None:
-        """Leased ranks: the rendezvous ``name`` of this epoch on shard 0 (tables.rank_leases).
-        Raises _Regroup when the epoch moves meanwhile; waits out a shard-0 restart."""
+        """Leased ranks: the rendezvous ``name`` of this epoch on shard 0 (raises EpochMoved)."""
         assert self.lease is not None
-        deadline = time.monotonic() + _MEET_TIMEOUT_S
-        while True:
-            self.lease.check()
-            if self.stopping.is_set():  # SIGTERM while others are away: exit (the rank is released)
-                raise Conflict(f"stopped while waiting for the other workers at {name!r}")
-            with contextlib.suppress(Unavailable):
-                if self.lease.call("meet", step=f"{self.epoch}/{name}", workers=workers)["complete"]:
-                    return
-            if self.lease.epoch != self.epoch:
-                raise _Regroup
-            if time.monotonic() > deadline:
-                raise Unavailable(f"workers did not all reach {name!r} within {_MEET_TIMEOUT_S:g}s")
-            time.sleep(0.05)
+        self.lease.meet(name, workers, epoch=self.epoch, stopping=self.stopping)
 
     def _meet_and_restore(self) -> Restored:
         """Leased ranks: every worker meets; the chief loads the newest complete pass into the
@@ -156,7 +136,7 @@ class StreamingJob:
                 if self.chief:
                     restore(self.root, self.client, rank=self.rank, chief=True)
                 self._meet("loaded", self.spec.num_workers)
-            except _Regroup:
+            except EpochMoved:
                 continue
             return restore(self.root, self.client, rank=self.rank, chief=False)
 
@@ -296,14 +276,14 @@ class StreamingJob:
                 if self.lease is not None:
                     self.lease.check()  # a lost rank ends this process (Conflict)
                     if self.lease.epoch != self.epoch:
-                        raise _Regroup
+                        raise EpochMoved
                 if item is not None:
                     self._train(item)
                     idle_since = time.monotonic()
                 if self.clock.due() or self._peer_committing() or (
                         leaving and (self.clock.count or len(self.active) > 1)):
                     self.commit(leaving=leaving)
-            except _Regroup:
+            except EpochMoved:
                 self._regroup(shard_lost=self._new_lease_table())
                 return time.monotonic()
             except (NotFound, Unavailable):

@@ -29,6 +29,11 @@ from tables.ps_config import ClientConfig
 log = logging.getLogger("streamrec.rank_lease")
 
 CLAIM_TIMEOUT_S = 3600.0  # a replacement waits this long at most for a dead holder's rank
+MEET_TIMEOUT_S = 600.0  # as long as a commit barrier waits for a slow peer
+
+
+class EpochMoved(Exception):  # a signal inside the trainer (never leaves it), not an error
+    """Membership changed while waiting at a rendezvous: the caller regroups."""
 
 
 class RankLease:
@@ -83,6 +88,26 @@ class RankLease:
     def bump(self, seen: str) -> None:
         """Start a new epoch (a shard lost its tables), unless another worker already did."""
         self.epoch = str(self.call("bump", epoch=seen)["epoch"])
+
+    def meet(self, name: str, workers: int, *, epoch: str, stopping: threading.Event) -> None:
+        """Wait at rendezvous ``name`` of ``epoch`` until ``workers`` holders are there. Raises
+        EpochMoved when the epoch moves meanwhile, Conflict when the rank was lost or the job
+        is stopping (SIGTERM: the rank is released on the way out); waits out a shard-0 restart."""
+        deadline = time.monotonic() + MEET_TIMEOUT_S
+        while True:
+            self.check()
+            if stopping.is_set():
+                raise Conflict(f"stopped while waiting for the other workers at {name!r}")
+            try:
+                if self.call("meet", step=f"{epoch}/{name}", workers=workers)["complete"]:
+                    return
+            except Unavailable:
+                pass
+            if self.epoch != epoch:
+                raise EpochMoved(self.epoch)
+            if time.monotonic() > deadline:
+                raise Unavailable(f"workers did not all reach {name!r} within {MEET_TIMEOUT_S:g}s")
+            time.sleep(0.05)
 
     def call(self, action: str, **meta: Any) -> dict[str, Any]:
         """A lease action (meet, bump) from the training thread."""
