@@ -149,7 +149,9 @@ class LocalSystem:
         """``<run_dir>/streamrec.yaml`` (the effective root config) and the role files."""
         path = self.run_dir / "streamrec.yaml"
         path.write_text(yaml.safe_dump(self._effective_config(), sort_keys=False))
-        overrides = {"host": self.cfg.up.host, "port": self.cfg.up.port, "job_control": self.control_endpoint}
+        # `up` knows where its chief listens: a control file from a Kubernetes-style config is not used
+        overrides = {"host": self.cfg.up.host, "port": self.cfg.up.port, "job_control": self.control_endpoint,
+                     "job_control_file": None}
         kafka = {**self.cfg.kafka.model_dump(mode="json"), "bootstrap_servers": (self.bootstrap or "").split(",")}
         write_role_files(self.cfg, self.roles_dir, base=self.run_dir, overrides=overrides,
                          train_overrides={"control_endpoint": self.control_endpoint, "kafka": kafka})

@@ -14,8 +14,9 @@ rank 0 is the chief.
 - A renewal extends the holder's lease; a rank the table does not know (shard 0 restarted:
   the table lives in memory only) is granted back to the holder that renews it, and a rank
   someone else holds is refused with :class:`Conflict` (the renewer lost it and must stop).
-- A fresh table grants no *new* rank during its first ``ttl_s`` (grace): after a shard-0
-  restart the live holders re-claim their own ranks by renewing before newcomers take them.
+- A fresh table grants no *new* rank during its first ``ttl_s`` (grace; the ttl of the first
+  request it sees): after a shard-0 restart the live holders re-claim their own ranks by
+  renewing before newcomers take them.
 - ``epoch`` changes whenever a rank passes to another holder, whenever the table is new (it
   carries a per-table nonce), and on ``bump`` (a worker saw a shard lose its tables): workers
   compare it to learn that membership changed and meet again from the last committed pass.
@@ -48,6 +49,7 @@ class RankLeases:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._created = clock()
+        self._grace_end: float | None = None  # fixed by the first claim or renewal
         self._nonce = os.urandom(4).hex()
         self._changes = 0
         self.workers: int | None = None
@@ -67,7 +69,7 @@ class RankLeases:
         if own is not None:
             self.leases[own].expires = now + ttl_s
             return {"rank": own, "epoch": self.epoch}
-        grace = self._created + ttl_s - now
+        grace = self._grace(ttl_s) - now
         if grace > 0:
             return {"rank": None, "retry_s": grace, "epoch": self.epoch}
         free = [r for r in range(workers) if r not in self.leases or self.leases[r].expires <= now]
@@ -83,6 +85,7 @@ class RankLeases:
     def renew(self, holder: str, rank: int, workers: int, ttl_s: float) -> dict[str, Any]:
         now = self._clock()
         self._check_workers(workers, now)
+        self._grace(ttl_s)
         if not 0 <= rank < workers:
             raise InvalidInput(f"rank {rank} is not in [0, {workers})")
         lease = self.leases.get(rank)
@@ -148,6 +151,10 @@ class RankLeases:
         raise InvalidInput(f"lease action must be claim, renew, release, meet, bump or list, got {action!r}")
 
     # ---------------------------------------------------------------- helpers
+    def _grace(self, ttl_s: float) -> float:
+        if self._grace_end is None:
+            self._grace_end = self._created + ttl_s
+        return self._grace_end
     def _rank_of(self, holder: str) -> int | None:
         return next((r for r, lease in self.leases.items() if lease.holder == holder), None)
 

@@ -96,6 +96,15 @@ def run_stream(args: argparse.Namespace) -> int:
     if not bootstrap:
         raise ConfigError("train needs Kafka: set kafka.bootstrap_servers or --bootstrap")
     spec = cluster_from_env()
+    running: list[StreamingJob] = []
+
+    def on_sigterm(*_: object) -> None:  # Kubernetes stops a pod with SIGTERM: release the rank at once
+        if running:
+            running[0].stopping.set()  # the loop ends after this step
+        else:
+            raise SystemExit(143)  # still starting: unwind, the ExitStack below releases the rank
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     with ExitStack() as roots:
         lease = RankLease(spec) if spec.leased_rank else None
         if lease is not None:
@@ -109,8 +118,7 @@ def run_stream(args: argparse.Namespace) -> int:
         config = config.model_copy(update={key: str(path) for key, path in local.items()})
         job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
                            max_records=args.max_records, lease=lease)
-        # Kubernetes stops a pod with SIGTERM: end the loop, so the rank is released at once
-        signal.signal(signal.SIGTERM, lambda *_: job.stopping.set())
+        running.append(job)
         server = None
         if job.chief:
             server = ControlServer(JobControl(job), config.control_endpoint).start()

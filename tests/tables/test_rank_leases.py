@@ -104,6 +104,13 @@ def test_a_fresh_table_lets_holders_take_back_their_ranks_before_newcomers(clock
         t.renew("old-0", 0, 2, TTL)  # too late: the newcomer has it
 
 
+def test_the_grace_is_fixed_by_the_first_request(clock: Clock) -> None:
+    t = RankLeases(clock)
+    assert t.claim("a", 1, 1.0)["rank"] is None
+    clock.now += 1.0
+    assert t.claim("b", 1, 600.0)["rank"] == 0  # a longer ttl later does not stretch the grace
+
+
 def test_no_rank_is_ever_held_twice(clock: Clock) -> None:
     t = _table(clock)
     holders: dict[int, str] = {}

@@ -7,6 +7,7 @@ keeps the leases) restarting empty: the trainers keep their ranks and regroup th
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -53,8 +54,8 @@ class _Job:
         self.root = Path(self.cfg.checkpoint_dir)
         self.cluster = cluster(self.cfg.model.table_configs(), servers=2)
 
-    def train(self, holder: str):
-        env = {**self.cluster.env(0, 2, "async"), "STREAMREC_RANK": "auto", "STREAMREC_RANK_LEASE_TTL": str(TTL_S),
+    def train(self, holder: str, ttl_s: float = TTL_S):
+        env = {**self.cluster.env(0, 2, "async"), "STREAMREC_RANK": "auto", "STREAMREC_RANK_LEASE_TTL": str(ttl_s),
                "STREAMREC_HOLDER_ID": holder}
         return self.procs.start([sys.executable, "-m", "deploy.cli", "train", "--config", str(self.path),
                                  "--bootstrap", self.bootstrap, "--max-idle-s", "12"], env=env, log=f"train-{holder}")
@@ -125,3 +126,16 @@ def test_trainers_keep_their_ranks_when_shard_0_restarts_empty(broker, cluster, 
         status = _final_status(procs, p)
         assert status["rank"] == ranks[holder] and status["regroups"] >= 1
     job.check_every_record_counted_once()
+
+
+def test_sigterm_releases_the_rank_at_once(broker, cluster, procs, tmp_path: Path) -> None:
+    job = _Job(broker, cluster, procs, tmp_path)
+    with PSClient([job.cluster.endpoints[0]]) as c:  # the table's grace is over (its first request said 1 s)
+        _wait("a first rank", lambda: c.lease("claim", holder="warm", workers=2, ttl_s=1)["rank"] is not None, procs)
+        c.lease("release", holder="warm", rank=0)
+    lone = job.train("lone", ttl_s=600)  # waits at the start rendezvous for a second worker that never comes
+    _wait("its rank", lambda: job.holders() == {0: "lone"}, procs)
+    lone.send_signal(signal.SIGTERM)  # what Kubernetes sends a pod it stops
+    # still starting (143), or stopped at the rendezvous (2: "stopped while waiting"): not a finished job
+    assert wait_exit(lone, 60) in (2, 143), procs.log_of(lone)[-2000:]
+    assert job.holders() == {}  # released on the way out, not after the 600 s ttl
