@@ -392,6 +392,7 @@ class StreamingJob:
         """In the finisher thread: the shards' saves written, the manifest last, prune, export."""
         man = finish_pass(client, self.root, n, saves, ranks, keep=self.config.passes.keep, fields={
             "evicted": evicted, "workers": self.spec.num_workers, "mode": self.spec.mode})
+        self.last_commit = man  # status() shows the pass as soon as it exists
         if export is not None and self.exporter is not None:
             dense, catalog = export
             self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog)
