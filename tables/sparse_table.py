@@ -30,7 +30,7 @@ from tables.initializers import KIND_CODES, fill_rows
 from tables.optimizers import Optimizer
 from tables.row_kernels import gather, touch
 from tables.rows import RowStore
-from tables.snapshot import BaseSnapshot
+from tables.snapshot import RowSnapshot
 from tables.yaml_config import validate_config
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class SparseTable:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)  # signalled when a snapshot ends
         self._save_lock = threading.Lock()  # one save at a time
-        self._snapshot: BaseSnapshot | None = None
+        self._snapshot: RowSnapshot | None = None
         self._pass = 0
         self._epoch = 1
         self._cursors: dict[str, Cursor] = {}

@@ -10,9 +10,9 @@ Files in the save directory, per table ``<name>``:
   ``<name>.manifest.json`` written last: layout, chain (save id, parent id, epochs),
                          counters, and size + CRC-32C of each file.
 A save is two steps (:class:`TableSave`): the consistent point, taken under the table lock
-(a base starts a copy-on-write snapshot, :mod:`tables.snapshot`, in microseconds; a delta
-copies its changed rows, so its cost grows with the delta, not the table), then the
-writing, during which pushes go on. A PS shard replies to a detached save between the two.
+(a copy-on-write snapshot, :mod:`tables.snapshot`: microseconds for a base, one pass over
+a column to pick a delta's changed rows), then the writing, during which pushes go on. A
+PS shard replies to a detached save between the two.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tables.checkpoint import (
 from tables.config import TableConfig
 from tables.errors import Conflict, CorruptData, InvalidInput
 from tables.rows import RowStore
-from tables.snapshot import BaseSnapshot
+from tables.snapshot import RowSnapshot
 
 if TYPE_CHECKING:
     from tables.sparse_table import SparseTable
@@ -94,18 +94,15 @@ class TableSave:
         self.head = {"pass": t._pass, "counters": dict(t.counters), "policy": _policy(t),
                      "cursors": {c: [v.epoch, v.save_id] for c, v in t._cursors.items()}}
         self.layout = _layout(t)
-        self.snap: BaseSnapshot | None = None
-        self.delta: dict[str, np.ndarray] = {}
+        n = t._rows.n
+        only = None if self.mode == "base" else t._rows.cols["mod_epoch"][:n] > self.since
+        self.snap: RowSnapshot | None = RowSnapshot(t._rows, CHUNK_ROWS, only=only)
+        t._snapshot = self.snap
         if self.mode == "base":
-            self.snap = BaseSnapshot(t._rows, CHUNK_ROWS)
-            t._snapshot = self.snap
-            self.n_rows, self.tomb, self.tomb_ep = self.snap.n0, t._tomb_keys.copy(), t._tomb_epochs.copy()
-        else:  # a delta is copied here: its cost grows with the rows changed, not with the table
-            n = t._rows.n
-            sel = np.flatnonzero(t._rows.cols["mod_epoch"][:n] > self.since)
-            self.delta = {name: col[sel] for name, col in t._rows.cols.items()}
+            self.tomb, self.tomb_ep = t._tomb_keys.copy(), t._tomb_epochs.copy()
+        else:
             new_tomb = t._tomb_epochs > self.since
-            self.n_rows, self.tomb, self.tomb_ep = sel.shape[0], t._tomb_keys[new_tomb], t._tomb_epochs[new_tomb]
+            self.tomb, self.tomb_ep = t._tomb_keys[new_tomb], t._tomb_epochs[new_tomb]
 
     def _end_snapshot(self) -> None:
         if self.snap is not None:
@@ -134,16 +131,13 @@ class TableSave:
         path.mkdir(parents=True, exist_ok=True)
         save_id = uuid.uuid4().hex
         with AtomicWriter(path / f"{t.name}.rows") as w:
-            if self.snap is not None:
-                while not self.snap.done:
-                    with t._lock:
-                        chunk = self.snap.next_chunk(t._rows)
-                    for col in chunk.values():
-                        w.write(col)
-            else:
-                for a in range(0, self.n_rows, CHUNK_ROWS):
-                    for col in self.delta.values():
-                        w.write(col[a : a + CHUNK_ROWS])
+            chunks = _Rechunker(w)
+            assert self.snap is not None
+            while not self.snap.done:
+                with t._lock:
+                    chunk = self.snap.next_chunk(t._rows)
+                chunks.add(chunk)  # written outside the lock: pushes go on meanwhile
+            n_rows = chunks.close()
             rows_entry = w.commit()
         self._end_snapshot()
         files = {
@@ -155,7 +149,7 @@ class TableSave:
         manifest = {
             "format": FORMAT_VERSION, "table": t.name, "mode": self.mode, "cursor": self.cursor, "save_id": save_id,
             "parent_id": self.prev.save_id if self.mode == "delta" else None, "epoch": self.epoch,
-            "since_epoch": self.since, "rows": int(self.n_rows), "tombstones": int(self.tomb.shape[0]),
+            "since_epoch": self.since, "rows": n_rows, "tombstones": int(self.tomb.shape[0]),
             "chunk_rows": CHUNK_ROWS, "layout": self.layout, "files": files, "created_at": time.time(), **self.head,
         }
         write_json(path / f"{t.name}.manifest.json", manifest)
@@ -165,6 +159,41 @@ class TableSave:
             t._cursors[self.cursor] = Cursor(self.epoch, save_id)
             _prune_tombstones(t)
         return manifest
+
+
+class _Rechunker:
+    """Writes held rows in chunks of exactly ``CHUNK_ROWS`` (the last may be short), each
+    chunk's columns in order, whatever sizes the snapshot's parts come in (a delta's parts
+    hold only its changed rows)."""
+
+    def __init__(self, w: AtomicWriter) -> None:
+        self.w = w
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.held = 0
+        self.rows = 0
+
+    def add(self, cols: dict[str, np.ndarray]) -> None:
+        n = next(iter(cols.values())).shape[0]
+        if n:
+            self.parts.append(cols)
+            self.held += n
+            self.rows += n
+        while self.held >= CHUNK_ROWS:
+            self._emit(CHUNK_ROWS)
+
+    def _emit(self, n: int) -> None:
+        merged = self.parts[0] if len(self.parts) == 1 else {
+            name: np.concatenate([p[name] for p in self.parts]) for name in self.parts[0]}
+        for col in merged.values():
+            self.w.write(col[:n])
+        self.held -= n
+        self.parts = [{name: col[n:] for name, col in merged.items()}] if self.held else []
+
+    def close(self) -> int:
+        """Write what is held; returns the number of rows written."""
+        if self.held:
+            self._emit(self.held)
+        return self.rows
 
 
 def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[str, Any]:

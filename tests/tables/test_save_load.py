@@ -22,7 +22,7 @@ from tables.config import (
     TableConfig,
 )
 from tables.errors import ConfigError, Conflict, CorruptData, InvalidInput
-from tables.snapshot import BaseSnapshot
+from tables.snapshot import RowSnapshot
 from tables.sparse_table import SparseTable
 
 POOL = np.concatenate([np.array([0, 2**63, 2**64 - 1], np.uint64), np.arange(1, 300, dtype=np.uint64) * 7919])
@@ -329,14 +329,15 @@ def test_corrupt_files_are_refused_and_the_table_is_unchanged(tmp_path: Path, ca
 
 def _save_point_recorder(monkeypatch: pytest.MonkeyPatch, t: SparseTable, seen: dict) -> None:
     """Record the table's state at the instant the base snapshot is taken (under the lock)."""
-    orig = BaseSnapshot.__init__
+    orig = RowSnapshot.__init__
 
-    def init(self: BaseSnapshot, store: object, chunk_rows: int) -> None:
-        orig(self, store, chunk_rows)
-        seen["view"] = view(t)
-        seen["snapshot"] = self
+    def init(self: RowSnapshot, store: object, chunk_rows: int, **kw: object) -> None:
+        orig(self, store, chunk_rows, **kw)
+        if kw.get("only") is None:  # a base's point (a delta's snapshot holds only its changed rows)
+            seen["view"] = view(t)
+            seen["snapshot"] = self
 
-    monkeypatch.setattr(BaseSnapshot, "__init__", init)
+    monkeypatch.setattr(RowSnapshot, "__init__", init)
 
 
 def _concurrent_batch(i: int, rng: np.random.Generator) -> np.ndarray:
@@ -353,20 +354,20 @@ def test_base_save_with_pushes_between_chunks(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(table_files, "CHUNK_ROWS", 7)
     seen: dict = {}
     _save_point_recorder(monkeypatch, a, seen)
-    orig_next = BaseSnapshot.next_chunk
+    orig_next = RowSnapshot.next_chunk
     pushes = []
 
-    def next_chunk(self: BaseSnapshot, store: object) -> dict:
+    def next_chunk(self: RowSnapshot, store: object) -> dict:
         push(a, _concurrent_batch(len(pushes), rng), rng)
         pushes.append(1)
         return orig_next(self, store)
 
-    monkeypatch.setattr(BaseSnapshot, "next_chunk", next_chunk)
+    monkeypatch.setattr(RowSnapshot, "next_chunk", next_chunk)
     man = a.save(tmp_path / "base")
     assert len(pushes) == -(-250 // 7) and man["rows"] == 250
     assert a.stats()["capacity_rows"] > 256
     assert seen["snapshot"]._n_pre > 0, "pushes hit rows not yet written: pre-images were used"
-    monkeypatch.setattr(BaseSnapshot, "next_chunk", orig_next)
+    monkeypatch.setattr(RowSnapshot, "next_chunk", orig_next)
     a.save(tmp_path / "delta", mode="delta")
     now = view(a)
     assert not np.array_equal(now[0], seen["view"][0])
@@ -438,13 +439,14 @@ def test_free_running_threads_lose_no_update_and_every_save_is_a_snapshot(
     t = SparseTable(cfg)
     monkeypatch.setattr(table_files, "CHUNK_ROWS", 16)
     points: list[tuple] = []
-    orig = BaseSnapshot.__init__
+    orig = RowSnapshot.__init__
 
-    def init(self: BaseSnapshot, store: object, chunk_rows: int) -> None:
-        orig(self, store, chunk_rows)
-        points.append(view(t, ids))
+    def init(self: RowSnapshot, store: object, chunk_rows: int, **kw: object) -> None:
+        orig(self, store, chunk_rows, **kw)
+        if kw.get("only") is None:  # bases only
+            points.append(view(t, ids))
 
-    monkeypatch.setattr(BaseSnapshot, "__init__", init)
+    monkeypatch.setattr(RowSnapshot, "__init__", init)
     n_threads, rounds = 3, 150
     ids = np.arange(n_threads * 100, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     grads = {i: np.random.default_rng(i).normal(size=(rounds, 100, 2)).astype(np.float32) for i in range(n_threads)}
@@ -522,9 +524,9 @@ def test_shrink_during_a_base_save_waits_for_the_snapshot(tmp_path: Path, monkey
 
     a._idle = SignallingCondition(a._lock)
     shrinker = threading.Thread(target=lambda: result.append(a.shrink(policy=TTL0)))
-    orig_next = BaseSnapshot.next_chunk
+    orig_next = RowSnapshot.next_chunk
 
-    def next_chunk(self: BaseSnapshot, store: object) -> dict:
+    def next_chunk(self: RowSnapshot, store: object) -> dict:
         chunk = orig_next(self, store)
         if not shrinker.is_alive() and not result:
             shrinker.start()
@@ -537,7 +539,7 @@ def test_shrink_during_a_base_save_waits_for_the_snapshot(tmp_path: Path, monkey
                 a._lock.acquire()
         return chunk
 
-    monkeypatch.setattr(BaseSnapshot, "next_chunk", next_chunk)
+    monkeypatch.setattr(RowSnapshot, "next_chunk", next_chunk)
     a.save(tmp_path / "base")
     shrinker.join(timeout=60)
     assert parked.is_set()
@@ -603,3 +605,32 @@ def test_begin_save_holds_the_table_as_of_its_call(tmp_path: Path, mode: str) ->
     gone.abort()  # given up: pushes stop keeping pre-images, the next save runs
     assert t._snapshot is None and not (tmp_path / "dropped").exists()
     t.save(tmp_path / "after", mode="delta")
+
+
+def test_delta_save_with_pushes_between_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delta is a copy-on-write snapshot of its changed rows: pushes before every chunk (to
+    changed and unchanged rows, and new ids) leave the file as of the save point."""
+    rng = np.random.default_rng(11)
+    a = SparseTable(config(initial_capacity=16))
+    push(a, POOL[:250], rng)
+    a.save(tmp_path / "base")
+    push(a, POOL[:250:3], rng)  # the delta: every third row
+    monkeypatch.setattr(table_files, "CHUNK_ROWS", 7)
+    at_point = view(a)
+    point = a.begin_save(tmp_path / "delta", mode="delta")
+    orig_next = RowSnapshot.next_chunk
+    pushes = []
+
+    def next_chunk(self: RowSnapshot, store: object) -> dict:
+        push(a, _concurrent_batch(len(pushes), rng), rng)
+        pushes.append(1)
+        return orig_next(self, store)
+
+    monkeypatch.setattr(RowSnapshot, "next_chunk", next_chunk)
+    man = point.write()
+    assert man["rows"] == len(POOL[:250:3]) and len(pushes) == -(-250 // 7)
+    assert point.snap is None and a._snapshot is None
+    b = SparseTable(config())
+    b.load(tmp_path / "base")
+    b.load(tmp_path / "delta")
+    assert_same(view(b), at_point)
