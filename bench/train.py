@@ -225,9 +225,9 @@ def main() -> int:
             ("peak RSS, all processes", f"{out['peak_rss_mb']:,.0f} MB", f"<= {TARGETS['peak_rss_mb']} MB",
              "2.9-6.9 GB"),
             ("pass commit stall", stall_text, f"<= {TARGETS['pass_commit_stall_s']} s", "")]
-    print(f"{'metric':<25}{'streamrec':<58}{'target':<16}TF PS / TorchRec (quoted from the issue, not re-run)")
+    print(f"{'metric':<25}{'streamrec':<64}{'target':<16}TF PS / TorchRec (quoted from the issue, not re-run)")
     for r in rows:
-        print(f"{r[0]:<25}{r[1]:<58}{r[2]:<16}{r[3]}")
+        print(f"{r[0]:<25}{r[1]:<64}{r[2]:<16}{r[3]}")
     if stall is not None:
         print(f"\ncommit stall, two-phase vs synchronous save (baseline, same run, same shard of {args.stall_rows:,} "
               "rows):")

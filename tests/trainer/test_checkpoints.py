@@ -49,6 +49,9 @@ def test_a_commit_killed_at_any_moment_leaves_the_previous_pass_complete(tmp_pat
         child = subprocess.Popen([sys.executable, "-c", _COMMITTER, str(root)], start_new_session=True,
                                  cwd=Path(__file__).resolve().parents[2])
         try:
+            deadline = time.monotonic() + 60  # a loaded machine may take longer than the sleep to commit one
+            while not checkpoints.complete_passes(root) and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
             time.sleep(0.6 + rng.random() * 0.6)
         finally:
             os.killpg(child.pid, signal.SIGKILL)
