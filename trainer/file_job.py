@@ -14,13 +14,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
-from tables.errors import StreamrecError, Unavailable
+from tables.errors import ConfigError, StreamrecError, Unavailable
 from tables.ps_config import PSConfig
 from trainer.config import ModelConfig
+from trainer.prefetch import PrefetchKind
 from trainer.process_stats import peak_rss_mb
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -38,6 +39,7 @@ class FileJob:
     predictions: str | None = None
     blas_threads: int = 1
     dense_sync_steps: int = 64  # async: merge each worker's dense model through the PS every k steps
+    prefetch: PrefetchKind = "thread"  # where the next batches are parsed and pulled (trainer.prefetch)
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
@@ -51,6 +53,8 @@ def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimi
 def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBase | None = None) -> dict[str, Any]:
     from deploy.launcher import Launcher, LaunchSpec
 
+    if job.prefetch not in get_args(PrefetchKind):
+        raise ConfigError(f"prefetch must be one of {get_args(PrefetchKind)}, got {job.prefetch!r}")
     with tempfile.TemporaryDirectory(prefix="streamrec-train-files-") as tmp:
         root = Path(work_dir or tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -62,7 +66,7 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
         spec_path.write_text(json.dumps({"model": job.model.model_dump(mode="json"), "train": list(job.train),
                                          "test": job.test, "batch_size": job.batch_size, "results": str(results),
                                          "predictions": job.predictions,
-                                         "dense_sync_steps": job.dense_sync_steps}))
+                                         "dense_sync_steps": job.dense_sync_steps, "prefetch": job.prefetch}))
         saved = {k: os.environ.get(k) for k in _THREAD_VARS}
         os.environ.update({k: str(job.blas_threads) for k in _THREAD_VARS})  # inherited by the children
         try:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,9 @@ from tables.cluster import ClusterSpec, cluster_from_env
 from tables.sync_modes import PSWorker
 from trainer.models import build_model
 from trainer.params import PSStore
-from trainer.prefetch import Prefetcher
+from trainer.prefetch import start_prefetch
 from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb
-from trainer.worker import Worker, prepare
+from trainer.worker import Prepared, Worker, prepare
 
 _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)
 
@@ -58,31 +59,49 @@ def _client(spec: ClusterSpec) -> PSClient:
     return PSClient(spec.shard_endpoints, secret=spec.secret())
 
 
-def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
+def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepared, None, dict[str, int]]:
+    """The prefetch stage of this worker: its batches parsed, their features built and, in async
+    mode, their rows pulled (own PS connection). Returns the rejected-record counts. Runs in the
+    prefetch thread or process, so it builds what it needs from picklable arguments."""
     model = build_model(job["model"])
-    schema = SchemaConfig.criteo()
     dead = DeadLetters()
-    ps = PSWorker.from_spec(spec)
-    store = PSStore(ps, model.params.values)
-    worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64))
-    prefetch_client = _client(spec) if spec.mode == "async" else None
-    pull = prefetch_client.pull_sparse if prefetch_client is not None else None
+    client = _client(spec) if spec.mode == "async" else None
+    pull = client.pull_sparse if client is not None else None
+    try:
+        source = file_batches(job["train"], SchemaConfig.criteo(), job["batch_size"], dead, rank=spec.rank,
+                              workers=spec.num_workers)
+        for batch in source:
+            yield prepare(model, batch, pull)
+    finally:
+        if client is not None:
+            client.close()
+    return dict(dead.counts)
+
+
+def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
+    # started first: a prefetch process's start-up (imports) overlaps this worker's own set-up
+    batches = start_prefetch(job.get("prefetch", "thread"), partial(prepared_batches, spec, job), depth=2)
+    try:
+        model = build_model(job["model"])
+        ps = PSWorker.from_spec(spec)
+        store = PSStore(ps, model.params.values)
+        worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64))
+    except BaseException:
+        batches.close()
+        raise
     start = time.perf_counter()
-    source = file_batches(job["train"], schema, job["batch_size"], dead, rank=spec.rank, workers=spec.num_workers)
-    batches = Prefetcher(source, lambda b: prepare(model, b, pull), depth=2)
     try:
         for p in batches:
             worker.step(p)
     finally:
         batches.close()
     seconds = time.perf_counter() - start
-    result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": dict(dead.counts),
-              "cpu_s": time.process_time(),
+    result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": batches.result or {},
+              "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": job.get("prefetch", "thread"),
               "phases": dict(worker.phase_seconds), "progressive": worker.metrics.total.summary()}
-    if prefetch_client is not None:
-        prefetch_client.close()
     results = Path(job["results"])
-    result["peak_rss_mb"] = peak_rss_mb()
+    result["prefetch_rss_mb"] = batches.stats.get("peak_rss_mb", 0.0)  # a prefetch process's memory counts too
+    result["peak_rss_mb"] = peak_rss_mb() + result["prefetch_rss_mb"]
     (results / f"worker-{spec.rank}.json").write_text(json.dumps(result))
     store.drain()
     worker.dense.flush(store)
@@ -110,7 +129,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
     shard_pids = [int(h["pid"]) for h in worker.store.worker.client.health()]  # type: ignore[attr-defined]
     shard_rss = [process_peak_rss_mb(pid) for pid in shard_pids]
     shard_cpu = [process_cpu_seconds(pid) for pid in shard_pids]
-    rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + sum(shard_rss)
+    rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + ranks[0]["prefetch_rss_mb"] + sum(shard_rss)
     train_rows = sum(r["records"] for r in ranks)
     train_seconds = max(r["seconds"] for r in ranks)
     out = {"train_rows": train_rows, "train_seconds": round(train_seconds, 3),
