@@ -51,7 +51,7 @@ def _parse_number(buf: np.ndarray, s: int, e: int) -> tuple[bool, float]:
     return True, -v if neg else v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the training prefetch thread parses while the step's Python runs
 def _parse_lines(
     buf: np.ndarray,
     bounds: np.ndarray,

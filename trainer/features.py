@@ -76,14 +76,17 @@ def build_features(config: ModelConfig, batch: Batch, slots: tuple[SlotSpec, ...
     for name, specs in by_table.items():
         parts = [_slot(batch, s.name, n) for s in specs]
         values = np.concatenate([v for v, _ in parts]) if parts else np.empty(0, np.uint64)
-        starts = np.cumsum([0] + [int(o[-1] - o[0]) for _, o in parts[:-1]])
-        offs = np.stack([o - o[0] + st for (_, o), st in zip(parts, starts, strict=True)]).astype(np.int64)
+        # slots end to end: slot s's offsets shifted to where its values start (vectorized over slots)
+        raw = np.stack([o for _, o in parts]).astype(np.int64, copy=False)
+        lengths = np.diff(raw, axis=1)
+        ends = np.cumsum(raw[:, -1] - raw[:, 0])
+        offs = raw - raw[:, :1]
+        offs[1:] += ends[:-1, None]
         keys, idx = dedupe(np.ascontiguousarray(values))
         # labels repeated per id: an id's clicks are the clicked records it appears in
-        lengths = np.diff(offs, axis=1)
-        per_id_label = np.concatenate([np.repeat(labels, lengths[s]) for s in range(len(specs))])
+        per_id_label = np.repeat(np.tile(labels, len(specs)), lengths.ravel())
         shows = sum_values(np.ones(values.shape[0], np.float32), idx, keys.shape[0])
-        clicks = sum_values(per_id_label.astype(np.float32), idx, keys.shape[0])
+        clicks = sum_values(per_id_label, idx, keys.shape[0])
         tables[name] = TableInput(keys=keys, idx=idx, offs=offs,
                                   mean=np.array([s.pooling is Pooling.MEAN for s in specs], np.bool_),
                                   slots=tuple(specs), shows=shows, clicks=clicks)

@@ -60,6 +60,8 @@ class MLP:
         self.prefix = prefix
         self.sizes = list(sizes)
         self._acts: list[np.ndarray] = []
+        self._n = -1
+        self._dx: list[np.ndarray] = []
 
     def specs(self) -> list[tuple[str, tuple[int, ...]]]:
         out: list[tuple[str, tuple[int, ...]]] = []
@@ -72,31 +74,60 @@ class MLP:
             params.value[f"{self.prefix}.{i}.w"][...] = glorot(rng, a, b)
 
     def forward(self, params: ParamSet, x: np.ndarray) -> np.ndarray:
+        # fresh outputs (not reused buffers): inference callers may run concurrently and keep them
         acts = [x]
         last = len(self.sizes) - 2
         for i in range(last + 1):
             w, b = params.value[f"{self.prefix}.{i}.w"], params.value[f"{self.prefix}.{i}.b"]
             y = np.matmul(acts[-1], w)
-            y += b
             if i < last:
-                np.maximum(y, _F0, out=y)  # ReLU in place; y > 0 is the mask in backward
+                bias_relu(y, b)  # y > 0 is the mask in backward
+            else:
+                y += b
             acts.append(y)
         self._acts = acts
         return acts[-1]
 
     def backward(self, params: ParamSet, dy: np.ndarray) -> np.ndarray:
-        """Write parameter gradients into ``params.grad`` (zeroed by the caller); returns the input gradient."""
+        """Write parameter gradients into ``params.grad`` (zeroed by the caller); returns the input
+        gradient (valid until the next backward with the same batch size: training only)."""
         acts = self._acts
+        n = dy.shape[0]
+        if self._n != n:  # the input gradients of every layer, allocated once per batch size
+            self._n = n
+            self._dx = [np.empty((n, a), np.float32) for a in self.sizes[:-1]]
         for i in range(len(self.sizes) - 2, -1, -1):
             w = params.value[f"{self.prefix}.{i}.w"]
             # each parameter is used once per step and its gradient was zeroed: write, don't add
             np.matmul(acts[i].T, dy, out=params.grad[f"{self.prefix}.{i}.w"])
             np.sum(dy, axis=0, out=params.grad[f"{self.prefix}.{i}.b"])
-            dx = np.matmul(dy, w.T)
+            dx = np.matmul(dy, w.T, out=self._dx[i])
             if i > 0:
-                dx *= acts[i] > _F0  # through the ReLU of the layer below
+                relu_grad(dx, acts[i])  # through the ReLU of the layer below
             dy = dx
         return dy
+
+
+@njit(**_JIT)
+def bias_relu(y, b):
+    """y = max(y + b, 0) in place, one pass (b broadcast over rows)."""
+    n, m = y.shape
+    for i in range(n):
+        r = y[i]
+        for j in range(m):
+            v = r[j] + b[j]
+            r[j] = v if v > _F0 else _F0
+
+
+@njit(**_JIT)
+def relu_grad(dx, act):
+    """dx = 0 where the ReLU output ``act`` was not positive, in place."""
+    n, m = dx.shape
+    for i in range(n):
+        d, a = dx[i], act[i]
+        for j in range(m):
+            if a[j] <= _F0:
+                d[j] = _F0
 
 
 def bce_with_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
