@@ -11,7 +11,7 @@ Training
   dense_optim.py   Adam / Adagrad / SGD over the flat dense vector (numba)
   dense_sync.py    workers' dense copies merged through the PS every k steps
   worker.py        one step per call: prepare -> pull -> forward (scored first) -> backward -> push
-  prefetch.py      next batches' parsing, features and (async) pull in a thread
+  prefetch.py      next batches' parsing, features and (async) pull in a thread or a child process
   auc.py, metrics.py  bucketed AUC (exact merge), windowed progressive metrics
 Passes and serving hand-off
   passes.py        when a pass ends (N records or T seconds)

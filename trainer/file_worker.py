@@ -80,7 +80,8 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepar
 
 def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     # started first: a prefetch process's start-up (imports) overlaps this worker's own set-up
-    batches = start_prefetch(job.get("prefetch", "thread"), partial(prepared_batches, spec, job), depth=2)
+    kind = job.get("prefetch", "process")
+    batches = start_prefetch(kind, partial(prepared_batches, spec, job), depth=2)
     try:
         model = build_model(job["model"])
         ps = PSWorker.from_spec(spec)
@@ -97,7 +98,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
         batches.close()
     seconds = time.perf_counter() - start
     result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": batches.result or {},
-              "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": job.get("prefetch", "thread"),
+              "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
               "phases": dict(worker.phase_seconds), "progressive": worker.metrics.total.summary()}
     results = Path(job["results"])
     result["prefetch_rss_mb"] = batches.stats.get("peak_rss_mb", 0.0)  # a prefetch process's memory counts too

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from streaming.generator import PlantedModel
 from streaming.sample_encoding import write_dataset
@@ -16,7 +17,8 @@ from streaming.sample_encoding import write_dataset
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefetch", ["thread", "process"])
+def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path, prefetch: str) -> None:
     model = PlantedModel(seed=4)
     train, test = tmp_path / "train.txt", tmp_path / "test.txt"
     write_dataset(str(train), model, 6000, fmt="criteo")
@@ -27,7 +29,7 @@ def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path) -> 
     argv = [sys.executable, "-m", "deploy.cli", "train-files", "--train", str(train), "--test", str(test),
             "--model", "wide_deep", "--embedding-dim", "4", "--mlp", "16,8", "--batch-size", "256",
             "--servers", "2", "--workers", "2", "--predictions", str(preds), "--work-dir", str(tmp_path / "job"),
-            "--json"]
+            "--prefetch", prefetch, "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300,
                           env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -39,3 +41,4 @@ def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path) -> 
     assert p.shape == (1500,) and np.all((p > 0) & (p < 1))
     result = json.loads((tmp_path / "job" / "results" / "result.json").read_text())
     assert sum(result["rejected"].values()) == 1
+    assert {w["prefetch"] for w in result["workers"]} == {prefetch}
