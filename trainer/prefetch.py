@@ -121,7 +121,9 @@ def _error_frames(exc: BaseException) -> list[Any]:
 
 
 def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when its parent dies (no orphan keeps pulling)."""
+    """Linux: the kernel kills this process when its parent dies (no orphan keeps pulling).
+    The signal follows the parent THREAD that started the child: create a ProcessPrefetcher
+    on a thread that outlives it (the training loop's)."""
     with contextlib.suppress(Exception):
         import ctypes
 
