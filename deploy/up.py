@@ -31,7 +31,7 @@ import yaml
 from deploy.config import StreamrecConfig, resolve_root, write_role_files
 from deploy.launcher import Launcher, LaunchSpec, _Role, free_ports
 from tables.errors import ConfigError, StreamrecError
-from tables.storage import local_path_of
+from tables.storage import open_store
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer
@@ -185,9 +185,9 @@ class LocalSystem:
         the stream after them instead of replaying events the model already saw."""
         from trainer import checkpoints
 
-        root = local_path_of(resolve_root(self.cfg.train.checkpoint_dir, self.run_dir))
         try:
-            done = checkpoints.complete_passes(root) if root is not None and root.is_dir() else []
+            root = open_store(resolve_root(self.cfg.train.checkpoint_dir, self.run_dir))  # a path or a URL
+            done = checkpoints.complete_passes(root)
             return int(checkpoints.read_pass(root, done[-1]).get("records_total", 0)) if done else 0
         except StreamrecError:
             return 0  # an unreadable pass: the trainers will say so; the stream starts over

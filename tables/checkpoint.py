@@ -89,20 +89,29 @@ def write_json(path: Path, obj: dict[str, Any]) -> dict[str, Any]:
     return write_bytes(path, [json.dumps(obj, indent=1, sort_keys=True).encode()])
 
 
+def parse_json(data: bytes, where: str) -> dict[str, Any]:
+    """A manifest's bytes as an object (CorruptData names ``where``)."""
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:
+        raise CorruptData(f"{where}: unreadable manifest ({exc})", detail={"file": where}) from None
+    if not isinstance(obj, dict):
+        raise CorruptData(f"{where}: manifest is not an object", detail={"file": where})
+    return obj
+
+
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise CorruptData(f"{path}: manifest missing", detail={"file": str(path)}) from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise CorruptData(f"{path}: unreadable manifest ({exc})", detail={"file": str(path)}) from None
-    if not isinstance(data, dict):
-        raise CorruptData(f"{path}: manifest is not an object", detail={"file": str(path)})
-    return data
+    return parse_json(data, str(path))
 
 
-def read_verified(directory: Path, entry: dict[str, Any]) -> memoryview:
-    """Read a file named by a manifest entry, checking its size and CRC-32C."""
+def entry_file(directory: object, entry: dict[str, Any]) -> tuple[str, int, int]:
+    """(name, bytes, crc32c) of a manifest's file entry; the name must be a file beside the manifest."""
     try:
         name = str(entry["file"])
         size, crc = int(entry["bytes"]), int(entry["crc32c"])
@@ -111,6 +120,21 @@ def read_verified(directory: Path, entry: dict[str, Any]) -> memoryview:
     if not name or Path(name).name != name or name in (".", ".."):
         # A manifest names files beside it, never elsewhere (no "../x", no absolute paths).
         raise CorruptData(f"{directory}: manifest names a file outside its directory: {name!r}")
+    return name, size, crc
+
+
+def check_bytes(buf: bytes | memoryview | np.ndarray, size: int, crc: int, where: str) -> None:
+    """CorruptData unless ``buf`` has the size and CRC-32C its manifest gives."""
+    if len(buf) != size:
+        raise CorruptData(f"{where}: size {len(buf)} bytes, manifest says {size} (truncated or overwritten)",
+                          detail={"file": where})
+    if crc32c.crc32c(buf) != crc:
+        raise CorruptData(f"{where}: checksum mismatch (corrupted)", detail={"file": where})
+
+
+def read_verified(directory: Path, entry: dict[str, Any]) -> memoryview:
+    """Read a file named by a manifest entry, checking its size and CRC-32C."""
+    name, size, crc = entry_file(directory, entry)
     path = directory / name
     try:
         actual = path.stat().st_size
@@ -122,8 +146,7 @@ def read_verified(directory: Path, entry: dict[str, Any]) -> memoryview:
             got = f.readinto(memoryview(buf))
     except FileNotFoundError:
         raise CorruptData(f"{path}: file missing", detail={"file": str(path)}) from None
-    if got != size or crc32c.crc32c(buf) != crc:
-        raise CorruptData(f"{path}: checksum mismatch (corrupted)", detail={"file": str(path)})
+    check_bytes(buf[:got], size, crc, str(path))
     return memoryview(buf)
 
 

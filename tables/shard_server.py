@@ -45,6 +45,7 @@ from tables.shard_manifest import (
     write_save_manifest,
 )
 from tables.sparse_table import SparseTable
+from tables.storage import StagedSave, fetched
 from tables.sync_steps import SyncSteps
 from tables.table_files import TableSave
 
@@ -62,7 +63,7 @@ class _Save:
     id: str
     ident: bytes  # who asked for it
     msg: Message  # its SAVE request
-    save_dir: Path
+    target: StagedSave  # where it is written here, and the client's dir (a path, or a URL it is uploaded to)
     mode: str
     cursor: str
     started: float = field(default_factory=time.monotonic)
@@ -389,12 +390,16 @@ class ShardServer:
             run = self._save
             assert run is not None
             raise Conflict(f"shard {self.index}: a save is already running ({run.mode} on cursor {run.cursor!r} into "
-                           f"{run.save_dir}, for {time.monotonic() - run.started:.1f} s); wait for it (save_wait)",
+                           f"{run.target.location}, for {time.monotonic() - run.started:.1f} s); wait for it "
+                           "(save_wait)",
                            detail={"shard": self.index, "save": run.id})
         if mode == "delta" and cursor not in self._based:
             mode = "base"  # a delta must follow a base this process wrote on the same cursor
         managed = None if "dir" in msg.meta else self._managed_dir(msg)
-        save_dir = Path(msg.meta["dir"]) if managed is None else next_managed_dir(managed, mode)
+        # a client-named dir may be a URL (s3://...): the save is written to a scratch dir here and uploaded
+        target = StagedSave(str(msg.meta["dir"]) if managed is None else str(next_managed_dir(managed, mode)),
+                            scratch=self._checkpoint_root)
+        save_dir = target.local
         # The consistent point of every table at once: no request runs between them.
         points: dict[str, TableSave] = {}
         try:
@@ -403,23 +408,24 @@ class ShardServer:
         except BaseException:
             for point in points.values():
                 point.abort()
+            target.cleanup()
             raise
         dense = {name: (table, table.snapshot()) for name, table in self.dense.items()}
         dense_meta = {k: dict(v) for k, v in self._dense_meta.items()}
         self._based.add(cursor)
-        run = _Save(os.urandom(8).hex(), ident, msg, save_dir, mode, cursor)
+        run = _Save(os.urandom(8).hex(), ident, msg, target, mode, cursor)
         self._save = run
         self._save_thread = threading.Thread(target=self._write_save, args=(run, managed, points, dense, dense_meta),
                                              name="save", daemon=True)
         self._save_thread.start()
         if run.detached:
-            return self._ok(msg, meta={"save": run.id, "mode": mode, "cursor": cursor, "dir": str(save_dir)})
+            return self._ok(msg, meta={"save": run.id, "mode": mode, "cursor": cursor, "dir": target.location})
         return None  # answered when written
 
     def _write_save(self, run: _Save, managed: Path | None, points: dict[str, TableSave],
                     dense: dict[str, tuple[DenseTable, dict[str, Any]]], dense_meta: dict[str, dict[str, Any]]) -> None:
         """The save thread: write what the consistent point holds, then tell the loop."""
-        save_dir, mode, cursor = run.save_dir, run.mode, run.cursor
+        save_dir, mode, cursor = run.target.local, run.mode, run.cursor
         try:
             try:
                 save_dir.mkdir(parents=True, exist_ok=True)
@@ -432,20 +438,24 @@ class ShardServer:
                 table.write_snapshot(save_dir / "dense" / name, snap)
             entry = write_save_manifest(save_dir, {"shard": self.index, "mode": mode, "cursor": cursor,
                                                    "sparse": sorted(self.sparse), "dense": dense_meta})
-            if managed is None and cursor == "checkpoint" and self._checkpoint_root is not None:
+            run.target.upload()
+            if managed is None and cursor == "checkpoint" and self._checkpoint_root is not None \
+                    and run.target.remote is None:
                 managed = shard_dir(self._checkpoint_root, self.index)  # a restart restores client-named saves too
             if managed is not None:
                 commit_managed(managed, save_dir, mode)
-            run.entry = {"save": run.id, "mode": mode, "cursor": cursor, "dir": str(save_dir), "manifest": entry}
+            run.entry = {"save": run.id, "mode": mode, "cursor": cursor, "dir": run.target.location,
+                         "manifest": entry}
         except Exception as exc:
             self._based.discard(cursor)  # the chain may be broken: the next save on it is a base
             if not isinstance(exc, StreamrecError):
                 log.exception("shard %d: save failed", self.index)
             cause = exc.message if isinstance(exc, StreamrecError) else f"{type(exc).__name__}: {exc}"
             cls = type(exc) if isinstance(exc, StreamrecError) else StreamrecError
-            run.error = cls(f"shard {self.index}: save into {save_dir} failed: {cause}",
-                            detail={"shard": self.index, "dir": str(save_dir)})
+            run.error = cls(f"shard {self.index}: save into {run.target.location} failed: {cause}",
+                            detail={"shard": self.index, "dir": run.target.location})
             self._count_error(run.error)
+        run.target.cleanup()
         with self._done_lock:
             self._done_tx.send(b"")
 
@@ -492,7 +502,9 @@ class ShardServer:
         if dirs is not None:
             if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
                 raise InvalidInput("load: 'dirs' must be a list of directories")
-            self._restore([Path(d) for d in dirs])
+            with fetched(dirs, scratch=self._checkpoint_root) as local_dirs:  # URLs are downloaded first
+                self._restore(local_dirs)
+            self.restored_from = dirs[-1]
         else:
             self._restore(managed_saves(self._managed_dir(msg)))
 

@@ -1,39 +1,54 @@
-"""Checkpoint and export roots given as a local path or an fsspec URL.
+"""Checkpoint and export roots given as a local path or an fsspec URL, and what atomic means there.
 
-The writers (tables.checkpoint, trainer.bundle) work on local directories: temp file,
-fsync, rename. A root on an object store (``s3://bucket/prefix`` with s3fs installed,
-``memory://`` in tests) is therefore *mirrored*: the process works in a local staging
-directory and :meth:`StorageRoot.push` uploads what changed, every manifest after the
-files it names, so a reader on another host never sees a manifest before its files;
-:meth:`StorageRoot.pull` downloads the remote tree (same rule: files, then manifests) so a
-restarted shard or a service on another host reads a complete checkpoint.
+:func:`open_store` turns a root (``/data/ck``, ``file:///data/ck``, ``s3://bucket/ck`` with s3fs
+installed, ``memory://`` in tests) into a :class:`Store`: files named relative to the root are
+read, written, listed and removed the same way on every host. The trainer's passes
+(trainer.checkpoints) and bundles (trainer.bundle) go through it, so shards, trainers and the
+service need no shared filesystem, only the same URL.
 
-A plain path or a ``file://`` URL needs no mirroring: ``local`` is the root itself and
-push/pull do nothing.
+Atomicity. On a local root every file is written under a temp name, fsynced and renamed
+(tables.checkpoint). An object store has no rename, but one PUT is atomic: an object is
+there whole or not at all, and S3 (and S3-compatible stores) read after write consistently.
+So there every *file* is atomic and a *directory* is not; what makes a directory exist is its
+manifest, written last: ``pass.json`` (a pass), ``bundle.json`` (a bundle), ``shard.json``
+(a shard's save), ``MANIFEST.json`` and ``*.manifest.json`` (table files). Trees are uploaded
+data files first and manifests last, deepest first (:func:`upload_order`), and readers trust
+a directory only once its manifest is there and every file it names has the size and
+CRC-32C the manifest records. A directory without its manifest is a write that died half
+way: readers skip it and the writer deletes it when it starts again.
 
-Manifests are the files readers trust first: ``MANIFEST.json`` (shard saves),
-``*.manifest.json`` (table files) and ``bundle.json`` (inference bundles). Files whose name
-starts with ``.`` are writers' temp files and never leave the host.
+Code that needs a local directory (a shard saving its tables, the service loading bundles)
+works in a local one and moves trees with :meth:`Store.upload_tree` /
+:meth:`Store.download_tree`; :class:`Mirror` keeps a reader's local copy in step.
+
+Endpoint and credentials of an object store come from the environment, as for every AWS
+client: ``AWS_ENDPOINT_URL`` (an S3-compatible server), ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``; nothing secret is in the YAML.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 import tempfile
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from tables.errors import ConfigError, Unavailable
+import numpy as np
+
+from tables.checkpoint import check_bytes, entry_file, parse_json, read_json, read_verified, write_bytes, write_json
+from tables.errors import ConfigError, CorruptData, Unavailable
 
 log = logging.getLogger("streamrec.storage")
 
-MANIFEST_NAMES = frozenset({"MANIFEST.json", "bundle.json"})
+MANIFEST_NAMES = frozenset({"MANIFEST.json", "shard.json", "pass.json", "bundle.json"})
 MANIFEST_SUFFIX = ".manifest.json"
+Chunk = bytes | memoryview | np.ndarray
 
 
 def is_manifest(name: str) -> bool:
@@ -53,7 +68,7 @@ def local_path_of(location: str) -> Path | None:
 
 
 def upload_order(relpaths: Iterable[str]) -> list[str]:
-    """Data files first, then manifests, deepest first (a table manifest before its shard's)."""
+    """Data files first, then manifests, deepest first (a table manifest before its save's)."""
     paths = [p for p in relpaths if not PurePosixPath(p).name.startswith(".")]
     data = sorted(p for p in paths if not is_manifest(PurePosixPath(p).name))
     manifests = sorted((p for p in paths if is_manifest(PurePosixPath(p).name)),
@@ -61,150 +76,383 @@ def upload_order(relpaths: Iterable[str]) -> list[str]:
     return data + manifests
 
 
-def _filesystem(location: str) -> tuple[Any, str]:
-    try:
-        import fsspec
-    except ImportError:  # pragma: no cover - fsspec is a dependency
-        raise ConfigError(f"{location}: URLs other than file:// need fsspec installed") from None
-    try:
-        fs, root = fsspec.core.url_to_fs(location)
-    except (ImportError, ValueError) as exc:
-        scheme = location.split("://", 1)[0]
-        hint = " (pip install s3fs)" if scheme in ("s3", "s3a") else ""
-        raise ConfigError(f"{location}: no filesystem for '{scheme}://'{hint}: {exc}") from None
-    return fs, root.rstrip("/")
+def _local_files(directory: Path) -> list[str]:
+    """Relative paths of the files under ``directory``, writers' temp files (``.name``) left out."""
+    out = []
+    for p in directory.rglob("*"):
+        rel = p.relative_to(directory)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            out.append(rel.as_posix())
+    return out
 
 
-@dataclass
-class StorageRoot:
-    """One checkpoint or export root; use ``local`` for every read and write on this host."""
+def _join(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p.strip("/"))
+
+
+class Store:
+    """One root; ``rel`` paths are ``/``-separated and relative to it."""
 
     location: str
-    local: Path
-    remote: tuple[Any, str] | None = None  # (fsspec filesystem, root path) when mirrored
-    _pushed: dict[str, tuple[int, int]] = field(default_factory=dict)  # relpath -> (size, mtime_ns)
+    local: Path | None  # the root itself when it is a local directory
 
-    @classmethod
-    def open(cls, location: str, *, staging: str | Path | None = None) -> StorageRoot:
-        """A root for ``location``; object-store roots stage in ``staging`` (default: a temp dir
-        named after the URL, so a restart on the same host reuses it)."""
-        path = local_path_of(location)
-        if path is not None:
-            path.mkdir(parents=True, exist_ok=True)
-            return cls(location, path)
-        remote = _filesystem(location)
-        if staging is None:
-            tag = hashlib.sha256(location.encode()).hexdigest()[:16]
-            staging = Path(tempfile.gettempdir()) / f"streamrec-stage-{tag}"
-        local = Path(staging)
-        local.mkdir(parents=True, exist_ok=True)
-        return cls(location, local, remote)
+    def url(self, rel: str = "") -> str:
+        """How another process names ``rel`` (a path or a URL: what shards are sent)."""
+        raise NotImplementedError
 
-    @property
-    def mirrored(self) -> bool:
-        return self.remote is not None
+    def exists(self, rel: str) -> bool:
+        raise NotImplementedError
 
-    def _local_files(self) -> dict[str, tuple[int, int]]:
-        out = {}
-        for p in self.local.rglob("*"):
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.local).parts):
-                st = p.stat()
-                out[p.relative_to(self.local).as_posix()] = (st.st_size, st.st_mtime_ns)
-        return out
+    def list(self, rel: str = "") -> list[str]:
+        """Names of the files and directories in ``rel`` (empty when it does not exist)."""
+        raise NotImplementedError
 
-    def push(self) -> int:
-        """Upload files new or changed since the last push, manifests last; the number uploaded."""
-        if self.remote is None:
-            return 0
-        fs, root = self.remote
-        current = self._local_files()
-        changed = [p for p, sig in current.items() if self._pushed.get(p) != sig]
+    def remove(self, rel: str) -> None:
+        """Delete ``rel`` and everything under it; nothing when it does not exist."""
+        raise NotImplementedError
+
+    def read_bytes(self, rel: str) -> bytes:
+        """The file's contents (FileNotFoundError when it is not there)."""
+        raise NotImplementedError
+
+    def write_bytes(self, rel: str, chunks: Iterable[Chunk]) -> dict[str, Any]:
+        """Write one file atomically; its manifest entry (file, bytes, crc32c)."""
+        raise NotImplementedError
+
+    def read_verified(self, rel_dir: str, entry: dict[str, Any]) -> memoryview:
+        """The file a manifest entry names in ``rel_dir``, checked against its size and CRC-32C."""
+        raise NotImplementedError
+
+    def upload_tree(self, local: Path, rel: str) -> int:
+        """Copy a local directory to ``rel`` (manifests last); the number of files."""
+        raise NotImplementedError
+
+    def download_tree(self, rel: str, local: Path, known: dict[str, Any] | None = None) -> int:
+        """Copy ``rel`` into a local directory (manifests last); the number of files copied.
+        ``known`` (relpath -> signature, updated): files unchanged since then are skipped."""
+        raise NotImplementedError
+
+    def write_json(self, rel: str, obj: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        return self.write_bytes(rel, [json.dumps(obj, indent=1, sort_keys=True).encode()])
+
+    def read_json(self, rel: str) -> dict[str, Any]:
+        """A manifest (CorruptData when missing or unreadable)."""
         try:
-            for rel in upload_order(changed):
-                target = f"{root}/{rel}"
-                fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-                fs.put_file(str(self.local / rel), target)
-                self._pushed[rel] = current[rel]
+            data = self.read_bytes(rel)
+        except FileNotFoundError:
+            raise CorruptData(f"{self.url(rel)}: manifest missing", detail={"file": self.url(rel)}) from None
         except OSError as exc:
-            raise Unavailable(f"{self.location}: upload failed: {exc}") from None
-        return len(changed)
+            raise CorruptData(f"{self.url(rel)}: unreadable manifest ({exc})", detail={"file": self.url(rel)}) from None
+        return parse_json(data, self.url(rel))
 
-    def pull(self) -> int:
-        """Download the remote tree into ``local`` (files, then manifests); the number downloaded."""
-        if self.remote is None:
+    def __str__(self) -> str:
+        return self.location
+
+
+class LocalStore(Store):
+    """A directory on this host: temp file, fsync, rename."""
+
+    def __init__(self, location: str, path: Path) -> None:
+        self.location = location
+        self.local = path
+        path.mkdir(parents=True, exist_ok=True)
+
+    def _p(self, rel: str) -> Path:
+        return self.local / rel if rel else self.local  # type: ignore[operator]
+
+    def url(self, rel: str = "") -> str:
+        return str(self._p(rel))
+
+    def exists(self, rel: str) -> bool:
+        return self._p(rel).exists()
+
+    def list(self, rel: str = "") -> list[str]:
+        p = self._p(rel)
+        return sorted(c.name for c in p.iterdir()) if p.is_dir() else []
+
+    def remove(self, rel: str) -> None:
+        p = self._p(rel)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self._p(rel).read_bytes()
+
+    def write_bytes(self, rel: str, chunks: Iterable[Chunk]) -> dict[str, Any]:
+        p = self._p(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return write_bytes(p, chunks)
+
+    def write_json(self, rel: str, obj: dict[str, Any]) -> dict[str, Any]:
+        p = self._p(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return write_json(p, obj)
+
+    def read_json(self, rel: str) -> dict[str, Any]:
+        return read_json(self._p(rel))
+
+    def read_verified(self, rel_dir: str, entry: dict[str, Any]) -> memoryview:
+        return read_verified(self._p(rel_dir), entry)
+
+    def upload_tree(self, local: Path, rel: str) -> int:
+        shutil.copytree(local, self._p(rel), dirs_exist_ok=True)
+        return len(_local_files(local))
+
+    def download_tree(self, rel: str, local: Path, known: dict[str, Any] | None = None) -> int:
+        if not self._p(rel).is_dir():
             return 0
-        fs, root = self.remote
+        shutil.copytree(self._p(rel), local, dirs_exist_ok=True)
+        return len(_local_files(local))
+
+
+class ObjectStore(Store):
+    """A root on an fsspec filesystem (s3://, gs://, memory://, ...): one PUT per file."""
+
+    def __init__(self, location: str, fs: Any, root: str) -> None:
+        self.location = location.rstrip("/")
+        self.local = None
+        self.fs = fs
+        self.root = root.rstrip("/")
+
+    def _p(self, rel: str) -> str:
+        return _join(self.root, rel) if rel else self.root
+
+    def url(self, rel: str = "") -> str:
+        return f"{self.location}/{rel.strip('/')}" if rel else self.location
+
+    def _fresh(self, rel: str) -> str:
+        # fsspec filesystems cache listings; another host may have written since
+        path = self._p(rel)
+        self.fs.invalidate_cache(path)
+        return path
+
+    def _call(self, what: str, rel: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            if not fs.exists(root):
-                return 0
-            remote_files = [f for f in fs.find(root) if not fs.isdir(f)]
+            return fn(*args, **kwargs)
+        except FileNotFoundError:
+            raise
         except OSError as exc:
-            raise Unavailable(f"{self.location}: listing failed: {exc}") from None
-        prefix = root.strip("/") + "/"  # listings may or may not carry the leading "/"
-        rels = [f.lstrip("/")[len(prefix):] for f in remote_files if f.lstrip("/").startswith(prefix)]
+            raise Unavailable(f"{self.url(rel)}: {what} failed: {exc}") from None
+
+    def exists(self, rel: str) -> bool:
+        path = self._fresh(rel)
+        return bool(self._call("stat", rel, self.fs.exists, path))
+
+    def list(self, rel: str = "") -> list[str]:
+        path = self._fresh(rel)
+        try:
+            entries = self._call("listing", rel, self.fs.ls, path, detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted({PurePosixPath(e.rstrip("/")).name for e in entries} - {""})
+
+    def remove(self, rel: str) -> None:
+        path = self._fresh(rel)
+        if self.fs.exists(path):
+            self._call("delete", rel, self.fs.rm, path, recursive=True)
+        self.fs.invalidate_cache(path)
+
+    def read_bytes(self, rel: str) -> bytes:
+        return bytes(self._call("read", rel, self.fs.cat_file, self._fresh(rel)))
+
+    def write_bytes(self, rel: str, chunks: Iterable[Chunk]) -> dict[str, Any]:
+        import crc32c
+
+        path = self._p(rel)
+        size, crc = 0, 0
+
+        def write() -> None:
+            nonlocal size, crc
+            with self.fs.open(path, "wb") as f:  # the object appears when this closes (one PUT or one multipart)
+                for c in chunks:
+                    buf = memoryview(np.ascontiguousarray(c).reshape(-1).view(np.uint8)) \
+                        if isinstance(c, np.ndarray) else c
+                    if len(buf):
+                        f.write(buf)
+                        crc = crc32c.crc32c(buf, crc)
+                        size += len(buf)
+
+        self._call("upload", rel, write)
+        self.fs.invalidate_cache(path)
+        return {"file": PurePosixPath(rel).name, "bytes": size, "crc32c": crc}
+
+    def read_verified(self, rel_dir: str, entry: dict[str, Any]) -> memoryview:
+        name, size, crc = entry_file(self.url(rel_dir), entry)
+        rel = _join(rel_dir, name)
+        try:
+            data = self.read_bytes(rel)
+        except FileNotFoundError:
+            raise CorruptData(f"{self.url(rel)}: file missing", detail={"file": self.url(rel)}) from None
+        check_bytes(data, size, crc, self.url(rel))
+        return memoryview(data)
+
+    def upload_tree(self, local: Path, rel: str) -> int:
+        files = upload_order(_local_files(local))
+        made: set[str] = set()
+        for f in files:
+            target = _join(self._p(rel), f)
+            parent = target.rsplit("/", 1)[0]
+            if parent not in made:  # object stores need no directories; other fsspec filesystems do
+                self._call("mkdir", rel, self.fs.makedirs, parent, exist_ok=True)
+                made.add(parent)
+            self._call("upload", rel, self.fs.put_file, str(local / f), target)
+        self.fs.invalidate_cache(self._p(rel))
+        return len(files)
+
+    def download_tree(self, rel: str, local: Path, known: dict[str, Any] | None = None) -> int:
+        top = self._fresh(rel)
+        try:
+            listing = self._call("listing", rel, self.fs.find, top, detail=True)
+        except FileNotFoundError:
+            return 0
+        prefix = top.strip("/") + "/"  # listings may or may not carry the leading "/"
+        infos = {}
+        for name, info in listing.items():
+            path = name.lstrip("/")
+            if info.get("type") != "directory" and path.startswith(prefix):
+                # what changes when an object is rewritten: its ETag (S3) or its time (other stores)
+                infos[path[len(prefix):]] = (info.get("size"), info.get("ETag") or info.get("mtime")
+                                             or info.get("LastModified") or info.get("created"))
         count = 0
-        for rel in upload_order(rels):
-            dest = self.local / rel
+        for f in upload_order(infos):
+            if known is not None and known.get(f) == infos[f]:
+                continue
+            dest = local / f
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{dest.name}.pull.tmp")
-            fs.get_file(f"{root}/{rel}", str(tmp))
+            self._call("download", rel, self.fs.get_file, _join(top, f), str(tmp))
             tmp.replace(dest)
-            st = dest.stat()
-            self._pushed[rel] = (st.st_size, st.st_mtime_ns)  # already remote: no need to push back
+            if known is not None:
+                known[f] = infos[f]
             count += 1
         return count
 
 
+def open_store(root: str | Path | Store) -> Store:
+    """The store of a root: a path, a ``file://`` URL or any fsspec URL (``s3://`` needs s3fs)."""
+    if isinstance(root, Store):
+        return root
+    location = str(root)
+    path = local_path_of(location)
+    if path is not None:
+        return LocalStore(location, path)
+    try:
+        import fsspec
+
+        fs, fs_root = fsspec.core.url_to_fs(location)
+    except (ImportError, ValueError) as exc:
+        scheme = location.split("://", 1)[0]
+        hint = " (pip install 'streamrec[s3]')" if scheme in ("s3", "s3a") else ""
+        raise ConfigError(f"{location}: no filesystem for '{scheme}://'{hint}: {exc}") from None
+    return ObjectStore(location, fs, fs_root)
+
+
+def _scratch(scratch: Path | None) -> Path | None:
+    if scratch is not None:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    return scratch
+
+
+class StagedSave:
+    """Where a save for ``location`` is written on this host: the directory itself when it is
+    local; else a scratch directory (under ``scratch``) that :meth:`upload` copies to
+    ``location``, manifests last. :meth:`cleanup` deletes the scratch directory."""
+
+    def __init__(self, location: str, *, scratch: Path | None = None) -> None:
+        self.location = location
+        path = local_path_of(location)
+        self.remote = None if path is not None else open_store(location)
+        self.local = path if path is not None else Path(tempfile.mkdtemp(prefix=".save-", dir=_scratch(scratch)))
+
+    def upload(self) -> None:
+        if self.remote is not None:
+            self.remote.upload_tree(self.local, "")
+
+    def cleanup(self) -> None:
+        if self.remote is not None:
+            shutil.rmtree(self.local, ignore_errors=True)
+
+
+@contextmanager
+def staged_save(location: str, *, scratch: Path | None = None) -> Iterator[Path]:
+    """``with staged_save(url) as local: write...``: uploaded when the block ends without an
+    error (see :class:`StagedSave`), the scratch directory deleted either way."""
+    target = StagedSave(location, scratch=scratch)
+    try:
+        yield target.local
+        target.upload()
+    finally:
+        target.cleanup()
+
+
+@contextmanager
+def fetched(locations: list[str], *, scratch: Path | None = None) -> Iterator[list[Path]]:
+    """Local copies of the directories ``locations`` name (local ones as they are), for the block."""
+    if all(local_path_of(loc) is not None for loc in locations):
+        yield [local_path_of(loc) for loc in locations]  # type: ignore[misc]
+        return
+    top = Path(tempfile.mkdtemp(prefix=".load-", dir=_scratch(scratch)))
+    try:
+        out = []
+        for i, loc in enumerate(locations):
+            path = local_path_of(loc)
+            if path is None:
+                path = top / f"{i:06d}"
+                path.mkdir()
+                open_store(loc).download_tree("", path)
+            out.append(path)
+        yield out
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 class Mirror:
-    """Keeps a mirrored root in step in the background: ``push`` (a writer's root: uploads what
-    its atomic writers finished) or ``pull`` (a reader's root) every ``every_s`` seconds; a
-    final push on stop. ``none`` only maps the root to its staging dir (a process that writes
-    there while another one uploads). ``pull_first``: a writer that restores downloads first.
-    Nothing to do (no thread) for local roots."""
+    """A reader's local copy of a root: downloads what is new every ``every_s`` seconds in the
+    background (files before their manifests, so a local reader sees whole directories only).
+    A local root is used in place: no copy, no thread."""
 
-    def __init__(self, root: StorageRoot, *, direction: str, every_s: float, pull_first: bool = False) -> None:
-        if direction not in ("push", "pull", "none"):
-            raise ValueError(f"direction must be push, pull or none, got {direction!r}")
-        self.root = root
-        self.direction = direction
+    def __init__(self, location: str, *, every_s: float, staging: str | Path | None = None) -> None:
+        self.store = open_store(location)
+        if self.store.local is not None:
+            self.local = self.store.local
+        else:
+            if staging is None:  # named after the URL, so a restart on the same host reuses it
+                tag = hashlib.sha256(location.encode()).hexdigest()[:16]
+                staging = Path(tempfile.gettempdir()) / f"streamrec-stage-{tag}"
+            self.local = Path(staging)
+            self.local.mkdir(parents=True, exist_ok=True)
         self.every_s = every_s
-        self.pull_first = pull_first
         self.last_error: str | None = None
+        self._known: dict[str, Any] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"storage-{direction}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="storage-pull", daemon=True)
 
-    def _once(self, direction: str | None = None) -> None:
+    def pull(self) -> int:
+        """Download what changed since the last pull; the number of files."""
         try:
-            if (direction or self.direction) == "push":
-                self.root.push()
-            else:
-                self.root.pull()
+            n = self.store.download_tree("", self.local, self._known)
             self.last_error = None
+            return n
         except (Unavailable, OSError) as exc:  # keep trying: the store may come back
             self.last_error = str(exc)
-            log.warning("%s %s: %s", self.direction, self.root.location, exc)
+            log.warning("pull %s: %s", self.store.location, exc)
+            return 0
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
-            self._once()
+            self.pull()
 
     def __enter__(self) -> Path:
-        if self.root.mirrored and self.direction != "none":
-            if self.direction == "pull" or self.pull_first:
-                self._once("pull")  # start from what is there
+        if self.store.local is None:
+            self.pull()  # start from what is there
             self._thread.start()
-        return self.root.local
+        return self.local
 
     def __exit__(self, *exc: object) -> None:
-        if self.root.mirrored and self.direction != "none":
+        if self._thread.is_alive():
             self._stop.set()
             self._thread.join(timeout=60)
-            if self.direction == "push":
-                self._once()  # what was written last goes up too
-
-
-def mirrored(location: str, *, direction: str, every_s: float = 2.0, staging: str | Path | None = None,
-             pull_first: bool = False) -> Mirror:
-    """``with mirrored(url, direction="pull") as local_dir: ...`` (see :class:`Mirror`)."""
-    return Mirror(StorageRoot.open(location, staging=staging), direction=direction, every_s=every_s,
-                  pull_first=pull_first)

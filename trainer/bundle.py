@@ -10,17 +10,20 @@ Layout of ``<exports>/<version>/`` (version: zero-padded increasing integer)::
                        the rows changed since the previous bundle plus tombstones of evicted
                        ids (tables.table_files format)
 
-A bundle is built in ``<exports>/.staging-<version>/`` and renamed into place in one step,
-so a reader sees a whole bundle or none. Bundles apply in order: a delta names its
-``parent_version``; its sparse saves chain to the parent's (the table files check that
-too). ``items_full`` says whether ``items.arrays`` replaces the item set (true) or upserts
-into it. A reader verifies sizes and checksums of every file before using any of it.
+On a local root a bundle is built in ``<exports>/.staging-<version>/`` and renamed into
+place in one step, so a reader sees a whole bundle or none. An object store (tables.storage:
+``s3://...``) has no rename: there the bundle is written in place and ``bundle.json``, the
+last object written, is what makes it exist (``list_versions`` and the service's mirror
+ignore a version directory without it; the exporter deletes such leftovers at start).
+Bundles apply in order: a delta names its ``parent_version``; its sparse saves chain to the
+parent's (the table files check that too). ``items_full`` says whether ``items.arrays``
+replaces the item set (true) or upserts into it. A reader verifies sizes and checksums of
+every file before using any of it.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,8 +31,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tables.checkpoint import decode_arrays, encode_arrays, fsync_dir, read_json, read_verified, write_bytes, write_json
+from tables.checkpoint import decode_arrays, encode_arrays, fsync_dir, read_json, read_verified
 from tables.errors import CorruptData, NotFound
+from tables.storage import Store, open_store
 
 BUNDLE_FORMAT = 1
 MANIFEST = "bundle.json"
@@ -67,36 +71,60 @@ def bundle_dir(root: Path, version: int) -> Path:
 
 
 def staging_dir(root: Path, version: int) -> Path:
-    """Where the trainer asks shards to save and writes the rest, before ``publish``."""
+    """Where bundle ``version`` of a local root is built before ``publish`` renames it."""
     return Path(root) / f".staging-{version:010d}"
 
 
+def _stage(store: Store, version: int) -> str:
+    """Where bundle ``version`` is built: a dot-dir renamed into place locally, the final
+    directory itself on an object store (its manifest, written last, publishes it)."""
+    return staging_dir(Path(), version).name if store.local is not None else f"{version:010d}"
+
+
+def shard_save_template(root: str | Path | Store, version: int) -> str:
+    """Where the trainer asks shard ``{shard}`` to save its part of bundle ``version`` (a
+    template for PSClient.save), before ``publish``."""
+    store = open_store(root)
+    return store.url(f"{_stage(store, version)}/shard-{{shard}}")
+
+
+def clear_stage(root: str | Path | Store, version: int) -> None:
+    """Remove what an earlier try at bundle ``version`` left in its build directory."""
+    store = open_store(root)
+    store.remove(_stage(store, version))
+
+
 def publish(
-    root: Path, *, version: int, kind: Literal["base", "delta"], parent_version: int | None, pass_id: int,
-    num_shards: int, tables: list[str], model: dict[str, Any], dense: dict[str, np.ndarray],
+    root: str | Path | Store, *, version: int, kind: Literal["base", "delta"], parent_version: int | None,
+    pass_id: int, num_shards: int, tables: list[str], model: dict[str, Any], dense: dict[str, np.ndarray],
     items: tuple[np.ndarray, np.ndarray] | None = None, items_full: bool = True,
     newest_record_time: float | None = None,
 ) -> BundleManifest:
-    """Finish the staged bundle ``version`` (shards already saved into ``shard-<i>/`` of the
-    staging dir): write dense weights, item vectors and the manifest, then rename into place."""
-    stage = staging_dir(root, version)
+    """Finish bundle ``version`` (shards already saved into ``shard_save_template``): write dense
+    weights, item vectors and the manifest last, then (locally) rename it into place."""
+    store = open_store(root)
+    stage = _stage(store, version)
+    final = f"{version:010d}"
+    if store.exists(f"{final}/{MANIFEST}"):
+        raise CorruptData(f"{store.url(final)}: bundle {version} already exists")
     for i in range(num_shards):
-        if not (stage / f"shard-{i}").is_dir():
-            raise NotFound(f"{stage}: shard-{i} was not saved; cannot publish bundle {version}")
-    files = {"dense": write_bytes(stage / "dense.arrays", encode_arrays(dense))}
+        if not store.exists(f"{stage}/shard-{i}"):
+            raise NotFound(f"{store.url(stage)}: shard-{i} was not saved; cannot publish bundle {version}")
+    files = {"dense": store.write_bytes(f"{stage}/dense.arrays", encode_arrays(dense))}
     if items is not None:
         ids, vectors = items
-        files["items"] = write_bytes(stage / "items.arrays", encode_arrays({"ids": ids.astype(np.uint64),
-                                                                           "vectors": vectors.astype(np.float32)}))
+        files["items"] = store.write_bytes(f"{stage}/items.arrays",
+                                           encode_arrays({"ids": ids.astype(np.uint64),
+                                                          "vectors": vectors.astype(np.float32)}))
     man = BundleManifest(version=version, kind=kind, parent_version=parent_version, pass_id=pass_id,
                          num_shards=num_shards, tables=list(tables), model=model, created_at=time.time(),
                          newest_record_time=newest_record_time, items_full=items_full, files=files)
-    write_json(stage / MANIFEST, asdict(man))
-    final = bundle_dir(root, version)
-    if final.exists():
-        raise CorruptData(f"{final}: bundle {version} already exists")
-    os.rename(stage, final)
-    fsync_dir(Path(root))
+    store.write_json(f"{stage}/{MANIFEST}", asdict(man))
+    if store.local is not None:
+        if (store.local / final).exists():
+            raise CorruptData(f"{store.local / final}: bundle {version} already exists")
+        os.rename(store.local / stage, store.local / final)
+        fsync_dir(store.local)
     return man
 
 
@@ -131,15 +159,16 @@ def load_items(root: Path, man: BundleManifest) -> tuple[np.ndarray, np.ndarray]
     return ids, vectors
 
 
-def list_versions(root: Path) -> list[int]:
-    """Published bundle versions in order (staging dirs and stray files ignored)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / MANIFEST).is_file())
+def list_versions(root: str | Path | Store) -> list[int]:
+    """Published bundle versions in order (staging dirs, unpublished dirs and stray files ignored)."""
+    store = open_store(root)
+    return sorted(int(name) for name in store.list() if name.isdigit() and store.exists(f"{name}/{MANIFEST}"))
 
 
-def discard_staging(root: Path) -> None:
-    """Remove half-built bundles left by a crash."""
-    for p in Path(root).glob(".staging-*"):
-        shutil.rmtree(p, ignore_errors=True)
+def discard_staging(root: str | Path | Store) -> None:
+    """Remove half-built bundles left by a crash (on an object store: version dirs without a manifest)."""
+    store = open_store(root)
+    for name in store.list():
+        if name.startswith(".staging-") or (store.local is None and name.isdigit()
+                                            and not store.exists(f"{name}/{MANIFEST}")):
+            store.remove(name)

@@ -13,16 +13,15 @@ commit waits for it (a shard runs one save at a time).
 
 from __future__ import annotations
 
-import shutil
 import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tables.client import PSClient
 from tables.errors import StreamrecError
-from trainer.bundle import discard_staging, list_versions, publish, staging_dir
+from tables.storage import open_store
+from trainer.bundle import clear_stage, discard_staging, list_versions, publish, shard_save_template
 from trainer.config import ModelConfig
 from trainer.features import build_features
 from trainer.item_catalog import ItemCatalog
@@ -33,8 +32,7 @@ SAVE_TIMEOUT_S = 120.0
 
 class Exporter:
     def __init__(self, root: str, client: PSClient, model_config: ModelConfig, *, base_every: int) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = open_store(root)  # a path or a URL (s3://...): tables.storage
         discard_staging(self.root)
         self.client = client  # owned by the export thread
         self.model = build_model(model_config)  # a copy: the training thread keeps its own
@@ -75,12 +73,11 @@ class Exporter:
     def export(self, pass_id: int, dense: dict[str, np.ndarray], newest_record_time: float | None,
                catalog: ItemCatalog | None = None) -> dict[str, Any]:
         version = self.last_version + 1
-        stage = staging_dir(self.root, version)
         base = self.exports == 0 or self.exports % self.base_every == 0
-        entries = self._save(stage, "base" if base else "delta")
+        entries = self._save(version, "base" if base else "delta")
         if not base and any(e["mode"] == "base" for e in entries):
             base = True  # a shard restarted: everyone writes a base
-            entries = self._save(stage, "base")
+            entries = self._save(version, "base")
         self.model.params.load(dense)
         items = None
         if catalog is not None:
@@ -103,11 +100,10 @@ class Exporter:
         rows = {t: self.client.pull_sparse(t, ti.keys) for t, ti in f.tables.items()}
         return np.ascontiguousarray(m.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
 
-    def _save(self, stage: Path, mode: str) -> list[dict[str, Any]]:
-        shutil.rmtree(stage, ignore_errors=True)
-        stage.mkdir(parents=True)
+    def _save(self, version: int, mode: str) -> list[dict[str, Any]]:
+        clear_stage(self.root, version)
         # bounded: a shard lost mid-save fails this bundle instead of holding the next commit
-        return self.client.save(into=str(stage / "shard-{shard}"), mode=mode, cursor="export",
+        return self.client.save(into=shard_save_template(self.root, version), mode=mode, cursor="export",
                                 timeout_s=SAVE_TIMEOUT_S)
 
     def close(self) -> None:

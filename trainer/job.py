@@ -20,10 +20,8 @@ restarted but without restarting the processes.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +32,7 @@ from tables.client import PSClient
 from tables.cluster import ClusterSpec
 from tables.errors import ConfigError, NotFound, Unavailable
 from tables.ps_config import ClientConfig, PSConfig, load_ps_config
+from tables.storage import open_store
 from tables.sync_modes import PSWorker
 from trainer import checkpoints
 from trainer.config import JobConfig, ModelType
@@ -80,8 +79,8 @@ class StreamingJob:
         self.bootstrap = bootstrap
         self.max_idle_s = max_idle_s
         self.max_records = max_records
-        self.root = Path(config.checkpoint_dir)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = open_store(config.checkpoint_dir)  # a path or a URL (s3://...): tables.storage
+        self._peer_look_at = 0.0
         self.model = build_model(config.model)
         if spec.mode == "geo":
             _check_geo(self.model.tables)
@@ -307,8 +306,12 @@ class StreamingJob:
         worker meets at the commit barrier whether or not its own clock is due."""
         if len(self.active) == 1:
             return False
-        d = checkpoints.pass_dir(self.root, self.clock.pass_id)
-        return any((d / f"worker-{r}.json").is_file() for r in self.active if r != self.rank)
+        if self.root.local is None:  # an object store: a request per look, so look twice a second at most
+            now = time.monotonic()
+            if now < self._peer_look_at:
+                return False
+            self._peer_look_at = now + 0.5
+        return any(checkpoints.has_worker_part(self.root, self.clock.pass_id, r) for r in self.active if r != self.rank)
 
     def _train(self, item: Prepared) -> None:
         assert self.worker is not None and self.consumer is not None
@@ -488,7 +491,7 @@ class StreamingJob:
         load_into_shards(self.client, self.root, pass_id)
         for n in checkpoints.complete_passes(self.root):
             if n > pass_id:
-                shutil.rmtree(checkpoints.pass_dir(self.root, n), ignore_errors=True)
+                checkpoints.remove_pass(self.root, n)
         man = checkpoints.read_pass(self.root, pass_id)
         _, arrays = checkpoints.read_worker_part(self.root, pass_id, self.rank)
         self.worker.dense.optimizer.load_state({k[4:]: v for k, v in arrays.items() if k.startswith("opt.")})

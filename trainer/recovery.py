@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tables.client import PSClient
 from tables.errors import CorruptData, NotFound
+from tables.storage import Store, open_store
 from trainer import checkpoints
 
 
@@ -29,7 +29,7 @@ class Restored:
     records_total: int = 0
 
 
-def newest_usable_pass(root: Path) -> tuple[int, dict[str, Any]] | None:
+def newest_usable_pass(root: Store) -> tuple[int, dict[str, Any]] | None:
     """The newest complete pass whose files verify; a corrupt one is skipped (older ones remain)."""
     for n in reversed(checkpoints.complete_passes(root)):
         try:
@@ -39,13 +39,13 @@ def newest_usable_pass(root: Path) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
-def load_into_shards(client: PSClient, root: Path, pass_id: int) -> None:
+def load_into_shards(client: PSClient, root: Store, pass_id: int) -> None:
     client.load(chain=checkpoints.chain(root, pass_id))
 
 
-def restore(root: Path, client: PSClient, *, rank: int, chief: bool) -> Restored:
+def restore(root: Store | str, client: PSClient, *, rank: int, chief: bool) -> Restored:
     """Chief: clean up and load the shards (call before the restore barrier). Others: read only."""
-    root = Path(root)
+    root = open_store(root)
     if chief:
         client.save_wait()  # a save a killed chief left running ends before its half-committed pass goes
         checkpoints.discard_incomplete(root)

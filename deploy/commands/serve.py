@@ -22,11 +22,11 @@ def run(args: argparse.Namespace) -> int:
 
     from service.app import create_app
     from service.settings import load_settings
-    from tables.storage import mirrored
+    from tables.storage import Mirror
 
     settings = load_settings(args.config, host=args.host, port=args.port)
     # exports_dir may be an fsspec URL (s3://...): bundles are pulled into a local staging dir
-    with mirrored(settings.exports_dir, direction="pull", every_s=settings.poll_seconds) as local:
+    with Mirror(settings.exports_dir, every_s=settings.poll_seconds) as local:
         settings = settings.model_copy(update={"exports_dir": str(local)})
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
                     workers=1, access_log=False)

@@ -81,12 +81,10 @@ def run_stream(args: argparse.Namespace) -> int:
     import faulthandler
     import signal
     from contextlib import ExitStack
-    from pathlib import Path
 
-    from tables.checkpoint import write_json
     from tables.cluster import cluster_from_env
     from tables.errors import ConfigError
-    from tables.storage import mirrored
+    from tables.storage import open_store
     from trainer.config import load_job_config
     from trainer.control import CONTROL_FILE, ControlServer, advertised_endpoint
     from trainer.job import StreamingJob
@@ -113,20 +111,16 @@ def run_stream(args: argparse.Namespace) -> int:
         if lease is not None:
             roots.callback(lease.close)  # last out: released after the job stopped
             spec = spec.model_copy(update={"rank": lease.rank})
-        # Roots may be fsspec URLs (s3://...): every process on this host works in the same local
-        # staging dir; the chief restores from the store first and uploads what passes write.
-        chief = spec.rank == 0
-        local = {key: roots.enter_context(mirrored(getattr(config, key), direction="push" if chief else "none",
-                                                   pull_first=chief)) for key in ("checkpoint_dir", "export_dir")}
-        config = config.model_copy(update={key: str(path) for key, path in local.items()})
+        # checkpoint_dir and export_dir may be URLs (s3://...): the job reads and writes them through
+        # tables.storage, so this worker needs no filesystem shared with the shards or the service
         job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
                            max_records=args.max_records, lease=lease)
         running.append(job)
         server = None
         if job.chief:
             server = ControlServer(JobControl(job), config.control_endpoint).start()
-            write_json(Path(config.checkpoint_dir) / CONTROL_FILE,
-                       {"endpoint": advertised_endpoint(server.endpoint, spec.advertise_host), "rank": spec.rank})
+            endpoint = advertised_endpoint(server.endpoint, spec.advertise_host)
+            open_store(config.checkpoint_dir).write_json(CONTROL_FILE, {"endpoint": endpoint, "rank": spec.rank})
         try:
             result = job.run()
         finally:
