@@ -181,10 +181,35 @@ def test_api_ports_probes_and_secret_agree() -> None:
     svc = _named("Service", "streamrec-api")
     assert svc["spec"]["ports"][0]["targetPort"] in ("http", port)
     assert svc["spec"]["selector"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
-    (secret,) = _by_kind("Secret")
+    secret = _named("Secret", "streamrec-secrets")
     token = next(e for e in c["env"] if e["name"] == "STREAMREC_ADMIN_TOKEN")
     assert token["valueFrom"]["secretKeyRef"]["key"] in secret["stringData"]
     assert token["name"] == StreamrecConfig().service.admin_token_env
+
+
+# what botocore (under s3fs) reads from the environment
+AWS_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION",
+                 "AWS_ENDPOINT_URL"}
+
+
+def test_object_store_credentials_are_the_aws_variables_the_roles_read() -> None:
+    secret = _named("Secret", "streamrec-object-store")
+    assert set(secret["stringData"]) <= AWS_VARIABLES
+    for kind, name in (("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-api")):
+        for c in _named(kind, name)["spec"]["template"]["spec"]["containers"]:
+            refs = [e["secretRef"] for e in c.get("envFrom", []) if "secretRef" in e]
+            assert {"name": "streamrec-object-store", "optional": True} in refs, name  # absent with a volume
+
+
+def test_object_store_roots_reach_the_roles_as_urls(tmp_path: Path) -> None:
+    (cm,) = _by_kind("ConfigMap")
+    raw = yaml.safe_load(cm["data"]["streamrec.yaml"])
+    raw["train"] |= {"checkpoint_dir": "s3://bucket/streamrec/checkpoints", "export_dir": "s3://bucket/streamrec/exports"}
+    config = validate_config(raw, StreamrecConfig, "configmap.yaml")
+    files = write_role_files(config, tmp_path, base=Path("/data"))
+    job = load_job_config(files["train.yaml"])
+    assert (job.checkpoint_dir, job.export_dir) == (raw["train"]["checkpoint_dir"], raw["train"]["export_dir"])
+    assert load_settings(files["service.yaml"], env={}).exports_dir == raw["train"]["export_dir"]
 
 
 def _service_paths() -> set[str]:
