@@ -282,6 +282,8 @@ class StreamingJob:
                 if self.clock.due() or self._peer_committing() or (
                         leaving and (self.clock.count or len(self.active) > 1)):
                     self.commit(leaving=leaving)
+                    if not leaving:  # a commit's stall (slower on an object store) is not idleness of the stream
+                        idle_since = time.monotonic()
             except EpochMoved:
                 self._regroup(shard_lost=self._new_lease_table())
                 return time.monotonic()

@@ -38,8 +38,8 @@ from trainer import bundle, checkpoints
 from trainer.config import load_job_config
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDS = 3000
-MORE = 1000
+RECORDS = 2000
+MORE = 600
 TOKEN = "s3-roots-test-token"
 
 
@@ -128,7 +128,7 @@ def test_shards_trainers_and_service_share_only_an_s3_bucket(roles: Roles, broke
              "batch_timeout_ms": 200}
     job = {"model": {"type": "wide_deep", "slots": [{"name": f"C{i}"} for i in range(1, 27)], "embedding_dim": 4,
                      "mlp": [8]},
-           "kafka": kafka, "passes": {"records": 1000, "base_every": 2}, "checkpoint_dir": ck, "export_dir": ex}
+           "kafka": kafka, "passes": {"records": 700, "base_every": 2}, "checkpoint_dir": ck, "export_dir": ex}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
     ps = PSConfig(tables=load_job_config(tmp_path / "job.yaml").model.table_configs()).model_dump(mode="json")
     _produce(kafka, broker.bootstrap, RECORDS, seed=11)

@@ -144,3 +144,23 @@ def test_passes_on_s3_commit_manifest_last_and_verify(s3_env: dict[str, str]) ->
         checkpoints.read_pass(url, 1)
     checkpoints.remove_pass(url, 1)
     assert checkpoints.complete_passes(url) == [] and open_store(url).list() == []
+
+
+def test_a_bundle_on_an_object_store_exists_once_its_manifest_is_written(tmp_path: Path) -> None:
+    from trainer import bundle
+
+    url = f"memory://streamrec-{uuid.uuid4().hex}/exports"
+    store = open_store(url)
+    with staged_save(bundle.shard_save_template(url, 1).format(shard=0)) as local:
+        (local / "shard.json").write_text("{}")
+    assert bundle.list_versions(url) == []  # no rename on a store: built in place, not yet published
+    bundle.publish(url, version=1, kind="base", parent_version=None, pass_id=1, num_shards=1, tables=[], model={},
+                   dense={"w": np.ones(3, np.float32)})
+    assert bundle.list_versions(url) == [1]
+    store.write_bytes("0000000002/dense.arrays", [b"x"])  # what a crashed export left
+    assert bundle.list_versions(url) == [1]
+    bundle.discard_staging(url)
+    assert store.list() == ["0000000001"]
+    with Mirror(url, every_s=60, staging=tmp_path / "service") as local:
+        man = bundle.read_manifest(local, 1)
+        assert np.array_equal(bundle.load_dense(local, man)["w"], np.ones(3, np.float32))
