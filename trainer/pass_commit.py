@@ -22,10 +22,10 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tables.client import PSClient
+from tables.storage import Store
 from trainer import checkpoints
 from trainer.export import SAVE_TIMEOUT_S
 from trainer.metrics import Metrics
@@ -78,7 +78,7 @@ class CommitFinisher:
             self.client.close()
 
 
-def finish_pass(client: PSClient, root: Path, pass_id: int, saves: list[dict[str, Any]], ranks: list[int], *,
+def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[str, Any]], ranks: list[int], *,
                 keep: int, fields: dict[str, Any]) -> dict[str, Any]:
     """Commit pass ``pass_id`` once the shards wrote the detached ``saves``: the manifest (with
     ``fields`` and what the worker parts of ``ranks`` say) last, then prune to ``keep``."""
@@ -92,7 +92,7 @@ def finish_pass(client: PSClient, root: Path, pass_id: int, saves: list[dict[str
     return man
 
 
-def _merge_parts(root: Path, pass_id: int, ranks: list[int], previous: dict[str, Any]) -> dict[str, Any]:
+def _merge_parts(root: Store, pass_id: int, ranks: list[int], previous: dict[str, Any]) -> dict[str, Any]:
     """Manifest fields merged from the worker parts of ``ranks`` (offsets, metrics, records,
     newest record time); partitions of workers that left keep ``previous``'s offsets."""
     offsets: dict[str, int] = dict(previous.get("offsets", {}))
