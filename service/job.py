@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from tables.errors import StreamrecError, Unavailable
+from tables.storage import read_file
 from trainer.control import ControlClient
 
 
@@ -39,7 +39,7 @@ class JobLink:
     def __init__(self, endpoint: str | None, timeout_s: float, refresh_s: float = 5.0, *,
                  endpoint_file: str | None = None) -> None:
         self.endpoint = endpoint
-        self._file = Path(endpoint_file) if endpoint_file else None
+        self._file = endpoint_file or None  # a path or a URL (s3://...: the checkpoint root's store)
         self._timeout_s = timeout_s
         self._swap = threading.Lock()
         self._client = ControlClient(endpoint, timeout_s=timeout_s) if endpoint else None
@@ -58,8 +58,8 @@ class JobLink:
         if self._file is None:
             return self._client
         try:
-            endpoint = json.loads(self._file.read_text())["endpoint"]
-        except (OSError, ValueError, KeyError, TypeError):
+            endpoint = json.loads(read_file(self._file))["endpoint"]
+        except (OSError, StreamrecError, ValueError, KeyError, TypeError):
             endpoint = None  # no chief has published its endpoint yet
         with self._swap:
             if endpoint != self.endpoint:  # a new chief: drop the old one's socket

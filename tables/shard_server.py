@@ -45,7 +45,7 @@ from tables.shard_manifest import (
     write_save_manifest,
 )
 from tables.sparse_table import SparseTable
-from tables.storage import StagedSave, fetched
+from tables.staging import StagedSave, fetched
 from tables.sync_steps import SyncSteps
 from tables.table_files import TableSave
 

@@ -19,7 +19,7 @@ way: readers skip it and the writer deletes it when it starts again.
 
 Code that needs a local directory (a shard saving its tables, the service loading bundles)
 works in a local one and moves trees with :meth:`Store.upload_tree` /
-:meth:`Store.download_tree`; :class:`Mirror` keeps a reader's local copy in step.
+:meth:`Store.download_tree` (tables.staging).
 
 Endpoint and credentials of an object store come from the environment, as for every AWS
 client: ``AWS_ENDPOINT_URL`` (an S3-compatible server), ``AWS_ACCESS_KEY_ID``,
@@ -28,13 +28,8 @@ client: ``AWS_ENDPOINT_URL`` (an S3-compatible server), ``AWS_ACCESS_KEY_ID``,
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import shutil
-import tempfile
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -43,8 +38,6 @@ import numpy as np
 
 from tables.checkpoint import check_bytes, entry_file, parse_json, read_json, read_verified, write_bytes, write_json
 from tables.errors import ConfigError, CorruptData, Unavailable
-
-log = logging.getLogger("streamrec.storage")
 
 MANIFEST_NAMES = frozenset({"MANIFEST.json", "shard.json", "pass.json", "bundle.json"})
 MANIFEST_SUFFIX = ".manifest.json"
@@ -156,8 +149,7 @@ class LocalStore(Store):
 
     def __init__(self, location: str, path: Path) -> None:
         self.location = location
-        self.local = path
-        path.mkdir(parents=True, exist_ok=True)
+        self.local = path  # created by the first write
 
     def _p(self, rel: str) -> Path:
         return self.local / rel if rel else self.local  # type: ignore[operator]
@@ -351,108 +343,7 @@ def open_store(root: str | Path | Store) -> Store:
     return ObjectStore(location, fs, fs_root)
 
 
-def _scratch(scratch: Path | None) -> Path | None:
-    if scratch is not None:
-        Path(scratch).mkdir(parents=True, exist_ok=True)
-    return scratch
-
-
-class StagedSave:
-    """Where a save for ``location`` is written on this host: the directory itself when it is
-    local; else a scratch directory (under ``scratch``) that :meth:`upload` copies to
-    ``location``, manifests last. :meth:`cleanup` deletes the scratch directory."""
-
-    def __init__(self, location: str, *, scratch: Path | None = None) -> None:
-        self.location = location
-        path = local_path_of(location)
-        self.remote = None if path is not None else open_store(location)
-        self.local = path if path is not None else Path(tempfile.mkdtemp(prefix=".save-", dir=_scratch(scratch)))
-
-    def upload(self) -> None:
-        if self.remote is not None:
-            self.remote.upload_tree(self.local, "")
-
-    def cleanup(self) -> None:
-        if self.remote is not None:
-            shutil.rmtree(self.local, ignore_errors=True)
-
-
-@contextmanager
-def staged_save(location: str, *, scratch: Path | None = None) -> Iterator[Path]:
-    """``with staged_save(url) as local: write...``: uploaded when the block ends without an
-    error (see :class:`StagedSave`), the scratch directory deleted either way."""
-    target = StagedSave(location, scratch=scratch)
-    try:
-        yield target.local
-        target.upload()
-    finally:
-        target.cleanup()
-
-
-@contextmanager
-def fetched(locations: list[str], *, scratch: Path | None = None) -> Iterator[list[Path]]:
-    """Local copies of the directories ``locations`` name (local ones as they are), for the block."""
-    if all(local_path_of(loc) is not None for loc in locations):
-        yield [local_path_of(loc) for loc in locations]  # type: ignore[misc]
-        return
-    top = Path(tempfile.mkdtemp(prefix=".load-", dir=_scratch(scratch)))
-    try:
-        out = []
-        for i, loc in enumerate(locations):
-            path = local_path_of(loc)
-            if path is None:
-                path = top / f"{i:06d}"
-                path.mkdir()
-                open_store(loc).download_tree("", path)
-            out.append(path)
-        yield out
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
-
-
-class Mirror:
-    """A reader's local copy of a root: downloads what is new every ``every_s`` seconds in the
-    background (files before their manifests, so a local reader sees whole directories only).
-    A local root is used in place: no copy, no thread."""
-
-    def __init__(self, location: str, *, every_s: float, staging: str | Path | None = None) -> None:
-        self.store = open_store(location)
-        if self.store.local is not None:
-            self.local = self.store.local
-        else:
-            if staging is None:  # named after the URL, so a restart on the same host reuses it
-                tag = hashlib.sha256(location.encode()).hexdigest()[:16]
-                staging = Path(tempfile.gettempdir()) / f"streamrec-stage-{tag}"
-            self.local = Path(staging)
-            self.local.mkdir(parents=True, exist_ok=True)
-        self.every_s = every_s
-        self.last_error: str | None = None
-        self._known: dict[str, Any] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="storage-pull", daemon=True)
-
-    def pull(self) -> int:
-        """Download what changed since the last pull; the number of files."""
-        try:
-            n = self.store.download_tree("", self.local, self._known)
-            self.last_error = None
-            return n
-        except (Unavailable, OSError) as exc:  # keep trying: the store may come back
-            self.last_error = str(exc)
-            log.warning("pull %s: %s", self.store.location, exc)
-            return 0
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.pull()
-
-    def __enter__(self) -> Path:
-        if self.store.local is None:
-            self.pull()  # start from what is there
-            self._thread.start()
-        return self.local
-
-    def __exit__(self, *exc: object) -> None:
-        if self._thread.is_alive():
-            self._stop.set()
-            self._thread.join(timeout=60)
+def read_file(location: str) -> bytes:
+    """The bytes of one file named by a path or URL (FileNotFoundError when it is not there)."""
+    parent, _, name = location.rstrip("/").rpartition("/")
+    return open_store(parent or ".").read_bytes(name)

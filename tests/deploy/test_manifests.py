@@ -205,11 +205,14 @@ def test_object_store_roots_reach_the_roles_as_urls(tmp_path: Path) -> None:
     (cm,) = _by_kind("ConfigMap")
     raw = yaml.safe_load(cm["data"]["streamrec.yaml"])
     raw["train"] |= {"checkpoint_dir": "s3://bucket/streamrec/checkpoints", "export_dir": "s3://bucket/streamrec/exports"}
+    raw["service"]["job_control_file"] = f"{raw['train']['checkpoint_dir']}/{CONTROL_FILE}"
     config = validate_config(raw, StreamrecConfig, "configmap.yaml")
     files = write_role_files(config, tmp_path, base=Path("/data"))
     job = load_job_config(files["train.yaml"])
     assert (job.checkpoint_dir, job.export_dir) == (raw["train"]["checkpoint_dir"], raw["train"]["export_dir"])
-    assert load_settings(files["service.yaml"], env={}).exports_dir == raw["train"]["export_dir"]
+    service = load_settings(files["service.yaml"], env={})
+    assert (service.exports_dir, service.job_control_file) == (raw["train"]["export_dir"],
+                                                               raw["service"]["job_control_file"])
 
 
 def _service_paths() -> set[str]:
