@@ -1,9 +1,10 @@
-"""The service's link to the training job follows control.json (job_control_file): whichever
-trainer holds rank 0 writes its endpoint there, and a new chief's endpoint replaces the old."""
+"""The service's link to the training job follows control.json (job_control_file, a path or an
+object-store URL): whichever trainer holds rank 0 writes its endpoint there, and a new chief's
+endpoint replaces the old."""
 
 from __future__ import annotations
 
-import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from service.job import JobLink
 from service.settings import ServiceSettings
 from tables.errors import ConfigError, Unavailable
+from tables.storage import open_store
 from tables.yaml_config import validate_config
 from trainer.control import ControlServer
 
@@ -24,18 +26,20 @@ class Chief:
         return {"chief": self.name}
 
 
-def test_the_link_reads_the_endpoint_from_the_file_before_each_call(tmp_path: Path) -> None:
-    control = tmp_path / "control.json"
-    link = JobLink(None, timeout_s=10, endpoint_file=str(control))
+@pytest.mark.parametrize("where", ["local", "object store"])
+def test_the_link_reads_the_endpoint_from_the_file_before_each_call(tmp_path: Path, where: str) -> None:
+    root = str(tmp_path / "ck") if where == "local" else f"memory://streamrec-{uuid.uuid4().hex}/ck"
+    store = open_store(root)  # the checkpoint root the chief writes control.json under
+    link = JobLink(None, timeout_s=10, endpoint_file=f"{root}/control.json")
     assert link.connected
     with pytest.raises(Unavailable, match="names no endpoint"):
         link.call("status")
     first = ControlServer(Chief("first")).start()  # type: ignore[arg-type]
     second = ControlServer(Chief("second")).start()  # type: ignore[arg-type]
     try:
-        control.write_text(json.dumps({"endpoint": first.endpoint, "rank": 0}))
+        store.write_json("control.json", {"endpoint": first.endpoint, "rank": 0})
         assert link.call("status") == {"chief": "first"}
-        control.write_text(json.dumps({"endpoint": second.endpoint, "rank": 0}))  # the chief was replaced
+        store.write_json("control.json", {"endpoint": second.endpoint, "rank": 0})  # the chief was replaced
         assert link.call("status") == {"chief": "second"} and link.endpoint == second.endpoint
     finally:
         link.stop()
