@@ -1,7 +1,9 @@
-"""A dense table: one named float32 array updated by the same optimizers, per element.
+"""A dense table: one named float32 array updated on push by its optimizer, per element.
 
-The array is viewed as (size, 1) rows so the sparse kernels apply unchanged: Adagrad's
-per-row accumulator becomes a per-element one, Adam keeps per-element moments.
+The optimizer is :class:`tables.dense_optimizer.DenseOptimizer` (one numba pass over the
+array; Adagrad's accumulator and Adam's moments are per element, Adam's bias correction
+uses the table's step count). Its state is saved and loaded with the value, so a shard that
+restores a save continues exactly where the save was taken.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from tables.checkpoint import (
     write_json,
 )
 from tables.config import DenseTableConfig
+from tables.dense_optimizer import DenseOptimizer
 from tables.errors import Conflict, CorruptData, InvalidInput, NonFiniteGradient
-from tables.optimizers import Optimizer
 
 
 class DenseTable:
@@ -33,11 +35,8 @@ class DenseTable:
         self.config = config
         self.name = config.name
         self.shape = initial.shape
-        self._value = np.ascontiguousarray(initial).reshape(-1, 1).copy()
-        self._opt = Optimizer(config.optimizer, 1)
-        self._state = np.zeros((self._value.shape[0], self._opt.state_width), np.float32)
-        self._rows = np.arange(self._value.shape[0], dtype=np.int64)
-        self._opt.init_state(self._value, self._state, self._rows, 0)
+        self._value = np.ascontiguousarray(initial).reshape(-1).copy()
+        self._opt = DenseOptimizer(config.optimizer, self._value)
         self._lock = threading.Lock()
         self.version = 0  # number of updates applied
 
@@ -49,11 +48,11 @@ class DenseTable:
         if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != self.shape:
             got = f"{grad.dtype} {grad.shape}" if isinstance(grad, np.ndarray) else type(grad).__name__
             raise InvalidInput(f"dense table {self.name}: gradient must be float32 {self.shape}, got {got}")
-        if not np.isfinite(grad).all():
+        g = np.ascontiguousarray(grad).reshape(-1)
+        if not np.isfinite(g).all():  # numpy's SIMD loop: faster than a scalar numba check
             raise NonFiniteGradient(f"dense table {self.name}: gradient holds NaN or Inf; push refused")
-        g = np.ascontiguousarray(grad).reshape(-1, 1)
         with self._lock:
-            self._opt.apply(self._value, self._state, self._rows, g, 0)
+            self._opt.step(self._value, g)
             self.version += 1
 
     def set(self, value: np.ndarray) -> None:
@@ -61,7 +60,7 @@ class DenseTable:
         if not isinstance(value, np.ndarray) or value.dtype != np.float32 or value.shape != self.shape:
             raise InvalidInput(f"dense table {self.name}: value must be float32 {self.shape}")
         with self._lock:
-            self._value[:, 0] = value.reshape(-1)
+            self._value[...] = value.reshape(-1)
             self.version += 1
 
     def save(self, path: str | Path) -> dict[str, Any]:
@@ -70,12 +69,13 @@ class DenseTable:
     def snapshot(self) -> dict[str, Any]:
         """The value, optimizer state and version as of now (copies), for :meth:`write_snapshot`."""
         with self._lock:
-            return {"value": self._value.copy(), "state": self._state.copy(), "version": self.version}
+            state = {k: v.copy() for k, v in self._opt.state.items()}
+            return {"value": self._value.copy(), "state": state, "version": self.version}
 
     def write_snapshot(self, path: str | Path, snap: dict[str, Any]) -> dict[str, Any]:
         p = Path(path)
         p.mkdir(parents=True, exist_ok=True)
-        arrays = {"value": snap["value"], "state": snap["state"]}
+        arrays = {"value": snap["value"]} | {f"opt.{k}": v for k, v in snap["state"].items()}
         entry = write_bytes(p / f"{self.name.replace('/', '__')}.dense", encode_arrays(arrays))
         manifest = {"format": FORMAT_VERSION, "table": self.name, "shape": list(self.shape),
                     "optimizer": self.config.optimizer.kind, "version": snap["version"], "files": {"dense": entry}}
@@ -95,11 +95,34 @@ class DenseTable:
             raise Conflict(f"{mpath}: saved {shape} with {kind}, table is {self.shape} with "
                            f"{self.config.optimizer.kind}")
         arrays = decode_arrays(read_verified(p, entry), str(p / entry["file"]))
-        if arrays.get("value", np.empty(0)).shape != self._value.shape or \
-                arrays.get("state", np.empty(0)).shape != self._state.shape:
-            raise CorruptData(f"{p}: dense arrays have the wrong shape")
+        if "state" in arrays:
+            arrays = _from_rows_layout(arrays, self.config, version)
+        state = {k[4:]: v for k, v in arrays.items() if k.startswith("opt.")}
+        value = arrays.get("value", np.empty(0))
+        fresh = DenseOptimizer(self.config.optimizer, self._value)
+        try:
+            if value.shape != self._value.shape:
+                raise CorruptData("value")
+            fresh.load_state(state)  # checked before anything changes: a bad file must not half-load
+        except CorruptData:
+            raise CorruptData(f"{p}: dense arrays missing or of the wrong shape") from None
         with self._lock:
-            self._value[...] = arrays["value"]
-            self._state[...] = arrays["state"]
+            self._value[...] = value
+            self._opt = fresh
             self.version = version
         return man
+
+
+def _from_rows_layout(arrays: dict[str, np.ndarray], config: DenseTableConfig, version: int) -> dict[str, np.ndarray]:
+    """Saves written before the element-wise optimizers held ``value`` (n, 1) and one ``state``
+    row per element in the sparse layout (adagrad [acc], adam [m, v, beta1^t, beta2^t], ftrl
+    [z, n]). Adam's step count comes back from its saved beta1^t."""
+    value, state, opt = arrays["value"], arrays["state"], config.optimizer
+    names = {"sgd": (), "adagrad": ("acc",), "adam": ("m", "v"), "ftrl": ("z", "n")}[opt.kind]
+    if state.ndim != 2 or state.shape[1] < len(names) + (2 if opt.kind == "adam" else 0):
+        raise CorruptData(f"dense table {config.name}: saved state has the wrong shape {state.shape}")
+    t = version
+    if opt.kind == "adam" and state.shape[0] and 0.0 < opt.beta1 and 0.0 < state[0, 2] < 1.0:
+        t = round(float(np.log(state[0, 2]) / np.log(opt.beta1)))
+    out = {"value": value.reshape(-1), "opt.t": np.array([t], np.float64)}
+    return out | {f"opt.{k}": np.ascontiguousarray(state[:, j]) for j, k in enumerate(names)}

@@ -176,3 +176,53 @@ def test_bad_initial_and_set_values() -> None:
     t.set(np.ones((3, 4), np.float32))
     np.testing.assert_array_equal(t.pull(), np.ones((3, 4), np.float32))
     assert t.version == 1
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: f"{o.kind}-{o.l2}")
+def test_many_steps_on_a_long_vector_match_numpy(opt: OptimizerConfig) -> None:
+    """Adam's bias correction comes from the table's step count: still right after many steps."""
+    w0 = initial((10_007,))
+    t, ref = DenseTable(DenseTableConfig(name="d", optimizer=opt), w0), NumpyDense(opt, w0)
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        g = (rng.normal(size=w0.shape) * 0.3).astype(np.float32)
+        t.push(g)
+        ref.push(g)
+    np.testing.assert_allclose(t.pull(), ref.w, rtol=2e-5, atol=2e-6)
+    assert t.version == 40
+
+
+def _rows_layout_save(path: Path, opt: OptimizerConfig, w0: np.ndarray, grads: list[np.ndarray]) -> None:
+    """A save as written before the element-wise optimizers: the sparse rules over (n, 1) rows."""
+    from tables.checkpoint import FORMAT_VERSION, encode_arrays, write_bytes, write_json
+    from tables.optimizers import Optimizer
+
+    value = w0.reshape(-1, 1).copy()
+    rule = Optimizer(opt, 1)
+    state = np.zeros((value.shape[0], rule.state_width), np.float32)
+    rows = np.arange(value.shape[0], dtype=np.int64)
+    rule.init_state(value, state, rows, 0)
+    for g in grads:
+        rule.apply(value, state, rows, g.reshape(-1, 1), 0)
+    entry = write_bytes(path / "d.dense", encode_arrays({"value": value, "state": state}))
+    write_json(path / "d.dense.manifest.json", {"format": FORMAT_VERSION, "table": "d", "shape": list(w0.shape),
+                                                 "optimizer": opt.kind, "version": len(grads),
+                                                 "files": {"dense": entry}})
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: f"{o.kind}-{o.l2}")
+def test_saves_of_the_row_layout_load_and_continue(tmp_path: Path, opt: OptimizerConfig) -> None:
+    w0 = initial((50,))
+    rng = np.random.default_rng(4)
+    grads = [(rng.normal(size=w0.shape) * 0.3).astype(np.float32) for _ in range(10)]
+    _rows_layout_save(tmp_path, opt, w0, grads[:5])
+    t, ref = DenseTable(DenseTableConfig(name="d", optimizer=opt), np.zeros(50, np.float32)), NumpyDense(opt, w0)
+    t.load(tmp_path)
+    for g in grads[:5]:
+        ref.push(g)
+    np.testing.assert_allclose(t.pull(), ref.w, rtol=1e-5, atol=1e-6)
+    for g in grads[5:]:  # the step count and moments came along: the rule goes on as if never saved
+        t.push(g)
+        ref.push(g)
+    np.testing.assert_allclose(t.pull(), ref.w, rtol=1e-5, atol=1e-6)
+    assert t.version == 10
