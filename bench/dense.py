@@ -114,7 +114,8 @@ def run(size: int, rounds: int, reps: int) -> dict[str, Any]:
         ms = interleaved_ms({"ours": table.push, "rows": RowsPush(c, w0), "numpy": NumpyPush(c, w0)}, grads,
                             rounds=rounds, reps=reps)
         out["optimizers"][kind] = {f"{k}_ms": round(v, 3) for k, v in ms.items()} | {
-            "speedup_vs_rows": round(ms["rows"] / ms["ours"], 2), "speedup_vs_numpy": round(ms["numpy"] / ms["ours"], 2)}
+            "speedup_vs_rows": round(ms["rows"] / ms["ours"], 2),
+            "speedup_vs_numpy": round(ms["numpy"] / ms["ours"], 2)}
     return out
 
 

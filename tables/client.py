@@ -251,15 +251,20 @@ class PSClient:
         return keys
 
     # ---------------------------------------------------------------- dense
-    def init_dense(self, name: str, initial: np.ndarray, *, optimizer: OptimizerConfig | None = None) -> None:
-        """Create dense array ``name`` on its shards (the first writer wins; a shape clash is an error)."""
+    def init_dense(self, name: str, initial: np.ndarray, *,
+                   optimizer: OptimizerConfig | None = None) -> OptimizerConfig | None:
+        """Create dense array ``name`` on its shards (the first writer wins; a shape clash is an
+        error). Returns the optimizer the array runs (an existing array keeps its own; None
+        from shards that do not say)."""
         initial = np.ascontiguousarray(initial, dtype=np.float32)
         slices = place_dense(name, initial.size, self.n_shards, slice_min_elements=self._slice_min)
         meta = {"optimizer": (optimizer or OptimizerConfig(kind="adam", lr=1e-3)).model_dump()}
         flat = initial.reshape(-1)
         rids = [self._request(sl.shard, Op.INIT_DENSE, sl.part, [flat[sl.start : sl.stop]], meta) for sl in slices]
-        self._collect(rids)
+        replies = self._collect(rids)
         self._dense[name] = (initial.shape, slices)
+        held = replies[0].meta.get("optimizer")
+        return None if held is None else OptimizerConfig.model_validate(held)
 
     def _dense_layout(self, name: str) -> tuple[tuple[int, ...], list[DenseSlice]]:
         if name not in self._dense:
@@ -272,14 +277,19 @@ class PSClient:
         return np.concatenate([r.arrays[0] for r in self._collect(rids)]).reshape(shape)
 
     def push_dense(self, name: str, grad: np.ndarray, *, flags: Flag = Flag.NONE) -> None:
+        self.wait(self.start_push_dense(name, grad, flags=flags))
+
+    def start_push_dense(self, name: str, grad: np.ndarray, *, flags: Flag = Flag.NONE) -> Ticket:
+        """Start pushing a gradient of dense array ``name``; ``wait`` completes it. ``grad`` is
+        sent without a copy: leave it unchanged until then."""
         shape, slices = self._dense_layout(name)
         grad = np.ascontiguousarray(grad, dtype=np.float32)
         if grad.shape != shape:
             raise InvalidInput(f"dense {name!r}: grad shape {grad.shape} != {shape}")
         flat = grad.reshape(-1)
-        rids = [self._request(sl.shard, Op.PUSH_DENSE, sl.part, [flat[sl.start : sl.stop]], flags=flags)
-                for sl in slices]
-        self._collect(rids)
+        parts = {self._request(sl.shard, Op.PUSH_DENSE, sl.part, [flat[sl.start : sl.stop]], flags=flags): sl.shard
+                 for sl in slices}
+        return Ticket("push", parts)
 
     # ---------------------------------------------------------------- control
     def barrier(self, step: int, workers: int, *, timeout_s: float | None = None) -> None:

@@ -122,7 +122,7 @@ def _from_rows_layout(arrays: dict[str, np.ndarray], config: DenseTableConfig, v
     if state.ndim != 2 or state.shape[1] < len(names) + (2 if opt.kind == "adam" else 0):
         raise CorruptData(f"dense table {config.name}: saved state has the wrong shape {state.shape}")
     t = version
-    if opt.kind == "adam" and state.shape[0] and 0.0 < opt.beta1 and 0.0 < state[0, 2] < 1.0:
+    if opt.kind == "adam" and state.shape[0] and opt.beta1 > 0.0 and 0.0 < state[0, 2] < 1.0:
         t = round(float(np.log(state[0, 2]) / np.log(opt.beta1)))
     out = {"value": value.reshape(-1), "opt.t": np.array([t], np.float64)}
     return out | {f"opt.{k}": np.ascontiguousarray(state[:, j]) for j, k in enumerate(names)}

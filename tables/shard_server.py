@@ -208,8 +208,7 @@ class ShardServer:
             self._push_sparse(msg)
             return self._ok(msg)
         if op == Op.INIT_DENSE:
-            self._init_dense(msg)
-            return self._ok(msg)
+            return self._ok(msg, meta={"optimizer": self._init_dense(msg)})
         if op == Op.PULL_DENSE:
             return self._ok(msg, self._dense(msg.table).pull())
         if op == Op.PUSH_DENSE:
@@ -314,7 +313,8 @@ class ShardServer:
             return
         table.push(keys, grads, shows=shows, clicks=clicks)
 
-    def _init_dense(self, msg: Message) -> None:
+    def _init_dense(self, msg: Message) -> dict[str, Any]:
+        """Create the dense part unless it exists; returns the optimizer it runs."""
         (initial,) = self._arrays(msg, 1)
         if initial.dtype != np.float32 or initial.ndim != 1:
             raise InvalidInput(
@@ -325,11 +325,12 @@ class ShardServer:
             size = self._dense_meta[msg.table]["size"]
             if size != initial.shape[0]:
                 raise Conflict(f"dense {msg.table!r} exists with {size} elements; init with {initial.shape[0]} refused")
-            return  # first writer wins
+            return self._dense_meta[msg.table]["optimizer"]  # first writer wins
         optimizer = OptimizerConfig.model_validate(msg.meta.get("optimizer", {"kind": "adam", "lr": 1e-3}))
         cfg = DenseTableConfig(name=msg.table, optimizer=optimizer)
         self.dense[msg.table] = DenseTable(cfg, initial=np.array(initial))
         self._dense_meta[msg.table] = {"size": int(initial.shape[0]), "optimizer": optimizer.model_dump()}
+        return self._dense_meta[msg.table]["optimizer"]
 
     def _push_dense(self, msg: Message) -> None:
         (grad,) = self._arrays(msg, 1)

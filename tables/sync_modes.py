@@ -111,8 +111,9 @@ class PSWorker:
         flags = Flag.SYNC if self.mode == "sync" else Flag.NONE
         self.client.push_sparse(table, keys, grads, shows=shows, clicks=clicks, flags=flags)
 
-    def init_dense(self, name: str, initial: np.ndarray, *, optimizer: OptimizerConfig | None = None) -> None:
-        self.client.init_dense(name, initial, optimizer=optimizer)
+    def init_dense(self, name: str, initial: np.ndarray, *,
+                   optimizer: OptimizerConfig | None = None) -> OptimizerConfig | None:
+        return self.client.init_dense(name, initial, optimizer=optimizer)
 
     def pull_dense(self, name: str) -> np.ndarray:
         return self.client.pull_dense(name)

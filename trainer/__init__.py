@@ -8,8 +8,8 @@ Models and scoring
   inference.py     Predictor(model_config, dense, lookup) and instances_to_batch (the service's API)
 Training
   params.py        LocalStore / PSStore: pull/push sparse, dense vector, step end, drain
-  dense_optim.py   Adam / Adagrad / SGD over the flat dense vector (numba)
-  dense_sync.py    workers' dense copies merged through the PS every k steps
+  dense_sync.py    dense_update local (workers' optimizers, changes merged through the PS every
+                   k steps) or ps (gradients pushed, the shards' optimizer, pulled every k steps)
   worker.py        one step per call: prepare -> pull -> forward (scored first) -> backward -> push
   prefetch.py      next batches' parsing, features and (async) pull in a thread or a child process
   auc.py, metrics.py  bucketed AUC (exact merge), windowed progressive metrics

@@ -39,6 +39,13 @@ class Tower(StrEnum):
     ITEM = "item"
 
 
+class DenseUpdate(StrEnum):
+    """Who runs the dense optimizer (see :mod:`trainer.dense_sync`)."""
+
+    LOCAL = "local"  # each worker, merging its changes through the PS every dense_sync_steps steps
+    PS = "ps"  # the PS shards, on the gradients every worker pushes each step
+
+
 class SlotSpec(FrozenModel):
     name: str = Field(min_length=1)
     dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
@@ -124,7 +131,9 @@ class JobConfig(FrozenModel):
     records: SchemaConfig = SchemaConfig.criteo()  # record layout on the topic
     kafka: KafkaConfig = KafkaConfig()
     passes: PassConfig = PassConfig()
-    dense_sync_steps: int = Field(8, ge=1)  # async/geo: merge the dense model every k steps (sync: every step)
+    dense_update: DenseUpdate = DenseUpdate.LOCAL
+    # async/geo: local merges the dense model every k steps, ps pulls it every k steps (sync: every step)
+    dense_sync_steps: int = Field(8, ge=1)
     checkpoint_dir: str = "checkpoints"
     export_dir: str = "exports"
     metric_window: int = Field(100_000, ge=1)  # records per progressive-validation window

@@ -1,26 +1,38 @@
-"""A worker's dense model: trained locally, merged through the parameter server every k steps.
+"""How a worker's dense model is updated: ``dense_update: local`` or ``ps``.
 
-Each worker applies its dense optimizer to its own copy at every step, and every
-``sync_steps`` steps adds its change since the last sync (local - base) to the PS dense
-vector, then continues from the merged value (Paddle's GEO rule, for the dense part). With
-``sync_steps=1`` and one worker this is exactly local training; in sync mode the deltas of a
-step are summed by the shards at the barrier. A shard then only sums (no optimizer run per
-worker push), which is what lets it keep up with many workers.
+- :class:`LocalDense` (``local``): each worker applies its dense optimizer to its own copy at
+  every step, and every ``sync_steps`` steps adds its change since the last sync (local -
+  base) to the PS dense vector, then continues from the merged value (Paddle's GEO rule, for
+  the dense part). The shard only sums (its rule is SGD at lr 1), and the optimizer state is
+  the worker's (checkpointed in the worker's part of a pass).
+- :class:`PSDense` (``ps``): workers push their dense GRADIENTS every step and the shard's
+  dense table runs the optimizer (Paddle's async communicator, one gradient per send); each
+  worker pulls fresh parameters every ``sync_steps`` steps. In sync mode the shards hold a
+  step's gradients of all workers, sum them at the barrier and apply the optimizer once, and
+  every worker pulls after every step. The optimizer state lives on the shards and is saved
+  and restored with them.
+
+Both offer the same verbs to the worker and the job: ``start``/``refresh`` (take the PS's
+value), ``update`` (one step; True when the caller must refresh after the step's end),
+``flush`` (send what is not sent yet) and ``state``/``load_state`` (what a pass keeps of
+this worker).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from trainer.dense_optim import DenseOptimizer
+from tables.config import OptimizerConfig
+from tables.dense_optimizer import DenseOptimizer
+from trainer.config import DenseUpdate
 from trainer.params import ParamStore
 
 
-class DenseSync:
-    def __init__(self, values: np.ndarray, optimizer: DenseOptimizer, *, sync_steps: int = 1) -> None:
+class LocalDense:
+    def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1) -> None:
         self.values = values  # the model's flat dense vector, updated in place
         self.base = values.copy()
-        self.optimizer = optimizer
+        self.optimizer = DenseOptimizer(optimizer, values)
         self.sync_steps = max(1, sync_steps)
         self.steps = 0
 
@@ -49,3 +61,46 @@ class DenseSync:
             store.add_dense(self.values - self.base)
             self.steps += self.sync_steps - self.steps % self.sync_steps
             self.refresh(store)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return self.optimizer.state
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.optimizer.load_state(state)
+
+
+class PSDense:
+    def __init__(self, values: np.ndarray, *, sync_steps: int = 1) -> None:
+        self.values = values
+        self.sync_steps = max(1, sync_steps)
+        self.steps = 0
+
+    def start(self, store: ParamStore) -> None:
+        self.values[...] = store.pull_dense()
+
+    def update(self, grads: np.ndarray, store: ParamStore) -> bool:
+        # a copy: an async push is still being sent while the next backward overwrites grads
+        store.push_dense(grads.copy())
+        self.steps += 1
+        return self.steps % self.sync_steps == 0
+
+    def refresh(self, store: ParamStore) -> None:
+        self.start(store)  # the shard answers in order: the pull sees this worker's pushes
+
+    def flush(self, store: ParamStore) -> None:
+        """Nothing is held here: every gradient was sent (``store.drain`` waits for them)."""
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {}  # the optimizer state is the shards'
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        pass
+
+
+Dense = LocalDense | PSDense
+
+
+def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int) -> Dense:
+    if update is DenseUpdate.PS:
+        return PSDense(values, sync_steps=sync_steps)
+    return LocalDense(values, optimizer, sync_steps=sync_steps)

@@ -21,7 +21,7 @@ import yaml
 
 from tables.errors import ConfigError, StreamrecError, Unavailable
 from tables.ps_config import PSConfig
-from trainer.config import ModelConfig
+from trainer.config import DenseUpdate, ModelConfig
 from trainer.prefetch import PrefetchKind
 from trainer.process_stats import peak_rss_mb
 
@@ -39,7 +39,8 @@ class FileJob:
     mode: str = "async"
     predictions: str | None = None
     blas_threads: int = 1
-    dense_sync_steps: int = 64  # async: merge each worker's dense model through the PS every k steps
+    dense_update: DenseUpdate = DenseUpdate.LOCAL
+    dense_sync_steps: int = 64  # async: local merges each worker's dense model every k steps, ps pulls it
     prefetch: PrefetchKind = "process"  # where the next batches are parsed and pulled (trainer.prefetch)
 
 
@@ -67,7 +68,8 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
         spec_path.write_text(json.dumps({"model": job.model.model_dump(mode="json"), "train": list(job.train),
                                          "test": job.test, "batch_size": job.batch_size, "results": str(results),
                                          "predictions": job.predictions,
-                                         "dense_sync_steps": job.dense_sync_steps, "prefetch": job.prefetch}))
+                                         "dense_sync_steps": job.dense_sync_steps, "prefetch": job.prefetch,
+                                         "dense_update": str(job.dense_update)}))
         saved = {k: os.environ.get(k) for k in _THREAD_VARS}
         os.environ.update({k: str(job.blas_threads) for k in _THREAD_VARS})  # inherited by the children
         try:

@@ -29,8 +29,9 @@ from streaming.parsers import make_parser
 from tables.client import PSClient
 from tables.cluster import ClusterSpec, cluster_from_env
 from tables.sync_modes import PSWorker
+from trainer.config import DenseUpdate
 from trainer.models import build_model
-from trainer.params import PSStore
+from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
 from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb
 from trainer.worker import Prepared, Worker, prepare
@@ -85,8 +86,10 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     try:
         model = build_model(job["model"])
         ps = PSWorker.from_spec(spec)
-        store = PSStore(ps, model.params.values)
-        worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64))
+        update = DenseUpdate(job.get("dense_update", DenseUpdate.LOCAL))
+        store = PSStore(ps, model.params.values, dense_rule=dense_rule(update, model.config.dense_optimizer))
+        worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64),
+                        dense_update=update)
     except BaseException:
         batches.close()
         raise

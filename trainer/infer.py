@@ -28,7 +28,7 @@ def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, p
     model = build_model(config.model)
     ps = PSWorker.from_spec(spec, config=load_ps_config(spec.ps_config) if spec.ps_config else PSConfig())
     try:
-        worker = Worker(model, PSStore(ps, model.params.values))  # starts from the PS's dense vector
+        worker = Worker(model, PSStore(ps, model.params.values, dense_rule=None))  # starts from the PS's dense vector
         data = FileDataset(list(paths), config.records, batch_size=batch_size)
         two_tower = model.config.type is ModelType.TWO_TOWER
         catalog = ItemCatalog(tuple(s.name for s in model.item_slots)) if two_tower else None  # type: ignore[attr-defined]

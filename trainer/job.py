@@ -40,7 +40,7 @@ from trainer.export import SAVE_TIMEOUT_S, Exporter
 from trainer.item_catalog import ItemCatalog
 from trainer.metrics import WindowedMetrics
 from trainer.models import build_model
-from trainer.params import PSStore
+from trainer.params import PSStore, dense_rule
 from trainer.pass_commit import CommitFinisher, finish_pass
 from trainer.passes import PassClock
 from trainer.prefetch import Prefetcher
@@ -87,7 +87,8 @@ class StreamingJob:
         ps_config = load_ps_config(spec.ps_config) if spec.ps_config else PSConfig()
         self.ps = PSWorker.from_spec(spec, config=ps_config)
         self.client: PSClient = self.ps.client
-        self.store = PSStore(self.ps, self.model.params.values)
+        self.store = PSStore(self.ps, self.model.params.values,
+                             dense_rule=dense_rule(config.dense_update, config.model.dense_optimizer))
         self.lock = threading.RLock()  # the consumer and its offset tracker, shared with the prefetch thread
         self.paused = threading.Event()
         self.requests: list[tuple[str, dict[str, Any], Any]] = []  # control ops run by the main loop
@@ -186,10 +187,10 @@ class StreamingJob:
             self._barrier(0)  # nobody pulls before the chief's load finished
         sync_steps = 1 if self.spec.mode == "sync" else self.config.dense_sync_steps
         self.worker = Worker(self.model, self.store, metrics=WindowedMetrics(self.config.metric_window),
-                             dense_sync_steps=sync_steps)
+                             dense_sync_steps=sync_steps, dense_update=self.config.dense_update)
         opt_state = {k[4:]: v for k, v in restored.worker_arrays.items() if k.startswith("opt.")}
         if opt_state:
-            self.worker.dense.optimizer.load_state(opt_state)
+            self.worker.dense.load_state(opt_state)
         self.pass_id = restored.pass_id
         self.records_total = restored.records_total
         self.clock = PassClock(self.config.passes, workers=self.spec.num_workers)
@@ -345,7 +346,7 @@ class StreamingJob:
         self.worker.dense.flush(self.store)
         with self.lock:
             offsets = self.consumer.committable()
-        arrays = {f"opt.{k}": v for k, v in self.worker.dense.optimizer.state.items()}
+        arrays = {f"opt.{k}": v for k, v in self.worker.dense.state().items()}
         arrays |= {f"metrics.{k}": v for k, v in self.worker.metrics.total.to_arrays().items()}
         checkpoints.write_worker_part(self.root, n, self.rank, arrays, {
             "rank": self.rank, "offsets": {str(p): o for p, o in offsets.items()}, "records": self.clock.count,
@@ -496,7 +497,7 @@ class StreamingJob:
                 checkpoints.remove_pass(self.root, n)
         man = checkpoints.read_pass(self.root, pass_id)
         _, arrays = checkpoints.read_worker_part(self.root, pass_id, self.rank)
-        self.worker.dense.optimizer.load_state({k[4:]: v for k, v in arrays.items() if k.startswith("opt.")})
+        self.worker.dense.load_state({k[4:]: v for k, v in arrays.items() if k.startswith("opt.")})
         self.worker.dense.start(self.store)
         self.records_total = int(man.get("records_total", 0))
         self.pass_id = pass_id

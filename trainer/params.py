@@ -1,11 +1,13 @@
 """Where a worker's parameters live: in-process tables, or the parameter server.
 
 Both stores expose the same verbs, so the step does not care: ``pull_sparse``/``push_sparse``
-per table (keys unique per call, gradients with show/click counts), ``pull_dense``/
-``add_dense`` of the model's one flat dense vector, and ``end_step`` (the sync barrier or
-the geo flush on the PS; nothing locally). The dense vector is the PS dense array
-``dense``; workers run the dense optimizer themselves and add their changes to it (the
-shard keeps it with SGD at lr 1, i.e. a plain sum; see :mod:`trainer.dense_sync`).
+per table (keys unique per call, gradients with show/click counts), ``pull_dense`` of the
+model's one flat dense vector and ``push_dense`` of a gradient for it (``add_dense`` of a
+change when the rule is the sum), and ``end_step`` (the sync barrier or the geo flush on
+the PS; nothing locally). The dense vector is the PS dense array ``dense`` and its rule is
+the store's ``dense_rule``: a plain sum (SGD at lr 1) when workers run the dense optimizer
+and add their changes, else the model's dense optimizer run by the shard on the gradients
+(see :mod:`trainer.dense_sync`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ import numpy as np
 
 from tables.client import Ticket
 from tables.config import OptimizerConfig, TableConfig
+from tables.dense_optimizer import DenseOptimizer
+from tables.errors import Conflict
 from tables.sparse_table import SparseTable
 from tables.sync_modes import PSWorker
+from trainer.config import DenseUpdate
 
 DENSE_NAME = "dense"
-SUM = OptimizerConfig(kind="sgd", lr=1.0)  # the shard's rule for the dense vector: add what workers send
+SUM = OptimizerConfig(kind="sgd", lr=1.0)  # dense_update local: the shard adds what workers send
+
+
+def dense_rule(update: DenseUpdate, optimizer: OptimizerConfig) -> OptimizerConfig:
+    """The rule of the PS dense vector: the model's dense optimizer (ps) or a plain sum (local)."""
+    return optimizer if update is DenseUpdate.PS else SUM
 
 
 class ParamStore(Protocol):
@@ -28,6 +38,7 @@ class ParamStore(Protocol):
     def push_sparse(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray,
                     clicks: np.ndarray) -> None: ...
     def pull_dense(self) -> np.ndarray: ...
+    def push_dense(self, grad: np.ndarray) -> None: ...
     def add_dense(self, delta: np.ndarray) -> None: ...
     def end_step(self) -> None: ...
     def drain(self) -> None: ...
@@ -36,9 +47,11 @@ class ParamStore(Protocol):
 class LocalStore:
     """Tables in this process (single-process training, tests, infer mode on saved tables)."""
 
-    def __init__(self, tables: tuple[TableConfig, ...], dense_initial: np.ndarray) -> None:
+    def __init__(self, tables: tuple[TableConfig, ...], dense_initial: np.ndarray, *,
+                 dense_rule: OptimizerConfig = SUM) -> None:
         self.sparse = {t.name: SparseTable(t) for t in tables}
         self.dense = np.array(dense_initial, np.float32)
+        self._rule = DenseOptimizer(dense_rule, self.dense)
 
     def pull_sparse(self, table: str, keys: np.ndarray) -> np.ndarray:
         return self.sparse[table].pull(keys)
@@ -50,8 +63,11 @@ class LocalStore:
     def pull_dense(self) -> np.ndarray:
         return self.dense.copy()
 
+    def push_dense(self, grad: np.ndarray) -> None:
+        self._rule.step(self.dense, np.ascontiguousarray(grad, np.float32))
+
     def add_dense(self, delta: np.ndarray) -> None:
-        self.dense += delta
+        self.push_dense(-delta)
 
     def end_step(self) -> None:
         pass
@@ -63,8 +79,11 @@ class LocalStore:
 class PSStore:
     """The sharded parameter server through a PSWorker (async, sync or geo)."""
 
-    def __init__(self, worker: PSWorker, dense_initial: np.ndarray) -> None:
+    def __init__(self, worker: PSWorker, dense_initial: np.ndarray, *,
+                 dense_rule: OptimizerConfig | None = SUM) -> None:
+        """``dense_rule``: what the PS dense vector must run (None: whatever it has; infer mode)."""
         self.worker = worker
+        self.dense_rule = dense_rule
         self._initial = np.ascontiguousarray(dense_initial, np.float32).copy()
         # async mode: a step's sparse pushes are waited for at the end of the NEXT step, so
         # the network round trip overlaps compute; drain() waits for all (before a commit)
@@ -74,7 +93,14 @@ class PSStore:
 
     def init(self) -> None:
         """Create the dense array on the shards (first writer wins: all offer the same seeded value)."""
-        self.worker.init_dense(DENSE_NAME, self._initial, optimizer=SUM)
+        held = self.worker.init_dense(DENSE_NAME, self._initial, optimizer=self.dense_rule or SUM)
+        if self.dense_rule is not None and held is not None and held != self.dense_rule:
+            # e.g. a pass of a dense_update: local job restored for a ps one: gradients would be
+            # added as changes (or changes run through an optimizer)
+            raise Conflict(f"the PS dense vector runs {held.model_dump(exclude_defaults=True)}, this job needs "
+                           f"{self.dense_rule.model_dump(exclude_defaults=True)} (dense_update local: a plain sum, "
+                           "ps: the model's dense_optimizer); keep the job's dense_update and dense_optimizer, "
+                           "or start from a new checkpoint_dir")
 
     def forget(self) -> None:
         """Drop pushes in flight (their shard restarted; the caller reloads a pass)."""
@@ -92,6 +118,12 @@ class PSStore:
 
     def pull_dense(self) -> np.ndarray:
         return self.worker.pull_dense(DENSE_NAME).reshape(-1)
+
+    def push_dense(self, grad: np.ndarray) -> None:
+        if self.worker.mode == "async":  # waited for with the step's sparse pushes
+            self._this_step.append(self.worker.client.start_push_dense(DENSE_NAME, grad))
+        else:
+            self.worker.push_dense(DENSE_NAME, grad)
 
     def add_dense(self, delta: np.ndarray) -> None:
         self.worker.push_dense(DENSE_NAME, -delta)  # SGD at lr 1: w -= -delta

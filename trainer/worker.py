@@ -4,8 +4,9 @@
     pull     (sparse rows of those keys)
     forward  (logits; the batch is scored here, BEFORE training: progressive validation)
     backward (dense and sparse gradients)
-    push     (sparse gradients with show/click counts; the dense optimizer step, and every
-              few steps the dense change to the PS (trainer.dense_sync); end of step)
+    push     (sparse gradients with show/click counts; dense: the worker's optimizer step and
+              every few steps its change to the PS, or the dense gradient to the PS whose
+              shards run the optimizer (trainer.dense_sync); end of step)
 
 ``prepare`` (and, in async mode, the sparse pull) may run ahead for the next batch in the
 prefetch stage (:mod:`trainer.prefetch`); the step then starts at its dense pull.
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from streaming.batch import Batch
-from trainer.dense_optim import DenseOptimizer
-from trainer.dense_sync import DenseSync
+from trainer.config import DenseUpdate
+from trainer.dense_sync import make_dense
 from trainer.features import Features
 from trainer.layers import bce_with_logits
 from trainer.metrics import WindowedMetrics
@@ -50,12 +51,12 @@ def prepare(model: Model, batch: Batch, pull: Callable[[str, np.ndarray], np.nda
 
 class Worker:
     def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None,
-                 dense_sync_steps: int = 1) -> None:
+                 dense_sync_steps: int = 1, dense_update: DenseUpdate = DenseUpdate.LOCAL) -> None:
         self.model = model
         self.store = store
         self.metrics = metrics or WindowedMetrics()
-        optimizer = DenseOptimizer(model.config.dense_optimizer, model.params.values.shape[0])
-        self.dense = DenseSync(model.params.values, optimizer, sync_steps=dense_sync_steps)
+        self.dense = make_dense(dense_update, model.params.values, model.config.dense_optimizer,
+                                sync_steps=dense_sync_steps)
         self.dense.start(store)
         self.phase_seconds: dict[str, float] = defaultdict(float)
         self.steps = 0

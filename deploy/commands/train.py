@@ -21,8 +21,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--servers", type=int, default=1)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--mode", choices=["async", "sync", "geo"], default="async")
+    p.add_argument("--dense-update", choices=["local", "ps"], default="local",
+                   help="local: each worker runs the dense optimizer and merges its changes through the PS; "
+                   "ps: workers push dense gradients and the shards run the optimizer")
     p.add_argument("--dense-sync-steps", type=int, default=64,
-                   help="async: each worker merges its dense model through the PS every k steps")
+                   help="async: local merges each worker's dense model through the PS every k steps, "
+                   "ps pulls it every k steps")
     p.add_argument("--prefetch", choices=["thread", "process"], default="process",
                    help="parse, build features and pull the next batches in a child process (measured faster: "
                    "bench/overlap.py) or a thread")
@@ -38,6 +42,7 @@ def run_files(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tables.errors import ConfigError
+    from trainer.config import DenseUpdate
     from trainer.file_job import FileJob, criteo_model, run_file_job
 
     try:
@@ -53,7 +58,8 @@ def run_files(args: argparse.Namespace) -> int:
     job = FileJob(train=tuple(str(Path(p).resolve()) for p in args.train), test=str(Path(args.test).resolve()),
                   model=model, batch_size=args.batch_size, servers=args.servers, workers=args.workers, mode=args.mode,
                   predictions=str(Path(args.predictions).resolve()) if args.predictions else None,
-                  dense_sync_steps=args.dense_sync_steps, prefetch=args.prefetch)
+                  dense_sync_steps=args.dense_sync_steps, prefetch=args.prefetch,
+                  dense_update=DenseUpdate(args.dense_update))
     result = run_file_job(job, work_dir=Path(args.work_dir) if args.work_dir else None)
     keys = ("train_rows", "train_seconds", "samples_per_s", "test_auc", "test_logloss", "peak_rss_mb")
     if args.json:

@@ -31,6 +31,14 @@ def sync_batches(rank: int, steps: int, keys: int, batch: int) -> list[np.ndarra
     return [rng.integers(0, keys, batch).astype(np.uint64) for _ in range(steps)]
 
 
+ADAM = OptimizerConfig(kind="adam", lr=0.01)
+
+
+def dense_grad(rank: int, step: int) -> np.ndarray:
+    """A worker's gradient of the Adam-run dense array at a step of the sync test."""
+    return np.random.default_rng(3000 + 100 * rank + step).normal(size=50).astype(np.float32)
+
+
 def target(keys: np.ndarray, width: int) -> np.ndarray:
     """Regression target of the sync test: the gradient of 0.5 * ||w - target||^2 is w - target."""
     return ((keys[:, None] % 7).astype(np.float32) - 3.0) * np.arange(1, width + 1, dtype=np.float32) / 8
@@ -46,10 +54,12 @@ def main(argv: list[str]) -> int:
             worker.step()
     elif scenario == "sync":
         worker.init_dense("bias", np.zeros(8, np.float32), optimizer=OptimizerConfig(kind="sgd", lr=1.0))
-        for k in sync_batches(spec.rank, steps, keys, batch):
+        worker.init_dense("adam", np.ones(50, np.float32), optimizer=ADAM)
+        for step, k in enumerate(sync_batches(spec.rank, steps, keys, batch)):
             w = worker.pull("ada", k)
             worker.push("ada", k, w - target(k, w.shape[1]))
             worker.push_dense("bias", np.full(8, spec.rank + 1, np.float32))
+            worker.push_dense("adam", dense_grad(spec.rank, step))
             worker.step()
             # every worker sees the same dense value after each barrier: the sum of the step applied once
             step_sum = sum(r + 1 for r in range(spec.num_workers))

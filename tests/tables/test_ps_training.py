@@ -11,7 +11,7 @@ from tables.config import OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable
 
 from .ps_harness import shard_processes
-from .ps_worker import async_batches, sync_batches, target
+from .ps_worker import ADAM, async_batches, dense_grad, sync_batches, target
 
 SGD1 = {"name": "sgd1", "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
 ADA = {"name": "ada", "dim": 4, "optimizer": {"kind": "adagrad", "lr": 0.1}, "seed": 7}
@@ -45,7 +45,17 @@ def test_sync_mode_equals_one_process_on_the_concatenated_batch(tmp_path: Path) 
             rows = c.pull_sparse("ada", np.arange(KEYS, dtype=np.uint64))
             c.init_dense("bias", np.ones(8, np.float32))  # exists already: only learns the layout
             bias = c.pull_dense("bias")
+            assert c.init_dense("adam", np.zeros(50, np.float32)) == ADAM  # the optimizer it runs
+            adam = c.pull_dense("adam")
     np.testing.assert_array_equal(bias, np.full(8, -3.0 * STEPS, np.float32))
+    # the shards summed each step's dense gradients of both workers and ran Adam once on the sum
+    from tables.config import DenseTableConfig
+    from tables.dense_table import DenseTable
+
+    dense = DenseTable(DenseTableConfig(name="adam", optimizer=ADAM), np.ones(50, np.float32))
+    for step in range(STEPS):
+        dense.push(sum(dense_grad(r, step) for r in range(WORKERS)))
+    np.testing.assert_array_equal(adam, dense.pull())
     local = SparseTable(TableConfig(name="ada", dim=4, optimizer=OptimizerConfig(kind="adagrad", lr=0.1), seed=7))
     per_worker = [sync_batches(r, STEPS, KEYS, BATCH) for r in range(WORKERS)]
     for step in range(STEPS):

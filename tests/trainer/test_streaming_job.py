@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from streaming.config import KafkaConfig
@@ -31,7 +32,7 @@ from tables.sparse_table import SparseTable
 from trainer import bundle, checkpoints
 from trainer.config import load_job_config
 from trainer.inference import Predictor
-from trainer.params import SUM
+from trainer.params import SUM, dense_rule
 
 from .conftest import topic_name
 
@@ -54,10 +55,10 @@ def produce(bootstrap: str, n: int = RECORDS, *, kafka: dict | None = None, star
     return kafka
 
 
-def job_yaml(tmp: Path, name: str, kafka: dict, model_type: str = "wide_deep") -> Path:
+def job_yaml(tmp: Path, name: str, kafka: dict, model_type: str = "wide_deep", dense_update: str = "local") -> Path:
     slots = [{"name": f"C{i}", "tower": "item" if i == 2 else "user"} for i in range(1, 27)]
     data = {"model": {"type": model_type, "slots": slots, "embedding_dim": 4, "mlp": [16], "tower_dim": 4, "seed": 2},
-            "kafka": kafka, "passes": {"records": 1000, "base_every": 2, "keep": 3},
+            "kafka": kafka, "dense_update": dense_update, "passes": {"records": 1000, "base_every": 2, "keep": 3},
             "checkpoint_dir": str(tmp / name / "checkpoints"), "export_dir": str(tmp / name / "exports")}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -75,7 +76,7 @@ def wait_exit(p, timeout: float = 300) -> int:
     return p.returncode
 
 
-def final_model(root: Path, tables) -> tuple[dict, np.ndarray]:
+def final_model(root: Path, tables, rule=SUM) -> tuple[dict, np.ndarray]:
     """Rows of every key and the dense vector as of the newest complete pass."""
     done = checkpoints.complete_passes(root)
     modes = {n: checkpoints.read_pass(root, n)["shard_modes"] for n in done}
@@ -89,7 +90,7 @@ def final_model(root: Path, tables) -> tuple[dict, np.ndarray]:
         out[cfg.name] = (keys, t.pull(keys))
     dense_dir = checkpoints.pass_dir(root, done[-1]) / "shard-0" / "dense" / "dense"
     man = yaml.safe_load((dense_dir / "dense.dense.manifest.json").read_text())
-    d = DenseTable(DenseTableConfig(name="dense", optimizer=SUM), np.zeros(man["shape"], np.float32))
+    d = DenseTable(DenseTableConfig(name="dense", optimizer=rule), np.zeros(man["shape"], np.float32))
     d.load(dense_dir)
     return out, d.pull()
 
@@ -141,13 +142,17 @@ def test_passes_commit_checkpoints_and_bundles(broker, cluster, tmp_path: Path) 
     assert [s["pushes"] for s in c.stats()] == [s["pushes"] for s in before]
 
 
+@pytest.mark.parametrize("dense_update", ["local", "ps"])
 def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
-    broker, cluster, procs, tmp_path: Path
+    broker, cluster, procs, tmp_path: Path, dense_update: str
 ) -> None:
+    """With dense_update ps the dense optimizer state is the shard's: saved and restored with it."""
     kafka = produce(broker.bootstrap)
     late = produce(broker.bootstrap, stop=3000)  # the crash run's stream: 3000 now, the rest after the shard dies
-    clean_yaml, crash_yaml = job_yaml(tmp_path, "clean", kafka), job_yaml(tmp_path, "crash", late)
-    tables = load_job_config(clean_yaml).model.table_configs()
+    clean_yaml = job_yaml(tmp_path, "clean", kafka, dense_update=dense_update)
+    crash_yaml = job_yaml(tmp_path, "crash", late, dense_update=dense_update)
+    cfg = load_job_config(clean_yaml)
+    tables, rule = cfg.model.table_configs(), dense_rule(cfg.dense_update, cfg.model.dense_optimizer)
     clean, crashy = cluster(tables), cluster(tables)
     assert wait_exit(clean.train(clean_yaml, broker.bootstrap)) == 0
 
@@ -178,8 +183,8 @@ def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
     assert final["records_total"] == RECORDS and final["offsets"] == {"0": RECORDS}
     # the restarted run trained exactly the records after the last commit: nothing lost, nothing twice
     assert int(committed["offsets"]["0"]) == committed["records_total"]
-    want_rows, want_dense = final_model(Path(load_job_config(clean_yaml).checkpoint_dir), tables)
-    got_rows, got_dense = final_model(root, tables)
+    want_rows, want_dense = final_model(Path(cfg.checkpoint_dir), tables, rule)
+    got_rows, got_dense = final_model(root, tables, rule)
     np.testing.assert_array_equal(got_dense, want_dense)
     for name, (keys, rows) in want_rows.items():
         np.testing.assert_array_equal(got_rows[name][0], keys)
@@ -201,7 +206,7 @@ def holdout_predictions(root: Path, cfg) -> np.ndarray:
     for n in done[done.index(start):]:
         for name, t in tables.items():
             t.load(checkpoints.pass_dir(root, n) / "shard-0" / "sparse" / name)
-    _, dense = final_model(root, cfg.model.table_configs())
+    _, dense = final_model(root, cfg.model.table_configs(), dense_rule(cfg.dense_update, cfg.model.dense_optimizer))
     from trainer.models import build_model
 
     model = build_model(cfg.model)
@@ -213,12 +218,15 @@ def holdout_predictions(root: Path, cfg) -> np.ndarray:
     return pred.predict(batch)
 
 
-def test_async_job_killed_and_restarted_ends_near_a_clean_run(broker, cluster, procs, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dense_update", ["local", "ps"])
+def test_async_job_killed_and_restarted_ends_near_a_clean_run(broker, cluster, procs, tmp_path: Path,
+                                                              dense_update: str) -> None:
     """Async pushes race with the next batch's prefetched pull, so two async runs differ a little
     even without a crash (rarely seen ids most); after a crash and replay the model must score
     held-out records like a clean run, within ASYNC_TOLERANCE."""
     kafka = produce(broker.bootstrap)
-    clean_yaml, crash_yaml = job_yaml(tmp_path, "clean", kafka), job_yaml(tmp_path, "crash", kafka)
+    clean_yaml = job_yaml(tmp_path, "clean", kafka, dense_update=dense_update)
+    crash_yaml = job_yaml(tmp_path, "crash", kafka, dense_update=dense_update)
     tables = load_job_config(clean_yaml).model.table_configs()
     clean, crashy = cluster(tables), cluster(tables)
     assert wait_exit(clean.train(clean_yaml, broker.bootstrap, mode="async")) == 0

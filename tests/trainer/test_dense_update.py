@@ -1,0 +1,71 @@
+"""dense_update: local (workers run the dense optimizer) and ps (the store/shards run it on the
+pushed gradients) train the same model on one worker; the PS refuses a dense vector whose rule
+does not fit the job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tables.config import OptimizerConfig
+from tables.errors import Conflict
+from tables.sync_modes import PSWorker
+from trainer.config import DenseUpdate
+from trainer.models import build_model
+from trainer.params import SUM, LocalStore, PSStore, dense_rule
+from trainer.worker import Worker
+
+from ..tables.ps_harness import shard_processes
+from .test_learning import criteo_model, planted_batches
+
+
+def train(update: DenseUpdate, sync_steps: int, batches: list) -> tuple[Worker, LocalStore]:
+    model = build_model(criteo_model("wide_deep"))
+    store = LocalStore(model.tables, model.params.values,
+                       dense_rule=dense_rule(update, model.config.dense_optimizer))
+    worker = Worker(model, store, dense_sync_steps=sync_steps, dense_update=update)
+    for b in batches:
+        worker.step(b)
+    worker.dense.flush(store)
+    worker.dense.refresh(store)
+    return worker, store
+
+
+def test_one_worker_trains_the_same_dense_model_either_way() -> None:
+    batches = list(planted_batches(4000, 250))
+    local, _ = train(DenseUpdate.LOCAL, 1, batches)
+    ps, store = train(DenseUpdate.PS, 1, batches)
+    assert ps.dense.state() == {}  # the optimizer state is the store's
+    moved = np.abs(local.model.params.values - build_model(criteo_model("wide_deep")).params.values).max()
+    assert moved > 1e-3
+    np.testing.assert_allclose(ps.model.params.values, local.model.params.values, rtol=1e-3, atol=1e-5)
+    np.testing.assert_array_equal(ps.model.params.values, store.dense)
+
+
+def test_ps_update_pulls_every_k_steps_and_pushes_every_step() -> None:
+    batches = list(planted_batches(1750, 250))
+    model = build_model(criteo_model("wide_deep"))
+    store = LocalStore(model.tables, model.params.values, dense_rule=model.config.dense_optimizer)
+    worker = Worker(model, store, dense_sync_steps=3, dense_update=DenseUpdate.PS)
+    seen = []
+    for b in batches:
+        before = model.params.values.copy()
+        worker.step(b)
+        seen.append(not np.array_equal(before, model.params.values))
+    assert seen == [False, False, True, False, False, True, False]
+    assert not np.array_equal(model.params.values, store.dense)  # the 7th gradient is applied, not pulled yet
+    worker.dense.refresh(store)
+    np.testing.assert_array_equal(model.params.values, store.dense)
+
+
+def test_the_ps_refuses_a_dense_vector_of_another_rule(tmp_path: Path) -> None:
+    table = {"name": "emb4", "dim": 4}
+    initial = np.zeros(10, np.float32)
+    adam = OptimizerConfig(kind="adam", lr=1e-3)
+    with shard_processes(tmp_path, [table], n=1) as shards, shards.client() as c:
+        PSStore(PSWorker(c), initial, dense_rule=SUM)
+        with pytest.raises(Conflict, match="dense_update"):
+            PSStore(PSWorker(c), initial, dense_rule=adam)
+        PSStore(PSWorker(c), initial, dense_rule=None)  # infer: any rule
