@@ -7,6 +7,12 @@ probabilities on the test rows. Job: wide&deep, dim 9, MLP 400-400-400, batch 51
 1e-3, 1 shard, 2 workers (all configurable). The TensorFlow ParameterServerStrategy and
 TorchRec figures are quoted from the issue (measured earlier on this machine), NOT re-run.
 
+Dense update: ``--dense-update local`` (each worker runs Adam and merges its changes
+through the PS every --dense-sync-steps steps) or ``ps`` (workers push dense gradients every
+step, the shard runs Adam, workers pull every --ps-pull-steps steps); ``--compare-dense``
+trains both on the same data in one run, in alternating order over --repeat rounds, and
+prints samples/s and test AUC of each with the ratio.
+
 Commit stall: a shard process holding --stall-rows rows (wide&deep row layout) is asked to
 save a pass the way the chief does at a pass end (a base: every row; and a delta after
 --stall-delta-rows pushes). Workers wait at the commit barrier until the chief's request
@@ -49,15 +55,18 @@ def make_data(directory: Path, train_rows: int, test_rows: int, seed: int) -> tu
     return train, test, float(stats["bayes_auc"])
 
 
-def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path) -> dict:
+def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, dense_update: str) -> dict:
     """`streamrec train-files --json` as its own process: its RSS sum is the job's, not this script's."""
+    import shutil
     import subprocess
 
+    shutil.rmtree(work / "job", ignore_errors=True)
+    steps = args.ps_pull_steps if dense_update == "ps" else args.dense_sync_steps
     argv = [sys.executable, "-m", "deploy.cli", "train-files", "--train", str(train), "--test", str(test),
             "--model", "wide_deep", "--embedding-dim", str(args.dim), "--mlp", args.mlp, "--batch-size",
             str(args.batch_size), "--optimizer", "adam", "--lr", str(args.lr), "--servers", str(args.servers),
-            "--workers", str(args.workers), "--dense-sync-steps", str(args.dense_sync_steps), "--work-dir",
-            str(work / "job"), "--json"]
+            "--workers", str(args.workers), "--dense-sync-steps", str(steps), "--dense-update", dense_update,
+            "--work-dir", str(work / "job"), "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     if done.returncode != 0:
         raise SystemExit(f"train-files failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -176,6 +185,45 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
     return out
 
 
+def setup(args: argparse.Namespace, *extra: str) -> dict:
+    keys = ("dim", "mlp", "batch_size", "lr", "servers", "workers", "dense_sync_steps", "ps_pull_steps", *extra)
+    return {k: getattr(args, k) for k in keys}
+
+
+def job_line(args: argparse.Namespace) -> str:
+    return (f"wide&deep dim {args.dim}, MLP {args.mlp}, batch {args.batch_size}, Adam {args.lr}, "
+            f"{args.servers} shard / {args.workers} workers")
+
+
+def compare_dense(args: argparse.Namespace, train: Path, test: Path, bayes: float, work: Path) -> int:
+    """Both dense updates on the same data, ``--repeat`` rounds in alternating order."""
+    runs: dict[str, list[dict]] = {"local": [], "ps": []}
+    for r in range(args.repeat):
+        for mode in ("local", "ps") if r % 2 == 0 else ("ps", "local"):
+            res = run_training(args, train, test, work, mode)
+            runs[mode].append({"samples_per_s": res["samples_per_s"], "test_auc": round(res["test_auc"], 4),
+                               "test_logloss": round(res["test_logloss"], 4), "peak_rss_mb": res["peak_rss_mb"]})
+    mean = {m: {k: round(float(np.mean([x[k] for x in v])), 4) for k in v[0]} for m, v in runs.items()}
+    out = {"runs": runs, "mean": mean, "bayes_auc": round(bayes, 4),
+           "ps_over_local_samples_per_s": round(mean["ps"]["samples_per_s"] / mean["local"]["samples_per_s"], 3),
+           "ps_minus_local_test_auc": round(mean["ps"]["test_auc"] - mean["local"]["test_auc"], 4),
+           "setup": setup(args, "train_rows", "test_rows", "repeat")}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"dense update: {job_line(args)}, {args.train_rows:,} train rows, {args.test_rows:,} test rows, "
+          f"{args.repeat} round(s); Bayes AUC {bayes:.4f}")
+    print(f"{'dense_update':<34}{'samples/s':>12}{'test AUC':>10}{'logloss':>9}{'RSS MB':>8}")
+    for mode, label in (("local", f"local (merge every {args.dense_sync_steps})"),
+                        ("ps", f"ps (pull every {args.ps_pull_steps})")):
+        m = mean[mode]
+        print(f"{label:<34}{m['samples_per_s']:>12,.0f}{m['test_auc']:>10.4f}{m['test_logloss']:>9.4f}"
+              f"{m['peak_rss_mb']:>8,.0f}")
+    print(f"ps / local samples/s: {out['ps_over_local_samples_per_s']:.3f}; "
+          f"ps - local test AUC: {out['ps_minus_local_test_auc']:+.4f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train-rows", type=int, default=1_000_000)
@@ -187,7 +235,11 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--dense-sync-steps", type=int, default=64)
+    ap.add_argument("--dense-update", choices=["local", "ps"], default="local")
+    ap.add_argument("--dense-sync-steps", type=int, default=64, help="local: merge every k steps")
+    ap.add_argument("--ps-pull-steps", type=int, default=1, help="ps: pull the dense model every k steps")
+    ap.add_argument("--compare-dense", action="store_true", help="train with local and ps dense updates")
+    ap.add_argument("--repeat", type=int, default=1, help="--compare-dense: rounds (order alternates)")
     ap.add_argument("--stall-rows", type=int, default=10_000_000)
     ap.add_argument("--stall-delta-rows", type=int, default=1_000_000)
     ap.add_argument("--skip-stall", action="store_true")
@@ -197,7 +249,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="streamrec-bench-train-") as tmp:
         work = Path(tmp)
         train, test, bayes = make_data(work, args.train_rows, args.test_rows, args.seed)
-        result = run_training(args, train, test, work)
+        if args.compare_dense:
+            return compare_dense(args, train, test, bayes, work)
+        result = run_training(args, train, test, work, args.dense_update)
         stall = None if args.skip_stall else commit_stall(args.stall_rows, args.stall_delta_rows, work)
     # the workers wait for the base's consistent point (the worst pass: every K-th one)
     stall_s = None if stall is None else stall["base_stall_s"]
@@ -206,15 +260,12 @@ def main() -> int:
            "train_rows": result["train_rows"], "train_seconds": result["train_seconds"],
            "test_logloss": round(result["test_logloss"], 4), "auc_gap_to_bayes": round(bayes - result["test_auc"], 4),
            "rss_breakdown_mb": result.get("rss_mb"),
-           "commit": stall, "setup": {k: getattr(args, k) for k in ("dim", "mlp", "batch_size", "lr", "servers",
-                                                                    "workers", "dense_sync_steps")},
-           "quoted_not_rerun": QUOTED}
+           "commit": stall, "setup": setup(args, "dense_update"), "quoted_not_rerun": QUOTED}
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"streamrec train-files: wide&deep dim {args.dim}, MLP {args.mlp}, batch {args.batch_size}, Adam {args.lr}, "
-          f"{args.servers} shard / {args.workers} workers, {result['train_rows']:,} train rows, "
-          f"{args.test_rows:,} test rows")
+    print(f"streamrec train-files: {job_line(args)}, dense_update {args.dense_update}, "
+          f"{result['train_rows']:,} train rows, {args.test_rows:,} test rows")
     stall_text = "skipped" if stall is None else (
         f"{stall_s:.3f} s base of {args.stall_rows:,} rows; {stall['delta_stall_s']:.3f} s delta of "
         f"{args.stall_delta_rows:,}")

@@ -45,17 +45,19 @@ def test_one_worker_trains_the_same_dense_model_either_way() -> None:
 
 
 def test_ps_update_pulls_every_k_steps_and_pushes_every_step() -> None:
-    batches = list(planted_batches(1750, 250))
+    batches = list(planted_batches(2000, 250))
     model = build_model(criteo_model("wide_deep"))
     store = LocalStore(model.tables, model.params.values, dense_rule=model.config.dense_optimizer)
     worker = Worker(model, store, dense_sync_steps=3, dense_update=DenseUpdate.PS)
-    seen = []
+    seen, stored = [], []
     for b in batches:
         before = model.params.values.copy()
         worker.step(b)
+        stored.append(store.dense.copy())
         seen.append(not np.array_equal(before, model.params.values))
-    assert seen == [False, False, True, False, False, True, False]
-    assert not np.array_equal(model.params.values, store.dense)  # the 7th gradient is applied, not pulled yet
+    assert seen == [False, False, True, False, False, True, False, False]
+    np.testing.assert_array_equal(model.params.values, stored[5])
+    assert not np.array_equal(model.params.values, store.dense)  # the last gradients are applied, not pulled yet
     worker.dense.refresh(store)
     np.testing.assert_array_equal(model.params.values, store.dense)
 
