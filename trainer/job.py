@@ -168,7 +168,7 @@ class StreamingJob:
         self.store.init()  # no pass yet and a shard restarted empty: the dense array comes back
         opt_state = {k[4:]: v for k, v in restored.worker_arrays.items() if k.startswith("opt.")}
         if opt_state:
-            self.worker.dense.optimizer.load_state(opt_state)
+            self.worker.dense.load_state(opt_state)
         self.worker.dense.start(self.store)
         self.worker.metrics = WindowedMetrics(self.config.metric_window)
         self.pass_id, self.records_total = restored.pass_id, restored.records_total
