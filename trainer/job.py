@@ -185,6 +185,7 @@ class StreamingJob:
         else:
             restored = restore(self.root, self.client, rank=self.rank, chief=self.chief)
             self._barrier(0)  # nobody pulls before the chief's load finished
+        self.store.init()  # a restored dense vector must run this job's rule (dense_update)
         sync_steps = 1 if self.spec.mode == "sync" else self.config.dense_sync_steps
         self.worker = Worker(self.model, self.store, metrics=WindowedMetrics(self.config.metric_window),
                              dense_sync_steps=sync_steps, dense_update=self.config.dense_update)
