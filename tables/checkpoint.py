@@ -85,8 +85,13 @@ def write_bytes(path: Path, chunks: Iterable[bytes | memoryview | np.ndarray]) -
         return w.commit()
 
 
+def encode_json(obj: dict[str, Any]) -> bytes:
+    """A manifest's bytes (stable: sorted keys)."""
+    return json.dumps(obj, indent=1, sort_keys=True).encode()
+
+
 def write_json(path: Path, obj: dict[str, Any]) -> dict[str, Any]:
-    return write_bytes(path, [json.dumps(obj, indent=1, sort_keys=True).encode()])
+    return write_bytes(path, [encode_json(obj)])
 
 
 def parse_json(data: bytes, where: str) -> dict[str, Any]:

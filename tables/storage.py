@@ -29,6 +29,7 @@ client: ``AWS_ENDPOINT_URL`` (an S3-compatible server), ``AWS_ACCESS_KEY_ID``,
 from __future__ import annotations
 
 import shutil
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -36,7 +37,16 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from tables.checkpoint import check_bytes, entry_file, parse_json, read_json, read_verified, write_bytes, write_json
+from tables.checkpoint import (
+    check_bytes,
+    encode_json,
+    entry_file,
+    parse_json,
+    read_json,
+    read_verified,
+    write_bytes,
+    write_json,
+)
 from tables.errors import ConfigError, CorruptData, Unavailable
 
 MANIFEST_NAMES = frozenset({"MANIFEST.json", "shard.json", "pass.json", "bundle.json"})
@@ -83,52 +93,59 @@ def _join(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p.strip("/"))
 
 
-class Store:
+class Store(ABC):
     """One root; ``rel`` paths are ``/``-separated and relative to it."""
 
     location: str
     local: Path | None  # the root itself when it is a local directory
 
+    @abstractmethod
     def url(self, rel: str = "") -> str:
         """How another process names ``rel`` (a path or a URL: what shards are sent)."""
         raise NotImplementedError
 
+    @abstractmethod
     def exists(self, rel: str) -> bool:
         raise NotImplementedError
 
+    @abstractmethod
     def list(self, rel: str = "") -> list[str]:
         """Names of the files and directories in ``rel`` (empty when it does not exist)."""
         raise NotImplementedError
 
+    @abstractmethod
     def remove(self, rel: str) -> None:
         """Delete ``rel`` and everything under it; nothing when it does not exist."""
         raise NotImplementedError
 
+    @abstractmethod
     def read_bytes(self, rel: str) -> bytes:
         """The file's contents (FileNotFoundError when it is not there)."""
         raise NotImplementedError
 
+    @abstractmethod
     def write_bytes(self, rel: str, chunks: Iterable[Chunk]) -> dict[str, Any]:
         """Write one file atomically; its manifest entry (file, bytes, crc32c)."""
         raise NotImplementedError
 
+    @abstractmethod
     def read_verified(self, rel_dir: str, entry: dict[str, Any]) -> memoryview:
         """The file a manifest entry names in ``rel_dir``, checked against its size and CRC-32C."""
         raise NotImplementedError
 
+    @abstractmethod
     def upload_tree(self, local: Path, rel: str) -> int:
         """Copy a local directory to ``rel`` (manifests last); the number of files."""
         raise NotImplementedError
 
+    @abstractmethod
     def download_tree(self, rel: str, local: Path, known: dict[str, Any] | None = None) -> int:
         """Copy ``rel`` into a local directory (manifests last); the number of files copied.
         ``known`` (relpath -> signature, updated): files unchanged since then are skipped."""
         raise NotImplementedError
 
     def write_json(self, rel: str, obj: dict[str, Any]) -> dict[str, Any]:
-        import json
-
-        return self.write_bytes(rel, [json.dumps(obj, indent=1, sort_keys=True).encode()])
+        return self.write_bytes(rel, [encode_json(obj)])
 
     def read_json(self, rel: str) -> dict[str, Any]:
         """A manifest (CorruptData when missing or unreadable)."""
