@@ -195,7 +195,8 @@ AWS_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKE
 def test_object_store_credentials_are_the_aws_variables_the_roles_read() -> None:
     secret = _named("Secret", "streamrec-object-store")
     assert set(secret["stringData"]) <= AWS_VARIABLES
-    for kind, name in (("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-api")):
+    for kind, name in (("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-trainer"),
+                       ("Deployment", "streamrec-api")):
         for c in _named(kind, name)["spec"]["template"]["spec"]["containers"]:
             refs = [e["secretRef"] for e in c.get("envFrom", []) if "secretRef" in e]
             assert {"name": "streamrec-object-store", "optional": True} in refs, name  # absent with a volume
