@@ -2,8 +2,11 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The TensorFlow baseline of bench/train.py lives in its own venv: never a test dependency.
+BASE_VENV := .venv-baselines
+BASE_STAMP := $(BASE_VENV)/.installed
 
-.PHONY: test lint up bench-tables bench-freshness
+.PHONY: test lint up bench-tables bench-freshness bench-train bench-baselines
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,3 +31,15 @@ bench-tables: $(STAMP)
 
 bench-freshness: $(STAMP)
 	$(PY) bench/freshness.py
+
+$(BASE_STAMP):
+	test -x $(BASE_VENV)/bin/python || python3 -m venv $(BASE_VENV)
+	$(BASE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BASE_VENV)/bin/python -m pip install --quiet tensorflow-cpu numpy
+	touch $(BASE_STAMP)
+
+bench-baselines: $(BASE_STAMP)
+
+# streamrec train-files and the TensorFlow wide&deep on the same files, in one run.
+bench-train: $(STAMP) $(BASE_STAMP)
+	$(PY) bench/train.py --baseline-python $(BASE_VENV)/bin/python

@@ -1,11 +1,19 @@
-"""Training benchmark: `streamrec train-files` on planted Criteo-format data, plus the stall of a
-pass commit with 10M sparse rows.
+"""Training benchmark: `streamrec train-files` on planted Criteo-format data, beside a
+TensorFlow wide&deep on the same files in the same run, plus the stall of a pass commit
+with 10M sparse rows.
 
 Data: one PlantedModel (seed 0) draws --train-rows training rows and then --test-rows test
-rows (the same hidden model, later events); the Bayes AUC is that of the true
-probabilities on the test rows. Job: wide&deep, dim 9, MLP 400-400-400, batch 512, Adam
-1e-3, 1 shard, 2 workers (all configurable). The TensorFlow ParameterServerStrategy and
-TorchRec figures are quoted from the issue (measured earlier on this machine), NOT re-run.
+rows (the same hidden model, later events). Two references come from the hidden model
+(bench/auc_ceiling.py): the Bayes AUC (the true probabilities on the test rows) and the
+seen-id ceiling (the true logits without the ids that never occur in training: what a
+learner that knew every seen id's weight exactly would reach). Job: wide&deep, dim 9, MLP
+400-400-400, batch 512, Adam 1e-3, 1 shard, 2 workers (all configurable).
+
+Baseline: bench/baselines/tf_wide_deep.py (the same model, one pass, same files; its
+sparse optimizer is in its output) runs in the TensorFlow virtualenv given by
+--baseline-python, else ``.venv-baselines`` when present (``make bench-baselines``); the
+ratios ours/theirs are printed. Without it the issue's TensorFlow ParameterServerStrategy
+and TorchRec figures are shown, marked as quoted (measured earlier, NOT re-run).
 
 Dense update: ``--dense-update local`` (each worker runs Adam and merges its changes
 through the PS every --dense-sync-steps steps) or ``ps`` (workers push dense gradients every
@@ -22,7 +30,7 @@ synchronous commit, measured in the same run on the same shard) the whole save. 
 measured: when the background write completes (request -> SAVE_WAIT answer), and the p99 of
 10k-key pushes (random existing ids) while it runs, beside the same pushes with no save.
 
-Run: ``python bench/train.py [--train-rows N] [--json]``.
+Run: ``python bench/train.py [--train-rows N] [--baseline-python PATH] [--json]``.
 """
 
 from __future__ import annotations
@@ -39,20 +47,36 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.auc_ceiling import make_planted
+
 QUOTED = {"tensorflow_ps": {"samples_per_s": 22_000, "test_auc": "0.763-0.765", "peak_rss_gb": "2.9-6.9"},
           "torchrec_2_ranks": {"samples_per_s": 28_000, "test_auc": "0.763-0.765", "peak_rss_gb": "2.9-6.9"}}
 TARGETS = {"samples_per_s": 50_000, "peak_rss_mb": 1536, "pass_commit_stall_s": 2.0}
 
 
-def make_data(directory: Path, train_rows: int, test_rows: int, seed: int) -> tuple[Path, Path, float]:
-    from streaming.generator import PlantedModel
-    from streaming.sample_encoding import write_dataset
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE_SCRIPT = ROOT / "bench" / "baselines" / "tf_wide_deep.py"
 
-    model = PlantedModel(seed=seed)
-    train, test = directory / "train.txt", directory / "test.txt"
-    write_dataset(str(train), model, train_rows, fmt="criteo")
-    stats = write_dataset(str(test), model, test_rows, fmt="criteo")  # continues the same stream of events
-    return train, test, float(stats["bayes_auc"])
+
+def baseline_python(given: str | None) -> Path | None:
+    """The TensorFlow virtualenv's python: --baseline-python, else .venv-baselines when it exists."""
+    if given:
+        return Path(given)
+    found = ROOT / ".venv-baselines" / "bin" / "python"
+    return found if found.is_file() else None
+
+
+def run_baseline(python: Path, args: argparse.Namespace, train: Path, test: Path, strategy: str) -> dict:
+    """bench/baselines/tf_wide_deep.py on the same files, with the same model and batch."""
+    import subprocess
+
+    argv = [str(python), str(BASELINE_SCRIPT), "--train", str(train), "--test", str(test), "--dim", str(args.dim),
+            "--mlp", args.mlp, "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--strategy", strategy,
+            "--workers", str(args.workers), *args.baseline_args.split()]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"baseline failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, dense_update: str) -> dict:
@@ -243,42 +267,78 @@ def main() -> int:
     ap.add_argument("--stall-rows", type=int, default=10_000_000)
     ap.add_argument("--stall-delta-rows", type=int, default=1_000_000)
     ap.add_argument("--skip-stall", action="store_true")
+    ap.add_argument("--baseline-python", help="python of the TensorFlow venv (default: .venv-baselines if present)")
+    ap.add_argument("--no-baseline", action="store_true", help="show the issue's quoted figures instead")
+    ap.add_argument("--baseline-strategies", default="local,ps", help="tf_wide_deep.py --strategy values to run")
+    ap.add_argument("--baseline-args", default="", help="extra tf_wide_deep.py arguments, e.g. '--sparse-lr 0.1'")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
+    python = None if args.no_baseline else baseline_python(args.baseline_python)
+    strategies = [x for x in args.baseline_strategies.split(",") if x]
     with tempfile.TemporaryDirectory(prefix="streamrec-bench-train-") as tmp:
         work = Path(tmp)
-        train, test, bayes = make_data(work, args.train_rows, args.test_rows, args.seed)
+        data = make_planted(work, args.train_rows, args.test_rows, args.seed)
         if args.compare_dense:
-            return compare_dense(args, train, test, bayes, work)
-        result = run_training(args, train, test, work, args.dense_update)
+            return compare_dense(args, data.train, data.test, data.bayes_auc, work)
+        result = run_training(args, data.train, data.test, work, args.dense_update)
+        baselines = {} if python is None else {
+            f"tensorflow_{s}": run_baseline(python, args, data.train, data.test, s) for s in strategies}
         stall = None if args.skip_stall else commit_stall(args.stall_rows, args.stall_delta_rows, work)
     # the workers wait for the base's consistent point (the worst pass: every K-th one)
     stall_s = None if stall is None else stall["base_stall_s"]
-    out = {"samples_per_s": result["samples_per_s"], "test_auc": round(result["test_auc"], 4),
-           "bayes_auc": round(bayes, 4), "peak_rss_mb": result["peak_rss_mb"], "pass_commit_stall_s": stall_s,
+    bayes, auc = data.bayes_auc, result["test_auc"]
+    out = {"samples_per_s": result["samples_per_s"], "test_auc": round(auc, 4),
+           "bayes_auc": round(bayes, 4), "seen_id_ceiling_auc": round(data.seen_id_ceiling_auc, 4),
+           "seen_id_ceiling_min10_auc": round(data.seen_id_ceiling_min10_auc, 4),
+           "peak_rss_mb": result["peak_rss_mb"], "pass_commit_stall_s": stall_s,
            "train_rows": result["train_rows"], "train_seconds": result["train_seconds"],
-           "test_logloss": round(result["test_logloss"], 4), "auc_gap_to_bayes": round(bayes - result["test_auc"], 4),
+           "test_logloss": round(result["test_logloss"], 4), "auc_gap_to_bayes": round(bayes - auc, 4),
            "rss_breakdown_mb": result.get("rss_mb"),
-           "commit": stall, "setup": setup(args, "dense_update"), "quoted_not_rerun": QUOTED}
+           "commit": stall, "setup": setup(args, "dense_update")}
+    for b in baselines.values():
+        b["auc_gap_to_bayes"] = round(bayes - b["test_auc"], 4)
+        b["ratio"] = {"samples_per_s": round(result["samples_per_s"] / b["samples_per_s"], 3),
+                      "test_auc": round(auc / b["test_auc"], 4), "test_auc_diff": round(auc - b["test_auc"], 4)}
+    if baselines:
+        out["baselines"] = baselines
+    else:
+        out["quoted_not_rerun"] = QUOTED
     if args.json:
         print(json.dumps(out))
         return 0
+    print_table(args, out, baselines, stall)
+    return 0
+
+
+def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dict | None) -> None:
     print(f"streamrec train-files: {job_line(args)}, dense_update {args.dense_update}, "
-          f"{result['train_rows']:,} train rows, {args.test_rows:,} test rows")
+          f"{out['train_rows']:,} train rows, {args.test_rows:,} test rows")
+    print(f"references from the hidden model: Bayes AUC {out['bayes_auc']:.4f}; seen-id ceiling "
+          f"{out['seen_id_ceiling_auc']:.4f} (ids seen >= 10 times: {out['seen_id_ceiling_min10_auc']:.4f})")
     stall_text = "skipped" if stall is None else (
-        f"{stall_s:.3f} s base of {args.stall_rows:,} rows; {stall['delta_stall_s']:.3f} s delta of "
-        f"{args.stall_delta_rows:,}")
-    rows = [("samples/s", f"{out['samples_per_s']:,.0f}", f">= {TARGETS['samples_per_s']:,}", "22,000 / 28,000"),
-            ("test AUC", f"{out['test_auc']:.4f} (Bayes {out['bayes_auc']:.4f}, gap {out['auc_gap_to_bayes']:.4f})",
-             ">= theirs", "0.763-0.765"),
-            ("test logloss", f"{out['test_logloss']:.4f}", "", ""),
-            ("peak RSS, all processes", f"{out['peak_rss_mb']:,.0f} MB", f"<= {TARGETS['peak_rss_mb']} MB",
-             "2.9-6.9 GB"),
-            ("pass commit stall", stall_text, f"<= {TARGETS['pass_commit_stall_s']} s", "")]
-    print(f"{'metric':<25}{'streamrec':<64}{'target':<16}TF PS / TorchRec (quoted from the issue, not re-run)")
-    for r in rows:
-        print(f"{r[0]:<25}{r[1]:<64}{r[2]:<16}{r[3]}")
+        f"{out['pass_commit_stall_s']:.3f} s base of {args.stall_rows:,} rows; {stall['delta_stall_s']:.3f} s delta "
+        f"of {args.stall_delta_rows:,}")
+    if baselines:
+        heads = [f"{n} (this run)" for n in baselines]
+        theirs = [[f"{b['samples_per_s']:,.0f} (ours x{b['ratio']['samples_per_s']:.2f})",
+                   f"{b['test_auc']:.4f} (ours {b['ratio']['test_auc_diff']:+.4f})", f"{b['test_logloss']:.4f}",
+                   f"{b['peak_rss_mb']:,.0f} MB", ""] for b in baselines.values()]
+    else:
+        heads = ["TF PS / TorchRec (quoted from the issue, not re-run)"]
+        theirs = [["22,000 / 28,000", "0.763-0.765", "", "2.9-6.9 GB", ""]]
+    rows = [("samples/s", f"{out['samples_per_s']:,.0f}", f">= {TARGETS['samples_per_s']:,}"),
+            ("test AUC", f"{out['test_auc']:.4f} (gap to Bayes {out['auc_gap_to_bayes']:.4f})", ">= theirs"),
+            ("test logloss", f"{out['test_logloss']:.4f}", ""),
+            ("peak RSS, all processes", f"{out['peak_rss_mb']:,.0f} MB", f"<= {TARGETS['peak_rss_mb']} MB"),
+            ("pass commit stall", stall_text, f"<= {TARGETS['pass_commit_stall_s']} s")]
+    print(f"{'metric':<25}{'streamrec':<64}{'target':<16}" + "".join(f"{h:<34}" for h in heads))
+    for i, r in enumerate(rows):
+        print(f"{r[0]:<25}{r[1]:<64}{r[2]:<16}" + "".join(f"{t[i]:<34}" for t in theirs))
+    for name, b in baselines.items():
+        print(f"{name}: sparse optimizer {b['sparse_optimizer']} lr {b['sparse_lr']}"
+              + (f" (initial accumulator {b['adagrad_init_acc']})" if b.get("adagrad_init_acc") is not None else "")
+              + f", dense {b['dense_optimizer']}, {b['buckets']:,} hash buckets, {b['workers']} worker(s)")
     if stall is not None:
         print(f"\ncommit stall, two-phase vs synchronous save (baseline, same run, same shard of {args.stall_rows:,} "
               "rows):")
@@ -288,7 +348,6 @@ def main() -> int:
                   f"background by {stall[f'{kind}_complete_s']:.2f} s")
         print(f"  10k-key push p99 during the base's background write: {stall['push_10k_p99_ms_during_base_write']} ms "
               f"({stall['pushes_during_base_write']} pushes); with no save: {stall['push_10k_p99_ms_no_save']} ms")
-    return 0
 
 
 if __name__ == "__main__":
