@@ -24,7 +24,8 @@ so it is not offered: at 2^23 rows it is two orders of magnitude slower.
 Input: ``tf.data`` reads and parses the text (``decode_csv``) in a parallel map, so the
 samples/s include parsing, as streamrec's do. ``--strategy ps`` runs the same step under
 ``tf.distribute.ParameterServerStrategy`` with in-process servers (1 ps, ``--workers``
-workers, a coordinator), the setting the issue quotes.
+workers, a coordinator), the setting the issue quotes: the coordinator reads each batch's
+lines and schedules the step on a free worker, which parses them (asynchronous training).
 
 Run: ``.venv-baselines/bin/python bench/baselines/tf_wide_deep.py --train T --test T``.
 """
@@ -60,10 +61,8 @@ def parse_lines(lines: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.T
     return label, dense, tf.strings.join([tf.broadcast_to(slot, tf.shape(raw)), raw]), mask
 
 
-def dataset(path: str, batch: int, shard: tuple[int, int] | None = None) -> tf.data.Dataset:
+def dataset(path: str, batch: int) -> tf.data.Dataset:
     ds = tf.data.TextLineDataset(path).batch(batch)
-    if shard is not None:
-        ds = ds.shard(*shard)
     return ds.map(parse_lines, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
@@ -210,24 +209,20 @@ def train_ps(args: argparse.Namespace) -> tuple[Trainer, int, float]:
     with strategy.scope():
         trainer = Trainer(WideDeep(args), args)
 
-    def per_worker(ctx: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
-        # each worker reads its own 1/W of the batches, repeated: the coordinator hands out steps to whichever
-        # worker is free, so a faster worker may wrap around its shard while a slower one leaves a tail unread
-        shard = (args.workers, ctx.input_pipeline_id if ctx else 0)
-        return dataset(args.train, args.batch_size, shard=shard).repeat()
-
-    iters = iter(coordinator.create_per_worker_dataset(per_worker))
-
+    # The coordinator hands each batch's raw lines to whichever worker is free and the worker parses them:
+    # exactly one pass in file order. (Per-worker datasets would not do: under the coordinator the dataset
+    # function is traced once, with one input pipeline, so every worker would read the whole file.)
     @tf.function
-    def worker_step(iterator: tf.distribute.DistributedIterator) -> tf.Tensor:
-        return strategy.run(trainer.train_step, args=next(iterator))
+    def worker_step(lines: tf.Tensor) -> tf.Tensor:
+        return strategy.run(lambda x: trainer.train_step(*parse_lines(x)), args=(lines,))
 
-    n_batches = -(-args.train_rows // args.batch_size)
+    rows = 0
     t = time.perf_counter()
-    for _ in range(n_batches):
-        coordinator.schedule(worker_step, args=(iters,))
+    for lines in tf.data.TextLineDataset(args.train).batch(args.batch_size).prefetch(4):
+        coordinator.schedule(worker_step, args=(lines,))
+        rows += int(lines.shape[0])
     coordinator.join()
-    return trainer, args.train_rows, time.perf_counter() - t
+    return trainer, rows, time.perf_counter() - t
 
 
 def main() -> int:
@@ -249,8 +244,6 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="--strategy ps: worker servers")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    with open(args.train, "rb") as f:
-        args.train_rows = sum(1 for _ in f)
     tf.random.set_seed(args.seed)
     if args.strategy == "ps":
         trainer, rows, seconds = train_ps(args)
