@@ -65,7 +65,7 @@ class ModelConfig(FrozenModel):
     sparse_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.05)
     # adagrad, not ftrl: ftrl's beta=1 swamps the small per-id gradients of a mean loss. lr 0.01, not 0.05:
     # an id's first adagrad step is lr whatever its gradient, and most ids are rare, so 0.05 overfits them
-    # (bench/train.py data: test AUC 0.7096-0.7101 at 0.05, 0.7111-0.7116 at 0.01, 0.7109 at 0.005)
+    # (bench/auc_sweep.py, bench/train.py's data: test AUC 0.7096-0.7101 at 0.05, 0.7103-0.7118 at 0.01)
     wide_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.01)
     init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
     seed: int = Field(0, ge=0)
