@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 KINDS = ("thread", "process")
 JOB = {"dim": 9, "mlp": (400, 400, 400), "batch_size": 512, "lr": 1e-3, "servers": 1, "workers": 2}  # the issue's
@@ -51,12 +50,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    from train import make_data  # bench/train.py: the same planted data
+    from streaming.generator import PlantedModel
+    from streaming.sample_encoding import write_dataset
 
     load_before = os.getloadavg()
     runs: dict[str, list[dict]] = {k: [] for k in KINDS}
     with tempfile.TemporaryDirectory(prefix="streamrec-bench-overlap-") as tmp:
-        train, test, _ = make_data(Path(tmp), args.train_rows, args.test_rows, args.seed)
+        train, test = Path(tmp) / "train.txt", Path(tmp) / "test.txt"
+        model = PlantedModel(seed=args.seed)  # the planted data of bench/train.py (test rows: the later events)
+        write_dataset(str(train), model, args.train_rows, fmt="criteo")
+        write_dataset(str(test), model, args.test_rows, fmt="criteo")
         for i in range(args.repeats):
             for kind in KINDS if i % 2 == 0 else KINDS[::-1]:
                 runs[kind].append(run(kind, train, test))

@@ -41,7 +41,7 @@ class FileJob:
     blas_threads: int = 1
     dense_update: DenseUpdate = DenseUpdate.LOCAL
     dense_sync_steps: int = 64  # async: local merges each worker's dense model every k steps, ps pulls it
-    prefetch: PrefetchKind = "process"  # where the next batches are parsed and pulled (trainer.prefetch)
+    prefetch: PrefetchKind = "thread"  # where the next batches are parsed and pulled (trainer.prefetch)
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
