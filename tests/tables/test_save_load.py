@@ -345,6 +345,20 @@ def _concurrent_batch(i: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([rng.choice(POOL[:250], size=30), POOL[250 + i % 50 : 251 + i % 50]])
 
 
+def _push_before_every_chunk(monkeypatch: pytest.MonkeyPatch, a: SparseTable, rng: np.random.Generator) -> list[int]:
+    """Every chunk a save writes is preceded by a push of a fresh batch; returns the pushes made."""
+    orig_next = RowSnapshot.next_chunk
+    pushes: list[int] = []
+
+    def next_chunk(self: RowSnapshot, store: object) -> dict:
+        push(a, _concurrent_batch(len(pushes), rng), rng)
+        pushes.append(1)
+        return orig_next(self, store)
+
+    monkeypatch.setattr(RowSnapshot, "next_chunk", next_chunk)
+    return pushes
+
+
 def test_base_save_with_pushes_between_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Deterministic interleaving: a push runs (same thread, re-entering the lock) before
     every chunk is copied; the file still holds the table as of the save point."""
@@ -354,15 +368,8 @@ def test_base_save_with_pushes_between_chunks(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(table_files, "CHUNK_ROWS", 7)
     seen: dict = {}
     _save_point_recorder(monkeypatch, a, seen)
-    orig_next = RowSnapshot.next_chunk
-    pushes = []
-
-    def next_chunk(self: RowSnapshot, store: object) -> dict:
-        push(a, _concurrent_batch(len(pushes), rng), rng)
-        pushes.append(1)
-        return orig_next(self, store)
-
-    monkeypatch.setattr(RowSnapshot, "next_chunk", next_chunk)
+    orig_next = RowSnapshot.next_chunk  # restored for the delta below
+    pushes = _push_before_every_chunk(monkeypatch, a, rng)
     man = a.save(tmp_path / "base")
     assert len(pushes) == -(-250 // 7) and man["rows"] == 250
     assert a.stats()["capacity_rows"] > 256
@@ -618,15 +625,7 @@ def test_delta_save_with_pushes_between_chunks(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(table_files, "CHUNK_ROWS", 7)
     at_point = view(a)
     point = a.begin_save(tmp_path / "delta", mode="delta")
-    orig_next = RowSnapshot.next_chunk
-    pushes = []
-
-    def next_chunk(self: RowSnapshot, store: object) -> dict:
-        push(a, _concurrent_batch(len(pushes), rng), rng)
-        pushes.append(1)
-        return orig_next(self, store)
-
-    monkeypatch.setattr(RowSnapshot, "next_chunk", next_chunk)
+    pushes = _push_before_every_chunk(monkeypatch, a, rng)
     man = point.write()
     assert man["rows"] == len(POOL[:250:3]) and len(pushes) == -(-250 // 7)
     assert point.snap is None and a._snapshot is None
