@@ -196,10 +196,6 @@ class _Rechunker:
         return self.rows
 
 
-def save_table(t: SparseTable, path: Path, *, mode: str, cursor: str) -> dict[str, Any]:
-    return TableSave(t, path, mode=mode, cursor=cursor).write()
-
-
 def _prune_tombstones(t: SparseTable) -> None:
     """Under the lock: drop the tombstones every cursor's last save already covers."""
     floor = min(c.epoch for c in t._cursors.values())
