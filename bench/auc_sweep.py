@@ -2,7 +2,7 @@
 
 Each setting overrides the wide&deep job of bench/train.py (dim 9, MLP 400-400-400, batch
 512, dense Adam 1e-3, 1 shard, 2 workers); the baseline is the same job with the defaults
-(trainer/config.py), run first in the same process. Settings are JSON objects with any of
+(trainer/job_config.py), run first in the same process. Settings are JSON objects with any of
 ``slr``/``wlr`` (sparse/wide learning rate), ``sopt``/``wopt`` (more optimizer keys, e.g.
 ``{"initial_accumulator": 1e-5}``), ``init`` (init_scale), ``model`` (e.g. ``"lr"``).
 
@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.auc_ceiling import make_planted
-from trainer.config import ModelConfig
+from models.model_config import ModelConfig
 from trainer.file_job import FileJob, criteo_model, run_file_job
 
 

@@ -34,11 +34,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from deploy.launcher import free_ports  # noqa: E402
-from streaming.config import KafkaConfig, SchemaConfig  # noqa: E402
+from ps.launcher import free_ports  # noqa: E402
 from streaming.connection import client_options  # noqa: E402
 from streaming.hashing import hash_strings  # noqa: E402
 from streaming.producer import RecordProducer  # noqa: E402
+from streaming.stream_config import KafkaConfig, SchemaConfig  # noqa: E402
 
 TARGET_P95_S = 5.0
 

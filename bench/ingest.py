@@ -23,7 +23,6 @@ import numpy as np  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
 from streaming.broker import EmbeddedBroker  # noqa: E402
-from streaming.config import KafkaConfig, SchemaConfig  # noqa: E402
 from streaming.connection import client_options  # noqa: E402
 from streaming.consumer import Membership, StreamConsumer  # noqa: E402
 from streaming.criteo import CriteoParser  # noqa: E402
@@ -32,6 +31,7 @@ from streaming.json_lines import JsonLinesParser  # noqa: E402
 from streaming.parsers import Parser  # noqa: E402
 from streaming.producer import RecordProducer  # noqa: E402
 from streaming.sample_encoding import criteo_lines, generated_json_schema, json_lines  # noqa: E402
+from streaming.stream_config import KafkaConfig, SchemaConfig  # noqa: E402
 from streaming.topics import ensure_topics  # noqa: E402
 
 BATCH = 8192

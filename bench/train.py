@@ -124,9 +124,9 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
 
     import yaml
 
-    from deploy.launcher import free_ports
-    from tables.client import PSClient
-    from tables.ps_config import ClientConfig, PSConfig
+    from ps.client import PSClient
+    from ps.launcher import free_ports
+    from ps.ps_config import ClientConfig, PSConfig
     from trainer.file_job import criteo_model
 
     tables = criteo_model("wide_deep", embedding_dim=9, mlp=(8,), optimizer="adam", lr=1e-3).table_configs()

@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tables.errors import StreamrecError
+    from core.errors import StreamrecError
 
     args = build_parser().parse_args(argv)
     try:

@@ -2,7 +2,7 @@
 
 Starts, in order: the embedded Kafka broker (unless a cluster is given), the topics, the
 synthetic event generator (or a replay of a file), S parameter-server shards and W trainers
-(through :class:`deploy.launcher.Launcher`, like ``streamrec launch``) and the FastAPI
+(through :class:`ps.launcher.Launcher`, like ``streamrec launch``) and the FastAPI
 service. Every role runs in its own process group and logs to ``<run_dir>/logs/<role>.log``;
 the roles bind loopback on free ports, the API on the configured address (127.0.0.1:8000).
 
@@ -28,10 +28,10 @@ from typing import IO, TYPE_CHECKING
 
 import yaml
 
-from deploy.config import StreamrecConfig, resolve_root, write_role_files
-from deploy.launcher import Launcher, LaunchSpec, _Role, free_ports
-from tables.errors import ConfigError, StreamrecError
-from tables.storage import open_store
+from core.errors import ConfigError, StreamrecError
+from deploy.system_config import StreamrecConfig, resolve_root, write_role_files
+from ps.launcher import Launcher, LaunchSpec, _Role, free_ports
+from stores.store import open_store
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer
@@ -273,8 +273,8 @@ class LocalSystem:
             return None
 
     def _ps_client(self):  # -> PSClient | None, imported lazily
-        from tables.client import PSClient
-        from tables.ps_config import ClientConfig
+        from ps.client import PSClient
+        from ps.ps_config import ClientConfig
 
         while self.launcher is None or not self.launcher.endpoints:
             if self._launch_thread is not None and not self._launch_thread.is_alive():
@@ -319,7 +319,7 @@ class LocalSystem:
     def commit_final_pass(self) -> None:
         """Commit what was trained since the last pass: on demand when the job allows it (one
         worker), else wait for the pass in progress to end on its own (passes.seconds)."""
-        from tables.errors import Conflict
+        from core.errors import Conflict
         from trainer.control import ControlClient
 
         timeout = self.cfg.up.stop_timeout_s
@@ -407,7 +407,7 @@ def options_from(config: StreamrecConfig, *, run_dir: str | None, kafka: str | N
         up["generator"] = {**up["generator"], "rate": rate}
     if replay is not None and not Path(replay).is_file():
         raise ConfigError(f"--replay {replay}: no such file")
-    from tables.yaml_config import validate_config
+    from core.yaml_config import validate_config
 
     data = config.model_dump(by_alias=True, exclude={"service": {"admin_token"}})
     data["up"] = up

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tables.client import PSClient
-from tables.errors import StreamrecError
+from core.errors import StreamrecError
+from ps.client import PSClient
 
 
 def find_number(obj: Any, *keys: str, depth: int = 4) -> float | None:

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from tables.errors import Forbidden, Unauthorized
+from core.errors import Forbidden, Unauthorized
 
 _bearer = HTTPBearer(auto_error=False, description="the admin token (from the variable named by admin_token_env)")
 

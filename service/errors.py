@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from tables.errors import InvalidInput, StreamrecError
+from core.errors import InvalidInput, StreamrecError
 
 log = logging.getLogger("streamrec.service")
 

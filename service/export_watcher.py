@@ -12,9 +12,9 @@ import logging
 import threading
 from typing import Any
 
+from core.errors import StreamrecError
+from exports.bundle import list_versions, read_manifest
 from service.model_store import ModelStore
-from tables.errors import StreamrecError
-from trainer.bundle import list_versions, read_manifest
 
 log = logging.getLogger("streamrec.service")
 

@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any
 
-from tables.errors import StreamrecError, Unavailable
-from tables.storage import read_file
+from core.errors import StreamrecError, Unavailable
+from stores.store import read_file
 from trainer.control import ControlClient
 
 

@@ -8,7 +8,7 @@ is two copies of the tables in memory. A bundle that fails on the standby is rej
 error recorded for /admin/status), the active side keeps serving, and the standby is rebuilt
 by replaying the active version's chain (base + deltas) before the next bundle.
 
-Per side: for every table a ``SparseTable`` per shard (ids routed with ``tables.routing``), the
+Per side: for every table a ``SparseTable`` per shard (ids routed with ``ps.routing``), the
 dense weights, the model config, and the item index snapshot.
 """
 
@@ -25,14 +25,14 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from core.errors import Conflict, CorruptData, NotFound, StreamrecError, Unavailable
+from exports.bundle import BundleManifest, load_dense, load_items, read_manifest
+from exports.predictor import Predictor
+from models.model_config import ModelConfig
+from ps.routing import plan_keys, shard_of
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex
-from tables.errors import Conflict, CorruptData, NotFound, StreamrecError, Unavailable
-from tables.routing import plan_keys, shard_of
 from tables.sparse_table import SparseTable
-from trainer.bundle import BundleManifest, load_dense, load_items, read_manifest
-from trainer.config import ModelConfig
-from trainer.inference import Predictor
 
 
 @dataclass

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from core.errors import StreamrecError
+from ps.client import PSClient
+from ps.ps_config import ClientConfig
 from service.settings import ReadThroughSettings
-from tables.client import PSClient
-from tables.errors import StreamrecError
-from tables.ps_config import ClientConfig
 
 
 class ReadThrough:

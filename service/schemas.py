@@ -41,7 +41,7 @@ class ItemsResponse(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    code: str = Field(description="stable machine-readable code (tables.errors)")
+    code: str = Field(description="stable machine-readable code (core.errors)")
     message: str = Field(description="what was wrong, naming the field, id or file")
     detail: dict[str, Any] = Field(description="structured context")
 

@@ -15,8 +15,8 @@ from typing import Literal
 import yaml
 from pydantic import Field, model_validator
 
-from tables.errors import ConfigError
-from tables.yaml_config import FrozenModel, validate_config
+from core.errors import ConfigError
+from core.yaml_config import FrozenModel, validate_config
 
 DEFAULT_TOKENS = frozenset({"", "changeme", "admin", "secret", "token"})
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from core.errors import InvalidInput, NotFound
 from service.settings import IndexSettings
-from tables.errors import InvalidInput, NotFound
 
 _TRAIN_POINTS_PER_LIST = 39  # faiss warns below this many training points per IVF list
 _MAX_TRAIN_POINTS_PER_LIST = 256

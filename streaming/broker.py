@@ -25,8 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from streaming.config import KafkaConfig
-from tables.errors import Unavailable
+from core.errors import Unavailable
+from streaming.stream_config import KafkaConfig
 
 
 def tansu_binary() -> Path:

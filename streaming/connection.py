@@ -10,8 +10,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from streaming.config import KafkaConfig
-from tables.errors import Unauthorized
+from core.errors import Unauthorized
+from streaming.stream_config import KafkaConfig
 
 SASL_USERNAME_ENV = "STREAMREC_KAFKA_SASL_USERNAME"
 SASL_PASSWORD_ENV = "STREAMREC_KAFKA_SASL_PASSWORD"

@@ -22,14 +22,14 @@ from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from core.errors import Unavailable
 from streaming.batch import Batch
-from streaming.config import KafkaConfig, SchemaConfig
 from streaming.connection import client_options
 from streaming.dead_letter import DeadLetters
 from streaming.log_bounds import past_the_end
 from streaming.offsets import OffsetTracker
 from streaming.parsers import Parser, make_parser
-from tables.errors import Unavailable
+from streaming.stream_config import KafkaConfig, SchemaConfig
 
 
 class Membership(StrEnum):

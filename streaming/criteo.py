@@ -13,9 +13,9 @@ import numpy as np
 from numba import njit
 
 from streaming.batch import Batch
-from streaming.config import SchemaConfig
 from streaming.hashing import KIND_CODE, token_id
 from streaming.rejects import Rejected, RejectReason
+from streaming.stream_config import SchemaConfig
 
 _OVERSIZED = np.int8(RejectReason.OVERSIZED)
 _FIELD_COUNT = np.int8(RejectReason.FIELD_COUNT)

@@ -16,11 +16,11 @@ from typing import BinaryIO
 
 import numpy as np
 
+from core.errors import InvalidInput
 from streaming.batch import Batch, concat_batches
-from streaming.config import SchemaConfig
 from streaming.dead_letter import DeadLetters
 from streaming.parsers import make_parser
-from tables.errors import InvalidInput
+from streaming.stream_config import SchemaConfig
 
 _BLOCK_BYTES = 8 << 20
 

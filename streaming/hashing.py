@@ -1,7 +1,7 @@
 """Sparse value text -> uint64 feature id, with the slot mixed in.
 
 An id is ``slot_id << 56 | h`` where ``h`` is a 56-bit value derived from the text (see
-:class:`streaming.config.HashKind`). The slot occupies the top byte, so equal strings in
+:class:`streaming.stream_config.HashKind`). The slot occupies the top byte, so equal strings in
 different slots can never collide; within a slot, ``hex`` and ``int`` are lossless and
 ``fnv1a`` collides only as a 56-bit hash does. The kernels work on one bytes buffer plus
 token bounds, so a whole batch is hashed without a Python loop.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
-from streaming.config import HashKind
+from streaming.stream_config import HashKind
 
 SLOT_SHIFT = 56
 LOW_MASK = (1 << SLOT_SHIFT) - 1

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from streaming.batch import Batch, concat_batches
-from streaming.config import HashKind, SchemaConfig
 from streaming.criteo import join_messages
 from streaming.hashing import KIND_CODE, hash_tokens
 from streaming.json_scan import FALLBACK, OK, REJECT, ROLE_DENSE, ROLE_LABEL, ROLE_SPARSE, ROLE_TIME, scan_json
 from streaming.rejects import Rejected, RejectReason
+from streaming.stream_config import HashKind, SchemaConfig
 
 _SLOT_REASON = {
     HashKind.FNV1A: RejectReason.BAD_TEXT,

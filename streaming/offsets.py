@@ -23,8 +23,8 @@ committable offsets to the group before letting go, so the next owner starts exa
 
 from __future__ import annotations
 
+from core.errors import Conflict
 from streaming.batch import Batch
-from tables.errors import Conflict
 
 
 class OffsetTracker:

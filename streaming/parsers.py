@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from streaming.batch import Batch
-from streaming.config import SchemaConfig
 from streaming.criteo import CriteoParser
 from streaming.json_lines import JsonLinesParser
 from streaming.rejects import Rejected
+from streaming.stream_config import SchemaConfig
 
 
 class Parser(Protocol):

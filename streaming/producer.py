@@ -10,8 +10,8 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from streaming.config import KafkaConfig
-from tables.errors import Unavailable
+from core.errors import Unavailable
+from streaming.stream_config import KafkaConfig
 
 _CHUNK = 1000  # records sent between rate checks
 

@@ -13,9 +13,9 @@ from typing import Literal
 import numpy as np
 from numba import njit
 
-from streaming.config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from streaming.criteo import join_messages
 from streaming.generator import ITEM_SLOT, N_DENSE, N_SPARSE, USER_SLOT, PlantedModel, Sample, roc_auc
+from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _ROW_MAX = 2 + N_DENSE * 21 + N_SPARSE * 9 + 1

@@ -8,8 +8,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streaming.config import KafkaConfig
-from tables.errors import Unavailable
+from core.errors import Unavailable
+from streaming.stream_config import KafkaConfig
 
 
 def ensure_topics(config: KafkaConfig, options: dict[str, Any]) -> list[str]:

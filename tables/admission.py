@@ -2,7 +2,7 @@
 
 Until admitted, an id has no row: pull returns its deterministic initializer row without
 storing it, and push only counts it. Policies are chosen per table by config
-(:data:`tables.config.AdmissionConfig`). Pending counts live in count-min sketches of fixed
+(:data:`tables.table_config.AdmissionConfig`). Pending counts live in count-min sketches of fixed
 size; when an id is admitted its estimate is subtracted again, so an id that is later
 evicted starts from (about) zero, like a never-seen id.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from tables.config import AlwaysAdmission, CountAdmission, ProbabilityAdmission, ScoreAdmission
 from tables.hashmap import JIT, mix64
 from tables.sketch import CountMinSketch
+from tables.table_config import AlwaysAdmission, CountAdmission, ProbabilityAdmission, ScoreAdmission
 
 _S40 = np.uint64(40)
 _INV24 = np.float64(1.0 / (1 << 24))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tables.errors import InvalidInput
+from core.errors import InvalidInput
 
 
 def as_keys(keys: Any, *, table: str) -> np.ndarray:

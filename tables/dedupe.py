@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tables.cache_hint import prefetch
 from tables.hashmap import JIT, PF, mix64
-from tables.prefetch import prefetch
 
 _ONE = np.uint64(1)
 

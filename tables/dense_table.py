@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tables.checkpoint import (
+from core.atomic_files import (
     FORMAT_VERSION,
     decode_arrays,
     encode_arrays,
@@ -23,9 +23,9 @@ from tables.checkpoint import (
     write_bytes,
     write_json,
 )
-from tables.config import DenseTableConfig
+from core.errors import Conflict, CorruptData, InvalidInput, NonFiniteGradient
 from tables.dense_optimizer import DenseOptimizer
-from tables.errors import Conflict, CorruptData, InvalidInput, NonFiniteGradient
+from tables.table_config import DenseTableConfig
 
 
 class DenseTable:

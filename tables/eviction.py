@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tables.config import EvictionConfig
+from tables.table_config import EvictionConfig
 
 
 def decayed(values: np.ndarray, last_seen: np.ndarray, current_pass: int, decay: float) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tables.prefetch import prefetch
+from tables.cache_hint import prefetch
 
 MAX_LOAD = 0.7
 LOW32 = np.uint64(0xFFFFFFFF)

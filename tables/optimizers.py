@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tables.config import OptimizerConfig
+from tables.cache_hint import prefetch
 from tables.hashmap import JIT, PF
-from tables.prefetch import prefetch
+from tables.table_config import OptimizerConfig
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)

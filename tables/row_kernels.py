@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tables.cache_hint import prefetch
 from tables.hashmap import JIT, PF, lookup
 from tables.initializers import fill_row
-from tables.prefetch import prefetch
 
 
 @njit(**JIT)

@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from core.errors import NonFiniteGradient
+from core.yaml_config import validate_config
 from tables import eviction, hashmap
 from tables.admission import make_admission
 from tables.batch_checks import as_counts, as_keys, as_matrix
-from tables.config import EvictionConfig, TableConfig
 from tables.dedupe import dedupe, sum_rows, sum_values
-from tables.errors import NonFiniteGradient
 from tables.finite import finite_rows
 from tables.initializers import KIND_CODES, fill_rows
 from tables.optimizers import Optimizer
 from tables.row_kernels import gather, touch
 from tables.rows import RowStore
 from tables.snapshot import RowSnapshot
-from tables.yaml_config import validate_config
+from tables.table_config import EvictionConfig, TableConfig
 
 if TYPE_CHECKING:
     from tables.table_files import TableSave

@@ -25,9 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
-from tables import hashmap
-from tables.admission import make_admission
-from tables.checkpoint import (
+from core.atomic_files import (
     FORMAT_VERSION,
     AtomicWriter,
     decode_arrays,
@@ -37,10 +35,12 @@ from tables.checkpoint import (
     write_bytes,
     write_json,
 )
-from tables.config import TableConfig
-from tables.errors import Conflict, CorruptData, InvalidInput
+from core.errors import Conflict, CorruptData, InvalidInput
+from tables import hashmap
+from tables.admission import make_admission
 from tables.rows import RowStore
 from tables.snapshot import RowSnapshot
+from tables.table_config import TableConfig
 
 if TYPE_CHECKING:
     from tables.sparse_table import SparseTable

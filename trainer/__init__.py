@@ -1,12 +1,10 @@
 """Streaming training: models, the worker step, passes, checkpoints, bundles, recovery.
 
-Models and scoring
-  config.py        ModelConfig / PassConfig / JobConfig (one YAML; unknown keys are errors)
-  layers.py        ParamSet (one flat dense vector), MLP, BCE, numba pooling and wide kernels
-  features.py      Batch -> per-table unique keys (deduplicated across slots) and indices
-  models/          lr, wide_deep, deepfm, two_tower; build_model(config)
-  inference.py     Predictor(model_config, dense, lookup) and instances_to_batch (the service's API)
+The models themselves live in ``models/``, the bundle format and the predictor in ``exports/``.
+
 Training
+  job_config.py    PassConfig / JobConfig (one YAML; unknown keys are errors)
+  ps_worker.py     PSWorker: the trainer's view of the PS, a client plus an update mode
   params.py        LocalStore / PSStore: pull/push sparse, dense vector, step end, drain
   dense_sync.py    dense_update local (workers' optimizers, changes merged through the PS every
                    k steps) or ps (gradients pushed, the shards' optimizer, pulled every k steps)
@@ -17,8 +15,8 @@ Passes and serving hand-off
   passes.py        when a pass ends (N records or T seconds)
   checkpoints.py   checkpoints/pass-<n>/ layout, manifest last, verify, prune
   recovery.py      newest complete pass -> shards load, offsets, optimizer state
-  export.py        bundles (trainer.bundle) in a background thread; item_catalog.py for two-tower
+  export.py        bundles (exports.bundle) in a background thread; item_catalog.py for two-tower
   job.py           the streaming job; job_control.py its control handler (trainer.control)
-  rank_lease.py    STREAMREC_RANK=auto: the rank claimed on shard 0, renewed in a thread, released
+  rank_claim.py    STREAMREC_RANK=auto: the rank claimed on shard 0, renewed in a thread, released
   infer.py         infer mode; file_job.py / file_worker.py: `streamrec train-files`
 """

@@ -3,7 +3,7 @@
 Layout of a pass directory::
 
     shard-<i>/        each PS shard's sparse tables (a delta on cursor "checkpoint", a base
-                      every K passes) and dense parts, ``shard.json`` last (tables.shard_server)
+                      every K passes) and dense parts, ``shard.json`` last (ps.shard_server)
     worker-<r>.arrays a worker's dense-optimizer state and metric histograms
     worker-<r>.json   its Kafka offsets, record counts, newest record time
     pass.json         the manifest, written LAST: pass id, offsets, metrics, evicted
@@ -11,7 +11,7 @@ Layout of a pass directory::
                       after the workers were released, once every shard finished writing
                       its save (trainer.pass_commit)
 
-The root is a path or a URL (tables.storage: ``s3://bucket/prefix``); every process reads
+The root is a path or a URL (stores.store: ``s3://bucket/prefix``); every process reads
 and writes it through its Store, so shards, workers and the chief may be on different hosts.
 A file is atomic on both (temp + fsync + rename locally, one PUT on an object store); a pass
 is not, so a pass without ``pass.json`` does not exist: restore ignores it and the chief
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from tables.checkpoint import decode_arrays, encode_arrays, fsync_dir
-from tables.errors import CorruptData
-from tables.storage import Store, open_store
+from core.atomic_files import decode_arrays, encode_arrays, fsync_dir
+from core.errors import CorruptData
+from stores.store import Store, open_store
 
 MANIFEST = "pass.json"
 _PASS_DIR = re.compile(r"^pass-(\d{8})$")

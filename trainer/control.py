@@ -2,7 +2,7 @@
 
 The chief trainer (rank 0) serves a ZeroMQ REP socket; a request is one JSON object
 ``{"op": NAME, "args": {...}}`` and the reply is ``{"ok": true, "result": ...}`` or
-``{"ok": false, "error": {"code", "message", "detail"}}`` (codes from tables.errors, so the
+``{"ok": false, "error": {"code", "message", "detail"}}`` (codes from core.errors, so the
 service maps them to HTTP statuses with its one handler). Ops and their handler methods:
 
   status() -> dict              passes() -> list[dict]         checkpoint() -> dict
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from tables.errors import InvalidInput, StreamrecError, Unavailable, error_from_code
+from core.errors import InvalidInput, StreamrecError, Unavailable, error_from_code
 
 CONTROL_FILE = "control.json"  # under the checkpoint root: {"endpoint", "rank"} of the chief's control server
 OPS = ("status", "passes", "checkpoint", "export", "shrink", "rollback", "pause", "resume", "get_policy",
@@ -102,7 +102,7 @@ def advertised_endpoint(bound: str, host: str | None) -> str:
 
 
 class ControlClient:
-    """Calls a job's control server; raises the job's errors as tables.errors classes."""
+    """Calls a job's control server; raises the job's errors as core.errors classes."""
 
     def __init__(self, endpoint: str, *, timeout_s: float = 30.0) -> None:
         self.endpoint = endpoint

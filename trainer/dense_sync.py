@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tables.config import OptimizerConfig
 from tables.dense_optimizer import DenseOptimizer
-from trainer.config import DenseUpdate
+from tables.table_config import OptimizerConfig
+from trainer.job_config import DenseUpdate
 from trainer.params import ParamStore
 
 

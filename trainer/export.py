@@ -1,4 +1,4 @@
-"""After each committed pass: an inference bundle in ``<exports>/<version>/`` (trainer.bundle).
+"""After each committed pass: an inference bundle in ``<exports>/<version>/`` (exports.bundle).
 
 Every shard saves its tables on cursor "export" straight into the staging dir: a delta
 (rows touched since the previous bundle, plus tombstones of evicted ids) or, every K
@@ -18,21 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from tables.client import PSClient
-from tables.errors import StreamrecError
-from tables.storage import open_store
-from trainer.bundle import clear_stage, discard_staging, list_versions, publish, shard_save_template
-from trainer.config import ModelConfig
-from trainer.features import build_features
+from core.errors import StreamrecError
+from exports.bundle import clear_stage, discard_staging, list_versions, publish, shard_save_template
+from models import build_model
+from models.features import build_features
+from models.model_config import ModelConfig
+from ps.client import PSClient
+from stores.store import open_store
 from trainer.item_catalog import ItemCatalog
-from trainer.models import build_model
 
 SAVE_TIMEOUT_S = 120.0
 
 
 class Exporter:
     def __init__(self, root: str, client: PSClient, model_config: ModelConfig, *, base_every: int) -> None:
-        self.root = open_store(root)  # a path or a URL (s3://...): tables.storage
+        self.root = open_store(root)  # a path or a URL (s3://...): stores.store
         discard_staging(self.root)
         self.client = client  # owned by the export thread
         self.model = build_model(model_config)  # a copy: the training thread keeps its own

@@ -19,9 +19,10 @@ from typing import Any, get_args
 
 import yaml
 
-from tables.errors import ConfigError, StreamrecError, Unavailable
-from tables.ps_config import PSConfig
-from trainer.config import DenseUpdate, ModelConfig
+from core.errors import ConfigError, StreamrecError, Unavailable
+from models.model_config import ModelConfig
+from ps.ps_config import PSConfig
+from trainer.job_config import DenseUpdate
 from trainer.prefetch import PrefetchKind
 from trainer.process_stats import peak_rss_mb
 
@@ -53,7 +54,7 @@ def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimi
 
 
 def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBase | None = None) -> dict[str, Any]:
-    from deploy.launcher import Launcher, LaunchSpec
+    from ps.launcher import Launcher, LaunchSpec
 
     if job.prefetch not in get_args(PrefetchKind):
         raise ConfigError(f"prefetch must be one of {get_args(PrefetchKind)}, got {job.prefetch!r}")

@@ -21,19 +21,19 @@ from typing import Any
 
 import numpy as np
 
+from models import build_model
+from ps.client import PSClient
+from ps.cluster import ClusterSpec, cluster_from_env
 from streaming.batch import Batch
-from streaming.config import SchemaConfig
 from streaming.dead_letter import DeadLetters
 from streaming.file_dataset import line_blocks
 from streaming.parsers import make_parser
-from tables.client import PSClient
-from tables.cluster import ClusterSpec, cluster_from_env
-from tables.sync_modes import PSWorker
-from trainer.config import DenseUpdate
-from trainer.models import build_model
+from streaming.stream_config import SchemaConfig
+from trainer.job_config import DenseUpdate
 from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
 from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb
+from trainer.ps_worker import PSWorker
 from trainer.worker import Prepared, Worker, prepare
 
 _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)

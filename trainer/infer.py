@@ -9,17 +9,18 @@ from typing import Any
 
 import numpy as np
 
+from core.atomic_files import encode_arrays, write_bytes
+from models import build_model
+from models.features import build_features
+from models.model_config import ModelType
+from ps.cluster import ClusterSpec
+from ps.ps_config import PSConfig, load_ps_config
 from streaming.file_dataset import FileDataset
-from tables.checkpoint import encode_arrays, write_bytes
-from tables.cluster import ClusterSpec
-from tables.ps_config import PSConfig, load_ps_config
-from tables.sync_modes import PSWorker
-from trainer.config import JobConfig, ModelType
-from trainer.features import build_features
 from trainer.item_catalog import ItemCatalog
+from trainer.job_config import JobConfig
 from trainer.metrics import Metrics
-from trainer.models import build_model
 from trainer.params import PSStore
+from trainer.ps_worker import PSWorker
 from trainer.worker import Worker
 
 

@@ -9,7 +9,7 @@ everyone, and the chief finishes the commit in the background (shard saves writt
 manifest last, prune, export: :mod:`trainer.pass_commit`). On start the newest complete
 pass is loaded (:mod:`trainer.recovery`) and every worker seeks Kafka to its offsets.
 
-Leased ranks (``STREAMREC_RANK=auto``, :mod:`trainer.rank_lease`): the barriers are
+Leased ranks (``STREAMREC_RANK=auto``, :mod:`trainer.rank_claim`): the barriers are
 rendezvous on shard 0 named after the membership epoch, so a dead worker's arrival never
 counts later. When the epoch moves (a replacement took a dead worker's rank, or a shard
 lost its tables) every worker *regroups*: all meet, the chief reloads the newest complete
@@ -27,24 +27,25 @@ from typing import Any
 import numpy as np
 from kafka.errors import KafkaError
 
+from core.errors import ConfigError, NotFound, Unavailable
+from models import build_model
+from models.model_config import ModelType
+from ps.client import PSClient
+from ps.cluster import ClusterSpec
+from ps.ps_config import ClientConfig, PSConfig, load_ps_config
+from stores.store import open_store
 from streaming.consumer import Membership, StreamConsumer
-from tables.client import PSClient
-from tables.cluster import ClusterSpec
-from tables.errors import ConfigError, NotFound, Unavailable
-from tables.ps_config import ClientConfig, PSConfig, load_ps_config
-from tables.storage import open_store
-from tables.sync_modes import PSWorker
 from trainer import checkpoints
-from trainer.config import JobConfig, ModelType
 from trainer.export import SAVE_TIMEOUT_S, Exporter
 from trainer.item_catalog import ItemCatalog
+from trainer.job_config import JobConfig
 from trainer.metrics import WindowedMetrics
-from trainer.models import build_model
 from trainer.params import PSStore, dense_rule
 from trainer.pass_commit import CommitFinisher, finish_pass
 from trainer.passes import PassClock
 from trainer.prefetch import Prefetcher
-from trainer.rank_lease import EpochMoved, RankLease
+from trainer.ps_worker import PSWorker
+from trainer.rank_claim import EpochMoved, RankLease
 from trainer.recovery import Restored, restore
 from trainer.worker import Prepared, Worker, prepare
 
@@ -53,7 +54,7 @@ _TAG = 1 << 41  # barrier ids of pass commits and restores: far above any step n
 
 def _check_geo(tables: Any) -> None:
     """Geo mode sends row deltas the shard adds: its tables must use SGD at lr 1 (a plain sum)."""
-    from tables.errors import ConfigError
+    from core.errors import ConfigError
 
     for t in tables:
         for opt in (t.optimizer, t.wide_optimizer if t.wide else t.optimizer):
@@ -79,7 +80,7 @@ class StreamingJob:
         self.bootstrap = bootstrap
         self.max_idle_s = max_idle_s
         self.max_records = max_records
-        self.root = open_store(config.checkpoint_dir)  # a path or a URL (s3://...): tables.storage
+        self.root = open_store(config.checkpoint_dir)  # a path or a URL (s3://...): stores.store
         self._peer_look_at = 0.0
         self.model = build_model(config.model)
         if spec.mode == "geo":
@@ -269,8 +270,10 @@ class StreamingJob:
                 self._serve_requests()
             if self.reseek is not None:
                 return time.monotonic()
+            # idle means no record since idle_since: a batch that arrives late (a slow start on a
+            # busy machine) is trained, not taken for the end of the stream
             done = (self.max_records is not None and self.records_run >= self.max_records) or (
-                self.max_idle_s is not None and time.monotonic() - idle_since >= self.max_idle_s)
+                item is None and self.max_idle_s is not None and time.monotonic() - idle_since >= self.max_idle_s)
             # the chief stays while others train: it commits their passes
             leaving = done and (not self.chief or self.active == [self.rank])
             try:
@@ -451,7 +454,7 @@ class StreamingJob:
 
     def _op_export(self) -> dict[str, Any]:
         if self.exporter is None:
-            from tables.errors import Conflict
+            from core.errors import Conflict
 
             raise Conflict("this worker does not export (not the chief, or passes.export is off)")
         self._finish_wait()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tables.client import PSClient
-from tables.errors import Conflict, InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
+from ps.client import PSClient
 from trainer import checkpoints
 from trainer.job import StreamingJob
 

@@ -16,13 +16,13 @@ from typing import Protocol
 
 import numpy as np
 
-from tables.client import Ticket
-from tables.config import OptimizerConfig, TableConfig
+from core.errors import Conflict
+from ps.client import Ticket
 from tables.dense_optimizer import DenseOptimizer
-from tables.errors import Conflict
 from tables.sparse_table import SparseTable
-from tables.sync_modes import PSWorker
-from trainer.config import DenseUpdate
+from tables.table_config import OptimizerConfig, TableConfig
+from trainer.job_config import DenseUpdate
+from trainer.ps_worker import PSWorker
 
 DENSE_NAME = "dense"
 SUM = OptimizerConfig(kind="sgd", lr=1.0)  # dense_update local: the shard adds what workers send

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tables.client import PSClient
-from tables.storage import Store
+from ps.client import PSClient
+from stores.store import Store
 from trainer import checkpoints
 from trainer.export import SAVE_TIMEOUT_S
 from trainer.metrics import Metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from trainer.config import PassConfig
+from trainer.job_config import PassConfig
 
 
 class PassClock:

@@ -39,7 +39,7 @@ from typing import Any, Literal, TypeVar
 
 import zmq
 
-from tables.errors import Unavailable
+from core.errors import Unavailable
 from trainer.process_stats import peak_rss_mb
 
 T = TypeVar("T")
@@ -247,6 +247,6 @@ def start_prefetch(kind: PrefetchKind, produce: Callable[[], Iterable[T]], *,
         return ProcessPrefetcher(produce, depth=depth)
     if kind == "thread":
         return Prefetcher(produce(), depth=depth)
-    from tables.errors import ConfigError
+    from core.errors import ConfigError
 
     raise ConfigError(f"prefetch must be 'thread' or 'process', got {kind!r}")

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from tables.client import PSClient
-from tables.errors import CorruptData, NotFound
-from tables.storage import Store, open_store
+from core.errors import CorruptData, NotFound
+from ps.client import PSClient
+from stores.store import Store, open_store
 from trainer import checkpoints
 
 

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.base import Model
+from models.features import Features
+from models.layers import bce_with_logits
 from streaming.batch import Batch
-from trainer.config import DenseUpdate
 from trainer.dense_sync import make_dense
-from trainer.features import Features
-from trainer.layers import bce_with_logits
+from trainer.job_config import DenseUpdate
 from trainer.metrics import WindowedMetrics
-from trainer.models.base import Model
 from trainer.params import ParamStore
 
 PHASES = ("prepare", "pull", "forward", "backward", "push")

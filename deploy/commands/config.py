@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from deploy.config import load_config
+    from deploy.system_config import load_config
 
     config = load_config(args.config)
     print(json.dumps(config.model_dump(mode="json", by_alias=True, exclude={"service": {"admin_token"}}), indent=1))
@@ -29,7 +29,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    from deploy.config import load_config, write_role_files
+    from deploy.system_config import load_config, write_role_files
 
     config = load_config(args.config)
     base = Path(args.base).resolve() if args.base else Path.cwd()

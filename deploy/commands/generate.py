@@ -9,8 +9,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from streaming.config import KafkaConfig
     from streaming.generator import PlantedModel
+    from streaming.stream_config import KafkaConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from core.errors import ConfigError
     from streaming.generator import PlantedModel
-    from tables.errors import ConfigError
 
     # A live stream at a fixed rate carries wall-clock event times, so serving freshness
     # (now - newest event time of a bundle) is meaningful for generated data too.
@@ -57,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _to_kafka(args: argparse.Namespace, model: PlantedModel) -> int:
+    from core.errors import ConfigError
     from streaming.broker import bootstrap_servers
-    from streaming.config import load_kafka_config
     from streaming.connection import client_options
-    from tables.errors import ConfigError
+    from streaming.stream_config import load_kafka_config
 
     bootstrap = args.bootstrap.split(",") if args.bootstrap else None
     config = load_kafka_config(args.config, bootstrap_servers=bootstrap, topic=args.topic)

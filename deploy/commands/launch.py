@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from tables.errors import ConfigError
+from core.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deploy.launcher import Launcher, LaunchSpec
+    from ps.launcher import Launcher, LaunchSpec
 
     command = args.worker_command[1:] if args.worker_command[:1] == ["--"] else args.worker_command
     if not command:

@@ -20,12 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streaming.config import SchemaConfig, load_kafka_config
+    from core.errors import ConfigError
     from streaming.connection import client_options
     from streaming.criteo import CriteoParser
     from streaming.producer import RecordProducer, file_lines
+    from streaming.stream_config import SchemaConfig, load_kafka_config
     from streaming.topics import ensure_topics
-    from tables.errors import ConfigError
 
     bootstrap = args.bootstrap.split(",") if args.bootstrap else None
     config = load_kafka_config(args.config, bootstrap_servers=bootstrap, topic=args.topic)

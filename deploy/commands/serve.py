@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     from service.app import create_app
     from service.settings import load_settings
-    from tables.staging import Mirror
+    from stores.staging import Mirror
 
     settings = load_settings(args.config, host=args.host, port=args.port)
     # exports_dir may be an fsspec URL (s3://...): bundles are pulled into a local staging dir

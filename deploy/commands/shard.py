@@ -6,8 +6,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from tables.auth import read_secret
-from tables.ps_config import load_ps_config
+from ps.auth import read_secret
+from ps.ps_config import load_ps_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tables.shard_server import ShardServer  # the engine (numba) loads only when a shard runs
+    from ps.shard_server import ShardServer  # the engine (numba) loads only when a shard runs
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s shard-{args.index} %(levelname)s %(message)s")
     server = ShardServer(

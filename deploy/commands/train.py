@@ -41,9 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_files(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tables.errors import ConfigError
-    from trainer.config import DenseUpdate
+    from core.errors import ConfigError
     from trainer.file_job import FileJob, criteo_model, run_file_job
+    from trainer.job_config import DenseUpdate
 
     try:
         mlp = tuple(int(x) for x in args.mlp.split(",") if x.strip())
@@ -88,14 +88,14 @@ def run_stream(args: argparse.Namespace) -> int:
     import signal
     from contextlib import ExitStack
 
-    from tables.cluster import cluster_from_env
-    from tables.errors import ConfigError
-    from tables.storage import open_store
-    from trainer.config import load_job_config
+    from core.errors import ConfigError
+    from ps.cluster import cluster_from_env
+    from stores.store import open_store
     from trainer.control import CONTROL_FILE, ControlServer, advertised_endpoint
     from trainer.job import StreamingJob
+    from trainer.job_config import load_job_config
     from trainer.job_control import JobControl
-    from trainer.rank_lease import RankLease
+    from trainer.rank_claim import RankLease
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to stderr
     config = load_job_config(args.config)
@@ -118,7 +118,7 @@ def run_stream(args: argparse.Namespace) -> int:
             roots.callback(lease.close)  # last out: released after the job stopped
             spec = spec.model_copy(update={"rank": lease.rank})
         # checkpoint_dir and export_dir may be URLs (s3://...): the job reads and writes them through
-        # tables.storage, so this worker needs no filesystem shared with the shards or the service
+        # stores.store, so this worker needs no filesystem shared with the shards or the service
         job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
                            max_records=args.max_records, lease=lease)
         running.append(job)
@@ -151,9 +151,9 @@ def register_infer(subparsers: argparse._SubParsersAction) -> None:
 def run_infer(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tables.cluster import cluster_from_env
-    from trainer.config import load_job_config
+    from ps.cluster import cluster_from_env
     from trainer.infer import infer_files
+    from trainer.job_config import load_job_config
 
     result = infer_files(load_job_config(args.config), cluster_from_env(), args.data,
                          predictions=Path(args.predictions) if args.predictions else None,

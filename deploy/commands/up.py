@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from deploy.config import load_config
+    from deploy.system_config import load_config
     from deploy.up import options_from, run_up
 
     opts = options_from(load_config(args.config), run_dir=args.run_dir, kafka=args.kafka, replay=args.replay,

@@ -10,12 +10,12 @@ from fastapi import APIRouter, Depends, Path
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
+from core.errors import StreamrecError
 from service.auth import require_admin
 from service.deps import JobDep, StoreDep, WatcherDep
 from service.job import JobLink
 from service.schemas import ADMIN_ERROR_RESPONSES, Strict
-from tables.config import AdmissionConfig, EvictionConfig
-from tables.errors import StreamrecError
+from tables.table_config import AdmissionConfig, EvictionConfig
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)

@@ -9,10 +9,10 @@ import numpy as np
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel, Field
 
+from core.errors import InvalidInput, NotFound
 from service.deps import LimitsDep, StoreDep
 from service.json_rows import rows_json
 from service.schemas import ERROR_RESPONSES, U64, Strict
-from tables.errors import InvalidInput, NotFound
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 

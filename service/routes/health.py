@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from core.errors import Unavailable
 from service.deps import MetricsDep, StoreDep
 from service.schemas import ERROR_RESPONSES
-from tables.errors import Unavailable
 
 router = APIRouter(tags=["health"])
 

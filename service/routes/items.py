@@ -10,11 +10,11 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
+from core.errors import InvalidInput, Unavailable
 from service.deps import LimitsDep, StoreDep
 from service.schemas import ERROR_RESPONSES, Finite, ItemsResponse, Strict, json_response, scored
 from service.settings import LimitSettings
 from service.vector_index import ItemIndex
-from tables.errors import InvalidInput, Unavailable
 
 router = APIRouter(tags=["items"], responses=ERROR_RESPONSES)
 T = TypeVar("T")

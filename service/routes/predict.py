@@ -1,4 +1,4 @@
-"""CTR scores from the served model (trainer.inference.Predictor over the pinned bundle)."""
+"""CTR scores from the served model (exports.predictor.Predictor over the pinned bundle)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
+from core.errors import InvalidInput, Unavailable
+from exports.predictor import Predictor, instances_to_batch
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
 from service.schemas import ERROR_RESPONSES, Instance, Strict, json_response
 from streaming.batch import Batch
-from tables.errors import InvalidInput, Unavailable
-from trainer.inference import Predictor, instances_to_batch
 
 router = APIRouter(tags=["predict"], responses=ERROR_RESPONSES)
 _INLINE_INSTANCES = 64  # up to this many instances take well under a millisecond: score on the event loop

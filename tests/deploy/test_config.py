@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy.config import StreamrecConfig, load_config, write_role_files
+from core.errors import ConfigError
+from deploy.system_config import StreamrecConfig, load_config, write_role_files
+from ps.ps_config import load_ps_config
 from service.settings import load_settings
-from tables.errors import ConfigError
-from tables.ps_config import load_ps_config
-from trainer.config import load_job_config
+from trainer.job_config import load_job_config
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 

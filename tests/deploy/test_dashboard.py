@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from deploy.launcher import free_ports
+from ps.launcher import free_ports
 from service.app import create_app
 from service.settings import ServiceSettings
 from trainer.control import ControlServer

@@ -11,14 +11,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from core.yaml_config import validate_config
 from deploy.cli import build_parser
-from deploy.config import StreamrecConfig, write_role_files
+from deploy.system_config import StreamrecConfig, write_role_files
+from ps.cluster import cluster_from_env
+from ps.ps_config import load_ps_config
 from service.settings import load_settings
-from tables.cluster import cluster_from_env
-from tables.ps_config import load_ps_config
-from tables.yaml_config import validate_config
-from trainer.config import load_job_config
 from trainer.control import CONTROL_FILE, advertised_endpoint
+from trainer.job_config import load_job_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_FILES = sorted((DEPLOY / "k8s").glob("*.yaml"))

@@ -21,21 +21,22 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy.launcher import free_ports
-from streaming.config import KafkaConfig
+from core.errors import Unavailable
+from exports import bundle
+from ps.client import PSClient
+from ps.cluster import ClusterSpec, cluster_env
+from ps.launcher import free_ports
+from ps.ps_config import ClientConfig, PSConfig
+from stores.store import open_store
 from streaming.connection import client_options
 from streaming.generator import PlantedModel
 from streaming.producer import RecordProducer
 from streaming.sample_encoding import criteo_lines
+from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
-from tables.client import PSClient
-from tables.cluster import ClusterSpec, cluster_env
-from tables.errors import Unavailable
-from tables.ps_config import ClientConfig, PSConfig
-from tables.storage import open_store
 from tests.s3_server import aws_env, new_bucket, s3_server
-from trainer import bundle, checkpoints
-from trainer.config import load_job_config
+from trainer import checkpoints
+from trainer.job_config import load_job_config
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = 2000

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 import yaml
 
-from deploy.launcher import free_ports
 from deploy.up import RUN_TAG_ENV
 from deploy.up_status import find_number
-from streaming.config import SchemaConfig
+from ps.launcher import free_ports
 from streaming.generator import ITEM_SLOT, USER_SLOT, PlantedModel
 from streaming.hashing import hash_strings
+from streaming.stream_config import SchemaConfig
 
 from .headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy.launcher import free_ports
+from ps.launcher import free_ports
 from streaming.broker import broker_answers
 from streaming.generator import PlantedModel
 from streaming.sample_encoding import write_dataset

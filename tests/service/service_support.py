@@ -1,5 +1,5 @@
 """Builds real export bundles the way the trainer does: SparseTable saves with cursor "export"
-into the staging dir's shard-<i>/sparse/<table>/ (the PS save layout), then trainer.bundle.publish.
+into the staging dir's shard-<i>/sparse/<table>/ (the PS save layout), then exports.bundle.publish.
 Keeps the "trainer-side" tables so tests can compare what the service serves with what was exported."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
+from exports.bundle import BundleManifest, publish, staging_dir, table_dir
+from models import build_model
+from models.model_config import ModelConfig
+from ps.routing import shard_of
 from service.app import create_app
 from service.settings import ServiceSettings
-from tables.config import EvictionConfig
-from tables.routing import shard_of
 from tables.sparse_table import SparseTable
-from trainer.bundle import BundleManifest, publish, staging_dir, table_dir
-from trainer.config import ModelConfig
-from trainer.models import build_model
+from tables.table_config import EvictionConfig
 
 TOKEN = "test-admin-token-5f2b"
 USER_IDS = np.arange(1, 2001, dtype=np.uint64) | np.uint64(1 << 56)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tables.config import EvictionConfig, TableConfig
-from tables.errors import NotFound
+from core.errors import NotFound
 from tables.sparse_table import SparseTable
+from tables.table_config import EvictionConfig, TableConfig
 from trainer.control import ControlServer
 
 from .service_support import BundleBuilder, auth, make_settings, started, wait_until

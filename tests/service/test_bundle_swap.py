@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
+from exports.bundle import bundle_dir, table_dir
 from service.model_store import ModelStore
 from service.settings import IndexSettings
-from trainer.bundle import bundle_dir, table_dir
 
 from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, auth, wait_until
 

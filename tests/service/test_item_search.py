@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.errors import NotFound
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex
-from tables.errors import NotFound
 
 from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from core.errors import ConfigError, Unavailable
+from core.yaml_config import validate_config
 from service.job import JobLink
 from service.settings import ServiceSettings
-from tables.errors import ConfigError, Unavailable
-from tables.storage import open_store
-from tables.yaml_config import validate_config
+from stores.store import open_store
 from trainer.control import ControlServer
 
 

@@ -1,4 +1,4 @@
-"""/v1/predict and /v1/recommend score with trainer.inference.Predictor over the served bundle:
+"""/v1/predict and /v1/recommend score with exports.predictor.Predictor over the served bundle:
 the results equal a Predictor reading the trainer-side tables directly."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from fastapi.testclient import TestClient
 
-from tables.routing import shard_of
-from trainer.inference import Predictor, instances_to_batch
+from exports.predictor import Predictor, instances_to_batch
+from ps.routing import shard_of
 
 from .service_support import ITEM_IDS, USER_IDS, BundleBuilder, random_items
 from .test_item_search import brute_force

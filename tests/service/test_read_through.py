@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from service.settings import ReadThroughSettings
+from tests.ps.ps_harness import shard_processes
 
-from ..tables.ps_harness import shard_processes
 from .service_support import USER_IDS, BundleBuilder, make_settings, started
 
 

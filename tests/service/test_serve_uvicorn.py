@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
+from core.errors import ConfigError
 from deploy.cli import main as cli_main
 from service.settings import ServiceSettings, load_settings
-from tables.errors import ConfigError
 
 from .service_support import TOKEN, USER_IDS, BundleBuilder, wait_until
 

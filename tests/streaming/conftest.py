@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from streaming.broker import EmbeddedBroker
-from streaming.config import KafkaConfig
 from streaming.connection import client_options
+from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
 
 

@@ -99,7 +99,7 @@ def test_failing_test_using_the_fixture_leaves_no_broker(tmp_path: Path) -> None
 def test_taken_port_is_a_clear_error_and_leaves_nothing_behind() -> None:
     import socket
 
-    from tables.errors import Unavailable
+    from core.errors import Unavailable
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

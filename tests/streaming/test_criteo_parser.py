@@ -82,7 +82,7 @@ def test_each_bad_kind_is_rejected_with_reason_and_the_rest_kept() -> None:
 
 
 def test_user_and_item_columns_follow_their_slots() -> None:
-    from streaming.config import SchemaConfig
+    from streaming.stream_config import SchemaConfig
 
     parser = CriteoParser(SchemaConfig.criteo(user_id="C1", item_id="C2"))
     batch, _ = parser.parse([line(cats=["ff", "", *["1"] * 24])])

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from streaming.broker import EmbeddedBroker
-from streaming.config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.generator import PlantedModel
 from streaming.producer import RecordProducer
 from streaming.sample_encoding import criteo_lines
+from streaming.stream_config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind
 
 
 def _consume_all(consumer: StreamConsumer, n_good: int, n_bad: int) -> list[Any]:

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import InvalidInput
 from streaming.file_dataset import FileDataset, FileMode
 from streaming.generator import PlantedModel
 from streaming.sample_encoding import criteo_lines, generated_criteo_schema
-from tables.errors import InvalidInput
 
 
 def write(path: Path, lines: list[bytes]) -> Path:

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streaming.batch import Batch
-from streaming.config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from streaming.hashing import hash_strings
 from streaming.json_lines import JsonLinesParser
 from streaming.rejects import RejectReason
+from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 
 SCHEMA = SchemaConfig(
     format="json",

@@ -10,13 +10,13 @@ import numpy as np
 
 from streaming.batch import Batch, concat_batches
 from streaming.broker import EmbeddedBroker
-from streaming.config import KafkaConfig, SchemaConfig
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.criteo import CriteoParser
 from streaming.generator import PlantedModel
 from streaming.producer import RecordProducer
 from streaming.sample_encoding import criteo_lines
+from streaming.stream_config import KafkaConfig, SchemaConfig
 
 N = 100_000
 

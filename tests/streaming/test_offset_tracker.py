@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.errors import Conflict
 from streaming.batch import Batch
 from streaming.offsets import OffsetTracker
-from tables.errors import Conflict
 
 
 def span(**parts: tuple[int, int]) -> Batch:

@@ -11,10 +11,10 @@ import pytest
 
 from deploy.cli import main
 from streaming.broker import EmbeddedBroker
-from streaming.config import KafkaConfig
 from streaming.criteo import CriteoParser
 from streaming.generator import PlantedModel
 from streaming.sample_encoding import criteo_lines, generated_criteo_schema
+from streaming.stream_config import KafkaConfig
 
 
 def test_produce_replays_a_file_into_the_topic(

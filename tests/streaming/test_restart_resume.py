@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 from streaming.batch import Batch
 from streaming.broker import EmbeddedBroker
-from streaming.config import KafkaConfig, SchemaConfig
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.generator import PlantedModel
 from streaming.producer import RecordProducer
 from streaming.sample_encoding import criteo_lines
+from streaming.stream_config import KafkaConfig, SchemaConfig
 
 N = 4000
 

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.config import HashKind
 from streaming.hashing import SLOT_SHIFT, hash_strings, slot_of
+from streaming.stream_config import HashKind
 
 
 @settings(max_examples=50, deadline=None)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from streaming.config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind, load_kafka_config
+from core.errors import ConfigError, Unauthorized
+from core.yaml_config import load_yaml
 from streaming.connection import SASL_PASSWORD_ENV, SASL_USERNAME_ENV, client_options
-from tables.errors import ConfigError, Unauthorized
-from tables.yaml_config import load_yaml
+from streaming.stream_config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind, load_kafka_config
 
 
 def test_kafka_section_loads_and_unknown_keys_are_named(tmp_path: Path) -> None:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tables.config import InitializerConfig, OptimizerConfig, TableConfig
 from tables.initializers import initial_rows
 from tables.sparse_table import _WIDE_SEED_SALT
+from tables.table_config import InitializerConfig, OptimizerConfig, TableConfig
 
 
 def _initial(key: int, d: int, seed: int, init: InitializerConfig) -> list[float]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tables.config import (
+from tables.initializers import initial_rows
+from tables.sparse_table import SparseTable
+from tables.table_config import (
     AlwaysAdmission,
     CountAdmission,
     InitializerConfig,
@@ -14,8 +16,6 @@ from tables.config import (
     ScoreAdmission,
     TableConfig,
 )
-from tables.initializers import initial_rows
-from tables.sparse_table import SparseTable
 
 SGD = OptimizerConfig(kind="sgd", lr=1.0)
 INIT = InitializerConfig(kind="uniform", scale=0.1)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tables.config import OptimizerConfig, TableConfig
-from tables.errors import ConfigError, InvalidInput, NonFiniteGradient
+from core.errors import ConfigError, InvalidInput, NonFiniteGradient
+from core.yaml_config import validate_config
 from tables.sparse_table import SparseTable
-from tables.yaml_config import validate_config
+from tables.table_config import OptimizerConfig, TableConfig
 
 KEYS = [0, 5, 2**63, 2**64 - 1]
 

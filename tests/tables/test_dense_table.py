@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tables.config import DenseTableConfig, OptimizerConfig
+from core.errors import Conflict, CorruptData, InvalidInput, NonFiniteGradient
 from tables.dense_table import DenseTable
-from tables.errors import Conflict, CorruptData, InvalidInput, NonFiniteGradient
+from tables.table_config import DenseTableConfig, OptimizerConfig
 
 
 class NumpyDense:
@@ -194,7 +194,7 @@ def test_many_steps_on_a_long_vector_match_numpy(opt: OptimizerConfig) -> None:
 
 def _rows_layout_save(path: Path, opt: OptimizerConfig, w0: np.ndarray, grads: list[np.ndarray]) -> None:
     """A save as written before the element-wise optimizers: the sparse rules over (n, 1) rows."""
-    from tables.checkpoint import FORMAT_VERSION, encode_arrays, write_bytes, write_json
+    from core.atomic_files import FORMAT_VERSION, encode_arrays, write_bytes, write_json
     from tables.optimizers import Optimizer
 
     value = w0.reshape(-1, 1).copy()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tables.config import (
+from tables.sparse_table import SparseTable
+from tables.table_config import (
     CountAdmission,
     EvictionConfig,
     InitializerConfig,
@@ -14,7 +15,6 @@ from tables.config import (
     ScoreAdmission,
     TableConfig,
 )
-from tables.sparse_table import SparseTable
 
 
 def table(eviction: EvictionConfig | None = None, decay: float = 0.5, **kw: object) -> SparseTable:

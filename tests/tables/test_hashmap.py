@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tables import hashmap
-from tables.config import EvictionConfig, InitializerConfig, OptimizerConfig, TableConfig
 from tables.initializers import initial_rows
 from tables.sparse_table import SparseTable
+from tables.table_config import EvictionConfig, InitializerConfig, OptimizerConfig, TableConfig
 
 M64 = (1 << 64) - 1
 SPECIAL = [0, 1, 2**63, 2**64 - 1, 2**32, 2**32 - 1, 2**63 - 1]

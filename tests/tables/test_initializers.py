@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tables.config import InitializerConfig, OptimizerConfig, TableConfig
 from tables.initializers import initial_rows
 from tables.sparse_table import SparseTable
+from tables.table_config import InitializerConfig, OptimizerConfig, TableConfig
 
 KEYS = np.random.default_rng(0).integers(0, 2**64 - 1, size=200_000, dtype=np.uint64, endpoint=True)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tables.config import InitializerConfig, OptimizerConfig, TableConfig
 from tables.sparse_table import SparseTable
+from tables.table_config import InitializerConfig, OptimizerConfig, TableConfig
 
 from .reference_table import ReferenceTable
 

@@ -10,8 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import ConfigError, Conflict, CorruptData, InvalidInput
 from tables import table_files
-from tables.config import (
+from tables.snapshot import RowSnapshot
+from tables.sparse_table import SparseTable
+from tables.table_config import (
     AlwaysAdmission,
     CountAdmission,
     EvictionConfig,
@@ -21,9 +24,6 @@ from tables.config import (
     ScoreAdmission,
     TableConfig,
 )
-from tables.errors import ConfigError, Conflict, CorruptData, InvalidInput
-from tables.snapshot import RowSnapshot
-from tables.sparse_table import SparseTable
 
 POOL = np.concatenate([np.array([0, 2**63, 2**64 - 1], np.uint64), np.arange(1, 300, dtype=np.uint64) * 7919])
 TTL0 = EvictionConfig(ttl_passes=0)  # shrink(policy=TTL0) drops every row not pushed in this pass

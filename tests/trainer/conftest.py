@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from core.errors import Unavailable
+from ps.client import PSClient
+from ps.cluster import ClusterSpec, cluster_env
+from ps.ps_config import ClientConfig, PSConfig
 from streaming.broker import EmbeddedBroker
-from tables.client import PSClient
-from tables.cluster import ClusterSpec, cluster_env
-from tables.errors import Unavailable
-from tables.ps_config import ClientConfig, PSConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ class Cluster:
     """S shard processes serving ``tables``; ``train(...)`` starts a worker of the streaming job."""
 
     def __init__(self, procs: Procs, tmp: Path, tables: Any, servers: int = 1) -> None:
-        from deploy.launcher import free_ports
+        from ps.launcher import free_ports
 
         self.procs, self.tmp = procs, tmp
         self.ps_yaml = tmp / "ps.yaml"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tables.checkpoint import write_json
-from tables.errors import CorruptData
+from core.atomic_files import write_json
+from core.errors import CorruptData
 from trainer import checkpoints
 from trainer.recovery import newest_usable_pass
 
@@ -23,7 +23,7 @@ _COMMITTER = r"""
 import sys
 import numpy as np
 from pathlib import Path
-from tables.checkpoint import write_json
+from core.atomic_files import write_json
 from trainer import checkpoints
 root = Path(sys.argv[1])
 checkpoints.discard_incomplete(root)
@@ -113,7 +113,7 @@ _CHIEF = r"""
 import sys
 import numpy as np
 from pathlib import Path
-from tables.client import PSClient
+from ps.client import PSClient
 from trainer import checkpoints
 from trainer.metrics import Metrics
 from trainer.pass_commit import CommitFinisher, finish_pass
@@ -138,8 +138,8 @@ print("committed", flush=True)
 
 
 def test_a_chief_killed_after_the_release_leaves_the_previous_pass_the_newest(tmp_path: Path) -> None:
-    from tables.client import PSClient
-    from tests.tables.ps_harness import shard_processes
+    from ps.client import PSClient
+    from tests.ps.ps_harness import shard_processes
     from trainer.recovery import restore
 
     root = tmp_path / "ckpt"

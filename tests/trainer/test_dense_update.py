@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tables.config import OptimizerConfig
-from tables.errors import Conflict
-from tables.sync_modes import PSWorker
-from trainer.config import DenseUpdate
-from trainer.models import build_model
+from core.errors import Conflict
+from models import build_model
+from tables.table_config import OptimizerConfig
+from tests.ps.ps_harness import shard_processes
+from trainer.job_config import DenseUpdate
 from trainer.params import SUM, LocalStore, PSStore, dense_rule
+from trainer.ps_worker import PSWorker
 from trainer.worker import Worker
 
-from ..tables.ps_harness import shard_processes
 from .test_learning import criteo_model, planted_batches
 
 

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import yaml
 
-from streaming.config import SchemaConfig
-from tables.checkpoint import read_json
-from tables.errors import NotFound
-from trainer import bundle, checkpoints
-from trainer.config import load_job_config
+from core.atomic_files import read_json
+from core.errors import NotFound
+from exports import bundle
+from exports.predictor import Predictor
+from streaming.stream_config import SchemaConfig
+from trainer import checkpoints
 from trainer.control import ControlClient
-from trainer.inference import Predictor
 from trainer.item_catalog import ItemCatalog
+from trainer.job_config import load_job_config
 
 from .test_streaming_job import produce, wait_exit
 

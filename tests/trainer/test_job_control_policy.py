@@ -10,13 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tables.cluster import ClusterSpec
-from tables.errors import InvalidInput, NotFound
+from core.errors import InvalidInput, NotFound
+from models import build_model
+from ps.cluster import ClusterSpec
+from tests.models.helpers import small_config
+from tests.ps.ps_harness import shard_processes
 from trainer.job_control import JobControl
-from trainer.models import build_model
-
-from ..tables.ps_harness import shard_processes
-from .helpers import small_config
 
 
 def test_policy_get_dry_run_apply_and_refuse(tmp_path: Path) -> None:

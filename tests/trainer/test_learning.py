@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models import build_model
+from models.model_config import ModelConfig
 from streaming.generator import PlantedModel
 from streaming.parsers import make_parser
 from streaming.sample_encoding import criteo_lines, generated_criteo_schema
-from trainer.config import ModelConfig
 from trainer.metrics import WindowedMetrics
-from trainer.models import build_model
 from trainer.params import LocalStore
 from trainer.prefetch import Prefetcher
 from trainer.worker import Worker, prepare

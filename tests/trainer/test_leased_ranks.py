@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from ps.client import PSClient
 from service.job import JobLink
-from tables.client import PSClient
 from trainer import checkpoints
-from trainer.config import load_job_config
+from trainer.job_config import load_job_config
 
 from .conftest import topic_name
 from .test_streaming_job import job_yaml, produce, wait_exit

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import yaml
 
-from streaming.config import KafkaConfig
+from exports import bundle
+from ps.ps_config import PSConfig
 from streaming.connection import client_options
 from streaming.generator import PlantedModel
 from streaming.producer import RecordProducer
 from streaming.sample_encoding import criteo_lines
+from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
-from tables.ps_config import PSConfig
-from trainer import bundle, checkpoints
-from trainer.config import load_job_config
+from trainer import checkpoints
+from trainer.job_config import load_job_config
 
 from .conftest import REPO, topic_name
 

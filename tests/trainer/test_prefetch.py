@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.errors import InvalidInput, Unavailable
+from ps.cluster import ClusterSpec
 from streaming.generator import PlantedModel
 from streaming.sample_encoding import write_dataset
-from tables.cluster import ClusterSpec
-from tables.errors import InvalidInput, Unavailable
 from trainer.file_job import criteo_model
 from trainer.file_worker import prepared_batches
 from trainer.prefetch import ProcessPrefetcher, start_prefetch

@@ -20,18 +20,19 @@ import numpy as np
 import pytest
 import yaml
 
-from streaming.config import KafkaConfig
+from exports import bundle
+from exports.predictor import Predictor
 from streaming.connection import client_options
 from streaming.generator import PlantedModel
 from streaming.producer import RecordProducer
 from streaming.sample_encoding import criteo_lines
+from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
-from tables.config import DenseTableConfig
 from tables.dense_table import DenseTable
 from tables.sparse_table import SparseTable
-from trainer import bundle, checkpoints
-from trainer.config import load_job_config
-from trainer.inference import Predictor
+from tables.table_config import DenseTableConfig
+from trainer import checkpoints
+from trainer.job_config import load_job_config
 from trainer.params import SUM, dense_rule
 
 from .conftest import topic_name
@@ -207,7 +208,7 @@ def holdout_predictions(root: Path, cfg) -> np.ndarray:
         for name, t in tables.items():
             t.load(checkpoints.pass_dir(root, n) / "shard-0" / "sparse" / name)
     _, dense = final_model(root, cfg.model.table_configs(), dense_rule(cfg.dense_update, cfg.model.dense_optimizer))
-    from trainer.models import build_model
+    from models import build_model
 
     model = build_model(cfg.model)
     model.params.values[...] = dense.reshape(-1)

@@ -1,0 +1,50 @@
+"""What every model is: dense parameters in a ParamSet, a forward pass to logits, and a
+backward pass from d(loss)/d(logits) to dense gradients (in ``params.grads``) and sparse
+gradients per table (rows aligned with ``Features.tables[t].keys``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from models.features import Features, build_features
+from models.layers import ParamSet, wide_backward, wide_forward
+from models.model_config import ModelConfig
+from tables.table_config import TableConfig
+
+
+class Model:
+    def __init__(self, config: ModelConfig, specs: list[tuple[str, tuple[int, ...]]]) -> None:
+        self.config = config
+        self.params = ParamSet(specs)
+        self.tables: tuple[TableConfig, ...] = config.table_configs()
+        self.row_width = {t.name: t.width for t in self.tables}
+        self._f: Features | None = None
+
+    def features(self, batch: Any) -> Features:
+        return build_features(self.config, batch)
+
+    def forward(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _sparse_grads(self) -> dict[str, np.ndarray]:
+        f = self._f
+        assert f is not None, "backward before forward"
+        self.params.grads[...] = 0.0
+        return {t: np.zeros((ti.keys.shape[0], self.row_width[t]), np.float32) for t, ti in f.tables.items()}
+
+    @staticmethod
+    def _add_wide(f: Features, rows: dict[str, np.ndarray], z: np.ndarray) -> None:
+        """z += the wide weights (row column 0) of every id of each record."""
+        for t, ti in f.tables.items():
+            wide_forward(rows[t], ti.idx, ti.offs, z)
+
+    @staticmethod
+    def _wide_grads(f: Features, dlogits: np.ndarray, grads: dict[str, np.ndarray]) -> None:
+        for t, ti in f.tables.items():
+            wide_backward(dlogits, ti.idx, ti.offs, grads[t])

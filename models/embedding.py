@@ -1,0 +1,58 @@
+"""Pooled embeddings of a set of slots, concatenated: the input block every deep model shares.
+
+Columns are laid out table by table (tables in first-appearance order of ``slots``), each
+table's slots in order, ``dim`` columns per slot. Rows pulled from a table are
+``[wide weight,] embedding``; ``c0`` skips the wide weight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.features import Features
+from models.layers import pool_backward, pool_forward
+from models.model_config import ModelConfig, SlotSpec
+
+
+class EmbeddingBlock:
+    def __init__(self, config: ModelConfig, slots: tuple[SlotSpec, ...]) -> None:
+        self.c0 = 1 if config.wide else 0
+        self.layout: list[tuple[str, list[str], int, int]] = []  # table, slot names, dim, first column
+        col = 0
+        for s in slots:
+            table, dim = config.table_name(s), config.dim_of(s)
+            for entry in self.layout:
+                if entry[0] == table:
+                    entry[1].append(s.name)
+                    break
+            else:
+                self.layout.append((table, [s.name], dim, -1))
+        fixed = []
+        for table, names, dim, _ in self.layout:
+            fixed.append((table, names, dim, col))
+            col += dim * len(names)
+        self.layout = fixed
+        self.width = col
+        self._sel: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def _select(self, f: Features, table: str, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        ti = f.tables[table]
+        pos = [i for i, s in enumerate(ti.slots) if s.name in names]
+        if len(pos) == len(ti.slots):
+            return ti.offs, ti.mean
+        return np.ascontiguousarray(ti.offs[pos]), ti.mean[pos]
+
+    def forward(self, f: Features, rows: dict[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = np.empty((f.n, self.width), np.float32)
+        self._sel = []
+        for table, names, dim, col in self.layout:
+            offs, mean = self._select(f, table, names)
+            self._sel.append((offs, mean))
+            pool_forward(rows[table], f.tables[table].idx, offs, self.c0, dim, mean, out, col)
+        return out
+
+    def backward(self, f: Features, dout: np.ndarray, grads: dict[str, np.ndarray]) -> None:
+        """Scatter-add ``dout`` (n, width) into ``grads[table]`` (u, row width)."""
+        for (table, _, dim, col), (offs, mean) in zip(self.layout, self._sel, strict=True):
+            pool_backward(dout, f.tables[table].idx, offs, self.c0, dim, mean, grads[table], col)

@@ -1,0 +1,198 @@
+"""Numpy layers with hand-written backward passes: dense parameters, MLP, pooling, loss.
+
+All dense parameters of a model live in ONE flat float32 vector (``ParamSet.values``) with
+named views, and their gradients in a twin vector, so a worker pulls and pushes the whole
+dense model in one PS call. Embedding pooling runs in numba kernels over the ragged
+(values, offsets) slots: no per-sample Python work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+_F0 = np.float32(0.0)
+_F1 = np.float32(1.0)
+
+
+class ParamSet:
+    """Named float32 arrays that are views into one flat vector (and a twin for gradients)."""
+
+    def __init__(self, specs: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+        self.shapes = dict(specs)
+        sizes = [int(np.prod(s)) for _, s in specs]
+        self.values = np.zeros(sum(sizes), np.float32)
+        self.grads = np.zeros_like(self.values)
+        self.value: dict[str, np.ndarray] = {}
+        self.grad: dict[str, np.ndarray] = {}
+        start = 0
+        for (name, shape), size in zip(specs, sizes, strict=True):
+            self.value[name] = self.values[start : start + size].reshape(shape)
+            self.grad[name] = self.grads[start : start + size].reshape(shape)
+            start += size
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.value.items()}
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        from core.errors import CorruptData
+
+        for name, shape in self.shapes.items():
+            arr = arrays.get(name)
+            if arr is None or tuple(arr.shape) != shape:
+                got = None if arr is None else tuple(arr.shape)
+                raise CorruptData(f"dense parameter {name!r}: expected shape {shape}, got {got}")
+            self.value[name][...] = arr
+
+
+def glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32)
+
+
+class MLP:
+    """Linear layers with ReLU between them (none after the last). Parameters ``<prefix>.<i>.w/b``."""
+
+    def __init__(self, prefix: str, sizes: Sequence[int]) -> None:
+        self.prefix = prefix
+        self.sizes = list(sizes)
+        self._acts: list[np.ndarray] = []
+        self._n = -1
+        self._dx: list[np.ndarray] = []
+
+    def specs(self) -> list[tuple[str, tuple[int, ...]]]:
+        out: list[tuple[str, tuple[int, ...]]] = []
+        for i, (a, b) in enumerate(zip(self.sizes[:-1], self.sizes[1:], strict=True)):
+            out += [(f"{self.prefix}.{i}.w", (a, b)), (f"{self.prefix}.{i}.b", (b,))]
+        return out
+
+    def init(self, params: ParamSet, rng: np.random.Generator) -> None:
+        for i, (a, b) in enumerate(zip(self.sizes[:-1], self.sizes[1:], strict=True)):
+            params.value[f"{self.prefix}.{i}.w"][...] = glorot(rng, a, b)
+
+    def forward(self, params: ParamSet, x: np.ndarray) -> np.ndarray:
+        # fresh outputs (not reused buffers): inference callers may run concurrently and keep them
+        acts = [x]
+        last = len(self.sizes) - 2
+        for i in range(last + 1):
+            w, b = params.value[f"{self.prefix}.{i}.w"], params.value[f"{self.prefix}.{i}.b"]
+            y = np.matmul(acts[-1], w)
+            if i < last:
+                bias_relu(y, b)  # y > 0 is the mask in backward
+            else:
+                y += b
+            acts.append(y)
+        self._acts = acts
+        return acts[-1]
+
+    def backward(self, params: ParamSet, dy: np.ndarray) -> np.ndarray:
+        """Write parameter gradients into ``params.grad`` (zeroed by the caller); returns the input
+        gradient (valid until the next backward with the same batch size: training only)."""
+        acts = self._acts
+        n = dy.shape[0]
+        if self._n != n:  # the input gradients of every layer, allocated once per batch size
+            self._n = n
+            self._dx = [np.empty((n, a), np.float32) for a in self.sizes[:-1]]
+        for i in range(len(self.sizes) - 2, -1, -1):
+            w = params.value[f"{self.prefix}.{i}.w"]
+            # each parameter is used once per step and its gradient was zeroed: write, don't add
+            np.matmul(acts[i].T, dy, out=params.grad[f"{self.prefix}.{i}.w"])
+            np.sum(dy, axis=0, out=params.grad[f"{self.prefix}.{i}.b"])
+            dx = np.matmul(dy, w.T, out=self._dx[i])
+            if i > 0:
+                relu_grad(dx, acts[i])  # through the ReLU of the layer below
+            dy = dx
+        return dy
+
+
+@njit(**_JIT)
+def bias_relu(y, b):
+    """y = max(y + b, 0) in place, one pass (b broadcast over rows)."""
+    n, m = y.shape
+    for i in range(n):
+        r = y[i]
+        for j in range(m):
+            v = r[j] + b[j]
+            r[j] = v if v > _F0 else _F0
+
+
+@njit(**_JIT)
+def relu_grad(dx, act):
+    """dx = 0 where the ReLU output ``act`` was not positive, in place."""
+    n, m = dx.shape
+    for i in range(n):
+        d, a = dx[i], act[i]
+        for j in range(m):
+            if a[j] <= _F0:
+                d[j] = _F0
+
+
+def bce_with_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """Mean binary cross-entropy, the probabilities and d(mean loss)/d(logits)."""
+    z = logits.astype(np.float32, copy=False)
+    prob = 1.0 / (1.0 + np.exp(-z))
+    # log(1 + exp(-|z|)) form: finite for any z
+    loss = np.maximum(z, 0) - z * labels + np.log1p(np.exp(-np.abs(z)))
+    dlogits = ((prob - labels) / np.float32(max(1, z.shape[0]))).astype(np.float32)
+    return float(loss.mean()) if z.shape[0] else 0.0, prob.astype(np.float32), dlogits
+
+
+@njit(**_JIT)
+def pool_forward(rows, idx, offs, c0, dim, mean, out, col0):
+    """out[i, col0 + s*dim : ...] = sum (or mean) of rows[idx[j], c0:c0+dim] for j in slot s of record i."""
+    n_slots, n = offs.shape[0], offs.shape[1] - 1
+    for s in range(n_slots):
+        base = col0 + s * dim
+        for i in range(n):
+            a, b = offs[s, i], offs[s, i + 1]
+            o = out[i]
+            for k in range(dim):
+                o[base + k] = _F0
+            for j in range(a, b):
+                r = rows[idx[j]]
+                for k in range(dim):
+                    o[base + k] += r[c0 + k]
+            if mean[s] and b - a > 1:
+                scale = _F1 / np.float32(b - a)
+                for k in range(dim):
+                    o[base + k] *= scale
+
+
+@njit(**_JIT)
+def pool_backward(dout, idx, offs, c0, dim, mean, grad, col0):
+    """Scatter-add the pooled gradient back to the unique rows (the adjoint of pool_forward)."""
+    n_slots, n = offs.shape[0], offs.shape[1] - 1
+    for s in range(n_slots):
+        base = col0 + s * dim
+        for i in range(n):
+            a, b = offs[s, i], offs[s, i + 1]
+            scale = _F1 / np.float32(b - a) if mean[s] and b - a > 1 else _F1
+            d = dout[i]
+            for j in range(a, b):
+                g = grad[idx[j]]
+                for k in range(dim):
+                    g[c0 + k] += d[base + k] * scale
+
+
+@njit(**_JIT)
+def wide_forward(rows, idx, offs, out):
+    """out[i] += sum of the wide weights (column 0) of every id of record i, over all slots."""
+    n_slots, n = offs.shape[0], offs.shape[1] - 1
+    for s in range(n_slots):
+        for i in range(n):
+            acc = _F0
+            for j in range(offs[s, i], offs[s, i + 1]):
+                acc += rows[idx[j], 0]
+            out[i] += acc
+
+
+@njit(**_JIT)
+def wide_backward(dz, idx, offs, grad):
+    n_slots, n = offs.shape[0], offs.shape[1] - 1
+    for s in range(n_slots):
+        for i in range(n):
+            for j in range(offs[s, i], offs[s, i + 1]):
+                grad[idx[j], 0] += dz[i]

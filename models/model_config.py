@@ -1,0 +1,97 @@
+"""What a model is: its type, slots and their embedding dims, MLP sizes and optimizers.
+
+``ModelConfig`` is the ``model:`` section of the training YAML and what an inference bundle
+carries (``ModelConfig.model_dump()``): the service rebuilds the very same model from it with
+:func:`models.build_model`. Unknown keys are errors naming key and file.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from core.yaml_config import FrozenModel
+from tables.table_config import OptimizerConfig, TableConfig
+
+
+class ModelType(StrEnum):
+    LR = "lr"
+    WIDE_DEEP = "wide_deep"
+    DEEPFM = "deepfm"
+    TWO_TOWER = "two_tower"
+
+
+class Pooling(StrEnum):
+    SUM = "sum"
+    MEAN = "mean"
+
+
+class Tower(StrEnum):
+    """Two-tower only: which tower a slot feeds (others ignore it)."""
+
+    USER = "user"
+    ITEM = "item"
+
+
+class SlotSpec(FrozenModel):
+    name: str = Field(min_length=1)
+    dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
+    pooling: Pooling = Pooling.SUM
+    tower: Tower = Tower.USER
+
+
+class ModelConfig(FrozenModel):
+    type: ModelType = ModelType.WIDE_DEEP
+    slots: tuple[SlotSpec, ...] = Field(min_length=1)
+    n_dense: int = Field(13, ge=0)  # dense inputs, log1p(max(x, 0))-transformed when dense_log1p
+    dense_log1p: bool = True
+    embedding_dim: int = Field(8, ge=1, le=512)
+    mlp: tuple[int, ...] = (400, 400, 400)
+    tower_dim: int = Field(32, ge=1)  # two-tower output vector size
+    dense_optimizer: OptimizerConfig = OptimizerConfig(kind="adam", lr=1e-3)
+    sparse_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.05)
+    # adagrad, not ftrl: ftrl's beta=1 swamps the small per-id gradients of a mean loss. lr 0.01, not 0.05:
+    # an id's first adagrad step is lr whatever its gradient, and most ids are rare, so 0.05 overfits them
+    # (bench/auc_sweep.py, bench/train.py's data: test AUC 0.7096-0.7101 at 0.05, 0.7103-0.7118 at 0.01)
+    wide_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.01)
+    init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        names = [s.name for s in self.slots]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate slot names: {dupes}")
+        if self.type is ModelType.DEEPFM and len({self.dim_of(s) for s in self.slots}) != 1:
+            raise ValueError("deepfm needs one embedding dim for every slot (FM inner products)")
+        if self.type is ModelType.TWO_TOWER:
+            towers = {s.tower for s in self.slots}
+            if towers != {Tower.USER, Tower.ITEM}:
+                raise ValueError("two_tower needs at least one user slot and one item slot")
+        return self
+
+    def dim_of(self, slot: SlotSpec) -> int:
+        if self.type is ModelType.LR:
+            return 1
+        return slot.dim if slot.dim is not None else self.embedding_dim
+
+    @property
+    def wide(self) -> bool:
+        """Tables carry a wide (linear) weight per id in column 0."""
+        return self.type in (ModelType.WIDE_DEEP, ModelType.DEEPFM)
+
+    def table_name(self, slot: SlotSpec) -> str:
+        return f"emb{self.dim_of(slot)}"
+
+    def table_configs(self) -> tuple[TableConfig, ...]:
+        """The sparse tables the PS must serve: one per distinct embedding dim."""
+        dims = sorted({self.dim_of(s) for s in self.slots})
+        # LR's single column is a linear weight: it starts at zero like any wide weight
+        init = {"kind": "zeros"} if self.type is ModelType.LR else {"kind": "uniform", "scale": self.init_scale}
+        return tuple(
+            TableConfig(name=f"emb{d}", dim=d, wide=self.wide, seed=self.seed, initializer=init,
+                        optimizer=self.sparse_optimizer, wide_optimizer=self.wide_optimizer)
+            for d in dims
+        )

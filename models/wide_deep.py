@@ -1,0 +1,54 @@
+"""Wide & Deep (Cheng et al. 2016): per-id wide weights plus an MLP over pooled embeddings
+and the dense inputs; the logit is their sum."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.base import Model
+from models.embedding import EmbeddingBlock
+from models.features import Features
+from models.layers import MLP
+from models.model_config import ModelConfig
+
+
+class WideDeep(Model):
+    def __init__(self, config: ModelConfig) -> None:
+        self.emb = EmbeddingBlock(config, config.slots)
+        self.mlp = MLP("deep", [self.emb.width + config.n_dense, *config.mlp, 1])
+        super().__init__(config, self.mlp.specs())
+        self.mlp.init(self.params, np.random.default_rng(config.seed))
+        self._x = np.empty((0, self.emb.width + config.n_dense), np.float32)
+
+    def _input(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+        if self._x.shape[0] != f.n:  # reused across steps of the same batch size
+            self._x = np.empty((f.n, self.emb.width + self.config.n_dense), np.float32)
+        x = self._x
+        self.emb.forward(f, rows, out=x)
+        x[:, self.emb.width :] = f.dense
+        return x
+
+    def _extra_forward(self, x: np.ndarray, z: np.ndarray) -> None:
+        """Hook for DeepFM's interaction term."""
+
+    def _extra_backward(self, dlogits: np.ndarray, dx: np.ndarray) -> None:
+        """Hook for DeepFM's interaction term."""
+
+    def forward(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+        self._f = f
+        x = self._input(f, rows)
+        z = self.mlp.forward(self.params, x)[:, 0].copy()
+        self._extra_forward(x, z)
+        self._add_wide(f, rows, z)
+        return z
+
+    def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
+        grads = self._sparse_grads()
+        f = self._f
+        assert f is not None
+        dlogits = np.ascontiguousarray(dlogits, np.float32)
+        dx = self.mlp.backward(self.params, dlogits[:, None])
+        self._extra_backward(dlogits, dx)
+        self.emb.backward(f, dx, grads)
+        self._wide_grads(f, dlogits, grads)
+        return grads

@@ -1,0 +1,14 @@
+"""The parameter server: shards that own tables, the client that talks to them, the cluster.
+
+  protocol.py      the wire: one multipart ZeroMQ message per request, zero-copy array frames
+  auth.py          HMAC of every request with the cluster secret (required off loopback)
+  routing.py       pure functions from keys and dense names to shards
+  client.py        PSClient: pull/push/wait with tickets, and the control calls
+  ps_config.py     the tables every shard serves and the client's timeouts (one YAML)
+  shard_server.py  one shard: the request loop over its tables
+  shard_saves.py   what a shard writes when it saves, and how a chain of saves is restored
+  sync_steps.py    sync mode on the shard: gradients held per step, applied at the barrier
+  rank_leases.py   worker ranks handed out as leases (shard 0)
+  cluster.py       who am I: roles and endpoints from STREAMREC_* or TF_CONFIG
+  launcher.py      `streamrec launch`: shards and workers as local processes, like fleetrun
+"""

@@ -1,0 +1,234 @@
+"""Run a parameter-server job locally: N shard processes and M worker processes.
+
+Like Paddle's ``fleetrun --server_num --trainer_num``: shards get free loopback ports, each
+role writes ``<log_dir>/server.<i>.log`` or ``worker.<i>.log``, and workers find the shards
+through the ``STREAMREC_*`` variables of :mod:`ps.cluster`. A shard that dies is
+restarted on the same port from its latest checkpoint, up to ``max_restart`` times. Unlike
+fleetrun, the job fails (non-zero exit) when any worker fails or a shard stays dead; it
+succeeds when every worker exits 0, and then the shards are stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from core.errors import StreamrecError, Unavailable
+from ps.auth import read_secret
+from ps.client import PSClient
+from ps.cluster import ClusterSpec, Mode, cluster_env
+from ps.ps_config import ClientConfig
+
+_POLL_S = 0.1
+_STOP_GRACE_S = 5.0
+_STARTUP_ATTEMPTS = 3
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports free right now (bound then released together, so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    servers: int
+    workers: int
+    command: tuple[str, ...]
+    ps_config: Path
+    log_dir: Path
+    checkpoint_dir: Path
+    max_restart: int = 0
+    mode: Mode = "async"
+    geo_steps: int = 10
+    host: str = "127.0.0.1"
+    secret_file: Path | None = None
+    startup_timeout_s: float = 60.0
+
+
+@dataclass
+class _Role:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    log: IO[bytes] | None = None
+    restarts: int = 0
+    exit_codes: list[int] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the process's life
+        self.log.write(f"=== streamrec launch: starting {self.name} (restart {self.restarts})\n".encode())
+        self.log.flush()
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # own process group: we can kill its children too
+
+    def poll(self) -> int | None:
+        assert self.proc is not None
+        return self.proc.poll()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def close_log(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+
+class Launcher:
+    def __init__(self, spec: LaunchSpec, *, out: IO[str] = sys.stderr) -> None:
+        self.spec = spec
+        self.out = out
+        self.endpoints: tuple[str, ...] = ()  # set once every shard answers
+        self._stop = threading.Event()
+        spec.log_dir.mkdir(parents=True, exist_ok=True)
+        spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self._plan_roles()
+
+    def _plan_roles(self) -> None:
+        self.ports = free_ports(self.spec.servers, self.spec.host)
+        self._endpoints = tuple(f"tcp://{self.spec.host}:{p}" for p in self.ports)
+        self.servers = [self._server(i) for i in range(self.spec.servers)]
+        self.workers = [self._worker(i) for i in range(self.spec.workers)]
+
+    def _say(self, text: str) -> None:
+        print(f"streamrec launch: {text}", file=self.out, flush=True)
+
+    def _cluster(self, role: str, rank: int) -> dict[str, str]:
+        s = self.spec
+        spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self._endpoints, num_workers=s.workers,  # type: ignore[arg-type]
+                           mode=s.mode, geo_steps=s.geo_steps, ps_config=str(s.ps_config),
+                           secret_file=str(s.secret_file) if s.secret_file else None,
+                           checkpoint_dir=str(s.checkpoint_dir))
+        return {**os.environ, **cluster_env(spec)}
+
+    def _server(self, i: int) -> _Role:
+        s = self.spec
+        argv = [sys.executable, "-m", "deploy.cli", "shard", "--config", str(s.ps_config), "--index", str(i),
+                "--port", str(self.ports[i]), "--host", s.host, "--checkpoint-dir", str(s.checkpoint_dir)]
+        if s.secret_file:
+            argv += ["--secret-file", str(s.secret_file)]
+        return _Role(f"server.{i}", argv, self._cluster("server", i), s.log_dir / f"server.{i}.log")
+
+    def _worker(self, i: int) -> _Role:
+        return _Role(f"worker.{i}", list(self.spec.command), self._cluster("worker", i),
+                     self.spec.log_dir / f"worker.{i}.log")
+
+    def _wait_healthy(self) -> None:
+        s = self.spec
+        secret = read_secret(s.secret_file) if s.secret_file else None
+        deadline = time.monotonic() + s.startup_timeout_s
+        with PSClient(self._endpoints, config=ClientConfig(timeout_s=0.5, retries=0), secret=secret) as client:
+            while True:
+                dead = [r.name for r in self.servers if r.poll() is not None]
+                if dead:
+                    raise Unavailable(f"{', '.join(dead)} exited during startup; see {s.log_dir}")
+                try:
+                    client.health()
+                    return
+                except Unavailable:
+                    if time.monotonic() > deadline:
+                        raise Unavailable(
+                            f"shards not healthy after {s.startup_timeout_s:g}s; see {s.log_dir}"
+                        ) from None
+
+    def run(self) -> int:
+        """Run the job; 0 when every worker exited 0, else 1."""
+        try:
+            self._start_shards()
+            self._say(f"{len(self.servers)} shards up at {','.join(self.endpoints)}; logs in {self.spec.log_dir}")
+            for role in self.workers:
+                role.start()
+            return self._monitor()
+        except StreamrecError as err:
+            self._say(f"failed: {err.message}")
+            return 1
+        finally:
+            self._shutdown()
+
+    def _start_shards(self) -> None:
+        """Start the shards; a port taken between picking and binding (a busy machine) means new ports."""
+        for attempt in range(1, _STARTUP_ATTEMPTS + 1):
+            for role in self.servers:
+                role.start()
+            try:
+                self._wait_healthy()
+                self.endpoints = self._endpoints
+                return
+            except Unavailable as err:
+                if attempt == _STARTUP_ATTEMPTS:
+                    raise
+                self._say(f"{err.message}; starting the shards again on other ports ({attempt}/{_STARTUP_ATTEMPTS})")
+                for role in self.servers:
+                    role.kill()
+                    if role.proc is not None:
+                        role.proc.wait()
+                    role.close_log()
+                self._plan_roles()
+
+    def stop(self) -> None:
+        """Ask a running ``run()`` (in another thread) to end the job: it returns 0 and stops every role."""
+        self._stop.set()
+
+    def _monitor(self) -> int:
+        while True:
+            if self._stop.is_set():
+                self._say("stopping on request")
+                return 0
+            for role in self.servers:
+                code = role.poll()
+                if code is None:
+                    continue
+                role.exit_codes.append(code)
+                if role.restarts >= self.spec.max_restart:
+                    self._say(f"{role.name} died (exit {code}) after {role.restarts} restarts; failing the job")
+                    return 1
+                role.restarts += 1
+                self._say(f"{role.name} died (exit {code}); restart {role.restarts}/{self.spec.max_restart} "
+                          "from its latest checkpoint")
+                role.close_log()
+                role.start()
+            codes = [w.poll() for w in self.workers]
+            failed = [(w.name, c) for w, c in zip(self.workers, codes, strict=True) if c not in (None, 0)]
+            if failed:
+                self._say("failed: " + ", ".join(f"{n} exited {c}" for n, c in failed) + f"; see {self.spec.log_dir}")
+                return 1
+            if all(c == 0 for c in codes):
+                self._say(f"all {len(self.workers)} workers finished")
+                return 0
+            time.sleep(_POLL_S)
+
+    def _shutdown(self) -> None:
+        for role in self.workers:
+            role.kill()
+        for role in self.servers:
+            role.kill(signal.SIGTERM)
+        deadline = time.monotonic() + _STOP_GRACE_S
+        for role in self.servers + self.workers:
+            if role.proc is not None:
+                try:
+                    role.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    role.kill()
+                    role.proc.wait()
+            role.close_log()

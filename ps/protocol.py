@@ -1,0 +1,242 @@
+"""The parameter-server wire protocol: one multipart ZeroMQ message per request or reply.
+
+Frames (no pickle anywhere)::
+
+    [header, array_0, ..., array_{n-1}]            or, with the AUTH flag set,
+    [header, array_0, ..., array_{n-1}, auth]
+
+- ``header``: fixed little-endian struct ``HEADER``, then the table name (UTF-8), then per
+  array a dtype code (u8), ndim (u8) and ``ndim`` u64 dims, then ``meta_len`` bytes of meta:
+  a UTF-8 JSON object of small options (save path, step, worker count, an error's
+  ``code``/``message``), or nothing.
+- ``array_i``: the raw C-order bytes of array ``i``; sent zero-copy, received with
+  ``np.frombuffer`` (no copy either). Arrays of at most ``INLINE_MAX_BYTES`` instead follow
+  the meta inside the header frame (their dtype code has bit 0x80 set), in array order.
+- ``auth``: the HMAC tag of :mod:`ps.auth` over all the frames before it.
+
+Every frame costs a few microseconds each way, so small options travel inside the header.
+
+A reply echoes ``op`` and ``request_id``; ``status`` is ``STATUS_ERROR`` when the request
+failed, and its meta then carries the :mod:`core.errors` ``code`` and ``message``.
+Bumping ``VERSION`` is required for any layout change; a peer speaking another version gets
+an error reply naming both versions.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.errors import InvalidInput, StreamrecError
+
+MAGIC = b"SRPS"
+VERSION = 1
+# magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id
+HEADER = struct.Struct("<4sBBHBBHIQ")
+_DIM = struct.Struct("<Q")
+MAX_ARRAYS = 8
+MAX_NDIM = 4
+INLINE_MAX_BYTES = 16384  # smaller arrays travel inside the header frame: one frame less each way
+_INLINE = 0x80  # dtype-code bit: this array's bytes follow the meta in the header frame
+
+
+class Op(enum.IntEnum):
+    UNKNOWN = 0  # only in error replies to requests too broken to name their op
+    PULL_SPARSE = 1
+    PUSH_SPARSE = 2
+    PULL_DENSE = 3
+    PUSH_DENSE = 4
+    INIT_DENSE = 5
+    BARRIER = 6
+    SAVE = 7
+    LOAD = 8
+    SHRINK = 9
+    STATS = 10
+    HEALTH = 11
+    STOP = 12
+    END_PASS = 13
+    POLICY = 14  # meta {table, admission?, eviction?, dry_run}: read, dry-run or change a table's policy
+    SAVE_WAIT = 15  # meta {save?}: reply when that save (or, without one, any running save) is written
+    # worker-rank leases (ps.rank_leases), kept on shard 0; numbered apart from the data ops
+    LEASE = 40  # meta {action: claim|renew|release|list, holder, workers, ttl_s, rank}
+
+
+class Flag(enum.IntFlag):
+    NONE = 0
+    SYNC = 1  # push: accumulate until the step's barrier, then apply the sum once
+    GEO_DELTA = 2  # push: the arrays are deltas to add to the rows (geo mode)
+    RETRY = 4  # a resend of an earlier request id (informational: shards dedupe every mutating request id)
+    AUTH = 8  # the last frame is an auth tag
+    EXISTING = 16  # pull: only stored rows (absent ids read as zeros); the reply adds a uint8 found mask
+    DETACH = 32  # save: reply once the consistent point is taken; the shard writes on (SAVE_WAIT collects it)
+
+
+_OPS = {int(op): op for op in Op}
+_FLAG_BITS = 0x3F
+_FLAGS = tuple(Flag(i) for i in range(_FLAG_BITS + 1))  # enum construction per message is measurably slow
+
+STATUS_OK = 0
+STATUS_ERROR = 1
+
+_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.uint64),
+    2: np.dtype(np.float32),
+    3: np.dtype(np.int64),
+    4: np.dtype(np.float64),
+    5: np.dtype(np.int32),
+    6: np.dtype(np.uint8),
+}
+_CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
+
+
+@dataclass
+class Message:
+    """A decoded request or reply."""
+
+    op: Op
+    request_id: int
+    table: str = ""
+    arrays: list[np.ndarray] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    flags: Flag = Flag.NONE
+    status: int = STATUS_OK
+
+
+def encode(msg: Message, *, auth: bool = False) -> list[Any]:
+    """Frames of ``msg`` (without the auth frame, which the caller appends when ``auth``);
+    arrays are passed as memoryviews."""
+    if len(msg.arrays) > MAX_ARRAYS:
+        raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, got {len(msg.arrays)}")
+    name = msg.table.encode()
+    meta = json.dumps(msg.meta, separators=(",", ":")).encode() if msg.meta else b""
+    flags = (msg.flags | Flag.AUTH) if auth else (msg.flags & ~Flag.AUTH)
+    parts = [HEADER.pack(MAGIC, VERSION, int(msg.op), int(flags), msg.status, len(msg.arrays), len(name),
+                         len(meta), msg.request_id), name]
+    frames: list[Any] = []
+    inline: list[bytes] = []
+    for arr in msg.arrays:
+        code = _CODES.get(arr.dtype)
+        if code is None:
+            raise InvalidInput(f"dtype {arr.dtype} cannot be sent; use one of {sorted(str(d) for d in _CODES)}")
+        if arr.ndim > MAX_NDIM:
+            raise InvalidInput(f"arrays have at most {MAX_NDIM} dims, got {arr.ndim}")
+        data = np.ascontiguousarray(arr)
+        if data.nbytes <= INLINE_MAX_BYTES:
+            code |= _INLINE
+            inline.append(data.tobytes())
+        else:
+            frames.append(memoryview(data).cast("B"))
+        parts.append(struct.pack("<BB", code, arr.ndim))
+        parts.extend(_DIM.pack(d) for d in arr.shape)
+    parts.append(meta)
+    parts.extend(inline)
+    return [b"".join(parts), *frames]
+
+
+def _frame_bytes(frame: Any) -> memoryview:
+    return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+
+
+def decode(frames: list[Any]) -> Message:
+    """Parse frames (bytes or ``zmq.Frame``), including the auth frame when flagged.
+
+    Raises :class:`InvalidInput` naming what is wrong: bad magic, another protocol version,
+    an unknown op or dtype, truncated header or arrays, malformed meta.
+    """
+    if not frames:
+        raise InvalidInput("empty message")
+    head = _frame_bytes(frames[0])
+    if len(head) < HEADER.size:
+        raise InvalidInput(f"truncated header: {len(head)} bytes, need at least {HEADER.size}")
+    magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id = HEADER.unpack_from(head, 0)
+    if magic != MAGIC:
+        raise InvalidInput(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise InvalidInput(f"protocol version {version} is not supported; this peer speaks version {VERSION}")
+    if op not in _OPS or (op == Op.UNKNOWN and status != STATUS_ERROR):
+        raise InvalidInput(f"unknown op {op}")
+    op = _OPS[op]
+    if n_arrays > MAX_ARRAYS:
+        raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, header says {n_arrays}")
+    pos = HEADER.size
+    if len(head) < pos + name_len:
+        raise InvalidInput("truncated header: table name cut off")
+    try:
+        table = bytes(head[pos : pos + name_len]).decode()
+    except UnicodeDecodeError:
+        raise InvalidInput("table name is not valid UTF-8") from None
+    pos += name_len
+    layout = []
+    for i in range(n_arrays):
+        if len(head) < pos + 2:
+            raise InvalidInput(f"truncated header: array {i} descriptor cut off")
+        code, ndim = head[pos], head[pos + 1]
+        pos += 2
+        dtype = _DTYPES.get(code & ~_INLINE)
+        if dtype is None:
+            raise InvalidInput(f"array {i}: unknown dtype code {code & ~_INLINE}")
+        if ndim > MAX_NDIM or len(head) < pos + 8 * ndim:
+            raise InvalidInput(f"array {i}: bad or truncated shape (ndim {ndim})")
+        shape = tuple(_DIM.unpack_from(head, pos + 8 * k)[0] for k in range(ndim))
+        pos += 8 * ndim
+        layout.append((dtype, shape, math.prod(shape) * dtype.itemsize, bool(code & _INLINE)))
+    n_frames = sum(not is_inline for *_, is_inline in layout)
+    n_auth = 1 if flags & Flag.AUTH else 0
+    if len(frames) != 1 + n_frames + n_auth:
+        raise InvalidInput(
+            f"header announces {n_frames} array frames{' and auth' if n_auth else ''} but the message has "
+            f"{len(frames) - 1} frames after it"
+        )
+    meta_end = pos + meta_len
+    inline_at, frame_at = meta_end, 1
+    arrays = []
+    for i, (dtype, shape, nbytes, is_inline) in enumerate(layout):
+        if is_inline:
+            buf = head[inline_at : inline_at + nbytes]
+            inline_at += nbytes
+        else:
+            buf = _frame_bytes(frames[frame_at])
+            frame_at += 1
+        if len(buf) != nbytes:
+            raise InvalidInput(f"array {i}: shape {shape} of {dtype} needs {nbytes} bytes, got {len(buf)}")
+        arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape))
+    if inline_at != len(head):
+        raise InvalidInput(f"header is {len(head)} bytes, its fields, meta and inline arrays make {inline_at}")
+    meta_raw = bytes(head[pos:meta_end])
+    meta: dict[str, Any] = {}
+    if meta_raw:
+        try:
+            meta = json.loads(meta_raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise InvalidInput("meta frame is not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise InvalidInput("meta frame must be a JSON object")
+    return Message(op=op, request_id=request_id, table=table, arrays=arrays, meta=meta,
+                   flags=_FLAGS[flags & _FLAG_BITS], status=status)
+
+
+def peek(frames: list[Any]) -> tuple[int, Flag, int]:
+    """(op, flags, request_id) of a message whose fixed header is complete, else (0, NONE, 0).
+
+    Lets the shard check auth before decoding and address an error reply to a request it
+    could not decode.
+    """
+    if frames:
+        head = _frame_bytes(frames[0])
+        if len(head) >= HEADER.size:
+            _, _, op, flags, _, _, _, _, request_id = HEADER.unpack_from(head, 0)
+            return op, _FLAGS[flags & _FLAG_BITS], request_id
+    return 0, Flag.NONE, 0
+
+
+def error_reply(op: int, request_id: int, err: StreamrecError) -> list[Any]:
+    """Frames of an error reply carrying the error's code, message and detail."""
+    op = op if op in Op._value2member_map_ else Op.UNKNOWN
+    meta = json.dumps({"code": err.code, "message": err.message, "detail": err.detail}, default=str).encode()
+    return [HEADER.pack(MAGIC, VERSION, op, 0, STATUS_ERROR, 0, 0, len(meta), request_id) + meta]

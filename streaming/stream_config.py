@@ -1,0 +1,180 @@
+"""Typed configuration of the streaming layer: Kafka connection, topics, batching, record schema.
+
+Secrets never live here: SASL and SSL key passwords are read from the environment by
+:mod:`streaming.connection`, so a YAML file can be committed and shared.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, model_validator
+
+from core.errors import ConfigError
+from core.yaml_config import FrozenModel, validate_config
+
+# Slot ids live in the top byte of every sparse feature id (see streaming.hashing).
+MAX_SLOT_ID = 255
+
+
+class SlotKind(StrEnum):
+    DENSE = "dense"
+    SPARSE = "sparse"
+
+
+class HashKind(StrEnum):
+    """How a sparse value's text becomes a 56-bit id (the slot id fills the top 8 bits).
+
+    fnv1a: 64-bit FNV-1a of the UTF-8 text, avalanched, low 56 bits (any string).
+    hex:   the text read as a hexadecimal number, lossless up to 14 digits (Criteo categoricals).
+    int:   the text read as a non-negative decimal integer below 2**56, lossless.
+    """
+
+    FNV1A = "fnv1a"
+    HEX = "hex"
+    INT = "int"
+
+
+class SlotConfig(FrozenModel):
+    """One input field: a dense float, or a sparse slot holding one or many ids."""
+
+    name: str = Field(min_length=1)
+    kind: SlotKind
+    # Sparse only: the byte mixed into every id of this slot; defaults to the slot's rank.
+    slot_id: int | None = Field(default=None, ge=0, le=MAX_SLOT_ID)
+    hash: HashKind = HashKind.FNV1A
+
+
+class SchemaConfig(FrozenModel):
+    """The record layout: a label, dense fields, sparse slots, optional event time and user/item ids.
+
+    ``user_id`` and ``item_id`` name sparse slots; the batch then carries that slot's id per
+    record, so the id the serving side indexes is the very feature id the tables train.
+    """
+
+    format: Literal["criteo", "json"] = "json"
+    label: str = "label"
+    slots: tuple[SlotConfig, ...] = ()
+    event_time: str | None = None
+    user_id: str | None = None
+    item_id: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SchemaConfig:
+        names = [s.name for s in self.slots]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate slot names: {sorted(dup)}")
+        ids = [s.slot_id for s in self.slots if s.slot_id is not None]
+        if len(ids) != len(set(ids)):
+            raise ValueError("duplicate slot_id values")
+        sparse = {s.name for s in self.slots if s.kind is SlotKind.SPARSE}
+        if len(sparse) > MAX_SLOT_ID + 1:
+            raise ValueError(f"at most {MAX_SLOT_ID + 1} sparse slots")
+        for role in ("user_id", "item_id"):
+            ref = getattr(self, role)
+            if ref is not None and ref not in sparse:
+                raise ValueError(f"{role} '{ref}' is not a declared sparse slot")
+        if self.format == "criteo" and (
+            len(self.dense_names) != CRITEO_DENSE or len(self.sparse_slots) != CRITEO_SPARSE
+        ):
+            raise ValueError(f"criteo format needs {CRITEO_DENSE} dense and {CRITEO_SPARSE} sparse slots")
+        return self
+
+    @property
+    def dense_names(self) -> list[str]:
+        return [s.name for s in self.slots if s.kind is SlotKind.DENSE]
+
+    @property
+    def sparse_slots(self) -> list[SlotConfig]:
+        return [s for s in self.slots if s.kind is SlotKind.SPARSE]
+
+    def slot_ids(self) -> dict[str, int]:
+        """Slot id of every sparse slot: the declared one, else the lowest id not declared."""
+        taken = {s.slot_id for s in self.sparse_slots if s.slot_id is not None}
+        free = (i for i in range(MAX_SLOT_ID + 1) if i not in taken)
+        return {s.name: s.slot_id if s.slot_id is not None else next(free) for s in self.sparse_slots}
+
+    @classmethod
+    def criteo(cls, *, user_id: str | None = None, item_id: str | None = None) -> SchemaConfig:
+        """The Criteo display-ads layout: I1..I13 dense integers, C1..C26 hex categoricals."""
+        dense = [SlotConfig(name=f"I{i}", kind=SlotKind.DENSE) for i in range(1, CRITEO_DENSE + 1)]
+        sparse = [
+            SlotConfig(name=f"C{i}", kind=SlotKind.SPARSE, slot_id=i - 1, hash=HashKind.HEX)
+            for i in range(1, CRITEO_SPARSE + 1)
+        ]
+        return cls(format="criteo", slots=(*dense, *sparse), user_id=user_id, item_id=item_id)
+
+
+CRITEO_DENSE = 13
+CRITEO_SPARSE = 26
+
+
+class SecurityProtocol(StrEnum):
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+
+class SaslMechanism(StrEnum):
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+class KafkaConfig(FrozenModel):
+    """Where records come from and how they are batched.
+
+    No ``bootstrap_servers`` means: start the embedded tansu broker (streaming.broker).
+    """
+
+    bootstrap_servers: tuple[str, ...] = ()
+    topic: str = "events"
+    dead_letter_topic: str = "events.dead"
+    partitions: int = Field(default=4, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    group_id: str = "streamrec-trainers"
+    batch_size: int = Field(default=4096, ge=1)
+    batch_timeout_ms: int = Field(default=200, ge=1)
+    max_message_bytes: int = Field(default=65536, ge=64)
+    # The group join waits for this rebalance timeout; keep it short for small clusters and tests.
+    max_poll_interval_ms: int = Field(default=30000, ge=1000)
+    session_timeout_ms: int = Field(default=10000, ge=1000)
+    compression: Literal["none", "gzip", "lz4", "zstd"] = "gzip"
+    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    sasl_mechanism: SaslMechanism | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> KafkaConfig:
+        if self.security_protocol.value.startswith("SASL") and self.sasl_mechanism is None:
+            raise ValueError(f"security_protocol {self.security_protocol.value} needs sasl_mechanism")
+        if self.topic == self.dead_letter_topic:
+            raise ValueError("dead_letter_topic must differ from topic")
+        return self
+
+
+def load_kafka_config(path: str | None, **overrides: object) -> KafkaConfig:
+    """KafkaConfig from the ``kafka:`` section of a YAML file (or defaults), with CLI overrides.
+
+    Overrides that are None are ignored, so argparse defaults can be passed straight through.
+    """
+    data: dict[str, object] = {}
+    source = "<defaults>"
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read config: {exc}", detail={"file": str(path)}) from None
+        if not isinstance(loaded, dict) or not isinstance(loaded.get("kafka", {}), dict):
+            raise ConfigError(f"{path}: expected a mapping with a 'kafka' mapping", detail={"file": str(path)})
+        data = dict(loaded.get("kafka") or {})
+        source = f"{path}:kafka"
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return validate_config(data, KafkaConfig, source)

@@ -1,0 +1,34 @@
+"""Small hand-made batches and configs shared by the trainer tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.model_config import ModelConfig
+from streaming.batch import Batch
+
+
+def small_config(model_type: str, **overrides: object) -> ModelConfig:
+    slots = [{"name": "a", "tower": "user"}, {"name": "b", "pooling": "mean", "tower": "user"},
+             {"name": "c", "tower": "item"}, {"name": "d", "dim": 3, "tower": "item"}]
+    if model_type == "deepfm":
+        slots[3] = {"name": "d", "tower": "item"}
+    data = {"type": model_type, "slots": slots, "n_dense": 3, "embedding_dim": 4, "mlp": (6, 5), "tower_dim": 4,
+            "init_scale": 0.3, "seed": 3, **overrides}
+    return ModelConfig.model_validate(data)
+
+
+def random_batch(n: int, seed: int = 0, *, vocab: int = 7) -> Batch:
+    """A batch with multi-valued and empty slots, and ids shared between slots."""
+    rng = np.random.default_rng(seed)
+    slots = {}
+    for k, name in enumerate("abcd"):
+        lengths = rng.integers(0, 4, n)
+        lengths[0] = 2
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # slot "d" shares id space with "c", so keys repeat across slots of a table
+        base = 100 * (k if name != "d" else 2)
+        slots[name] = ((base + rng.integers(0, vocab, offsets[-1])).astype(np.uint64), offsets)
+    return Batch(labels=(rng.random(n) < 0.4).astype(np.float32), dense=rng.integers(0, 9, (n, 3)).astype(np.float32),
+                 slots=slots)

@@ -1,0 +1,128 @@
+"""The wire protocol, request signing and routing: pure functions, no network."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.errors import Forbidden, InvalidInput, NotFound, Unauthorized
+from ps import protocol
+from ps.auth import Verifier, is_loopback, sign
+from ps.protocol import Flag, Message, Op
+from ps.routing import place_dense, plan_keys, shard_of
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+
+
+def test_round_trip_keeps_arrays_meta_and_ids() -> None:
+    keys = np.array([3, 1, 2**64 - 1], np.uint64)
+    grads = np.arange(12, dtype=np.float32).reshape(3, 4)
+    msg = Message(Op.PUSH_SPARSE, 2**63 + 5, "emb.v2", [keys, grads], {"step": 4}, Flag.SYNC)
+    frames = [bytes(f) for f in protocol.encode(msg)]
+    assert len(frames) == 1  # small arrays and the meta travel inside the header frame
+    got = protocol.decode(frames)
+    assert (got.op, got.request_id, got.table, got.meta, got.flags) == (msg.op, msg.request_id, "emb.v2", {"step": 4},
+                                                                         Flag.SYNC)
+    np.testing.assert_array_equal(got.arrays[0], keys)
+    np.testing.assert_array_equal(got.arrays[1], grads)
+    assert got.arrays[1].dtype == np.float32
+    big = np.arange(protocol.INLINE_MAX_BYTES, dtype=np.float32)  # 4x the inline limit: its own frame
+    frames = [bytes(f) for f in protocol.encode(Message(Op.PUSH_DENSE, 1, "w", [big, keys]))]
+    assert len(frames) == 2
+    got = protocol.decode(frames)
+    np.testing.assert_array_equal(got.arrays[0], big)
+    np.testing.assert_array_equal(got.arrays[1], keys)
+
+
+def test_error_reply_carries_code_and_message() -> None:
+    frames = protocol.error_reply(Op.PULL_SPARSE, 9, NotFound("no table x"))
+    got = protocol.decode(frames)
+    assert got.status == protocol.STATUS_ERROR and got.request_id == 9
+    assert got.meta["code"] == "not_found" and got.meta["message"] == "no table x"
+
+
+def test_unsendable_dtype_is_named() -> None:
+    with pytest.raises(InvalidInput, match="complex64"):
+        protocol.encode(Message(Op.PUSH_DENSE, 1, "w", [np.zeros(2, np.complex64)]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=80), min_size=1, max_size=5), st.integers(0, 200))
+def test_decoding_junk_only_ever_raises_invalid_input(junk: list[bytes], cut: int) -> None:
+    big = np.arange(4096, dtype=np.uint64)
+    valid = [bytes(f) for f in protocol.encode(Message(Op.PULL_SPARSE, 1, "emb", [big, big[:4]]))]
+    for frames in (junk, [valid[0][:cut], *junk], [valid[0], valid[1][:cut]], [valid[0][:-cut or None], valid[1]]):
+        with contextlib.suppress(InvalidInput):
+            protocol.decode(frames)
+
+
+def test_signatures_refuse_missing_wrong_tampered_stale_and_replayed() -> None:
+    frames = [bytes(f) for f in protocol.encode(Message(Op.HEALTH, 1), auth=True)]
+    verifier = Verifier(SECRET, max_skew_s=60)
+    tag = sign(SECRET, frames)
+    verifier.verify([*frames, tag], has_tag=True)
+    with pytest.raises(Forbidden, match="replayed"):
+        verifier.verify([*frames, tag], has_tag=True)
+    with pytest.raises(Unauthorized):
+        verifier.verify(frames, has_tag=False)
+    with pytest.raises(Forbidden, match="signature"):
+        verifier.verify([*frames, sign(b"x" * 32, frames)], has_tag=True)
+    with pytest.raises(Forbidden, match="signature"):
+        verifier.verify([frames[0] + b"", b"extra", sign(SECRET, frames)], has_tag=True)
+    old = sign(SECRET, frames, now_ns=1)
+    with pytest.raises(Forbidden, match="clock skew"):
+        verifier.verify([*frames, old], has_tag=True)
+
+
+def test_loopback_detection() -> None:
+    assert is_loopback("tcp://127.0.0.1:5000") and is_loopback("ipc:///tmp/x")
+    assert not is_loopback("tcp://0.0.0.0:5000") and not is_loopback("tcp://10.0.0.3:5000")
+
+
+def test_routing_is_pure_and_documented() -> None:
+    keys = np.array([0, 1, 2, 12345678901234567890], np.uint64)
+    first = shard_of(keys, 7)
+    np.testing.assert_array_equal(first, shard_of(keys.copy(), 7))
+    # the documented function, written out for one key
+    z = (int(keys[3]) ^ 0x2545F4914F6CDD1D) & (2**64 - 1)
+    for mult in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
+        z ^= z >> 33
+        z = (z * mult) & (2**64 - 1)
+    z ^= z >> 33
+    assert first[3] == (z >> 32) % 7
+
+
+@pytest.mark.parametrize("n_shards", [2, 3, 8])
+def test_zipf_keys_balance_within_five_percent(n_shards: int) -> None:
+    rng = np.random.default_rng(n_shards)
+    ids = np.unique(rng.zipf(1.2, 400_000).astype(np.uint64) * np.uint64(2654435761))  # distinct Zipf ids
+    counts = np.bincount(shard_of(ids, n_shards), minlength=n_shards)
+    mean = ids.shape[0] / n_shards
+    assert np.abs(counts - mean).max() <= 0.05 * mean, counts
+
+
+def test_plan_dedupes_groups_by_shard_and_restores_input_order() -> None:
+    rng = np.random.default_rng(1)
+    keys = rng.zipf(1.3, 5000).astype(np.uint64)
+    plan = plan_keys(keys, 3)
+    assert len(set(plan.keys.tolist())) == plan.keys.shape[0] == len(set(keys.tolist()))
+    np.testing.assert_array_equal(plan.keys[plan.inverse], keys)
+    for s in range(3):
+        assert (shard_of(plan.keys[plan.shard_slice(s)], 3) == s).all()
+    grads = rng.integers(-5, 5, (5000, 3)).astype(np.float32)
+    want = np.zeros((plan.keys.shape[0], 3), np.float32)
+    np.add.at(want, plan.inverse, grads)
+    np.testing.assert_array_equal(plan.sum_by_key(grads), want)
+
+
+def test_dense_small_arrays_stay_whole_large_ones_are_sliced() -> None:
+    small = place_dense("mlp.b0", 400, 4)
+    assert len(small) == 1 and (small[0].start, small[0].stop) == (0, 400)
+    big = place_dense("mlp.w0", 400 * 400, 4, slice_min_elements=1000)
+    assert [(s.start, s.stop) for s in big] == [(0, 40000), (40000, 80000), (80000, 120000), (120000, 160000)]
+    assert sorted(s.shard for s in big) == [0, 1, 2, 3]
+    assert len({s.part for s in big}) == 4

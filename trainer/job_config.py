@@ -1,0 +1,62 @@
+"""Typed training configuration, loaded from ONE YAML file.
+
+``model:`` says what is trained (:class:`models.model_config.ModelConfig`); ``passes:`` when a
+pass ends and what it keeps; ``dense_update`` who runs the dense optimizer. Unknown keys are
+errors naming key and file.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from core.yaml_config import FrozenModel, load_yaml
+from models.model_config import ModelConfig
+from streaming.stream_config import KafkaConfig, SchemaConfig
+
+
+class DenseUpdate(StrEnum):
+    """Who runs the dense optimizer (see :mod:`trainer.dense_sync`)."""
+
+    LOCAL = "local"  # each worker, merging its changes through the PS every dense_sync_steps steps
+    PS = "ps"  # the PS shards, on the gradients every worker pushes each step
+
+
+class PassConfig(FrozenModel):
+    """A pass ends every ``records`` records (over all workers) or ``seconds`` seconds, whichever first."""
+
+    records: int | None = Field(100_000, ge=1)
+    seconds: float | None = Field(None, gt=0.0)
+    base_every: int = Field(5, ge=1)  # K: sparse base every K passes (else deltas), shrink every K passes,
+    #                                   a full (base) bundle every K exports
+    keep: int = Field(3, ge=1)  # M: complete passes kept
+    export: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> PassConfig:
+        if self.records is None and self.seconds is None:
+            raise ValueError("a pass needs an end: set records, seconds or both")
+        return self
+
+
+class JobConfig(FrozenModel):
+    """The streaming training job (``streamrec train --config``)."""
+
+    model: ModelConfig
+    records: SchemaConfig = SchemaConfig.criteo()  # record layout on the topic
+    kafka: KafkaConfig = KafkaConfig()
+    passes: PassConfig = PassConfig()
+    dense_update: DenseUpdate = DenseUpdate.LOCAL
+    # async/geo: local merges the dense model every k steps, ps pulls it every k steps (sync: every step)
+    dense_sync_steps: int = Field(8, ge=1)
+    checkpoint_dir: str = "checkpoints"
+    export_dir: str = "exports"
+    metric_window: int = Field(100_000, ge=1)  # records per progressive-validation window
+    control_endpoint: str = "tcp://127.0.0.1:0"  # chief's job-control socket
+    prefetch_pull: bool = True  # async mode: pull the next batch's rows while this one computes
+
+
+def load_job_config(path: str | Path) -> JobConfig:
+    return load_yaml(path, JobConfig)
