@@ -320,7 +320,7 @@ class LocalSystem:
         """Commit what was trained since the last pass: on demand when the job allows it (one
         worker), else wait for the pass in progress to end on its own (passes.seconds)."""
         from core.errors import Conflict
-        from trainer.control import ControlClient
+        from jobcontrol.channel import ControlClient
 
         timeout = self.cfg.up.stop_timeout_s
         client = ControlClient(self.control_endpoint, timeout_s=timeout)

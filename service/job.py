@@ -1,4 +1,4 @@
-"""The link to the training job's control channel (trainer.control), if one is configured.
+"""The link to the training job's control channel (jobcontrol.channel), if one is configured.
 
 Admin calls go straight through; a background refresher caches the job's status so /metrics
 can show training lag and AUC without calling the job on every scrape.
@@ -16,8 +16,8 @@ import time
 from typing import Any
 
 from core.errors import StreamrecError, Unavailable
+from jobcontrol.channel import ControlClient
 from stores.store import read_file
-from trainer.control import ControlClient
 
 
 def _find(d: Any, *keys: str) -> float | None:

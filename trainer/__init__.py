@@ -16,7 +16,7 @@ Passes and serving hand-off
   checkpoints.py   checkpoints/pass-<n>/ layout, manifest last, verify, prune
   recovery.py      newest complete pass -> shards load, offsets, optimizer state
   export.py        bundles (exports.bundle) in a background thread; item_catalog.py for two-tower
-  job.py           the streaming job; job_control.py its control handler (trainer.control)
+  job.py           the streaming job; job_control.py its control handler (jobcontrol.channel)
   rank_claim.py    STREAMREC_RANK=auto: the rank claimed on shard 0, renewed in a thread, released
   infer.py         infer mode; file_job.py / file_worker.py: `streamrec train-files`
 """

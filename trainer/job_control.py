@@ -1,4 +1,4 @@
-"""The chief's job-control handler (trainer.control's JobHandler) over a running StreamingJob.
+"""The chief's job-control handler (jobcontrol.channel's JobHandler) over a running StreamingJob.
 
 Calls arrive on the control server's thread; anything that touches the model, the PS client
 or the consumer is handed to the training loop (``call_in_loop``) and runs between steps.

@@ -89,9 +89,9 @@ def run_stream(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
     from core.errors import ConfigError
+    from jobcontrol.channel import CONTROL_FILE, ControlServer, advertised_endpoint
     from ps.cluster import cluster_from_env
     from stores.store import open_store
-    from trainer.control import CONTROL_FILE, ControlServer, advertised_endpoint
     from trainer.job import StreamingJob
     from trainer.job_config import load_job_config
     from trainer.job_control import JobControl

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import uvicorn
 
+from jobcontrol.channel import ControlServer
 from ps.launcher import free_ports
 from service.app import create_app
 from service.settings import ServiceSettings
-from trainer.control import ControlServer
 
 from .headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 

@@ -14,10 +14,10 @@ import yaml
 from core.yaml_config import validate_config
 from deploy.cli import build_parser
 from deploy.system_config import StreamrecConfig, write_role_files
+from jobcontrol.channel import CONTROL_FILE, advertised_endpoint
 from ps.cluster import cluster_from_env
 from ps.ps_config import load_ps_config
 from service.settings import load_settings
-from trainer.control import CONTROL_FILE, advertised_endpoint
 from trainer.job_config import load_job_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -1,4 +1,4 @@
-"""The admin API against a real job control server (trainer.control) whose handler runs real
+"""The admin API against a real job control server (jobcontrol.channel) whose handler runs real
 sparse tables: tokens are enforced, ops reach the job, job errors keep their HTTP status."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from core.errors import NotFound
+from jobcontrol.channel import ControlServer
 from tables.sparse_table import SparseTable
 from tables.table_config import EvictionConfig, TableConfig
-from trainer.control import ControlServer
 
 from .service_support import BundleBuilder, auth, make_settings, started, wait_until
 

@@ -12,10 +12,10 @@ import pytest
 
 from core.errors import ConfigError, Unavailable
 from core.yaml_config import validate_config
+from jobcontrol.channel import ControlServer
 from service.job import JobLink
 from service.settings import ServiceSettings
 from stores.store import open_store
-from trainer.control import ControlServer
 
 
 class Chief:

@@ -14,9 +14,9 @@ from core.atomic_files import read_json
 from core.errors import NotFound
 from exports import bundle
 from exports.predictor import Predictor
+from jobcontrol.channel import ControlClient
 from streaming.stream_config import SchemaConfig
 from trainer import checkpoints
-from trainer.control import ControlClient
 from trainer.item_catalog import ItemCatalog
 from trainer.job_config import load_job_config
 
