@@ -12,7 +12,7 @@ from enum import StrEnum
 from pydantic import Field, model_validator
 
 from core.yaml_config import FrozenModel
-from tables.table_config import OptimizerConfig, TableConfig
+from tables.table_config import DEFAULT_DENSE_OPTIMIZER, OptimizerConfig, TableConfig
 
 
 class ModelType(StrEnum):
@@ -49,7 +49,7 @@ class ModelConfig(FrozenModel):
     embedding_dim: int = Field(8, ge=1, le=512)
     mlp: tuple[int, ...] = (400, 400, 400)
     tower_dim: int = Field(32, ge=1)  # two-tower output vector size
-    dense_optimizer: OptimizerConfig = OptimizerConfig(kind="adam", lr=1e-3)
+    dense_optimizer: OptimizerConfig = DEFAULT_DENSE_OPTIMIZER
     sparse_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.05)
     # adagrad, not ftrl: ftrl's beta=1 swamps the small per-id gradients of a mean loss. lr 0.01, not 0.05:
     # an id's first adagrad step is lr whatever its gradient, and most ids are rare, so 0.05 overfits them

@@ -46,6 +46,10 @@ class OptimizerConfig(FrozenModel):
     l1: float = Field(0.0, ge=0.0)  # ftrl
 
 
+# What a dense array runs unless its config names another (models, the PS client and shard agree).
+DEFAULT_DENSE_OPTIMIZER = OptimizerConfig(kind="adam", lr=1e-3)
+
+
 class AlwaysAdmission(FrozenModel):
     """Every id gets a row on its first push."""
 
@@ -132,4 +136,4 @@ class DenseTableConfig(FrozenModel):
     """A named dense float32 array updated by the same optimizers (per element)."""
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-/]+$")
-    optimizer: OptimizerConfig = OptimizerConfig(kind="adam", lr=1e-3)
+    optimizer: OptimizerConfig = DEFAULT_DENSE_OPTIMIZER
