@@ -26,6 +26,7 @@ from core.errors import Unavailable
 from streaming.batch import Batch
 from streaming.connection import client_options
 from streaming.dead_letter import DeadLetters
+from streaming.isolated_parse import parse_isolating
 from streaming.log_bounds import past_the_end
 from streaming.offsets import OffsetTracker
 from streaming.parsers import Parser, make_parser
@@ -131,7 +132,7 @@ class StreamConsumer:
             lo, hi = recs[0].offset, recs[-1].offset
             old = positions.get(tp.partition)
             positions[tp.partition] = (lo, hi) if old is None else (old[0], hi)
-        batch, rejected = self.parser.parse(values)
+        batch, rejected = parse_isolating(self.parser, values)
         batch = dataclasses.replace(batch, positions=positions)
         if rejected:
             sources = []

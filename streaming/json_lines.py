@@ -36,9 +36,12 @@ def _loads(raw: bytes) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return _INVALID
+    except RecursionError:  # a few KB of "[[[[..." exhaust the interpreter's stack: a bad record, not a crash
+        return _TOO_DEEP
 
 
 _INVALID = object()
+_TOO_DEEP = object()
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -144,7 +147,7 @@ class JsonLinesParser:
         if role == ROLE_DENSE:
             return f"field '{name}': non-numeric dense value"
         if role == ROLE_TIME:
-            return f"field '{name}': event time must be a number"
+            return f"field '{name}': event time must be a finite number"
         return f"slot '{name}': value is not a valid {self.schema.sparse_slots[col].hash.value} id"
 
     def parse_reference(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
@@ -160,6 +163,8 @@ class JsonLinesParser:
         for i, d in enumerate(docs):
             if d is _INVALID and i not in reasons:
                 reasons[i] = (RejectReason.INVALID_JSON, "not valid JSON")
+            elif d is _TOO_DEEP:
+                reasons[i] = (RejectReason.INVALID_JSON, "JSON nested too deeply")
             elif d is not _INVALID and not isinstance(d, dict):
                 reasons[i] = (RejectReason.SCHEMA, f"expected a JSON object, got {type(d).__name__}")
         docs = [d if isinstance(d, dict) else {} for d in docs]
@@ -183,7 +188,10 @@ class JsonLinesParser:
         event_time = None
         if s.event_time is not None:
             event_time, bad = _numbers([d.get(s.event_time) for d in docs])
-            self._flag(reasons, bad, RejectReason.SCHEMA, f"field '{s.event_time}': event time must be a number")
+            bad |= np.isinf(event_time)  # 1e400 parses as inf: a time no freshness figure can use
+            event_time[bad] = np.nan
+            self._flag(reasons, bad, RejectReason.SCHEMA,
+                       f"field '{s.event_time}': event time must be a finite number")
 
         slots = {slot.name: self._slot(slot.name, slot.hash, docs, reasons) for slot in s.sparse_slots}
 

@@ -19,6 +19,7 @@ class RejectReason(IntEnum):
     SCHEMA = 7
     OVERSIZED = 8
     BAD_TEXT = 9
+    PARSER_ERROR = 10  # the parser itself failed on this record (a bug it must not turn into a crash)
 
     @property
     def label(self) -> str:
