@@ -84,6 +84,10 @@ class ControlServer:
             return {"ok": False, "error": err.to_dict()}
         except (ValueError, TypeError) as exc:
             return {"ok": False, "error": InvalidInput(f"bad control request: {exc}").to_dict()}
+        except RecursionError:
+            return {"ok": False, "error": InvalidInput("bad control request: JSON nested too deeply").to_dict()}
+        except Exception as exc:  # the server thread must outlive any request: one bad call, one error reply
+            return {"ok": False, "error": StreamrecError(f"control op failed: {type(exc).__name__}: {exc}").to_dict()}
 
     def stop(self) -> None:
         self._stop.set()
