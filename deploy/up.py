@@ -30,7 +30,8 @@ import yaml
 
 from core.errors import ConfigError, StreamrecError
 from deploy.system_config import StreamrecConfig, resolve_root, write_role_files
-from ps.launcher import Launcher, LaunchSpec, _Role, free_ports
+from ps.launcher import Launcher, LaunchSpec, free_ports
+from ps.role_process import RoleProcess
 from stores.store import open_store
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class LocalSystem:
         self.roles_dir = self.run_dir / "roles"
         self.broker = None
         self.bootstrap: str | None = None
-        self.roles: list[_Role] = []
+        self.roles: list[RoleProcess] = []
         self.launcher: Launcher | None = None
         self._launch_thread: threading.Thread | None = None
         self._launch_code: int | None = None
@@ -162,8 +163,8 @@ class LocalSystem:
     def _cli(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "deploy.cli", *args]
 
-    def _start_role(self, name: str, argv: list[str]) -> _Role:
-        role = _Role(name, argv, self._env(), self.logs / f"{name}.log")
+    def _start_role(self, name: str, argv: list[str]) -> RoleProcess:
+        role = RoleProcess(name, argv, self._env(), self.logs / f"{name}.log")
         role.start()
         self.roles.append(role)
         return role

@@ -10,7 +10,6 @@ succeeds when every worker exits 0, and then the shards are stopped.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -18,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -27,10 +27,23 @@ from ps.auth import read_secret
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, Mode, cluster_env
 from ps.ps_config import ClientConfig
+from ps.role_process import RoleProcess
 
 _POLL_S = 0.1
 _STOP_GRACE_S = 5.0
 _STARTUP_ATTEMPTS = 3
+
+THREAD_LIMIT_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                      "NUMBA_NUM_THREADS")
+"""The variables that cap a process's compute threads: OpenMP, OpenBLAS and MKL (numpy's BLAS)
+and numba's threading layer. Several shards and workers on one machine share few cores, so
+each role gets few threads; more only contend (see :mod:`trainer.file_job` for a measurement).
+numba's limit only matters to ``parallel=True`` kernels, which streamrec has none of today."""
+
+
+def thread_limits(threads: int) -> dict[str, str]:
+    """Every :data:`THREAD_LIMIT_VARS` set to ``threads``: an ``env`` for :class:`LaunchSpec`."""
+    return {var: str(threads) for var in THREAD_LIMIT_VARS}
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -49,6 +62,9 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 @dataclass(frozen=True)
 class LaunchSpec:
+    """What to launch. Every role inherits this process's environment, then ``env``, then the
+    ``STREAMREC_*`` cluster variables (so ``env`` cannot redirect a role to other shards)."""
+
     servers: int
     workers: int
     command: tuple[str, ...]
@@ -61,41 +77,12 @@ class LaunchSpec:
     host: str = "127.0.0.1"
     secret_file: Path | None = None
     startup_timeout_s: float = 60.0
-
-
-@dataclass
-class _Role:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen | None = None
-    log: IO[bytes] | None = None
-    restarts: int = 0
-    exit_codes: list[int] = field(default_factory=list)
-
-    def start(self) -> None:
-        self.log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the process's life
-        self.log.write(f"=== streamrec launch: starting {self.name} (restart {self.restarts})\n".encode())
-        self.log.flush()
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)  # own process group: we can kill its children too
-
-    def poll(self) -> int | None:
-        assert self.proc is not None
-        return self.proc.poll()
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-
-    def close_log(self) -> None:
-        if self.log is not None:
-            self.log.close()
+    env: Mapping[str, str] = field(default_factory=dict)  # extra environment of every role (over ours)
 
 
 class Launcher:
+    """Runs one job (:meth:`run`): shards first, then workers, then watches them (module docstring)."""
+
     def __init__(self, spec: LaunchSpec, *, out: IO[str] = sys.stderr) -> None:
         self.spec = spec
         self.out = out
@@ -111,6 +98,10 @@ class Launcher:
         self.servers = [self._server(i) for i in range(self.spec.servers)]
         self.workers = [self._worker(i) for i in range(self.spec.workers)]
 
+    def roles(self) -> list[RoleProcess]:
+        """The shard and worker processes of the job (started or not yet)."""
+        return self.servers + self.workers
+
     def _say(self, text: str) -> None:
         print(f"streamrec launch: {text}", file=self.out, flush=True)
 
@@ -120,19 +111,19 @@ class Launcher:
                            mode=s.mode, geo_steps=s.geo_steps, ps_config=str(s.ps_config),
                            secret_file=str(s.secret_file) if s.secret_file else None,
                            checkpoint_dir=str(s.checkpoint_dir))
-        return {**os.environ, **cluster_env(spec)}
+        return {**os.environ, **s.env, **cluster_env(spec)}
 
-    def _server(self, i: int) -> _Role:
+    def _server(self, i: int) -> RoleProcess:
         s = self.spec
         argv = [sys.executable, "-m", "deploy.cli", "shard", "--config", str(s.ps_config), "--index", str(i),
                 "--port", str(self.ports[i]), "--host", s.host, "--checkpoint-dir", str(s.checkpoint_dir)]
         if s.secret_file:
             argv += ["--secret-file", str(s.secret_file)]
-        return _Role(f"server.{i}", argv, self._cluster("server", i), s.log_dir / f"server.{i}.log")
+        return RoleProcess(f"server.{i}", argv, self._cluster("server", i), s.log_dir / f"server.{i}.log")
 
-    def _worker(self, i: int) -> _Role:
-        return _Role(f"worker.{i}", list(self.spec.command), self._cluster("worker", i),
-                     self.spec.log_dir / f"worker.{i}.log")
+    def _worker(self, i: int) -> RoleProcess:
+        return RoleProcess(f"worker.{i}", list(self.spec.command), self._cluster("worker", i),
+                           self.spec.log_dir / f"worker.{i}.log")
 
     def _wait_healthy(self) -> None:
         s = self.spec
@@ -144,7 +135,7 @@ class Launcher:
                 if dead:
                     raise Unavailable(f"{', '.join(dead)} exited during startup; see {s.log_dir}")
                 try:
-                    client.health()
+                    client.admin.health()
                     return
                 except Unavailable:
                     if time.monotonic() > deadline:

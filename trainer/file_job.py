@@ -1,16 +1,16 @@
 """``streamrec train-files``: one pass over training files with S shard processes and W worker
 processes (the launcher's machinery), then evaluation on a test file by worker 0.
 
-Workers run with one BLAS thread each: with W workers on few cores, more threads only
-contend (measured on the 2-core machine with 2 workers, wide&deep MLP 400x3: 2 threads per
-worker ran at 0.28x and 0.90x the samples/s of 1 thread, with 3x the CPU time).
+Workers run with one BLAS thread each (``blas_threads``, passed to every role as
+:func:`ps.launcher.thread_limits`): with W workers on few cores, more threads only contend
+(measured on the 2-core machine with 2 workers, wide&deep MLP 400x3: 2 threads per worker ran at
+0.28x and 0.90x the samples/s of 1 thread, with 3x the CPU time).
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -25,8 +25,6 @@ from ps.ps_config import PSConfig
 from trainer.job_config import DenseUpdate
 from trainer.prefetch import PrefetchKind
 from trainer.process_stats import peak_rss_mb
-
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimi
 
 
 def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBase | None = None) -> dict[str, Any]:
-    from ps.launcher import Launcher, LaunchSpec
+    from ps.launcher import Launcher, LaunchSpec, thread_limits
 
     if job.prefetch not in get_args(PrefetchKind):
         raise ConfigError(f"prefetch must be one of {get_args(PrefetchKind)}, got {job.prefetch!r}")
@@ -71,21 +69,13 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
                                          "predictions": job.predictions,
                                          "dense_sync_steps": job.dense_sync_steps, "prefetch": job.prefetch,
                                          "dense_update": str(job.dense_update)}))
-        saved = {k: os.environ.get(k) for k in _THREAD_VARS}
-        os.environ.update({k: str(job.blas_threads) for k in _THREAD_VARS})  # inherited by the children
-        try:
-            launcher = Launcher(LaunchSpec(
-                servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",
-                                                                   str(spec_path)),
-                ps_config=ps_yaml, log_dir=root / "logs", checkpoint_dir=root / "checkpoints", mode=job.mode,  # type: ignore[arg-type]
-            ), out=log or sys.stderr)
-            code = launcher.run()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        launcher = Launcher(LaunchSpec(
+            servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",
+                                                               str(spec_path)),
+            ps_config=ps_yaml, log_dir=root / "logs", checkpoint_dir=root / "checkpoints", mode=job.mode,  # type: ignore[arg-type]
+            env=thread_limits(job.blas_threads),
+        ), out=log or sys.stderr)
+        code = launcher.run()
         result_path = results / "result.json"
         if code != 0 or not result_path.is_file():
             tails = []

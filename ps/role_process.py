@@ -1,0 +1,74 @@
+"""One role of a local job (a shard, a worker, a generator, the service): a child process in its
+own process group, logging to its own file.
+
+The process group is the point: a role may start children of its own (uvicorn workers, a
+producer's threads), and killing the group reaps them too, so a stopped job leaves nothing
+behind. The same role can be started again (a shard restarted after a crash); each start
+appends a header line to the log, so one file tells the role's whole story.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+@dataclass
+class RoleProcess:
+    """A named command run with ``env``, its output appended to ``log_path``."""
+
+    name: str
+    argv: list[str]
+    env: Mapping[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None  # None until started
+    log: IO[bytes] | None = None
+    restarts: int = 0
+    exit_codes: list[int] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the process's life
+        self.log.write(f"=== streamrec launch: starting {self.name} (restart {self.restarts})\n".encode())
+        self.log.flush()
+        self.proc = subprocess.Popen(self.argv, env=dict(self.env), stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # own process group: we can kill its children too
+
+    def poll(self) -> int | None:
+        """The exit code once the process ended, None while it runs (it must have been started)."""
+        assert self.proc is not None
+        return self.proc.poll()
+
+    def exit_code(self) -> int | None:
+        """The exit code once the process ended; None while it runs or before it was started."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def state(self) -> str:
+        """``starting``, ``running`` or ``exited N``: what a console shows."""
+        if self.proc is None:
+            return "starting"
+        code = self.proc.poll()
+        return "running" if code is None else f"exited {code}"
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the process to end: its exit code, or None if it still runs."""
+        if self.proc is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(timeout=timeout_s)
+        return None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the whole process group, if the process still runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def close_log(self) -> None:
+        if self.log is not None:
+            self.log.close()
