@@ -83,7 +83,7 @@ def _stage(store: Store, version: int) -> str:
 
 def shard_save_template(root: str | Path | Store, version: int) -> str:
     """Where the trainer asks shard ``{shard}`` to save its part of bundle ``version`` (a
-    template for PSClient.save), before ``publish``."""
+    template for PSAdmin.save), before ``publish``."""
     store = open_store(root)
     return store.url(f"{_stage(store, version)}/shard-{{shard}}")
 
@@ -140,7 +140,26 @@ def read_manifest(root: Path, version: int) -> BundleManifest:
                           f"as bundle {version}", detail={"file": str(path)})
     if man.kind == "delta" and man.parent_version is None:
         raise CorruptData(f"{path}: delta bundle without parent_version", detail={"file": str(path)})
+    _check_shape(man, path)
     return man
+
+
+def _check_shape(man: BundleManifest, path: Path) -> None:
+    """Every field a reader indexes has the type it expects: a hand-edited or truncated manifest is
+    CorruptData naming the field, never a KeyError deep in the loader."""
+    problems = []
+    if not isinstance(man.files, dict) or not all(isinstance(e, dict) for e in man.files.values()):
+        problems.append("files must map names to file entries")
+    elif "dense" not in man.files:
+        problems.append("files.dense is missing")
+    if not isinstance(man.tables, list) or not all(isinstance(t, str) for t in man.tables):
+        problems.append("tables must be a list of names")
+    if not isinstance(man.model, dict):
+        problems.append("model must be an object")
+    if not isinstance(man.num_shards, int) or isinstance(man.num_shards, bool) or man.num_shards < 1:
+        problems.append("num_shards must be a positive integer")
+    if problems:
+        raise CorruptData(f"{path}: malformed bundle manifest: {'; '.join(problems)}", detail={"file": str(path)})
 
 
 def load_dense(root: Path, man: BundleManifest) -> dict[str, np.ndarray]:

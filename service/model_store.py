@@ -15,6 +15,7 @@ dense weights, the model config, and the item index snapshot.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +34,8 @@ from ps.routing import plan_keys, shard_of
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex
 from tables.sparse_table import SparseTable
+
+log = logging.getLogger("streamrec.service")
 
 
 @dataclass
@@ -160,6 +163,12 @@ class ModelStore:
                 self.last_error = {"version": version, "at": time.time(), **err.to_dict()}
                 self.rejected[version] = self.last_error
                 raise
+            except Exception as exc:  # a loader bug: reject this bundle once, keep serving the old one
+                log.exception("bundle %d failed to load", version)
+                err = CorruptData(f"bundle {version} failed to load: {type(exc).__name__}: {exc}")
+                self.last_error = {"version": version, "at": time.time(), **err.to_dict()}
+                self.rejected[version] = self.last_error
+                raise err from exc
 
     def _apply(self, version: int) -> dict[str, Any]:
         t0 = time.time()

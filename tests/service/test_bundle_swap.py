@@ -134,3 +134,22 @@ def test_freshness_is_recorded_per_bundle(client) -> None:
     metrics = client.get("/metrics").text
     assert "streamrec_bundle_version 1" in metrics and "streamrec_bundle_freshness_seconds" in metrics
     assert "streamrec_index_items 300" in metrics
+
+
+def test_manifest_missing_fields_is_rejected_by_name_not_a_500(client, builder: BundleBuilder) -> None:
+    builder.push("user", USER_IDS[:10])
+    builder.export("delta")  # version 2
+    path = bundle_dir(builder.root, 2) / "bundle.json"
+    manifest = json.loads(path.read_text())
+    del manifest["files"]["dense"]
+    manifest["tables"] = "user"
+    path.write_text(json.dumps(manifest))
+    reload = client.post("/admin/reload", headers=auth())
+    assert reload.status_code == 200 and reload.json()["version"] == 1
+    rejected = client.app.state.store.rejected[2]
+    assert rejected["code"] == "corrupt_data"
+    assert "files.dense is missing" in rejected["message"] and "tables must be a list" in rejected["message"]
+    again = client.post("/admin/reload", headers=auth()).json()  # rejected once, not retried on every poll
+    assert again["applied"] == [] and again["rejected"] == []
+    lookup = client.post("/v1/embeddings:lookup", json={"slot": "user", "ids": [int(USER_IDS[0])]})
+    assert lookup.status_code == 200 and lookup.json()["version"] == 1
