@@ -80,7 +80,7 @@ def shard_processes(tmp: Path, n: int = 2):
     try:
         endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
         client = PSClient(endpoints, config=ClientConfig(timeout_s=60, retries=0))
-        client.health()
+        client.admin.health()
         yield client
         client.close()
     finally:
@@ -200,22 +200,22 @@ def run(dist: str, client: PSClient, r: Any, echo: Callable, seconds: float, sma
     inproc = SparseTable(TABLE)
     for b in batches:  # every measured key has a row in both stores
         inproc.push(b, grads)
-        client.push_sparse("emb", b, grads)
+        client.wait(client.push("emb", b, grads))
     r_pull, r_push = redis_ops(r)
     for b in batches:
         r_push(b, grads)
     out: dict[str, float] = {}
-    out["pull_keys_per_s"] = rate(lambda k: client.pull_sparse("emb", k), batches, seconds=seconds)
-    out["push_keys_per_s"] = rate(lambda k: client.push_sparse("emb", k, grads), batches, seconds=seconds)
+    out["pull_keys_per_s"] = rate(lambda k: client.wait(client.pull("emb", k)), batches, seconds=seconds)
+    out["push_keys_per_s"] = rate(lambda k: client.wait(client.push("emb", k, grads)), batches, seconds=seconds)
     out["inproc_pull_keys_per_s"] = rate(inproc.pull, batches, seconds=seconds)
     out["inproc_push_keys_per_s"] = rate(lambda k: inproc.push(k, grads), batches, seconds=seconds)
     out["redis_pull_keys_per_s"] = rate(r_pull, batches, seconds=seconds)
     out["redis_push_keys_per_s"] = rate(lambda k: r_push(k, grads), batches, seconds=seconds)
     small = key_batches(dist, 64, SMALL, seed=3)
-    out["small_pull_p50_us"], out["small_pull_p99_us"] = latency(lambda k: client.pull_sparse("emb", k), small,
+    out["small_pull_p50_us"], out["small_pull_p99_us"] = latency(lambda k: client.wait(client.pull("emb", k)), small,
                                                                  small_calls)
     # the floor under that: a health round trip to both shards (same sockets, no table work)
-    out["health_p50_us"], _ = latency(lambda k: client.health(), small, small_calls)
+    out["health_p50_us"], _ = latency(lambda k: client.admin.health(), small, small_calls)
     out["zmq_echo_p50_us"], _ = latency(echo, small, small_calls)  # no protocol, no Python server work
     return out
 

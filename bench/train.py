@@ -106,7 +106,7 @@ def _push_latencies(client, name: str, width: int, rows: int, *, count: int | No
     while (count is not None and len(out) < count) or (until is not None and not until.is_set()):
         keys = rng.choice(rows, 10_000, replace=False).astype(np.uint64) + np.uint64(1)
         t = time.perf_counter()
-        client.push_sparse(name, keys, grads)
+        client.wait(client.push(name, keys, grads))
         out.append(time.perf_counter() - t)
     return out
 
@@ -124,6 +124,7 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
 
     import yaml
 
+    from ps.admin import SaveMode
     from ps.client import PSClient
     from ps.launcher import free_ports
     from ps.ps_config import ClientConfig, PSConfig
@@ -145,7 +146,7 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    client.health()
+                    client.admin.health()
                     break
                 except Exception:
                     if time.monotonic() > deadline:
@@ -154,7 +155,7 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
             chunk = 1 << 20
             for start in range(0, rows, chunk):
                 keys = np.arange(start + 1, min(rows, start + chunk) + 1, dtype=np.uint64)
-                client.push_sparse(name, keys, np.full((keys.shape[0], width), 0.01, np.float32))
+                client.wait(client.push(name, keys, np.full((keys.shape[0], width), 0.01, np.float32)))
             out["push_10k_p99_ms_no_save"] = _p99_ms(_push_latencies(pusher, name, width, rows, count=100))
             rng = np.random.default_rng(0)
             passes = iter(range(1, 100))
@@ -162,8 +163,8 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
             def save(mode: str, detach: bool, *, push_during: bool = False) -> dict:
                 into = work / "stall" / f"pass-{next(passes)}"
                 t = time.perf_counter()
-                entries = client.save(into=str(into / "shard-{shard}"), mode=mode, cursor="checkpoint",
-                                      detach=detach, timeout_s=600)
+                entries = client.admin.save(into=str(into / "shard-{shard}"), mode=SaveMode(mode), cursor="checkpoint",
+                                            detach=detach, timeout_s=600)
                 res = {"stall_s": time.perf_counter() - t}
                 if detach:
                     stop, lat = threading.Event(), []
@@ -171,7 +172,7 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
                         _push_latencies(pusher, name, width, rows, until=stop))) if push_during else None
                     if th is not None:
                         th.start()
-                    client.save_wait(entries, timeout_s=600)
+                    client.admin.save_wait(entries, timeout_s=600)
                     res["complete_s"] = time.perf_counter() - t
                     stop.set()
                     if th is not None:
@@ -182,7 +183,7 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
 
             def touch_delta() -> None:
                 keys = rng.choice(rows, delta_rows, replace=False).astype(np.uint64) + np.uint64(1)
-                client.push_sparse(name, keys, np.full((delta_rows, width), 0.01, np.float32))
+                client.wait(client.push(name, keys, np.full((delta_rows, width), 0.01, np.float32)))
 
             # base (B first, A last: the pushes during A's background write would grow the deltas)
             sync_base = save("base", False)
@@ -191,7 +192,7 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
             touch_delta()
             sync_delta = save("delta", False)
             two_base = save("base", True, push_during=True)
-            client.stop()
+            client.admin.stop()
     finally:
         shard.kill()
         shard.wait()

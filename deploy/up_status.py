@@ -132,7 +132,7 @@ class StatusCollector:
     def _from_shards(self, snap: Snapshot) -> None:
         assert self.ps is not None
         try:
-            shards = self.ps.stats()
+            shards = self.ps.admin.stats()
         except StreamrecError as err:
             snap.errors.append(f"shards: {err.message}")
             return

@@ -3,7 +3,9 @@
   protocol.py      the wire: one multipart ZeroMQ message per request, zero-copy array frames
   auth.py          HMAC of every request with the cluster secret (required off loopback)
   routing.py       pure functions from keys and dense names to shards
-  client.py        PSClient: pull/push/wait with tickets, and the control calls
+  transport.py     the client's sockets: requests in flight, timeouts, resends
+  client.py        PSClient: pull, push, push_pull and wait with typed tickets (the data plane)
+  admin.py         PSAdmin: save, load, policy, leases, stats as typed calls (client.admin)
   ps_config.py     the tables every shard serves and the client's timeouts (one YAML)
   shard_server.py  one shard: the request loop over its tables
   shard_saves.py   what a shard writes when it saves, and how a chain of saves is restored

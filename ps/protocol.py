@@ -221,6 +221,14 @@ def decode(frames: list[Any]) -> Message:
                    flags=_FLAGS[flags & _FLAG_BITS], status=status)
 
 
+def check_keys(keys: Any) -> np.ndarray:
+    """``keys`` as the wire carries them (a 1-d uint64 array), or InvalidInput; never converted."""
+    keys = np.asarray(keys)
+    if keys.dtype != np.uint64 or keys.ndim != 1:
+        raise InvalidInput(f"keys must be a 1-d uint64 array, got {keys.ndim}-d {keys.dtype}")
+    return keys
+
+
 def peek(frames: list[Any]) -> tuple[int, Flag, int]:
     """(op, flags, request_id) of a message whose fixed header is complete, else (0, NONE, 0).
 

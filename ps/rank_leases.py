@@ -1,6 +1,6 @@
 """Worker ranks handed out as leases, so trainers need no stable identity (a Deployment's pods).
 
-PS shard 0 keeps this table (op ``LEASE``, :meth:`ps.client.PSClient.lease`). A trainer
+PS shard 0 keeps this table (op ``LEASE``, the lease calls of :class:`ps.admin.PSAdmin`). A trainer
 started without a rank claims one in ``[0, W)`` under a holder id of its own (pod name and
 pid) and renews it well within ``ttl_s``; a clean exit releases it. A holder that dies stops
 renewing, its lease expires after ``ttl_s``, and the next claim gets that rank: the

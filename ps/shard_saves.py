@@ -8,7 +8,7 @@ One save is one directory::
                                     dense parts with their optimizer; a save without it
                                     does not exist
 
-The client may name the save dir (``PSClient.save(into="…/shard-{shard}")``), or the shard
+The client may name the save dir (``PSAdmin.save(into="…/shard-{shard}")``), or the shard
 keeps numbered saves under its ``--checkpoint-dir``::
 
     <root>/shard-000/MANIFEST.json   {"version": 1, "saves": ["000001-base", ...]} (atomic)

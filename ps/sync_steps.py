@@ -5,6 +5,9 @@ step's barrier, the held gradients are applied as one push per table (the table 
 duplicate keys and runs one optimizer update), so N workers equal one process training on
 the concatenated batch. A worker that resends its barrier (after a client timeout) replaces
 its earlier entry instead of counting twice.
+
+Geo mode pushes row deltas instead of gradients; a shard adds them by running them, negated,
+through its optimizer, which is a plain sum only for :func:`adds_geo_deltas` optimizers.
 """
 
 from __future__ import annotations
@@ -14,6 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.errors import Conflict, InvalidInput
+from tables.table_config import OptimizerConfig
+
+
+def adds_geo_deltas(optimizer: OptimizerConfig) -> bool:
+    """True when pushing ``-delta`` through ``optimizer`` adds ``delta`` exactly: sgd at lr 1, no l2, no clip."""
+    return optimizer.kind == "sgd" and optimizer.lr == 1.0 and not optimizer.l2 and not optimizer.grad_clip
+
 
 Waiter = tuple[bytes, int]  # (client identity, request id) to answer when the barrier opens
 

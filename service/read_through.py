@@ -33,7 +33,7 @@ class ReadThrough:
         """``(rows, found)`` for ``ids`` from the live shards, or None when they did not answer."""
         try:
             with self._lock:
-                rows, found = self._client.wait(self._client.pull(table, ids, existing_only=True))
+                rows, found = self._client.wait(self._client.pull_existing(table, ids))
         except StreamrecError:
             self.unavailable += 1
             return None

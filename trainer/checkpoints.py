@@ -45,7 +45,7 @@ def pass_dir(root: Path, pass_id: int) -> Path:
 
 
 def shard_template(root: Root, pass_id: int) -> str:
-    """Where shard ``{shard}`` saves its part of pass ``pass_id`` (a template for PSClient.save):
+    """Where shard ``{shard}`` saves its part of pass ``pass_id`` (a template for PSAdmin.save):
     a path, or a URL the shard uploads its save to."""
     return open_store(root).url(f"{pass_name(pass_id)}/shard-{{shard}}")
 

@@ -23,6 +23,7 @@ from exports.bundle import clear_stage, discard_staging, list_versions, publish,
 from models import build_model
 from models.features import build_features
 from models.model_config import ModelConfig
+from ps.admin import SaveMode
 from ps.client import PSClient
 from stores.store import open_store
 from trainer.item_catalog import ItemCatalog
@@ -97,14 +98,14 @@ class Exporter:
         if not ids.size:
             return np.zeros((0, m.config.tower_dim), np.float32)
         f = build_features(m.config, catalog.batch_of(ids), m.item_slots)  # type: ignore[attr-defined]
-        rows = {t: self.client.pull_sparse(t, ti.keys) for t, ti in f.tables.items()}
+        rows = {t: self.client.wait(self.client.pull(t, ti.keys)) for t, ti in f.tables.items()}
         return np.ascontiguousarray(m.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
 
     def _save(self, version: int, mode: str) -> list[dict[str, Any]]:
         clear_stage(self.root, version)
         # bounded: a shard lost mid-save fails this bundle instead of holding the next commit
-        return self.client.save(into=shard_save_template(self.root, version), mode=mode, cursor="export",
-                                timeout_s=SAVE_TIMEOUT_S)
+        return self.client.admin.save(into=shard_save_template(self.root, version), mode=SaveMode(mode),
+                                      cursor="export", timeout_s=SAVE_TIMEOUT_S)
 
     def close(self) -> None:
         self.wait()

@@ -67,7 +67,7 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepar
     model = build_model(job["model"])
     dead = DeadLetters()
     client = _client(spec) if spec.mode == "async" else None
-    pull = client.pull_sparse if client is not None else None
+    pull = None if client is None else lambda t, k: client.wait(client.pull(t, k))
     try:
         source = file_batches(job["train"], SchemaConfig.criteo(), job["batch_size"], dead, rank=spec.rank,
                               workers=spec.num_workers)
@@ -130,7 +130,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
     if job.get("predictions"):
         np.savetxt(job["predictions"], p, fmt="%.6f")
     pc = np.clip(p, 1e-7, 1 - 1e-7)
-    shard_pids = [int(h["pid"]) for h in worker.store.worker.client.health()]  # type: ignore[attr-defined]
+    shard_pids = [int(h["pid"]) for h in worker.store.worker.client.admin.health()]  # type: ignore[attr-defined]
     shard_rss = [process_peak_rss_mb(pid) for pid in shard_pids]
     shard_cpu = [process_cpu_seconds(pid) for pid in shard_pids]
     rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + ranks[0]["prefetch_rss_mb"] + sum(shard_rss)

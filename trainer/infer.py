@@ -47,7 +47,7 @@ def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, p
         if catalog is not None and items_out is not None:
             ids = catalog.all_ids()
             f = build_features(model.config, catalog.batch_of(ids), model.item_slots)  # type: ignore[attr-defined]
-            rows = {t: ps.client.pull_sparse(t, ti.keys) for t, ti in f.tables.items()}
+            rows = {t: ps.client.wait(ps.client.pull(t, ti.keys)) for t, ti in f.tables.items()}
             vectors = np.ascontiguousarray(model.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
             write_bytes(items_out, encode_arrays({"ids": ids, "vectors": vectors}))
             items = int(ids.shape[0])

@@ -30,6 +30,7 @@ from kafka.errors import KafkaError
 from core.errors import ConfigError, NotFound, Unavailable
 from models import build_model
 from models.model_config import ModelType
+from ps.admin import SaveMode
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from ps.ps_config import ClientConfig, PSConfig, load_ps_config
@@ -55,10 +56,11 @@ _TAG = 1 << 41  # barrier ids of pass commits and restores: far above any step n
 def _check_geo(tables: Any) -> None:
     """Geo mode sends row deltas the shard adds: its tables must use SGD at lr 1 (a plain sum)."""
     from core.errors import ConfigError
+    from ps.sync_steps import adds_geo_deltas
 
     for t in tables:
         for opt in (t.optimizer, t.wide_optimizer if t.wide else t.optimizer):
-            if opt.kind != "sgd" or opt.lr != 1.0 or opt.l2 or opt.grad_clip:
+            if not adds_geo_deltas(opt):
                 raise ConfigError(f"geo mode: table {t.name} needs sparse_optimizer (and wide_optimizer) "
                                   "{kind: sgd, lr: 1}; the workers' geo_lr is the learning rate")
 
@@ -235,7 +237,7 @@ class StreamingJob:
         pull_client = None
         if self.spec.mode == "async" and self.config.prefetch_pull:
             pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret())
-        pull = pull_client.pull_sparse if pull_client is not None else None
+        pull = None if pull_client is None else lambda t, k: pull_client.wait(pull_client.pull(t, k))
         idle_since = time.monotonic()
         try:
             while not self.stopping.is_set():  # once, unless a rollback re-seeks the stream
@@ -376,14 +378,15 @@ class StreamingJob:
         if self.exporter is not None:
             self.last_export = self.exporter.wait() or self.last_export
         k = self.config.passes.base_every
-        self.client.end_pass()
+        self.client.admin.end_pass()
         evicted = None
         if n % k == 0:
-            evicted = sum(sum(e.get("evicted", {}).values()) for e in self.client.shrink())
+            evicted = sum(sum(e.get("evicted", {}).values()) for e in self.client.admin.shrink())
         base = n % k == 1 or k == 1 or self.force_base
         try:
-            saves = self.client.save(into=checkpoints.shard_template(self.root, n), mode="base" if base else "delta",
-                                     cursor="checkpoint", timeout_s=SAVE_TIMEOUT_S, detach=True)
+            saves = self.client.admin.save(into=checkpoints.shard_template(self.root, n),
+                                           mode=SaveMode.BASE if base else SaveMode.DELTA,
+                                           cursor="checkpoint", timeout_s=SAVE_TIMEOUT_S, detach=True)
         except Exception:
             self.force_base = True  # some shards may have advanced their chain: restart it with a base
             raise
@@ -468,7 +471,7 @@ class StreamingJob:
         deadline = time.monotonic() + 120
         while True:
             try:
-                self.client.health()
+                self.client.admin.health()
                 break
             except Unavailable:
                 if time.monotonic() > deadline:
@@ -512,7 +515,7 @@ class StreamingJob:
         return {"pass": pass_id, "offsets": self.reseek}
 
     def _op_shrink(self) -> dict[str, Any]:
-        return {"evicted": [e.get("evicted", {}) for e in self.client.shrink()]}
+        return {"evicted": [e.get("evicted", {}) for e in self.client.admin.shrink()]}
 
     def status(self) -> dict[str, Any]:
         w = self.worker

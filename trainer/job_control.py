@@ -69,7 +69,7 @@ class JobControl:
         """The policy in force on the shards (PUT may have changed the YAML's)."""
         self._known(table)
         with self._ps() as ps:
-            parts = ps.policy(table)
+            parts = ps.admin.policy(table)
         return self._merge(parts, applied=False, dry_run=False)
 
     def put_policy(self, table: str, admission: dict | None, eviction: dict | None, dry_run: bool) -> dict[str, Any]:
@@ -80,8 +80,8 @@ class JobControl:
             raise InvalidInput("give 'admission' and/or 'eviction' settings")
         with self._ps() as ps:
             if not dry_run:  # validate everywhere first, so no shard is left with half a change
-                ps.policy(table, admission=admission, eviction=eviction, dry_run=True)
-            parts = ps.policy(table, admission=admission, eviction=eviction, dry_run=dry_run)
+                ps.admin.apply_policy(table, admission=admission, eviction=eviction, dry_run=True)
+            parts = ps.admin.apply_policy(table, admission=admission, eviction=eviction, dry_run=dry_run)
         return self._merge(parts, applied=not dry_run, dry_run=dry_run)
 
     def _known(self, table: str) -> None:

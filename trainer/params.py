@@ -121,7 +121,7 @@ class PSStore:
 
     def push_dense(self, grad: np.ndarray) -> None:
         if self.worker.mode == "async":  # waited for with the step's sparse pushes
-            self._this_step.append(self.worker.client.start_push_dense(DENSE_NAME, grad))
+            self._this_step.append(self.worker.client.push_dense(DENSE_NAME, grad))
         else:
             self.worker.push_dense(DENSE_NAME, grad)
 

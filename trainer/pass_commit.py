@@ -82,7 +82,7 @@ def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[st
                 keep: int, fields: dict[str, Any]) -> dict[str, Any]:
     """Commit pass ``pass_id`` once the shards wrote the detached ``saves``: the manifest (with
     ``fields`` and what the worker parts of ``ranks`` say) last, then prune to ``keep``."""
-    entries = client.save_wait(saves, timeout_s=SAVE_TIMEOUT_S)
+    entries = client.admin.save_wait(saves, timeout_s=SAVE_TIMEOUT_S)
     done = [p for p in checkpoints.complete_passes(root) if p < pass_id]
     previous = checkpoints.read_pass(root, done[-1]) if done else {}
     man = checkpoints.commit_pass(root, pass_id, {"created_at": time.time(), **fields,

@@ -36,7 +36,7 @@ class _GeoCopy:
     def lookup(self, client: PSClient, table: str, keys: np.ndarray) -> np.ndarray:
         missing = np.array([k for k in dict.fromkeys(keys.tolist()) if k not in self.slots], np.uint64)
         if missing.size:
-            fresh = client.pull_sparse(table, missing)
+            fresh = client.wait(client.pull(table, missing))
             start = len(self.slots)
             if self.rows.shape[1] != fresh.shape[1]:
                 self.rows = np.empty((0, fresh.shape[1]), np.float32)
@@ -51,8 +51,8 @@ class _GeoCopy:
             return
         keys = np.array(sorted(self.touched), np.uint64)
         slots = np.fromiter((self.slots[k] for k in keys.tolist()), np.int64, keys.shape[0])
-        client.push_sparse(table, keys, self.rows[slots] - self.base[slots], flags=Flag.GEO_DELTA)
-        fresh = client.pull_sparse(table, keys)
+        deltas = self.rows[slots] - self.base[slots]
+        fresh = client.wait(client.push_pull(table, keys, deltas, flags=Flag.GEO_DELTA))
         self.rows[slots] = fresh
         self.base[slots] = fresh
         self.touched.clear()
@@ -91,7 +91,7 @@ class PSWorker:
 
     def pull(self, table: str, keys: np.ndarray) -> np.ndarray:
         if self.mode != "geo":
-            return self.client.pull_sparse(table, keys)
+            return self.client.wait(self.client.pull(table, keys))
         copy = self._geo.setdefault(table, _GeoCopy())
         slots = copy.lookup(self.client, table, np.asarray(keys, np.uint64))  # may grow copy.rows
         return copy.rows[slots]
@@ -109,17 +109,17 @@ class PSWorker:
             copy.touched.update(keys.tolist())
             return
         flags = Flag.SYNC if self.mode == "sync" else Flag.NONE
-        self.client.push_sparse(table, keys, grads, shows=shows, clicks=clicks, flags=flags)
+        self.client.wait(self.client.push(table, keys, grads, shows=shows, clicks=clicks, flags=flags))
 
     def init_dense(self, name: str, initial: np.ndarray, *,
                    optimizer: OptimizerConfig | None = None) -> OptimizerConfig | None:
         return self.client.init_dense(name, initial, optimizer=optimizer)
 
     def pull_dense(self, name: str) -> np.ndarray:
-        return self.client.pull_dense(name)
+        return self.client.wait(self.client.pull_dense(name))
 
     def push_dense(self, name: str, grad: np.ndarray) -> None:
-        self.client.push_dense(name, grad, flags=Flag.SYNC if self.mode == "sync" else Flag.NONE)
+        self.client.wait(self.client.push_dense(name, grad, flags=Flag.SYNC if self.mode == "sync" else Flag.NONE))
 
     def step(self) -> None:
         """End of a training step: the sync barrier, or the geo flush every ``geo_steps``."""

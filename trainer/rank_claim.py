@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from core.errors import Conflict, StreamrecError, Unavailable
+from ps.admin import PSAdmin
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from ps.ps_config import ClientConfig
@@ -56,11 +56,11 @@ class RankLease:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                got = self._client.lease("claim", holder=self.holder, workers=self.workers, ttl_s=self.ttl_s)
-                if got["rank"] is not None:
-                    log.info("holder %s leased rank %d of %d", self.holder, got["rank"], self.workers)
-                    return int(got["rank"]), str(got["epoch"])
-                wait = float(got["retry_s"])
+                got = self._client.admin.claim_rank(self.holder, workers=self.workers, ttl_s=self.ttl_s)
+                if got.rank is not None:
+                    log.info("holder %s leased rank %d of %d", self.holder, got.rank, self.workers)
+                    return got.rank, got.epoch
+                wait = got.retry_s
             except Unavailable:
                 wait = self.ttl_s / 3  # shard 0 is not up yet
             if time.monotonic() + wait > deadline:
@@ -71,8 +71,8 @@ class RankLease:
     def _renew_forever(self) -> None:
         while not self._stop.wait(self.ttl_s / 4):
             try:
-                self.epoch = str(self._client.lease("renew", holder=self.holder, rank=self.rank,
-                                                    workers=self.workers, ttl_s=self.ttl_s)["epoch"])
+                self.epoch = self._client.admin.renew_rank(self.holder, self.rank, workers=self.workers,
+                                                           ttl_s=self.ttl_s).epoch
             except Conflict as err:
                 self.lost = err.message
                 log.error("holder %s lost rank %d: %s", self.holder, self.rank, err.message)
@@ -87,7 +87,7 @@ class RankLease:
 
     def bump(self, seen: str) -> None:
         """Start a new epoch (a shard lost its tables), unless another worker already did."""
-        self.epoch = str(self.call("bump", epoch=seen)["epoch"])
+        self.epoch = self._loop_admin().bump_epoch(seen)
 
     def meet(self, name: str, workers: int, *, epoch: str, stopping: threading.Event) -> None:
         """Wait at rendezvous ``name`` of ``epoch`` until ``workers`` holders are there. Raises
@@ -99,7 +99,9 @@ class RankLease:
             if stopping.is_set():
                 raise Conflict(f"stopped while waiting for the other workers at {name!r}")
             try:
-                if self.call("meet", step=f"{epoch}/{name}", workers=workers)["complete"]:
+                meeting = self._loop_admin().meet(self.holder, f"{epoch}/{name}", workers=workers)
+                self.epoch = meeting.epoch
+                if meeting.complete:
                     return
             except Unavailable:
                 pass
@@ -109,13 +111,11 @@ class RankLease:
                 raise Unavailable(f"workers did not all reach {name!r} within {MEET_TIMEOUT_S:g}s")
             time.sleep(0.05)
 
-    def call(self, action: str, **meta: Any) -> dict[str, Any]:
-        """A lease action (meet, bump) from the training thread."""
+    def _loop_admin(self) -> PSAdmin:
+        """The training thread's lease calls (meet, bump)."""
         if self._loop_client is None:
             self._loop_client = PSClient(self._endpoint, config=self._config, secret=self._secret)
-        reply = self._loop_client.lease(action, holder=self.holder, **meta)
-        self.epoch = str(reply["epoch"])
-        return reply
+        return self._loop_client.admin
 
     def close(self) -> None:
         """Stop renewing and release the rank (a clean exit frees it at once)."""
@@ -123,7 +123,7 @@ class RankLease:
         self._thread.join(timeout=self.ttl_s)
         try:
             if self.lost is None:
-                self._client.lease("release", holder=self.holder, rank=self.rank)
+                self._client.admin.release_rank(self.holder, self.rank)
         except StreamrecError as err:
             log.warning("releasing rank %d failed (it expires in %gs): %s", self.rank, self.ttl_s, err.message)
         finally:

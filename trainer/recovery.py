@@ -40,14 +40,14 @@ def newest_usable_pass(root: Store) -> tuple[int, dict[str, Any]] | None:
 
 
 def load_into_shards(client: PSClient, root: Store, pass_id: int) -> None:
-    client.load(chain=checkpoints.chain(root, pass_id))
+    client.admin.load(chain=checkpoints.chain(root, pass_id))
 
 
 def restore(root: Store | str, client: PSClient, *, rank: int, chief: bool) -> Restored:
     """Chief: clean up and load the shards (call before the restore barrier). Others: read only."""
     root = open_store(root)
     if chief:
-        client.save_wait()  # a save a killed chief left running ends before its half-committed pass goes
+        client.admin.save_wait()  # a save a killed chief left running ends before its half-committed pass goes
         checkpoints.discard_incomplete(root)
     found = newest_usable_pass(root)
     if found is None:

@@ -105,7 +105,7 @@ def _run_job(roles: Roles, run: str, job: dict[str, Any], ps: dict[str, Any], bo
         deadline = time.monotonic() + 60
         while True:
             try:
-                client.health()
+                client.admin.health()
                 break
             except Unavailable:
                 assert time.monotonic() < deadline, "shards did not start"
@@ -118,7 +118,7 @@ def _run_job(roles: Roles, run: str, job: dict[str, Any], ps: dict[str, Any], bo
                                        {"job.yaml": job, "ps.yaml": ps}, env=cluster_env(spec)))
         for p, home in workers:
             assert p.wait(timeout=180) == 0, (home / "log").read_text()[-3000:]
-        return [s["restored_from"] for s in client.stats()]
+        return [s["restored_from"] for s in client.admin.stats()]
 
 
 def test_shards_trainers_and_service_share_only_an_s3_bucket(roles: Roles, broker, tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ class Shards:
         with self.client(timeout_s=0.5, retries=0) as c:
             while True:
                 try:
-                    c.health()
+                    c.admin.health()
                     return
                 except Unavailable:
                     dead = [i for i, p in enumerate(self.procs) if p is not None and p.poll() is not None]

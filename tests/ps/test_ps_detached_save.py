@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from core.errors import Conflict, NotFound, StreamrecError
+from ps.admin import SaveMode
 
 from .ps_harness import shard_processes
 
@@ -21,7 +22,7 @@ ROWS = 1_500_000  # ~100 MB per shard: writing and fsyncing it takes far longer 
 def _push(c, keys: np.ndarray, table: str = "emb", width: int = 8) -> None:
     for a in range(0, keys.shape[0], 1 << 18):
         part = keys[a : a + (1 << 18)]
-        c.push_sparse(table, part, np.ones((part.shape[0], width), np.float32))
+        c.wait(c.push(table, part, np.ones((part.shape[0], width), np.float32)))
 
 
 def test_a_detached_save_holds_the_tables_as_of_its_reply(tmp_path: Path) -> None:
@@ -32,50 +33,50 @@ def test_a_detached_save_holds_the_tables_as_of_its_reply(tmp_path: Path) -> Non
         _push(c, few, "wide", 2)
         c.init_dense("dense", np.zeros(10, np.float32))
         one = str(tmp_path / "pass-1" / "shard-{shard}")
-        saves = c.save(into=one, mode="base", detach=True)
+        saves = c.admin.save(into=one, mode=SaveMode.BASE, detach=True)
         assert [s["mode"] for s in saves] == ["base", "base"] and not any("manifest" in s for s in saves)
         # after the reply: in the tables, in neither this save nor its dense copy
         _push(c, few)
         _push(c, few, "wide", 2)
-        c.push_dense("dense", np.ones(10, np.float32))
+        c.wait(c.push_dense("dense", np.ones(10, np.float32)))
         with pytest.raises(Conflict, match=r"shard \d: a save is already running \(base on cursor 'checkpoint' "
                                            r"into .*pass-1/shard-\d.*save_wait"):
-            c.save(into=str(tmp_path / "other" / "shard-{shard}"), mode="base")
-        entries = c.save_wait(saves)
+            c.admin.save(into=str(tmp_path / "other" / "shard-{shard}"), mode=SaveMode.BASE)
+        entries = c.admin.save_wait(saves)
         assert [e["save"] for e in entries] == [s["save"] for s in saves]
         assert all(e["manifest"]["file"] == "shard.json" and e["dir"] == one.format(shard=i)
                    for i, e in enumerate(entries))
-        assert c.save_wait(saves) == entries  # collected again: the same answer
-        assert c.save_wait() == [{"idle": True, "save": s["save"]} for s in saves]  # nothing runs now
+        assert c.admin.save_wait(saves) == entries  # collected again: the same answer
+        assert c.admin.save_wait() == [{"idle": True, "save": s["save"]} for s in saves]  # nothing runs now
 
         two = str(tmp_path / "pass-2" / "shard-{shard}")
-        delta = c.save(into=two, mode="delta", detach=True)
+        delta = c.admin.save(into=two, mode=SaveMode.DELTA, detach=True)
         _push(c, few)  # again after the consistent point
-        assert [e["mode"] for e in c.save_wait(delta)] == ["delta", "delta"]
+        assert [e["mode"] for e in c.admin.save_wait(delta)] == ["delta", "delta"]
 
-        c.load(chain=[one])
-        np.testing.assert_array_equal(c.pull_sparse("emb", few), -1.0)
-        np.testing.assert_array_equal(c.pull_sparse("wide", few), -1.0)
-        np.testing.assert_array_equal(c.pull_dense("dense"), 0.0)
-        c.load(chain=[one, two])
-        np.testing.assert_array_equal(c.pull_sparse("emb", few), -2.0)
-        np.testing.assert_array_equal(c.pull_sparse("emb", keys[-5:]), -1.0)
+        c.admin.load(chain=[one])
+        np.testing.assert_array_equal(c.wait(c.pull("emb", few)), -1.0)
+        np.testing.assert_array_equal(c.wait(c.pull("wide", few)), -1.0)
+        np.testing.assert_array_equal(c.wait(c.pull_dense("dense")), 0.0)
+        c.admin.load(chain=[one, two])
+        np.testing.assert_array_equal(c.wait(c.pull("emb", few)), -2.0)
+        np.testing.assert_array_equal(c.wait(c.pull("emb", keys[-5:])), -1.0)
 
 
 def test_a_failed_background_write_surfaces_at_the_wait(tmp_path: Path) -> None:
     keys = np.arange(1, 2001, dtype=np.uint64)
     with shard_processes(tmp_path, [WIDE]) as shards, shards.client(timeout_s=30, retries=0) as c:
         _push(c, keys, "wide", 2)
-        c.save(into=str(tmp_path / "ok" / "shard-{shard}"), mode="base")  # a synchronous save still works
+        c.admin.save(into=str(tmp_path / "ok" / "shard-{shard}"), mode=SaveMode.BASE)  # a synchronous save still works
         blocker = tmp_path / "bad" / "shard-1" / "sparse" / "wide"
         blocker.parent.mkdir(parents=True)
         blocker.write_text("a file where the table's directory goes")
-        saves = c.save(into=str(tmp_path / "bad" / "shard-{shard}"), mode="delta", detach=True)
+        saves = c.admin.save(into=str(tmp_path / "bad" / "shard-{shard}"), mode=SaveMode.DELTA, detach=True)
         with pytest.raises(StreamrecError, match=r"shard 1: save into .*bad/shard-1 failed: FileExistsError"):
-            c.save_wait(saves)
+            c.admin.save_wait(saves)
         with pytest.raises(NotFound, match=r"shard 0: save 'nope' is unknown"):
-            c.save_wait([{"save": "nope"}, saves[1]])
+            c.admin.save_wait([{"save": "nope"}, saves[1]])
         # the shard serves on; its broken chain restarts with a base
-        entries = c.save(into=str(tmp_path / "next" / "shard-{shard}"), mode="delta")
+        entries = c.admin.save(into=str(tmp_path / "next" / "shard-{shard}"), mode=SaveMode.DELTA)
         assert [e["mode"] for e in entries] == ["delta", "base"]
-        np.testing.assert_array_equal(c.pull_sparse("wide", keys[:3]), -1.0)
+        np.testing.assert_array_equal(c.wait(c.pull("wide", keys[:3])), -1.0)

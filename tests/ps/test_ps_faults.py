@@ -11,6 +11,7 @@ import zmq
 
 from core.errors import ConfigError, Forbidden, InvalidInput, NotFound, Unauthorized, Unavailable
 from ps import protocol
+from ps.admin import SaveMode
 from ps.auth import sign
 from ps.client import PSClient
 from ps.protocol import Message, Op
@@ -81,23 +82,23 @@ def test_bad_frames_get_named_errors_and_the_shard_keeps_serving(tmp_path: Path)
             assert reply.status == protocol.STATUS_ERROR
         # the shard still serves authenticated clients, unchanged by all of the above
         with shards.client() as c:
-            np.testing.assert_array_equal(c.pull_sparse("emb", keys), np.zeros((10, 8), np.float32))
-            c.push_sparse("emb", keys, np.ones((10, 8), np.float32))
-            np.testing.assert_array_equal(c.pull_sparse("emb", keys), -np.ones((10, 8), np.float32))
-            stats = c.stats()[0]
+            np.testing.assert_array_equal(c.wait(c.pull("emb", keys)), np.zeros((10, 8), np.float32))
+            c.wait(c.push("emb", keys, np.ones((10, 8), np.float32)))
+            np.testing.assert_array_equal(c.wait(c.pull("emb", keys)), -np.ones((10, 8), np.float32))
+            stats = c.admin.stats()[0]
         assert stats["errors"]["unauthorized"] >= 1 and stats["errors"]["forbidden"] >= 1
         assert stats["errors"]["invalid_input"] >= 6 and stats["errors"]["not_found"] == 1
         # client-side errors name the problem too
         quick = ClientConfig(timeout_s=5, retries=0)
         with PSClient(shards.endpoints, config=quick) as anonymous, pytest.raises(Unauthorized, match="requires auth"):
-            anonymous.pull_sparse("emb", keys)
+            anonymous.wait(anonymous.pull("emb", keys))
         with PSClient(shards.endpoints, secret=b"x" * 32, config=quick) as wrong, pytest.raises(Forbidden, match="sig"):
-            wrong.pull_sparse("emb", keys)
+            wrong.wait(wrong.pull("emb", keys))
         with shards.client() as c:
             with pytest.raises(NotFound, match="no sparse table 'nope'"):
-                c.pull_sparse("nope", keys)
+                c.wait(c.pull("nope", keys))
             with pytest.raises(InvalidInput, match="uint64"):
-                c.pull_sparse("emb", keys.astype(np.int64))
+                c.wait(c.pull("emb", keys.astype(np.int64)))
 
 
 def test_replayed_request_is_refused(tmp_path: Path) -> None:
@@ -109,7 +110,7 @@ def test_replayed_request_is_refused(tmp_path: Path) -> None:
         again = _raw_call(shards.endpoints[0], tagged, secret=None)
         assert again.meta["code"] == "forbidden" and "replay" in again.meta["message"]
         with shards.client() as c:
-            np.testing.assert_array_equal(c.pull_sparse("emb", np.arange(3, dtype=np.uint64))[:, 0], -1.0)
+            np.testing.assert_array_equal(c.wait(c.pull("emb", np.arange(3, dtype=np.uint64)))[:, 0], -1.0)
 
 
 def test_a_retried_push_is_applied_once(tmp_path: Path) -> None:
@@ -129,7 +130,7 @@ def test_a_retried_push_is_applied_once(tmp_path: Path) -> None:
         finally:
             sock.close()
         with shards.client() as c:
-            np.testing.assert_array_equal(c.pull_sparse("emb", np.arange(3, dtype=np.uint64))[:, 0], -1.0)
+            np.testing.assert_array_equal(c.wait(c.pull("emb", np.arange(3, dtype=np.uint64)))[:, 0], -1.0)
 
 
 def test_listening_off_loopback_needs_a_secret() -> None:
@@ -140,33 +141,33 @@ def test_listening_off_loopback_needs_a_secret() -> None:
 def test_killed_shard_raises_a_clear_error_then_comes_back_from_its_checkpoint(tmp_path: Path) -> None:
     keys = np.arange(1000, dtype=np.uint64)
     with shard_processes(tmp_path, [EMB]) as shards, shards.client(timeout_s=1.0, retries=1) as c:
-        c.push_sparse("emb", keys, np.ones((1000, 8), np.float32))
-        c.save(mode="base")
-        c.push_sparse("emb", keys, np.ones((1000, 8), np.float32))
-        c.save(mode="delta")
-        c.push_sparse("emb", keys, np.ones((1000, 8), np.float32))  # never saved
+        c.wait(c.push("emb", keys, np.ones((1000, 8), np.float32)))
+        c.admin.save(mode=SaveMode.BASE)
+        c.wait(c.push("emb", keys, np.ones((1000, 8), np.float32)))
+        c.admin.save(mode=SaveMode.DELTA)
+        c.wait(c.push("emb", keys, np.ones((1000, 8), np.float32)))  # never saved
         shards.kill(1)
         with pytest.raises(Unavailable, match=rf"shard 1 at {shards.endpoints[1]} did not answer"):
-            c.pull_sparse("emb", keys)
+            c.wait(c.pull("emb", keys))
         shards.start(1)
         shards.wait_healthy()
-        rows = c.pull_sparse("emb", keys)  # the same client reconnects
+        rows = c.wait(c.pull("emb", keys))  # the same client reconnects
         on_1 = np.asarray([s == 1 for s in _shards_of(keys)])
         np.testing.assert_array_equal(rows[on_1], -2.0)  # both saves restored, the unsaved push lost
         np.testing.assert_array_equal(rows[~on_1], -3.0)
-        assert c.stats()[1]["restored_from"].endswith("000002-delta")
+        assert c.admin.stats()[1]["restored_from"].endswith("000002-delta")
         # saves the client names (a trainer's pass directories) on the checkpoint cursor count too
-        c.save(into=str(tmp_path / "pass-1" / "shard-{shard}"), mode="delta")  # a base after the restart
-        c.push_sparse("emb", keys, np.ones((1000, 8), np.float32))
-        c.save(into=str(tmp_path / "pass-2" / "shard-{shard}"), mode="delta")
-        c.push_sparse("emb", keys, np.ones((1000, 8), np.float32))  # never saved
+        c.admin.save(into=str(tmp_path / "pass-1" / "shard-{shard}"), mode=SaveMode.DELTA)  # a base after the restart
+        c.wait(c.push("emb", keys, np.ones((1000, 8), np.float32)))
+        c.admin.save(into=str(tmp_path / "pass-2" / "shard-{shard}"), mode=SaveMode.DELTA)
+        c.wait(c.push("emb", keys, np.ones((1000, 8), np.float32)))  # never saved
         shards.kill(1)
         shards.start(1)
         shards.wait_healthy()
-        rows = c.pull_sparse("emb", keys)
+        rows = c.wait(c.pull("emb", keys))
         np.testing.assert_array_equal(rows[on_1], -3.0)
         np.testing.assert_array_equal(rows[~on_1], -5.0)
-        assert c.stats()[1]["restored_from"] == str(tmp_path / "pass-2" / "shard-1")
+        assert c.admin.stats()[1]["restored_from"] == str(tmp_path / "pass-2" / "shard-1")
         assert not list((shards.checkpoints / "shard-001").glob("0000*"))  # superseded numbered saves pruned
 
 

@@ -21,12 +21,12 @@ def test_existing_only_pull_reports_missing_ids_and_returns_stored_rows(tmp_path
     with shard_processes(tmp_path, [EMB], n=2) as shards, shards.client() as c:
         c.wait(c.push("emb", stored, grads))
         ask = np.array([7, 99, 2**64 - 1, 7, 5, 0], np.uint64)  # duplicates and absent ids mixed in
-        rows, found = c.wait(c.pull("emb", ask, existing_only=True))
+        rows, found = c.wait(c.pull_existing("emb", ask))
         assert found.tolist() == [True, False, True, True, False, True]
         assert not rows[~found].any(), "absent ids read as zeros, not initializer rows"
         expected = c.wait(c.pull("emb", ask))  # the plain pull of the same ids, for the stored ones
         np.testing.assert_array_equal(rows[found], expected[found])
-        stats = c.stats()
+        stats = c.admin.stats()
         assert sum(s["tables"]["emb"]["rows"] for s in stats) == stored.shape[0], "read-through created no rows"
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ps.admin import SaveMode
 from tables.sparse_table import SparseTable
 from tables.table_config import OptimizerConfig, TableConfig
 
@@ -31,8 +32,8 @@ def test_concurrent_workers_land_every_update_exactly(tmp_path: Path, mode: str)
     with shard_processes(tmp_path, [SGD1]) as shards:
         shards.run_workers(WORKERS, [mode, str(STEPS), str(KEYS), str(BATCH)], mode=mode)
         with shards.client() as c:
-            rows = c.pull_sparse("sgd1", np.arange(KEYS, dtype=np.uint64))
-            stats = c.stats()
+            rows = c.wait(c.pull("sgd1", np.arange(KEYS, dtype=np.uint64)))
+            stats = c.admin.stats()
     np.testing.assert_array_equal(rows, expected_sum())
     assert all(s["tables"]["sgd1"]["rows"] > 0 for s in stats)  # both shards hold rows
     assert sum(s["tables"]["sgd1"]["rows"] for s in stats) == KEYS
@@ -42,11 +43,11 @@ def test_sync_mode_equals_one_process_on_the_concatenated_batch(tmp_path: Path) 
     with shard_processes(tmp_path, [ADA]) as shards:
         shards.run_workers(WORKERS, ["sync", str(STEPS), str(KEYS), str(BATCH)], mode="sync")
         with shards.client() as c:
-            rows = c.pull_sparse("ada", np.arange(KEYS, dtype=np.uint64))
+            rows = c.wait(c.pull("ada", np.arange(KEYS, dtype=np.uint64)))
             c.init_dense("bias", np.ones(8, np.float32))  # exists already: only learns the layout
-            bias = c.pull_dense("bias")
+            bias = c.wait(c.pull_dense("bias"))
             assert c.init_dense("adam", np.zeros(50, np.float32)) == ADAM  # the optimizer it runs
-            adam = c.pull_dense("adam")
+            adam = c.wait(c.pull_dense("adam"))
     np.testing.assert_array_equal(bias, np.full(8, -3.0 * STEPS, np.float32))
     # the shards summed each step's dense gradients of both workers and ran Adam once on the sum
     from tables.dense_table import DenseTable
@@ -78,10 +79,10 @@ def test_dense_arrays_are_sliced_across_shards_and_first_init_wins(tmp_path: Pat
         sgd = OptimizerConfig(kind="sgd", lr=0.5)
         sliced.init_dense("mlp.w0", big, optimizer=sgd)
         sliced.init_dense("mlp.w0", big * 0, optimizer=sgd)  # later inits are no-ops
-        np.testing.assert_array_equal(sliced.pull_dense("mlp.w0"), big)
-        sliced.push_dense("mlp.w0", np.ones_like(big))
-        np.testing.assert_array_equal(sliced.pull_dense("mlp.w0"), big - 0.5)
-        parts = [s["dense"] for s in sliced.stats()]
+        np.testing.assert_array_equal(sliced.wait(sliced.pull_dense("mlp.w0")), big)
+        sliced.wait(sliced.push_dense("mlp.w0", np.ones_like(big)))
+        np.testing.assert_array_equal(sliced.wait(sliced.pull_dense("mlp.w0")), big - 0.5)
+        parts = [s["dense"] for s in sliced.admin.stats()]
         assert sorted(parts, key=str) == [{"mlp.w0.slice0of2": 2500}, {"mlp.w0.slice1of2": 2500}]
         with pytest.raises(Conflict, match="exists with"):
             c.init_dense("mlp.w0.slice0of2", np.zeros(3, np.float32))
@@ -96,21 +97,21 @@ def test_pushes_are_served_while_a_save_runs(tmp_path: Path) -> None:
         keys = np.arange(1 << 20, dtype=np.uint64)
         grads = np.ones((1 << 16, 32), np.float32)
         for s in range(0, keys.shape[0], 1 << 16):
-            c.push_sparse("big", keys[s : s + (1 << 16)], grads)
+            c.wait(c.push("big", keys[s : s + (1 << 16)], grads))
         saving = threading.Event()
         saved: list[dict] = []
 
         def save() -> None:
             with shards.client(timeout_s=120) as other:
                 saving.set()
-                saved.extend(other.save(mode="base"))
+                saved.extend(other.admin.save(mode=SaveMode.BASE))
 
         saver = threading.Thread(target=save)
         saver.start()
         saving.wait()
         pushes_during_save = 0
         while saver.is_alive():
-            c.push_sparse("big", np.arange(8, dtype=np.uint64), np.ones((8, 32), np.float32))
+            c.wait(c.push("big", np.arange(8, dtype=np.uint64), np.ones((8, 32), np.float32)))
             pushes_during_save += saver.is_alive()
         saver.join()
         assert saved and saved[0]["mode"] == "base"

@@ -1,5 +1,5 @@
 """Worker-rank leases (ps.rank_leases): claims, renewals, expiry, re-claims, the rendezvous,
-and the same verbs through a real shard process (PSClient.lease)."""
+and the same verbs through a real shard process (PSAdmin)."""
 
 from __future__ import annotations
 
@@ -180,13 +180,13 @@ def test_bad_requests_are_invalid_input(clock: Clock) -> None:
 
 def test_leases_through_a_real_shard(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [{"name": "emb", "dim": 2}], n=2) as shards, shards.client() as c:
-        first = c.lease("claim", holder="a", workers=2, ttl_s=600)
-        assert first["rank"] is None and first["retry_s"] > 0  # the fresh shard's grace
-        renewed = c.lease("renew", holder="a", rank=1, workers=2, ttl_s=600)
-        assert renewed["rank"] == 1
+        first = c.admin.claim_rank("a", workers=2, ttl_s=600)
+        assert first.rank is None and first.retry_s > 0  # the fresh shard's grace
+        renewed = c.admin.renew_rank("a", 1, workers=2, ttl_s=600)
+        assert renewed.rank == 1
         with pytest.raises(Conflict):
-            c.lease("renew", holder="b", rank=1, workers=2, ttl_s=600)
-        listing = c.lease("list")
-        assert listing["leases"]["1"]["holder"] == "a" and listing["workers"] == 2
-        step = f"{listing['epoch']}/x"
-        assert c.lease("meet", holder="a", step=step, workers=1)["complete"] is True
+            c.admin.renew_rank("b", 1, workers=2, ttl_s=600)
+        listing = c.admin.leases()
+        assert listing.leases[1].holder == "a" and listing.workers == 2
+        step = f"{listing.epoch}/x"
+        assert c.admin.meet("a", step, workers=1).complete is True

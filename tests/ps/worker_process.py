@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from ps.admin import SaveMode
 from ps.cluster import cluster_from_env
 from tables.table_config import OptimizerConfig
 from trainer.ps_worker import PSWorker
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
         k = np.arange(keys, dtype=np.uint64)
         for step in range(steps):
             worker.push("sgd1", k, -np.ones((keys, 4), np.float32))
-            worker.client.save(mode="delta")
+            worker.client.admin.save(mode=SaveMode.DELTA)
             with open(progress, "a") as f:
                 f.write(f"{step + 1}\n")
             time.sleep(0.05)

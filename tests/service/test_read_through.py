@@ -33,7 +33,7 @@ def test_lookups_read_through_to_live_shards_and_fall_back_to_the_bundle(tmp_pat
         with shards.client() as ps:
             grads = np.full((fresh_ids.shape[0], config.width), 0.5, np.float32)
             ps.wait(ps.push(table, fresh_ids, grads))
-            live_rows, live_found = ps.wait(ps.pull(table, fresh_ids, existing_only=True))
+            live_rows, live_found = ps.wait(ps.pull_existing(table, fresh_ids))
         assert live_found.all()
         rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=2.0)
         with started(make_settings(b.root, read_through=rt)) as client:

@@ -95,7 +95,7 @@ class Cluster:
         with PSClient([self.endpoints[i]], config=ClientConfig(timeout_s=0.5, retries=0)) as c:
             while True:
                 try:
-                    c.health()
+                    c.admin.health()
                     return p
                 except Unavailable:
                     if time.monotonic() > deadline or p.poll() is not None:
@@ -105,7 +105,7 @@ class Cluster:
     def stats(self) -> list[dict]:
         """Per shard: pushes applied over all its tables."""
         with PSClient(self.endpoints) as c:
-            return [{"pushes": sum(t["pushes"] for t in s["tables"].values())} for s in c.stats()]
+            return [{"pushes": sum(t["pushes"] for t in s["tables"].values())} for s in c.admin.stats()]
 
     def env(self, rank: int = 0, workers: int = 1, mode: str = "sync") -> dict[str, str]:
         spec = ClusterSpec(role="worker", rank=rank, shard_endpoints=self.endpoints, num_workers=workers,

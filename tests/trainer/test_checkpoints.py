@@ -113,6 +113,7 @@ _CHIEF = r"""
 import sys
 import numpy as np
 from pathlib import Path
+from ps.admin import SaveMode
 from ps.client import PSClient
 from trainer import checkpoints
 from trainer.metrics import Metrics
@@ -122,10 +123,11 @@ keys = np.arange(1, 20001, dtype=np.uint64)
 client = PSClient(endpoints)
 finisher = CommitFinisher(PSClient(endpoints))
 for n in (1, 2):
-    client.push_sparse("emb", keys, np.ones((keys.shape[0], 8), np.float32))
+    client.wait(client.push("emb", keys, np.ones((keys.shape[0], 8), np.float32)))
     part = {f"metrics.{k}": v for k, v in Metrics().to_arrays().items()}
     checkpoints.write_worker_part(root, n, 0, part, {"rank": 0, "offsets": {"0": n}, "records": 1})
-    saves = client.save(into=checkpoints.shard_template(root, n), mode="base" if n == 1 else "delta", detach=True)
+    saves = client.admin.save(into=checkpoints.shard_template(root, n),
+                              mode=SaveMode.BASE if n == 1 else SaveMode.DELTA, detach=True)
     print("released", n, flush=True)
     if n == 2:
         sys.stdin.readline()
@@ -175,4 +177,4 @@ def test_a_chief_killed_after_the_release_leaves_the_previous_pass_the_newest(tm
             restored = restore(root, c, rank=0, chief=True)
             assert restored.pass_id == 1 and restored.offsets == {0: 1}
             assert not checkpoints.pass_dir(root, 2).exists()
-            np.testing.assert_array_equal(c.pull_sparse("emb", np.arange(1, 20001, dtype=np.uint64)), -1.0)
+            np.testing.assert_array_equal(c.wait(c.pull("emb", np.arange(1, 20001, dtype=np.uint64))), -1.0)

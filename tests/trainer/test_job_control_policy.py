@@ -27,8 +27,8 @@ def test_policy_get_dry_run_apply_and_refuse(tmp_path: Path) -> None:
         with shards.client() as ps:
             keys = np.arange(1, 1001, dtype=np.uint64)
             ps.wait(ps.push(table.name, keys, np.zeros((1000, table.width), np.float32)))
-            ps.end_pass()
-            ps.end_pass()
+            ps.admin.end_pass()
+            ps.admin.end_pass()
             ps.wait(ps.push(table.name, keys[:300], np.zeros((300, table.width), np.float32)))
         got = control.get_policy(table.name)
         assert got["eviction"] == table.eviction.model_dump() and got["rows"] == 1000
@@ -45,8 +45,8 @@ def test_policy_get_dry_run_apply_and_refuse(tmp_path: Path) -> None:
         with shards.client() as ps:
             parts = ps.policy(table.name)
             assert all(p["eviction"]["ttl_passes"] == 1 and p["admission"]["policy"] == "count" for p in parts)
-            evicted = sum(sum(e["evicted"].values()) for e in ps.shrink())
+            evicted = sum(sum(e["evicted"].values()) for e in ps.admin.shrink())
             assert evicted == 700
             fresh = np.arange(5000, 5100, dtype=np.uint64)  # new ids now need two sightings
             ps.wait(ps.push(table.name, fresh, np.zeros((100, table.width), np.float32)))
-            assert sum(s["tables"][table.name]["rows"] for s in ps.stats()) == 300
+            assert sum(s["tables"][table.name]["rows"] for s in ps.admin.stats()) == 300

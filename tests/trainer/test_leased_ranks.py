@@ -35,7 +35,7 @@ def _wait(what: str, cond, procs, timeout: float = 90) -> None:
 
 def _holders(endpoint: str) -> dict[int, str]:
     with PSClient([endpoint]) as c:
-        return {int(r): v["holder"] for r, v in c.lease("list")["leases"].items()}
+        return {r: lease.holder for r, lease in c.admin.leases().leases.items()}
 
 
 class _Job:
@@ -131,8 +131,8 @@ def test_trainers_keep_their_ranks_when_shard_0_restarts_empty(broker, cluster, 
 def test_sigterm_releases_the_rank_at_once(broker, cluster, procs, tmp_path: Path) -> None:
     job = _Job(broker, cluster, procs, tmp_path)
     with PSClient([job.cluster.endpoints[0]]) as c:  # the table's grace is over (its first request said 1 s)
-        _wait("a first rank", lambda: c.lease("claim", holder="warm", workers=2, ttl_s=1)["rank"] is not None, procs)
-        c.lease("release", holder="warm", rank=0)
+        _wait("a first rank", lambda: c.admin.claim_rank("warm", workers=2, ttl_s=1).rank is not None, procs)
+        c.admin.release_rank("warm", 0)
     lone = job.train("lone", ttl_s=600)  # waits at the start rendezvous for a second worker that never comes
     _wait("its rank", lambda: job.holders() == {0: "lone"}, procs)
     lone.send_signal(signal.SIGTERM)  # what Kubernetes sends a pod it stops

@@ -1,0 +1,170 @@
+"""The client side of the wire: one DEALER socket per shard, requests in flight, resends.
+
+Each shard gets a DEALER socket with a stable identity, so the shard keeps one ordered
+connection per client: requests to one shard are applied in the order they were sent.
+When a shard does not answer within the request's timeout the socket is rebuilt
+(reconnecting when the shard is back) and every pending request to it is resent, in its
+original order, with the RETRY flag, so the shard applies a mutating request at most once;
+after ``retries`` resends :class:`Unavailable` names the shard and its endpoint.
+
+A transport is not thread-safe: :class:`ps.client.PSClient` and :class:`ps.admin.PSAdmin`
+built on one transport belong to one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from core.errors import InvalidInput, Unavailable, error_from_code
+from ps import protocol
+from ps.auth import sign
+from ps.protocol import Flag, Message, Op
+from ps.ps_config import ClientConfig
+
+
+@dataclass
+class _Pending:
+    shard: int
+    msg: Message
+    deadline: float
+    timeout_s: float
+    attempts: int = 1
+
+
+class Transport:
+    """Sends requests to ``endpoints`` (shard ``i`` at ``endpoints[i]``) and collects replies."""
+
+    def __init__(self, endpoints: Sequence[str], *, config: ClientConfig | None = None,
+                 secret: bytes | None = None) -> None:
+        if not endpoints:
+            raise InvalidInput("a PS client needs at least one shard endpoint")
+        self.endpoints = list(endpoints)
+        self.config = config or ClientConfig()
+        self._secret = secret
+        self._identity = b"c" + os.urandom(8)
+        self._ctx = zmq.Context()
+        self._socks = [self._connect(i) for i in range(len(self.endpoints))]
+        self._poller = self._make_poller()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}  # insertion order is send order: resends keep it
+        self._done: dict[int, Message] = {}
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.endpoints)
+
+    def request(self, shard: int, op: Op, table: str = "", arrays: Sequence[np.ndarray] = (),
+                meta: dict[str, Any] | None = None, flags: Flag = Flag.NONE, timeout_s: float | None = None) -> int:
+        """Send one request to ``shard``; returns its request id for :meth:`collect`."""
+        msg = Message(op, next(self._ids), table, list(arrays), meta or {}, flags)
+        timeout = timeout_s or self.config.timeout_s
+        self._pending[msg.request_id] = _Pending(shard, msg, time.monotonic() + timeout, timeout)
+        self._transmit(shard, msg)
+        return msg.request_id
+
+    def collect(self, request_ids: Sequence[int]) -> list[Message]:
+        """Replies for ``request_ids`` in order; raises the first error reply as its error class."""
+        try:
+            self._receive(set(request_ids))
+        except Unavailable:
+            for rid in request_ids:  # abandon the whole request: late replies to its other parts are dropped
+                self._pending.pop(rid, None)
+                self._done.pop(rid, None)
+            raise
+        replies = [self._done.pop(rid) for rid in request_ids]
+        for rid, reply in zip(request_ids, replies, strict=True):
+            if reply.status != protocol.STATUS_OK:
+                err = error_from_code(reply.meta.get("code", "internal_error"), reply.meta.get("message", "?"),
+                                      reply.meta.get("detail"))
+                err.detail.setdefault("request_id", rid)
+                raise err
+        return replies
+
+    def ask_every_shard(self, op: Op, metas: Sequence[dict[str, Any]] | None = None, *, flags: Flag = Flag.NONE,
+                        timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """``op`` on every shard (shard ``i`` gets ``metas[i]``); each shard's reply meta."""
+        rids = [self.request(s, op, meta=None if metas is None else metas[s], flags=flags, timeout_s=timeout_s)
+                for s in range(self.n_shards)]
+        return [r.meta for r in self.collect(rids)]
+
+    def close(self) -> None:
+        for sock in self._socks:
+            sock.close(linger=0)
+        self._ctx.term()
+
+    # ---------------------------------------------------------------- sockets
+    def _connect(self, shard: int) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, self._identity)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.endpoints[shard])
+        return sock
+
+    def _make_poller(self) -> zmq.Poller:
+        poller = zmq.Poller()
+        for sock in self._socks:
+            poller.register(sock, zmq.POLLIN)
+        return poller
+
+    def _transmit(self, shard: int, msg: Message) -> None:
+        frames = protocol.encode(msg, auth=self._secret is not None)
+        if self._secret is not None:
+            frames.append(sign(self._secret, frames))
+        # no connection to the shard right now: the request times out and is resent
+        with contextlib.suppress(zmq.Again):
+            self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=len(frames) == 1)
+
+    def _retry_or_fail(self, shard: int) -> None:
+        """A request to ``shard`` timed out: rebuild its socket and resend, or give up."""
+        stuck = [p for p in self._pending.values() if p.shard == shard]
+        # a fresh socket drops requests queued for a dead peer, so none is delivered after we gave up
+        self._socks[shard].close(linger=0)
+        self._socks[shard] = self._connect(shard)
+        self._poller = self._make_poller()
+        attempts = max(p.attempts for p in stuck)
+        if attempts > self.config.retries:
+            for p in stuck:
+                del self._pending[p.msg.request_id]
+            raise Unavailable(
+                f"shard {shard} at {self.endpoints[shard]} did not answer after {attempts} attempts "
+                f"of {stuck[0].timeout_s:g}s each",
+                detail={"shard": shard, "endpoint": self.endpoints[shard]},
+            )
+        now = time.monotonic()
+        for p in stuck:
+            p.msg.flags |= Flag.RETRY
+            p.attempts += 1
+            p.deadline = now + p.timeout_s
+            self._transmit(shard, p.msg)
+
+    def _receive(self, wanted: set[int]) -> None:
+        """Receive until every request id in ``wanted`` has a reply in ``self._done``."""
+        while not wanted.issubset(self._done):
+            now = time.monotonic()
+            waiting = [self._pending[rid] for rid in wanted - self._done.keys()]
+            late = [p.shard for p in waiting if p.deadline <= now]
+            if late:
+                self._retry_or_fail(late[0])
+                continue
+            timeout_ms = max(1, int((min(p.deadline for p in waiting) - now) * 1000) + 1)
+            for sock, _ in self._poller.poll(timeout_ms):
+                # one message per readiness: cheaper than draining until zmq.Again is raised
+                self._accept(sock.recv_multipart(copy=False))
+
+    def _accept(self, frames: list[Any]) -> None:
+        try:
+            msg = protocol.decode(frames)
+        except InvalidInput:
+            return  # not a reply we can attribute; the request will time out and be retried
+        pending = self._pending.pop(msg.request_id, None)
+        if pending is not None:  # replies to requests already answered (duplicates after a retry) are dropped
+            self._done[msg.request_id] = msg
