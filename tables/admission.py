@@ -141,6 +141,20 @@ class ScoreThreshold(Admission):
         return self.shows.nbytes + self.clicks.nbytes
 
 
+def carry_over(old: Admission, fresh: Admission) -> None:
+    """Give ``fresh`` (a changed policy) what ``old`` knew: its pending counts when both keep
+    them in the same shape (same kind and sketch sizes), else only the admitted count."""
+    old_state = old.state()
+    try:
+        same_shape = all(old_state[k].shape == v.shape for k, v in fresh.state().items())
+    except KeyError:
+        same_shape = False
+    if same_shape:
+        fresh.load_state(old_state)
+    else:
+        fresh.admitted = old.admitted
+
+
 def make_admission(cfg: Any, seed: int) -> Admission:
     """The policy object for an admission config."""
     if isinstance(cfg, AlwaysAdmission):

@@ -11,6 +11,8 @@ from tables.hashmap import JIT, mix64
 
 ZEROS, UNIFORM, NORMAL = 0, 1, 2
 KIND_CODES = {"zeros": ZEROS, "uniform": UNIFORM, "normal": NORMAL}
+# The wide weight draws from seed ^ WIDE_SEED_SALT, so it is not the embedding's first element.
+WIDE_SEED_SALT = 0x5EED_0F_3A11_DE
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _S40 = np.uint64(40)

@@ -3,7 +3,7 @@
 One array per column, row ``r`` of every column belongs to the same id. Capacity grows by
 doubling into ``np.empty`` arrays: untouched pages are never faulted in, so resident memory
 tracks the rows actually stored, not the capacity. Rows stay dense (0..n-1): eviction moves
-the last rows into the holes (see ``SparseTable.shrink``), which keeps saves sequential.
+the last rows into the holes (see ``TableState.remove``), which keeps saves sequential.
 """
 
 from __future__ import annotations

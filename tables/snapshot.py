@@ -90,6 +90,11 @@ class RowSnapshot:
         self._n_pre = b
 
     @property
+    def preimages(self) -> int:
+        """How many rows' pre-images pushes have kept so far."""
+        return self._n_pre
+
+    @property
     def done(self) -> bool:
         return self.written >= self.n0
 

@@ -12,42 +12,31 @@ stalling pushes and :mod:`tables.table_files` for the file format.
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from core.errors import NonFiniteGradient
 from core.yaml_config import validate_config
 from tables import eviction, hashmap
-from tables.admission import make_admission
+from tables.admission import carry_over, make_admission
 from tables.batch_checks import as_counts, as_keys, as_matrix
 from tables.dedupe import dedupe, sum_rows, sum_values
 from tables.finite import finite_rows
-from tables.initializers import KIND_CODES, fill_rows
+from tables.initializers import KIND_CODES, WIDE_SEED_SALT, fill_rows
 from tables.optimizers import Optimizer
 from tables.row_kernels import gather, touch
-from tables.rows import RowStore
-from tables.snapshot import RowSnapshot
 from tables.table_config import EvictionConfig, TableConfig
-
-if TYPE_CHECKING:
-    from tables.table_files import TableSave
-
-_WIDE_SEED_SALT = 0x5EED_0F_3A11_DE
-
-
-@dataclass
-class Cursor:
-    """Where a chain of saves (checkpoints, exports) stands: its last save's epoch and id."""
-
-    epoch: int
-    save_id: str
+from tables.table_files import TableSave, load_table
+from tables.table_lock import TableLock
+from tables.table_state import TableState
 
 
 class SparseTable:
+    """``state`` is everything the table holds (:class:`~tables.table_state.TableState`),
+    read and changed under ``lock.mutex``; ``counters`` count calls and outcomes."""
+
     def __init__(self, config: TableConfig) -> None:
         self.config = config
         self.name = config.name
@@ -58,33 +47,24 @@ class SparseTable:
         self._wopt = Optimizer(config.wide_optimizer, 1) if config.wide else None
         widths = {"params": self.width, "state": self._opt.state_width,
                   "wide_state": self._wopt.state_width if self._wopt else 0}
-        self._rows = RowStore(widths, config.initial_capacity)
-        self._slots = np.zeros(hashmap.slots_for(config.initial_capacity), np.uint64)
-        self._admission = make_admission(config.admission, config.seed)
-        self._lock = threading.RLock()
-        self._idle = threading.Condition(self._lock)  # signalled when a snapshot ends
-        self._save_lock = threading.Lock()  # one save at a time
-        self._snapshot: RowSnapshot | None = None
-        self._pass = 0
-        self._epoch = 1
-        self._cursors: dict[str, Cursor] = {}
-        self._tomb_keys = np.empty(0, np.uint64)
-        self._tomb_epochs = np.empty(0, np.uint32)
+        self.state = TableState.empty(widths, config.initial_capacity, make_admission(config.admission, config.seed))
+        self.lock = TableLock()
         self.counters: dict[str, int] = dict.fromkeys(
             ("pulls", "pulled_keys", "rejected_pulls", "pushes", "pushed_keys", "evicted", "nonfinite_rejected",
              "nonfinite_skipped", "not_admitted"), 0)
         ic, wc = config.initializer, config.wide_initializer
         self._init_args = (np.uint64(config.seed), KIND_CODES[ic.kind], np.float32(ic.scale),
-                           np.uint64(config.seed ^ _WIDE_SEED_SALT), KIND_CODES[wc.kind], np.float32(wc.scale))
+                           np.uint64(config.seed ^ WIDE_SEED_SALT), KIND_CODES[wc.kind], np.float32(wc.scale))
 
     # ----------------------------------------------------------------- reads
     def pull(self, keys: Any) -> np.ndarray:
         """Rows of ``keys`` (n, width) in input order; absent ids read as their initializer row."""
         k = as_keys(keys, table=self.name)
         out = np.empty((k.shape[0], self.width), np.float32)
-        with self._lock:
-            missing = gather(self._slots, self._rows.cols["keys"], self._rows.cols["params"], k, out, self._c0,
-                             self.dim, *self._init_args)
+        with self.lock.mutex:
+            cols = self.state.rows.cols
+            missing = gather(self.state.slots, cols["keys"], cols["params"], k, out, self._c0, self.dim,
+                             *self._init_args)
             self.counters["pulls"] += 1
             self.counters["pulled_keys"] += k.shape[0]
             self.counters["rejected_pulls"] += missing
@@ -95,11 +75,10 @@ class SparseTable:
         reported in ``found``, never invented (no initializer row, no counters touched)."""
         k = as_keys(keys, table=self.name)
         out = np.zeros((k.shape[0], self.width), np.float32)
-        rows = np.empty(k.shape[0], np.int64)
-        with self._lock:
-            hashmap.lookup(self._slots, self._rows.cols["keys"], k, rows)
+        with self.lock.mutex:
+            rows = self.state.lookup(k)
             found = rows >= 0
-            out[found] = self._rows.cols["params"][rows[found]]
+            out[found] = self.state.rows.cols["params"][rows[found]]
         return out, found
 
     def contains(self, keys: Any) -> np.ndarray:
@@ -107,31 +86,30 @@ class SparseTable:
         return self.lookup_rows(as_keys(keys, table=self.name)) >= 0
 
     def lookup_rows(self, keys: np.ndarray) -> np.ndarray:
-        rows = np.empty(keys.shape[0], np.int64)
-        with self._lock:
-            hashmap.lookup(self._slots, self._rows.cols["keys"], keys, rows)
-        return rows
+        """Row number of each id (uint64 array), -1 when absent."""
+        with self.lock.mutex:
+            return self.state.lookup(keys)
 
     def size(self) -> int:
-        return self._rows.n
+        return self.state.rows.n
 
     def __len__(self) -> int:
-        return self._rows.n
+        return self.state.rows.n
 
     @property
     def current_pass(self) -> int:
-        return self._pass
+        return self.state.pass_id
 
     def stats(self) -> dict[str, Any]:
-        with self._lock:
-            n = self._rows.n
+        with self.lock.mutex:
+            st, adm = self.state, self.state.admission
             return {
-                "table": self.name, "rows": n, "dim": self.dim, "width": self.width, "pass": self._pass,
-                "epoch": self._epoch, "capacity_rows": self._rows.capacity, "index_slots": self._slots.shape[0],
-                "row_bytes": self._rows.row_nbytes(),
-                "bytes": self._rows.used_nbytes() + self._slots.nbytes + self._admission.memory_bytes(),
-                "admitted": self._admission.admitted, "pending_estimate": self._admission.pending_estimate,
-                "admission_bytes": self._admission.memory_bytes(), "tombstones": int(self._tomb_keys.shape[0]),
+                "table": self.name, "rows": st.rows.n, "dim": self.dim, "width": self.width, "pass": st.pass_id,
+                "epoch": st.epoch, "capacity_rows": st.rows.capacity, "index_slots": st.slots.shape[0],
+                "row_bytes": st.rows.row_nbytes(),
+                "bytes": st.rows.used_nbytes() + st.slots.nbytes + adm.memory_bytes(),
+                "admitted": adm.admitted, "pending_estimate": adm.pending_estimate,
+                "admission_bytes": adm.memory_bytes(), "tombstones": int(st.tomb_keys.shape[0]),
                 **self.counters,
             }
 
@@ -150,22 +128,23 @@ class SparseTable:
         if bad:
             first = int(np.argmin(finite))
             if self.config.nonfinite == "reject":
-                with self._lock:
+                with self.lock.mutex:
                     self.counters["nonfinite_rejected"] += bad
                 raise NonFiniteGradient(
                     f"table {self.name}: {bad} of {n} gradient rows hold NaN or Inf (first at index {first}); "
                     "push refused, table unchanged", detail={"bad_rows": bad, "first_index": first})
             k, g, s, c = k[finite], g[finite], s[finite], c[finite]
-            with self._lock:
+            with self.lock.mutex:
                 self.counters["nonfinite_skipped"] += bad
         uniq, inv = dedupe(k)
         m = uniq.shape[0]
         g, s, c = sum_rows(g, inv, m), sum_values(s, inv, m), sum_values(c, inv, m)
-        with self._lock:
+        with self.lock.mutex:
+            st = self.state
             rows = np.empty(m, np.int64)
-            if hashmap.lookup(self._slots, self._rows.cols["keys"], uniq, rows):
+            if hashmap.lookup(st.slots, st.rows.cols["keys"], uniq, rows):
                 miss = np.flatnonzero(rows < 0)
-                admitted = self._admission.admit(uniq[miss], s[miss], c[miss])
+                admitted = st.admission.admit(uniq[miss], s[miss], c[miss])
                 new = miss[admitted]
                 if new.shape[0]:
                     rows[new] = self._create(uniq[new])
@@ -178,21 +157,23 @@ class SparseTable:
             self.counters["pushed_keys"] += n
 
     def _apply(self, rows: np.ndarray, g: np.ndarray, s: np.ndarray, c: np.ndarray) -> None:
-        if self._snapshot is not None:
-            self._snapshot.protect(self._rows, rows)
-        cols = self._rows.cols
+        store = self.state.rows
+        if self.lock.snapshot is not None:
+            self.lock.snapshot.protect(store, rows)
+        cols = store.cols
         if self._wopt is not None:
             self._wopt.apply(cols["params"], cols["wide_state"], rows, g, 0)
         self._opt.apply(cols["params"], cols["state"], rows, g, self._c0)
-        touch(cols["show"], cols["click"], cols["last_seen"], cols["mod_epoch"], rows, s, c, self._pass,
-              np.uint32(self._epoch), np.float32(self.config.show_click_decay))
+        touch(cols["show"], cols["click"], cols["last_seen"], cols["mod_epoch"], rows, s, c, self.state.pass_id,
+              np.uint32(self.state.epoch), np.float32(self.config.show_click_decay))
 
     def _create(self, keys: np.ndarray) -> np.ndarray:
         """Append rows for absent ``keys`` with initializer values; returns their row numbers."""
-        n0, m = self._rows.n, keys.shape[0]
-        self._reserve(n0 + m)
+        st = self.state
+        n0, m = st.rows.n, keys.shape[0]
+        st.reserve(n0 + m)
         new = np.arange(n0, n0 + m, dtype=np.int64)
-        cols = self._rows.cols
+        cols = st.rows.cols
         cols["keys"][n0 : n0 + m] = keys
         seed, kind, scale, wseed, wkind, wscale = self._init_args
         if self._wopt is not None:
@@ -202,26 +183,19 @@ class SparseTable:
         self._opt.init_state(cols["params"], cols["state"], new, self._c0)
         cols["show"][n0 : n0 + m] = 0.0
         cols["click"][n0 : n0 + m] = 0.0
-        cols["last_seen"][n0 : n0 + m] = self._pass
-        cols["created"][n0 : n0 + m] = self._pass
-        cols["mod_epoch"][n0 : n0 + m] = self._epoch
-        self._rows.n = n0 + m
-        hashmap.insert(self._slots, cols["keys"], new)
+        cols["last_seen"][n0 : n0 + m] = st.pass_id
+        cols["created"][n0 : n0 + m] = st.pass_id
+        cols["mod_epoch"][n0 : n0 + m] = st.epoch
+        st.rows.n = n0 + m
+        hashmap.insert(st.slots, cols["keys"], new)
         return new
-
-    def _reserve(self, n_rows: int) -> None:
-        self._rows.reserve(n_rows)
-        if n_rows > self._slots.shape[0] * hashmap.MAX_LOAD:
-            slots = np.zeros(hashmap.slots_for(n_rows), np.uint64)
-            hashmap.rebuild(slots, self._rows.cols["keys"], self._rows.n)
-            self._slots = slots
 
     # ------------------------------------------------------------- lifecycle
     def end_pass(self) -> int:
         """Close the current pass; show/click decay lazily (see :mod:`tables.eviction`)."""
-        with self._lock:
-            self._pass += 1
-            return self._pass
+        with self.lock.mutex:
+            self.state.pass_id += 1
+            return self.state.pass_id
 
     def policy_config(self, *, admission: Any = None, eviction: Any = None) -> TableConfig:
         """This table's config with new admission/eviction settings, validated, not applied."""
@@ -237,19 +211,11 @@ class SparseTable:
         kind and sketch shape; otherwise they start again. Saves record the effective policy
         and a restore adopts it."""
         new = self.policy_config(admission=admission, eviction=eviction)
-        with self._lock:
+        with self.lock.mutex:
             if new.admission != self.config.admission:
                 fresh = make_admission(new.admission, new.seed)
-                old_state = self._admission.state()
-                try:
-                    same_shape = all(old_state[k].shape == v.shape for k, v in fresh.state().items())
-                except KeyError:
-                    same_shape = False
-                if same_shape:
-                    fresh.load_state(old_state)
-                else:
-                    fresh.admitted = self._admission.admitted
-                self._admission = fresh
+                carry_over(self.state.admission, fresh)
+                self.state.admission = fresh
             self.config = new
         return new
 
@@ -257,39 +223,22 @@ class SparseTable:
         """Evict the rows the eviction rules select; returns how many (would) go. Evicted
         ids become tombstones for the next delta save and behave like never-seen ids."""
         cfg = policy or self.config.eviction
-        with self._lock:
-            self._wait_idle()
-            n = self._rows.n
-            cols = self._rows.cols
+        with self.lock.mutex:
+            self.lock.wait_idle()
+            st = self.state
+            n = st.rows.n
+            cols = st.rows.cols
             mask = eviction.select(cfg, show=cols["show"][:n], click=cols["click"][:n],
-                                   last_seen=cols["last_seen"][:n], current_pass=self._pass,
+                                   last_seen=cols["last_seen"][:n], current_pass=st.pass_id,
                                    decay=self.config.show_click_decay)
             count = int(mask.sum())
             if dry_run or count == 0:
                 return count
             gone = cols["keys"][:n][mask].copy()
-            self._remove(mask)
-            self._tomb_keys = np.concatenate([self._tomb_keys, gone])
-            self._tomb_epochs = np.concatenate([self._tomb_epochs, np.full(count, self._epoch, np.uint32)])
+            st.remove(mask)
+            st.add_tombstones(gone, np.full(count, st.epoch, np.uint32))
             self.counters["evicted"] += count
             return count
-
-    def _remove(self, mask: np.ndarray) -> None:
-        """Drop the rows in ``mask`` (over rows 0..n-1), moving the last rows into the holes."""
-        n = self._rows.n
-        cols = self._rows.cols
-        hashmap.delete(self._slots, cols["keys"], cols["keys"][:n][mask].copy())
-        new_n = n - int(mask.sum())
-        holes = np.flatnonzero(mask[:new_n])
-        srcs = np.flatnonzero(~mask[new_n:n]) + new_n
-        for col in cols.values():
-            col[holes] = col[srcs]
-        hashmap.relink(self._slots, cols["keys"], srcs, holes)
-        self._rows.n = new_n
-
-    def _wait_idle(self) -> None:
-        while self._snapshot is not None:
-            self._idle.wait()
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | Path, mode: Literal["base", "delta"] = "base", cursor: str = "checkpoint") -> dict:
@@ -302,13 +251,9 @@ class SparseTable:
         """Take a save's consistent point now (cheap for a base: copy-on-write); the returned
         :class:`TableSave` writes it with ``write()`` (or gives it up with ``abort()``) while
         pushes go on. One save at a time: a second waits until the first is written."""
-        from tables.table_files import TableSave
-
         return TableSave(self, Path(path), mode=mode, cursor=cursor)
 
     def load(self, path: str | Path) -> dict:
         """Apply a saved base (replaces everything) or delta (must follow the previous save of
         its chain). Everything is verified first: on any error the table is unchanged."""
-        from tables.table_files import load_table
-
         return load_table(self, Path(path))

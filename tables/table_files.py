@@ -1,4 +1,4 @@
-"""Saving and loading a SparseTable (base and delta) through checkpoint files.
+"""Saving and loading a sparse table (base and delta) through checkpoint files.
 
 Files in the save directory, per table ``<name>``:
   ``<name>.rows``        rows in chunks of ``chunk_rows``; each chunk holds every column's
@@ -12,15 +12,18 @@ Files in the save directory, per table ``<name>``:
 A save is two steps (:class:`TableSave`): the consistent point, taken under the table lock
 (a copy-on-write snapshot, :mod:`tables.snapshot`: microseconds for a base, one pass over
 a column to pick a delta's changed rows), then the writing, during which pushes go on. A
-PS shard replies to a detached save between the two.
+PS shard replies to a detached save between the two. A load verifies and decodes every
+file first, then swaps the table's state in under its lock. Both see the table only through
+:class:`StoredTable` (its config, counters, state and lock).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import ValidationError
@@ -36,80 +39,85 @@ from core.atomic_files import (
     write_json,
 )
 from core.errors import Conflict, CorruptData, InvalidInput
-from tables import hashmap
-from tables.admission import make_admission
+from tables.admission import Admission, make_admission
 from tables.rows import RowStore
 from tables.snapshot import RowSnapshot
 from tables.table_config import TableConfig
-
-if TYPE_CHECKING:
-    from tables.sparse_table import SparseTable
+from tables.table_lock import TableLock
+from tables.table_state import Cursor, TableState
 
 CHUNK_ROWS = 1 << 16
 
 
-def _layout(t: SparseTable) -> dict[str, Any]:
+class StoredTable(Protocol):
+    """What a save reads and a load rebuilds (:class:`tables.sparse_table.SparseTable` is one)."""
+
+    name: str
+    config: TableConfig
+    counters: dict[str, int]
+    state: TableState
+    lock: TableLock
+
+
+def _layout(config: TableConfig, rows: RowStore) -> dict[str, Any]:
     return {
-        "dim": t.dim, "wide": t.config.wide, "width": t.width,
-        "optimizer": t.config.optimizer.kind, "wide_optimizer": t.config.wide_optimizer.kind if t.config.wide else None,
-        "columns": {name: [c.dtype.str, *c.shape[1:]] for name, c in t._rows.cols.items()},
+        "dim": config.dim, "wide": config.wide, "width": config.width,
+        "optimizer": config.optimizer.kind, "wide_optimizer": config.wide_optimizer.kind if config.wide else None,
+        "columns": {name: [c.dtype.str, *c.shape[1:]] for name, c in rows.cols.items()},
         # Seed and initializers decide what never-seen ids read as: a restore must keep them.
-        "seed": t.config.seed, "initializer": t.config.initializer.model_dump(),
-        "wide_initializer": t.config.wide_initializer.model_dump() if t.config.wide else None,
+        "seed": config.seed, "initializer": config.initializer.model_dump(),
+        "wide_initializer": config.wide_initializer.model_dump() if config.wide else None,
     }
 
 
-def _policy(t: SparseTable) -> dict[str, Any]:
+def _policy(config: TableConfig) -> dict[str, Any]:
     """The effective admission and eviction settings (``set_policy`` may have changed them)."""
-    return {"admission": t.config.admission.model_dump(), "eviction": t.config.eviction.model_dump()}
+    return {"admission": config.admission.model_dump(), "eviction": config.eviction.model_dump()}
 
 
 class TableSave:
-    """A save whose consistent point is taken (:func:`begin_save`); :meth:`write` writes it.
+    """A save whose consistent point is taken (``SparseTable.begin_save``); :meth:`write` writes it.
 
-    Holds the table's save lock from the consistent point until :meth:`write` or
+    Holds the table's ``one_save`` lock from the consistent point until :meth:`write` or
     :meth:`abort` returns, so exactly one of them must be called (once)."""
 
-    def __init__(self, t: SparseTable, path: Path, *, mode: str, cursor: str) -> None:
+    def __init__(self, t: StoredTable, path: Path, *, mode: str, cursor: str) -> None:
         if mode not in ("base", "delta"):
             raise InvalidInput(f"table {t.name}: save mode must be 'base' or 'delta', got {mode!r}")
         self.table, self.path, self.mode, self.cursor = t, path, mode, cursor
-        t._save_lock.acquire()
+        t.lock.one_save.acquire()
         try:
-            with t._lock:
-                self._take(t)
+            with t.lock.mutex:
+                self._take(t.state)
         except BaseException:
-            t._save_lock.release()
+            t.lock.one_save.release()
             raise
 
-    def _take(self, t: SparseTable) -> None:
+    def _take(self, st: TableState) -> None:
         """Under the table lock: everything the save holds is as of this instant."""
-        prev = t._cursors.get(self.cursor)
+        t = self.table
+        prev = st.cursors.get(self.cursor)
         if self.mode == "delta" and prev is None:
             raise Conflict(f"table {t.name}: no base saved on cursor '{self.cursor}' yet; save a base first")
-        self.prev, self.epoch = prev, t._epoch
-        t._epoch += 1
-        self.since = prev.epoch if self.mode == "delta" else 0
-        self.state = {k: v.copy() for k, v in t._admission.state().items()}
-        self.head = {"pass": t._pass, "counters": dict(t.counters), "policy": _policy(t),
-                     "cursors": {c: [v.epoch, v.save_id] for c, v in t._cursors.items()}}
-        self.layout = _layout(t)
-        n = t._rows.n
-        only = None if self.mode == "base" else t._rows.cols["mod_epoch"][:n] > self.since
-        self.snap: RowSnapshot | None = RowSnapshot(t._rows, CHUNK_ROWS, only=only)
-        t._snapshot = self.snap
+        self.prev, self.epoch = prev, st.epoch
+        st.epoch += 1
+        self.since = prev.epoch if prev is not None and self.mode == "delta" else 0
+        self.admission_state = {k: v.copy() for k, v in st.admission.state().items()}
+        self.head = {"pass": st.pass_id, "counters": dict(t.counters), "policy": _policy(t.config),
+                     "cursors": {c: [v.epoch, v.save_id] for c, v in st.cursors.items()}}
+        self.layout = _layout(t.config, st.rows)
+        n = st.rows.n
+        only = None if self.mode == "base" else st.rows.cols["mod_epoch"][:n] > self.since
+        self.snap: RowSnapshot | None = RowSnapshot(st.rows, CHUNK_ROWS, only=only)
+        t.lock.open_snapshot(self.snap)
         if self.mode == "base":
-            self.tomb, self.tomb_ep = t._tomb_keys.copy(), t._tomb_epochs.copy()
+            self.tomb, self.tomb_ep = st.tomb_keys.copy(), st.tomb_epochs.copy()
         else:
-            new_tomb = t._tomb_epochs > self.since
-            self.tomb, self.tomb_ep = t._tomb_keys[new_tomb], t._tomb_epochs[new_tomb]
+            self.tomb, self.tomb_ep = st.tombstones_after(self.since)
 
     def _end_snapshot(self) -> None:
         if self.snap is not None:
-            t = self.table
-            with t._lock:
-                t._snapshot = None
-                t._idle.notify_all()
+            self.table.lock.close_snapshot()
             self.snap = None
 
     def abort(self) -> None:
@@ -117,7 +125,7 @@ class TableSave:
         try:
             self._end_snapshot()
         finally:
-            self.table._save_lock.release()
+            self.table.lock.one_save.release()
 
     def write(self) -> dict[str, Any]:
         """Write the files and the manifest (last); returns the manifest."""
@@ -134,8 +142,8 @@ class TableSave:
             chunks = _Rechunker(w)
             assert self.snap is not None
             while not self.snap.done:
-                with t._lock:
-                    chunk = self.snap.next_chunk(t._rows)
+                with t.lock.mutex:
+                    chunk = self.snap.next_chunk(t.state.rows)
                 chunks.add(chunk)  # written outside the lock: pushes go on meanwhile
             n_rows = chunks.close()
             rows_entry = w.commit()
@@ -144,20 +152,18 @@ class TableSave:
             "rows": rows_entry,
             "tombstones": write_bytes(path / f"{t.name}.tombstones",
                                       encode_arrays({"keys": self.tomb, "epochs": self.tomb_ep})),
-            "state": write_bytes(path / f"{t.name}.state", encode_arrays(self.state)),
+            "state": write_bytes(path / f"{t.name}.state", encode_arrays(self.admission_state)),
         }
         manifest = {
             "format": FORMAT_VERSION, "table": t.name, "mode": self.mode, "cursor": self.cursor, "save_id": save_id,
-            "parent_id": self.prev.save_id if self.mode == "delta" else None, "epoch": self.epoch,
-            "since_epoch": self.since, "rows": n_rows, "tombstones": int(self.tomb.shape[0]),
+            "parent_id": self.prev.save_id if self.prev is not None and self.mode == "delta" else None,
+            "epoch": self.epoch, "since_epoch": self.since, "rows": n_rows, "tombstones": int(self.tomb.shape[0]),
             "chunk_rows": CHUNK_ROWS, "layout": self.layout, "files": files, "created_at": time.time(), **self.head,
         }
         write_json(path / f"{t.name}.manifest.json", manifest)
-        with t._lock:
-            from tables.sparse_table import Cursor
-
-            t._cursors[self.cursor] = Cursor(self.epoch, save_id)
-            _prune_tombstones(t)
+        with t.lock.mutex:
+            t.state.cursors[self.cursor] = Cursor(self.epoch, save_id)
+            t.state.prune_tombstones()
         return manifest
 
 
@@ -196,13 +202,6 @@ class _Rechunker:
         return self.rows
 
 
-def _prune_tombstones(t: SparseTable) -> None:
-    """Under the lock: drop the tombstones every cursor's last save already covers."""
-    floor = min(c.epoch for c in t._cursors.values())
-    keep = t._tomb_epochs > floor
-    t._tomb_keys, t._tomb_epochs = t._tomb_keys[keep], t._tomb_epochs[keep]
-
-
 def _decode_rows(buf: memoryview, man: dict[str, Any], into: dict[str, np.ndarray], source: str) -> None:
     """Fill ``into`` (column -> array with >= n rows) from a verified rows file."""
     n, chunk = int(man["rows"]), int(man["chunk_rows"])
@@ -219,107 +218,137 @@ def _decode_rows(buf: memoryview, man: dict[str, Any], into: dict[str, np.ndarra
             off += nb
 
 
-def load_table(t: SparseTable, path: Path) -> dict[str, Any]:
-    mpath = path / f"{t.name}.manifest.json"
+@dataclass
+class _Saved:
+    """The manifest fields a load applies, parsed before anything changes: once the table is
+    being changed under the lock, a missing or mistyped field must not leave it half-loaded."""
+
+    manifest: dict[str, Any]
+    mode: str
+    rows: int
+    cursor: str
+    save_id: str
+    parent_id: Any
+    epoch: int
+    pass_id: int
+    counters: dict[str, int]
+    cursors: dict[str, tuple[int, str]]
+    policy: dict[str, dict[str, Any]]
+    files: dict[str, dict[str, Any]]
+
+
+def _read_manifest(t: StoredTable, mpath: Path) -> _Saved:
     man = read_json(mpath)
     try:
-        mode, n = man["mode"], int(man["rows"])
+        mode, n_rows = man["mode"], int(man["rows"])
         if man["format"] != FORMAT_VERSION or man["table"] != t.name or mode not in ("base", "delta"):
             raise CorruptData(f"{mpath}: format {man['format']}, table {man['table']!r}, mode {mode!r} "
                               f"not loadable into table {t.name!r} (format {FORMAT_VERSION})")
         files = {k: man["files"][k] for k in ("rows", "tombstones", "state")}
         if not all(isinstance(e, dict) and {"file", "bytes", "crc32c"} <= e.keys() for e in files.values()):
             raise TypeError("each file entry needs 'file', 'bytes' and 'crc32c'")
-        # Parse every field used below now: once the table is being changed under the lock,
-        # a missing or mistyped field must not leave it half-loaded.
-        cursor, save_id, parent_id = str(man["cursor"]), str(man["save_id"]), man["parent_id"]
-        epoch, pass_ = int(man["epoch"]), int(man["pass"])
-        counters = {k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters}
-        cursors = {str(c): (int(ep), str(sid)) for c, (ep, sid) in man.get("cursors", {}).items()}
-        policy = {"admission": dict(man["policy"]["admission"]), "eviction": dict(man["policy"]["eviction"])}
+        return _Saved(
+            manifest=man, mode=mode, rows=n_rows, cursor=str(man["cursor"]), save_id=str(man["save_id"]),
+            parent_id=man["parent_id"], epoch=int(man["epoch"]), pass_id=int(man["pass"]),
+            counters={k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters},
+            cursors={str(c): (int(ep), str(sid)) for c, (ep, sid) in man.get("cursors", {}).items()},
+            policy={"admission": dict(man["policy"]["admission"]), "eviction": dict(man["policy"]["eviction"])},
+            files=files)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptData(f"{mpath}: malformed manifest ({exc!r})") from None
-    # A restore continues the same job: it adopts the policy in force when the save was made
-    # (PUT /admin/tables/{name}/policy may have changed it since the YAML was written).
+
+
+def _adopted_config(t: StoredTable, saved: _Saved, mpath: Path) -> TableConfig:
+    """A restore continues the same job: it adopts the policy in force when the save was made
+    (PUT /admin/tables/{name}/policy may have changed it since the YAML was written)."""
     try:
-        adopted = TableConfig.model_validate({**t.config.model_dump(), **policy})
+        return TableConfig.model_validate({**t.config.model_dump(), **saved.policy})
     except ValidationError as exc:
         raise CorruptData(f"{mpath}: saved admission/eviction policy is invalid ({exc.errors()[0]['msg']})") from None
-    layout = _layout(t)
-    if man.get("layout") != layout:
-        diff = sorted(k for k in layout if man.get("layout", {}).get(k) != layout[k])
+
+
+def _check_layout(t: StoredTable, saved: _Saved, mpath: Path) -> None:
+    layout = _layout(t.config, t.state.rows)
+    if saved.manifest.get("layout") != layout:
+        diff = sorted(k for k in layout if saved.manifest.get("layout", {}).get(k) != layout[k])
         raise Conflict(f"{mpath}: saved layout differs from table {t.name!r} config in {diff}",
                        detail={"fields": diff})
-    bufs = {k: read_verified(path, e) for k, e in files.items()}
-    tomb_src = str(path / files["tombstones"]["file"])
-    tomb_arrays = decode_arrays(bufs["tombstones"], tomb_src)
-    tomb, tomb_ep = tomb_arrays.get("keys"), tomb_arrays.get("epochs")
-    if tomb is None or tomb_ep is None or tomb.dtype != np.uint64 or tomb_ep.dtype != np.uint32 \
-            or tomb.ndim != 1 or tomb_ep.shape != tomb.shape:
-        raise CorruptData(f"{tomb_src}: expected uint64 keys and uint32 epochs of one length",
-                          detail={"file": tomb_src})
-    state = decode_arrays(bufs["state"], str(path / files["state"]["file"]))
-    admission = make_admission(adopted.admission, t.config.seed)
+
+
+def _decode_tombstones(buf: memoryview, source: str) -> tuple[np.ndarray, np.ndarray]:
+    arrays = decode_arrays(buf, source)
+    keys, epochs = arrays.get("keys"), arrays.get("epochs")
+    if keys is None or epochs is None or keys.dtype != np.uint64 or epochs.dtype != np.uint32 \
+            or keys.ndim != 1 or epochs.shape != keys.shape:
+        raise CorruptData(f"{source}: expected uint64 keys and uint32 epochs of one length", detail={"file": source})
+    return keys, epochs
+
+
+def _decode_admission(buf: memoryview, path: Path, source: str, config: TableConfig) -> Admission:
+    state = decode_arrays(buf, source)
+    admission = make_admission(config.admission, config.seed)
     try:
         admission.load_state(state)
     except (KeyError, ValueError) as exc:
         raise CorruptData(f"{path}: admission state does not fit the table ({exc!r})") from None
-    rows_src = str(path / files["rows"]["file"])
-    if mode == "base":
-        store = RowStore(t._rows.widths, max(n, t.config.initial_capacity))
-        _decode_rows(bufs["rows"], man, store.cols, rows_src)
+    return admission
+
+
+def load_table(t: StoredTable, path: Path) -> dict[str, Any]:
+    """Verify and decode the save in directory ``path``, then apply it to ``t`` under its lock
+    (see ``SparseTable.load``); returns the manifest."""
+    mpath = path / f"{t.name}.manifest.json"
+    saved = _read_manifest(t, mpath)
+    adopted = _adopted_config(t, saved, mpath)
+    _check_layout(t, saved, mpath)
+    bufs = {k: read_verified(path, e) for k, e in saved.files.items()}
+    source = {k: str(path / e["file"]) for k, e in saved.files.items()}
+    tomb, tomb_ep = _decode_tombstones(bufs["tombstones"], source["tombstones"])
+    admission = _decode_admission(bufs["state"], path, source["state"], adopted)
+    n = saved.rows
+    if saved.mode == "base":
+        store = RowStore(t.state.rows.widths, max(n, t.config.initial_capacity))
+        _decode_rows(bufs["rows"], saved.manifest, store.cols, source["rows"])
         store.n = n
-        slots = np.zeros(hashmap.slots_for(max(n, t.config.initial_capacity)), np.uint64)
-        hashmap.rebuild(slots, store.cols["keys"], n)
+        base = TableState.indexed(store, admission, t.config.initial_capacity)
+        base.tomb_keys, base.tomb_epochs = tomb, tomb_ep  # kept for other cursors' deltas, not applied
     else:
-        delta = {name: np.empty((n, *c.shape[1:]), c.dtype) for name, c in t._rows.cols.items()}
-        _decode_rows(bufs["rows"], man, delta, rows_src)
-    with t._lock:
-        t._wait_idle()
-        if mode == "base":
-            t._rows, t._slots = store, slots
-            t._cursors.clear()
-            t._tomb_keys, t._tomb_epochs = tomb, tomb_ep  # kept for other cursors' deltas, not applied
+        delta = {name: np.empty((n, *c.shape[1:]), c.dtype) for name, c in t.state.rows.cols.items()}
+        _decode_rows(bufs["rows"], saved.manifest, delta, source["rows"])
+    with t.lock.mutex:
+        t.lock.wait_idle()
+        if saved.mode == "base":
+            t.state = base
         else:
-            cur = t._cursors.get(cursor)
-            if cur is None or cur.save_id != parent_id:
-                raise Conflict(f"{mpath}: delta follows save {parent_id} but table {t.name!r} is at "
-                               f"{cur.save_id if cur else 'no save'} on cursor {cursor!r}; load in order")
-            _apply_delta(t, delta, tomb)
-            # Other cursors' next deltas must carry these evictions too.
-            t._tomb_keys = np.concatenate([t._tomb_keys, tomb])
-            t._tomb_epochs = np.concatenate([t._tomb_epochs, tomb_ep])
-        from tables.sparse_table import Cursor
-
-        t._admission = admission
-        t.config = adopted
-        t._pass = pass_
-        t._epoch = epoch + 1
-        t.counters.update(counters)
-        for c, (ep, sid) in cursors.items():
-            t._cursors.setdefault(c, Cursor(ep, sid))
-        t._cursors[cursor] = Cursor(epoch, save_id)
-        _prune_tombstones(t)
-    return man
+            _apply_delta(t, saved, mpath, delta, tomb, tomb_ep)
+        _adopt(t, saved, adopted, admission)
+    return saved.manifest
 
 
-def _apply_delta(t: SparseTable, delta: dict[str, np.ndarray], tomb: np.ndarray) -> None:
-    """Under the lock: remove tombstoned ids, then upsert the delta's rows."""
+def _apply_delta(t: StoredTable, saved: _Saved, mpath: Path, delta: dict[str, np.ndarray], tomb: np.ndarray,
+                 tomb_ep: np.ndarray) -> None:
+    """Under the lock: check the delta follows the table's last save on its cursor, remove
+    tombstoned ids, then upsert the delta's rows."""
+    st = t.state
+    cur = st.cursors.get(saved.cursor)
+    if cur is None or cur.save_id != saved.parent_id:
+        raise Conflict(f"{mpath}: delta follows save {saved.parent_id} but table {t.name!r} is at "
+                       f"{cur.save_id if cur else 'no save'} on cursor {saved.cursor!r}; load in order")
     if tomb.shape[0]:
-        rows = np.empty(tomb.shape[0], np.int64)
-        hashmap.lookup(t._slots, t._rows.cols["keys"], tomb, rows)
-        mask = np.zeros(t._rows.n, np.bool_)
-        mask[rows[rows >= 0]] = True
-        if mask.any():
-            t._remove(mask)
-    keys = delta["keys"]
-    rows = np.empty(keys.shape[0], np.int64)
-    hashmap.lookup(t._slots, t._rows.cols["keys"], keys, rows)
-    new = rows < 0
-    n0, m = t._rows.n, int(new.sum())
-    t._reserve(n0 + m)
-    rows[new] = np.arange(n0, n0 + m)
-    for name, col in t._rows.cols.items():
-        col[rows] = delta[name]
-    t._rows.n = n0 + m
-    hashmap.insert(t._slots, t._rows.cols["keys"], rows[new])
+        st.remove_keys(tomb)
+    st.upsert(delta)
+    st.add_tombstones(tomb, tomb_ep)  # other cursors' next deltas must carry these evictions too
+
+
+def _adopt(t: StoredTable, saved: _Saved, config: TableConfig, admission: Admission) -> None:
+    """Under the lock: take the saved policy, admission state, pass, epoch, counters and cursors."""
+    st = t.state
+    st.admission = admission
+    t.config = config
+    st.pass_id = saved.pass_id
+    st.epoch = saved.epoch + 1
+    t.counters.update(saved.counters)
+    for c, (ep, sid) in saved.cursors.items():
+        st.cursors.setdefault(c, Cursor(ep, sid))
+    st.cursors[saved.cursor] = Cursor(saved.epoch, saved.save_id)
+    st.prune_tombstones()

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tables.initializers import initial_rows
-from tables.sparse_table import _WIDE_SEED_SALT
+from tables.initializers import WIDE_SEED_SALT, initial_rows
 from tables.table_config import InitializerConfig, OptimizerConfig, TableConfig
 
 
@@ -119,7 +118,7 @@ class ReferenceTable:
 
     def _fresh(self, key: int) -> _Row:
         c = self.cfg
-        wide = _initial(key, 1, c.seed ^ _WIDE_SEED_SALT, c.wide_initializer) if c.wide else []
+        wide = _initial(key, 1, c.seed ^ WIDE_SEED_SALT, c.wide_initializer) if c.wide else []
         return _Row(wide=wide, emb=_initial(key, c.dim, c.seed, c.initializer))
 
     def pull(self, keys: np.ndarray) -> np.ndarray:

@@ -87,7 +87,7 @@ def final_model(root: Path, tables, rule=SUM) -> tuple[dict, np.ndarray]:
         t = SparseTable(cfg)
         for n in done[done.index(start):]:
             t.load(checkpoints.pass_dir(root, n) / "shard-0" / "sparse" / cfg.name)
-        keys = np.sort(t._rows.cols["keys"][: t.size()])  # the test peeks at the stored ids
+        keys = np.sort(t.state.rows.cols["keys"][: t.size()])  # the test peeks at the stored ids
         out[cfg.name] = (keys, t.pull(keys))
     dense_dir = checkpoints.pass_dir(root, done[-1]) / "shard-0" / "dense" / "dense"
     man = yaml.safe_load((dense_dir / "dense.dense.manifest.json").read_text())
