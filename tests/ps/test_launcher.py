@@ -126,3 +126,16 @@ def test_cli_names_a_missing_config() -> None:
                            "/nonexistent/ps.yaml", "--", "true"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith("streamrec launch: --config /nonexistent/ps.yaml: no such file")
+
+
+def test_spec_env_reaches_every_role_without_touching_ours(tmp_path: Path) -> None:
+    from ps.launcher import THREAD_LIMIT_VARS, thread_limits
+
+    check = "import os, sys; sys.exit(0 if all(os.environ[v] == '2' for v in sys.argv[1:]) else 7)"
+    spec = LaunchSpec(servers=1, workers=2, ps_config=_config(tmp_path), log_dir=tmp_path / "logs",
+                      checkpoint_dir=tmp_path / "ckpt", command=(sys.executable, "-c", check, *THREAD_LIMIT_VARS),
+                      env=thread_limits(2))
+    before = dict(os.environ)
+    out = io.StringIO()
+    assert Launcher(spec, out=out).run() == 0, out.getvalue()
+    assert dict(os.environ) == before

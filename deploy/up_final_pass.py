@@ -1,0 +1,43 @@
+"""The final pass of `streamrec up` (``up.commit_on_exit``): before the trainers stop, what they
+trained since the last committed pass is committed, so a resumed run loses nothing.
+
+With one worker the chief commits on demand (the control call ``checkpoint``). With several,
+passes end together on their own clock (``passes.seconds``), so the job refuses (Conflict) and
+`up` waits, up to ``up.stop_timeout_s``, for the pass in progress to be committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from core.errors import Conflict, StreamrecError
+
+_STATUS_POLL_S = 0.2
+
+
+def commit_final_pass(control_endpoint: str, *, timeout_s: float, say: Callable[[str], None]) -> None:
+    """Commit (or wait for) one more pass through the chief at ``control_endpoint``; says how it went."""
+    from jobcontrol.channel import ControlClient
+
+    client = ControlClient(control_endpoint, timeout_s=timeout_s)
+    try:
+        try:
+            result = client.call("checkpoint")
+            say(f"final pass committed: pass {result.get('pass', result.get('pass_id'))}")
+            return
+        except Conflict:
+            pass  # several workers: passes end together, on their clock
+        before = client.call("status").get("pass", 0)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            now = client.call("status").get("pass", 0)
+            if now > before:
+                say(f"final pass committed: pass {now}")
+                return
+            time.sleep(_STATUS_POLL_S)
+        say(f"final pass not committed within {timeout_s:g} s (up.stop_timeout_s)")
+    except StreamrecError as err:
+        say(f"final pass not committed: {err.message}")
+    finally:
+        client.close()

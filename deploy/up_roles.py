@@ -1,0 +1,93 @@
+"""The processes of one `streamrec up` run: its own roles (the record source, the service), each
+a :class:`ps.role_process.RoleProcess`, and the shards and trainers, run by a
+:class:`ps.launcher.Launcher` in a thread of this process.
+
+The launcher owns its roles (it restarts and stops them); `up` only reads their states. A role
+of `up`'s own that exits fails the run, except a replay that reached the end of its file.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from ps.launcher import Launcher, LaunchSpec
+from ps.role_process import RoleProcess
+
+if TYPE_CHECKING:
+    from ps.client import PSClient
+
+
+class ClusterThread:
+    """A :class:`Launcher` running the shards and trainers in a daemon thread."""
+
+    def __init__(self, spec: LaunchSpec, *, out: IO[str] = sys.stderr) -> None:
+        self.launcher = Launcher(spec, out=out)
+        self.exit_code: int | None = None  # the launcher's, once it returned
+        self._thread = threading.Thread(target=self._run, name="launcher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.exit_code = self.launcher.run()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def shard_client(self) -> PSClient | None:
+        """A client of the shards once they all answer; None if the launcher gave up first."""
+        from ps.client import PSClient
+        from ps.ps_config import ClientConfig
+
+        while not self.launcher.endpoints:
+            if not self.alive():
+                return None  # the shards never came up: UpRoles.failure() says why
+            time.sleep(0.1)
+        return PSClient(self.launcher.endpoints, config=ClientConfig(timeout_s=1.0, retries=0))
+
+    def stop(self, *, timeout_s: float) -> None:
+        """Stop the trainers and shards (the launcher does it) and wait up to ``timeout_s``."""
+        self.launcher.stop()
+        self._thread.join(timeout=timeout_s)
+
+
+class UpRoles:
+    """The roles of one run: ``own`` started here, logging under ``log_dir``, and the launcher's
+    once :meth:`launch` was called."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.own: list[RoleProcess] = []
+        self.cluster: ClusterThread | None = None
+
+    def start(self, name: str, argv: list[str], *, env: Mapping[str, str]) -> RoleProcess:
+        role = RoleProcess(name, argv, env, self.log_dir / f"{name}.log")
+        role.start()
+        self.own.append(role)
+        return role
+
+    def launch(self, spec: LaunchSpec, *, out: IO[str]) -> None:
+        self.cluster = ClusterThread(spec, out=out)
+
+    def named(self, *names: str) -> list[RoleProcess]:
+        return [r for r in self.own if r.name in names]
+
+    def states(self) -> dict[str, str]:
+        """Role name -> ``starting`` / ``running`` / ``exited N``, own roles first."""
+        procs = list(self.own)
+        if self.cluster is not None:
+            procs += self.cluster.launcher.roles()
+        return {role.name: role.state() for role in procs}
+
+    def failure(self) -> str | None:
+        """Why the system cannot go on, or None."""
+        if self.cluster is not None and not self.cluster.alive():
+            return f"shards/trainers stopped (exit {self.cluster.exit_code}); see {self.log_dir}"
+        for role in self.own:
+            code = role.exit_code()
+            if code is not None and not (role.name == "replay" and code == 0):
+                return f"{role.name} exited {code}; see {role.log_path}"
+        return None

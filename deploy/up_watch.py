@@ -1,0 +1,65 @@
+"""What `streamrec up` does while the system runs: show its state until a role fails (exit 1) or
+the user stops it (Ctrl-C / SIGTERM raise out of the loop).
+
+On a terminal, a live rich console redrawn every ``up.console_refresh_s``; elsewhere (tests,
+`--plain`, a pipe) one progress line every 10 s. Either way the roles are checked every turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
+
+from deploy.up_roles import UpRoles
+from deploy.up_status import StatusCollector
+
+_PLAIN_EVERY_S = 10.0
+_PLAIN_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the loop watches and where it reports."""
+
+    roles: UpRoles
+    collector: StatusCollector
+    out: IO[str]
+    say: Callable[[str], None]
+
+
+def watch_live(w: Watch, *, run_dir: str, started: float, refresh_s: float) -> int:
+    """The live console; returns 1 once a role failed."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from deploy.console import render
+
+    with Live(console=Console(file=w.out), refresh_per_second=2, transient=False) as live:
+        while True:
+            snap = w.collector.collect()
+            snap.roles = w.roles.states()
+            live.update(render(snap, run_dir=run_dir, started=started))
+            reason = w.roles.failure()
+            if reason:
+                w.say(f"failed: {reason}")
+                return 1
+            time.sleep(refresh_s)
+
+
+def watch_plain(w: Watch) -> int:
+    """Progress lines; returns 1 once a role failed."""
+    last = 0.0
+    while True:
+        reason = w.roles.failure()
+        if reason:
+            w.say(f"failed: {reason}")
+            return 1
+        if time.monotonic() - last >= _PLAIN_EVERY_S:
+            snap = w.collector.collect()
+            w.say(f"records/s {snap.records_per_s} lag {snap.lag} auc {snap.auc} (bayes {snap.bayes_auc}) "
+                  f"rows {snap.rows} pass {snap.last_pass} export {snap.last_export} "
+                  f"freshness {snap.freshness_s}")
+            last = time.monotonic()
+        time.sleep(_PLAIN_POLL_S)
