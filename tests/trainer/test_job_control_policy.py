@@ -43,7 +43,7 @@ def test_policy_get_dry_run_apply_and_refuse(tmp_path: Path) -> None:
                                   {"ttl_passes": 1}, False)
         assert done["applied"] and done["admission"]["min_count"] == 2
         with shards.client() as ps:
-            parts = ps.policy(table.name)
+            parts = ps.admin.policy(table.name)
             assert all(p["eviction"]["ttl_passes"] == 1 and p["admission"]["policy"] == "count" for p in parts)
             evicted = sum(sum(e["evicted"].values()) for e in ps.admin.shrink())
             assert evicted == 700

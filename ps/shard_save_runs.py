@@ -1,0 +1,242 @@
+"""A shard's saves and restores: two-phase saves run beside the request loop.
+
+A save is two steps. The request loop takes its consistent point for every table at once
+(a base starts a copy-on-write snapshot, a delta copies its changed rows; dense parts are
+copied), so no request lands between the tables' points; a background thread then writes
+(the tables are thread-safe, so pushes keep flowing) and tells the loop through
+``notify_written``, because ZeroMQ sockets belong to one thread. A plain SAVE is answered
+when the files are written; a DETACH save right after the consistent point, and SAVE_WAIT
+collects its entry or error later. One save runs at a time: a SAVE during a running one is
+refused (Conflict naming the running save); SAVE_WAIT is how to wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
+from ps import protocol
+from ps.protocol import Flag, Message, Op
+from ps.shard_requests import Outbox, ok
+from ps.shard_saves import commit_managed, managed_saves, next_managed_dir, restore_plan, shard_dir, write_save_manifest
+from ps.shard_tables import ShardTables
+from stores.staging import StagedSave, fetched
+from tables.dense_table import DenseTable
+from tables.table_config import DenseTableConfig, OptimizerConfig
+from tables.table_files import TableSave
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SaveRun:
+    """This shard's running save, or its last one (kept so SAVE_WAIT can collect it)."""
+
+    id: str
+    ident: bytes  # who asked for it
+    msg: Message  # its SAVE request
+    target: StagedSave  # where it is written here, and the client's dir (a path, or a URL it is uploaded to)
+    mode: str
+    cursor: str
+    started: float = field(default_factory=time.monotonic)
+    waiters: list[tuple[bytes, int]] = field(default_factory=list)  # SAVE_WAIT requests to answer when written
+    written: bool = False
+    entry: dict[str, Any] = field(default_factory=dict)  # the reply meta once written
+    error: StreamrecError | None = None
+
+    @property
+    def detached(self) -> bool:
+        return bool(self.msg.flags & Flag.DETACH)
+
+    def reply(self, op: Op, rid: int) -> list[Any]:
+        """Frames answering ``op``/``rid`` with this (written) save's outcome."""
+        if self.error is not None:
+            return protocol.error_reply(op, rid, self.error)
+        return protocol.encode(Message(op, rid, meta=self.entry))
+
+
+class ShardSaveRuns:
+    """The SAVE, SAVE_WAIT and LOAD ops of shard ``tables.index``; restores at start-up."""
+
+    def __init__(self, tables: ShardTables, *, checkpoint_root: Path | None,
+                 count_error: Callable[[StreamrecError], None]) -> None:
+        self._tables = tables
+        self._index = tables.index
+        self._checkpoint_root = checkpoint_root
+        self._count_error = count_error
+        self.notify_written: Callable[[], None] = lambda: None  # set by the loop: wakes it from the save thread
+        self._thread: threading.Thread | None = None
+        self._run: SaveRun | None = None  # the running or last save
+        self._idle_waiters: list[tuple[bytes, int]] = []  # SAVE_WAIT without a save id: any running save
+        self._based: set[str] = set()  # cursors this process wrote a base on (deltas may follow)
+        self.restored_from: str | None = None
+
+    @property
+    def saving(self) -> bool:
+        return self._run is not None and not self._run.written
+
+    def join(self) -> None:
+        """Let a running save thread finish (the loop is ending)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    # ---------------------------------------------------------------- SAVE
+    def start(self, ident: bytes, msg: Message) -> Message | None:
+        mode, cursor = msg.meta.get("mode", "base"), msg.meta.get("cursor", "checkpoint")
+        if mode not in ("base", "delta") or not isinstance(cursor, str):
+            raise InvalidInput(f"save mode must be 'base' or 'delta' and cursor a string, got {mode!r}, {cursor!r}")
+        if self.saving:
+            run = self._run
+            assert run is not None
+            raise Conflict(f"shard {self._index}: a save is already running ({run.mode} on cursor {run.cursor!r} "
+                           f"into {run.target.location}, for {time.monotonic() - run.started:.1f} s); wait for it "
+                           "(save_wait)",
+                           detail={"shard": self._index, "save": run.id})
+        if mode == "delta" and cursor not in self._based:
+            mode = "base"  # a delta must follow a base this process wrote on the same cursor
+        managed = None if "dir" in msg.meta else self._managed_dir(msg)
+        # a client-named dir may be a URL (s3://...): the save is written to a scratch dir here and uploaded
+        target = StagedSave(str(msg.meta["dir"]) if managed is None else str(next_managed_dir(managed, mode)),
+                            scratch=self._checkpoint_root)
+        save_dir = target.local
+        # The consistent point of every table at once: no request runs between them.
+        points: dict[str, TableSave] = {}
+        try:
+            for name, table in self._tables.sparse.items():
+                points[name] = table.begin_save(save_dir / "sparse" / name, mode=mode, cursor=cursor)
+        except BaseException:
+            for point in points.values():
+                point.abort()
+            target.cleanup()
+            raise
+        dense = {name: (table, table.snapshot()) for name, table in self._tables.dense.items()}
+        dense_meta = {k: dict(v) for k, v in self._tables.dense_meta.items()}
+        self._based.add(cursor)
+        run = SaveRun(os.urandom(8).hex(), ident, msg, target, mode, cursor)
+        self._run = run
+        self._thread = threading.Thread(target=self._write, args=(run, managed, points, dense, dense_meta),
+                                        name="save", daemon=True)
+        self._thread.start()
+        if run.detached:
+            return ok(msg, meta={"save": run.id, "mode": mode, "cursor": cursor, "dir": target.location})
+        return None  # answered when written
+
+    def _write(self, run: SaveRun, managed: Path | None, points: dict[str, TableSave],
+               dense: dict[str, tuple[DenseTable, dict[str, Any]]], dense_meta: dict[str, dict[str, Any]]) -> None:
+        """The save thread: write what the consistent point holds, then tell the loop."""
+        save_dir, mode, cursor = run.target.local, run.mode, run.cursor
+        try:
+            try:
+                save_dir.mkdir(parents=True, exist_ok=True)
+                for name in list(points):
+                    points.pop(name).write()
+            finally:
+                for point in points.values():  # a table failed: the others give their snapshots up
+                    point.abort()
+            for name, (table, snap) in dense.items():
+                table.write_snapshot(save_dir / "dense" / name, snap)
+            entry = write_save_manifest(save_dir, {"shard": self._index, "mode": mode, "cursor": cursor,
+                                                   "sparse": sorted(self._tables.sparse), "dense": dense_meta})
+            run.target.upload()
+            if managed is None and cursor == "checkpoint" and self._checkpoint_root is not None \
+                    and run.target.remote is None:
+                managed = shard_dir(self._checkpoint_root, self._index)  # a restart restores client-named saves too
+            if managed is not None:
+                commit_managed(managed, save_dir, mode)
+            run.entry = {"save": run.id, "mode": mode, "cursor": cursor, "dir": run.target.location,
+                         "manifest": entry}
+        except Exception as exc:
+            self._based.discard(cursor)  # the chain may be broken: the next save on it is a base
+            if not isinstance(exc, StreamrecError):
+                log.exception("shard %d: save failed", self._index)
+            cause = exc.message if isinstance(exc, StreamrecError) else f"{type(exc).__name__}: {exc}"
+            cls = type(exc) if isinstance(exc, StreamrecError) else StreamrecError
+            run.error = cls(f"shard {self._index}: save into {run.target.location} failed: {cause}",
+                            detail={"shard": self._index, "dir": run.target.location})
+            self._count_error(run.error)
+        run.target.cleanup()
+        self.notify_written()
+
+    def written(self, outbox: Outbox) -> None:
+        """In the loop: the save thread finished; answer whoever waits for it."""
+        run = self._run
+        assert run is not None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        run.written = True
+        if not run.detached:
+            outbox.send(run.ident, run.reply(Op.SAVE, run.msg.request_id), copy=False)
+        for who, rid in run.waiters:
+            outbox.send(who, run.reply(Op.SAVE_WAIT, rid), copy=False)
+        run.waiters.clear()
+        for who, rid in self._idle_waiters:
+            outbox.reply(who, Message(Op.SAVE_WAIT, rid, meta={"idle": True, "save": run.id}))
+        self._idle_waiters.clear()
+
+    # ---------------------------------------------------------------- SAVE_WAIT
+    def wait(self, outbox: Outbox, ident: bytes, msg: Message) -> Message | None:
+        """SAVE_WAIT {save}: that save's entry (or error) once written; without a save id, an
+        empty answer once no save is running (a restarting trainer lets an orphaned save end)."""
+        wanted = msg.meta.get("save")
+        run = self._run
+        if wanted is None:
+            if self.saving:
+                self._idle_waiters.append((ident, msg.request_id))
+                return None
+            return ok(msg, meta={"idle": True, "save": None if run is None else run.id})
+        if run is None or run.id != wanted:
+            raise NotFound(f"shard {self._index}: save {wanted!r} is unknown (the shard restarted, or a newer save "
+                           f"{None if run is None else run.id!r} replaced it)", detail={"shard": self._index})
+        if run.written:
+            outbox.send(ident, run.reply(Op.SAVE_WAIT, msg.request_id), copy=False)
+        else:
+            run.waiters.append((ident, msg.request_id))
+        return None
+
+    # ---------------------------------------------------------------- LOAD and restore
+    def load(self, msg: Message) -> Message:
+        if self.saving:
+            raise Conflict(f"shard {self._index}: cannot load while a save is running")
+        dirs = msg.meta.get("dirs")
+        if dirs is not None:
+            if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+                raise InvalidInput("load: 'dirs' must be a list of directories")
+            with fetched(dirs, scratch=self._checkpoint_root) as local_dirs:  # URLs are downloaded first
+                self.restore(local_dirs)
+            self.restored_from = dirs[-1]
+        else:
+            self.restore(managed_saves(self._managed_dir(msg)))
+        return ok(msg)
+
+    def restore(self, save_dirs: list[Path]) -> None:
+        """Replay ``save_dirs`` (oldest first) from their newest base on."""
+        plan = restore_plan(save_dirs)
+        for save_dir, man in plan:
+            for name in man["sparse"]:
+                if name in self._tables.sparse:
+                    self._tables.sparse[name].load(save_dir / "sparse" / name)
+        last_dir, last = plan[-1]
+        for name, meta in last["dense"].items():
+            cfg = DenseTableConfig(name=name, optimizer=OptimizerConfig.model_validate(meta["optimizer"]))
+            table = DenseTable(cfg, initial=np.zeros(meta["size"], np.float32))
+            table.load(last_dir / "dense" / name)
+            self._tables.add_dense(name, meta, table)
+        self._based.clear()
+        self.restored_from = str(last_dir)
+        log.info("shard %d restored %d saves ending at %s", self._index, len(plan), last_dir)
+
+    def _managed_dir(self, msg: Message) -> Path:
+        root = msg.meta.get("path")
+        if root is None and self._checkpoint_root is None:
+            raise InvalidInput(f"shard {self._index} has no --checkpoint-dir; pass a directory")
+        return shard_dir(root if root is not None else self._checkpoint_root, self._index)  # type: ignore[arg-type]

@@ -1,0 +1,134 @@
+"""A shard's tables and the data-plane ops on them: sparse pull/push, dense init/pull/push.
+
+Every check a request needs before it touches a table lives here (table known, keys uint64,
+gradients float32 of the table's width); pushes flagged SYNC are held in :mod:`ps.sync_steps`
+until the step's barrier, GEO_DELTA pushes are row deltas the table adds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
+from ps.protocol import Flag, Message, check_keys
+from ps.shard_requests import arrays_of, ok
+from ps.sync_steps import HeldGradients, SyncSteps, adds_geo_deltas
+from tables.dense_table import DenseTable
+from tables.sparse_table import SparseTable
+from tables.table_config import DEFAULT_DENSE_OPTIMIZER, DenseTableConfig, OptimizerConfig, TableConfig
+
+
+class ShardTables:
+    """Shard ``index``'s sparse tables (from its config) and dense parts (made by ``init_dense``)."""
+
+    def __init__(self, configs: Sequence[TableConfig], *, index: int) -> None:
+        self.index = index
+        self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t) for t in configs}
+        self.dense: dict[str, DenseTable] = {}
+        self.dense_meta: dict[str, dict[str, Any]] = {}  # name -> {size, optimizer}: what a save records
+        self.sync = SyncSteps()
+
+    def table(self, name: str) -> SparseTable:
+        table = self.sparse.get(name)
+        if table is None:
+            raise NotFound(f"shard {self.index} has no sparse table {name!r} (has {sorted(self.sparse)})")
+        return table
+
+    def dense_part(self, name: str) -> DenseTable:
+        table = self.dense.get(name)
+        if table is None:
+            raise NotFound(f"shard {self.index} has no dense array {name!r}; call init_dense first")
+        return table
+
+    # ---------------------------------------------------------------- sparse
+    def pull(self, msg: Message) -> Message:
+        (keys,) = arrays_of(msg, 1)
+        if msg.flags & Flag.EXISTING:
+            rows, found = self.table(msg.table).pull_existing(check_keys(keys))
+            return ok(msg, rows, found.view(np.uint8))
+        return ok(msg, self.table(msg.table).pull(check_keys(keys)))
+
+    def push(self, msg: Message) -> Message:
+        arrays = arrays_of(msg, 2, 4)
+        keys, grads = check_keys(arrays[0]), arrays[1]
+        shows, clicks = (arrays[2], arrays[3]) if len(arrays) == 4 else (None, None)
+        table = self.table(msg.table)
+        if grads.dtype != np.float32 or grads.shape != (keys.shape[0], table.width):
+            raise InvalidInput(
+                f"table {msg.table!r}: grads must be float32 ({keys.shape[0]}, {table.width}), "
+                f"got {grads.dtype} {grads.shape}"
+            )
+        if msg.flags & Flag.GEO_DELTA:
+            if not adds_geo_deltas(table.config.optimizer):
+                raise InvalidInput(f"table {msg.table!r}: geo deltas need optimizer sgd with lr 1, no l2, no clip")
+            grads = -grads  # sgd with lr 1: w -= -delta adds the delta
+        if msg.flags & Flag.SYNC:
+            self.sync.hold_sparse(msg.table, keys, grads, shows, clicks)
+        else:
+            table.push(keys, grads, shows=shows, clicks=clicks)
+        return ok(msg)
+
+    # ---------------------------------------------------------------- dense
+    def init_dense(self, msg: Message) -> Message:
+        """Create the dense part unless it exists; replies with the optimizer it runs."""
+        (initial,) = arrays_of(msg, 1)
+        if initial.dtype != np.float32 or initial.ndim != 1:
+            raise InvalidInput(
+                f"dense {msg.table!r}: initial value must be 1-d float32, got {initial.ndim}-d {initial.dtype}"
+            )
+        existing = self.dense_meta.get(msg.table)
+        if existing is not None:
+            if existing["size"] != initial.shape[0]:
+                raise Conflict(f"dense {msg.table!r} exists with {existing['size']} elements; init with "
+                               f"{initial.shape[0]} refused")
+            return ok(msg, meta={"optimizer": existing["optimizer"]})  # first writer wins
+        optimizer = OptimizerConfig.model_validate(msg.meta.get("optimizer", DEFAULT_DENSE_OPTIMIZER.model_dump()))
+        cfg = DenseTableConfig(name=msg.table, optimizer=optimizer)
+        self.dense[msg.table] = DenseTable(cfg, initial=np.array(initial))
+        self.dense_meta[msg.table] = {"size": int(initial.shape[0]), "optimizer": optimizer.model_dump()}
+        return ok(msg, meta={"optimizer": self.dense_meta[msg.table]["optimizer"]})
+
+    def pull_dense(self, msg: Message) -> Message:
+        return ok(msg, self.dense_part(msg.table).pull())
+
+    def push_dense(self, msg: Message) -> Message:
+        (grad,) = arrays_of(msg, 1)
+        table = self.dense_part(msg.table)
+        size = self.dense_meta[msg.table]["size"]
+        if grad.dtype != np.float32 or grad.shape != (size,):
+            raise InvalidInput(f"dense {msg.table!r}: grad must be float32 ({size},), got {grad.dtype} {grad.shape}")
+        if msg.flags & Flag.SYNC:
+            self.sync.hold_dense(msg.table, grad)
+        else:
+            table.push(grad)
+        return ok(msg)
+
+    def add_dense(self, name: str, meta: dict[str, Any], table: DenseTable) -> None:
+        """A restored dense part (``meta``: its size and optimizer as saved)."""
+        self.dense[name] = table
+        self.dense_meta[name] = dict(meta)
+
+    # ---------------------------------------------------------------- passes and sync steps
+    def apply_held(self, held: HeldGradients) -> list[StreamrecError]:
+        """Apply what a barrier released, one push per table; the errors of the tables that failed."""
+        failures = []
+        for name, (keys, grads, shows, clicks) in held.sparse.items():
+            try:
+                self.sparse[name].push(keys, grads, shows=shows, clicks=clicks)  # duplicates summed: one update
+            except StreamrecError as err:
+                failures.append(err)
+        for name, grad in held.dense.items():
+            try:
+                self.dense[name].push(grad)
+            except StreamrecError as err:
+                failures.append(err)
+        return failures
+
+    def shrink(self, msg: Message) -> Message:
+        return ok(msg, meta={"evicted": {n: int(t.shrink()) for n, t in self.sparse.items()}})
+
+    def end_pass(self, msg: Message) -> Message:
+        return ok(msg, meta={"passes": {n: int(t.end_pass()) for n, t in self.sparse.items()}})
