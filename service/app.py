@@ -58,8 +58,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         app.state.read_through = ReadThrough(settings.read_through) if settings.read_through else None
         if app.state.read_through is not None:
             rt = app.state.read_through
-            metrics.gauge("streamrec_read_through_served_total", lambda: rt.served)
-            metrics.gauge("streamrec_read_through_unavailable_total", lambda: rt.unavailable)
+            metrics.counter("read_through_served", lambda: rt.served)
+            metrics.counter("read_through_unavailable", lambda: rt.unavailable)
         watcher.start()  # the first poll loads the newest bundle chain; /readyz tells when
         job.start()
         try:
@@ -77,7 +77,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     install_error_handler(app)
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes,
+                       body_timeout_s=settings.limits.body_timeout_s)
     # hot routes first: the router tries routes in order
     for module in (embeddings, items, recommend, predict, health, admin, dashboard):
         app.include_router(module.router)

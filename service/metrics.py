@@ -1,93 +1,91 @@
-"""Prometheus text exposition, hand-rolled (a few counters, gauges and one histogram family),
-plus the pure-ASGI middleware that times every request and enforces the body size limit."""
+"""The service's Prometheus metrics (prometheus-client, one registry per app, no global state),
+plus the pure-ASGI middleware that times every request and bounds how requests use the server.
+
+Every label value comes from a closed set, so no client can grow the exposition: the route is
+the matched route template (or ``<unmatched>``), the method one of the HTTP methods (anything
+else is ``other``), the status an HTTP status, the error code a class of core.errors.
+"""
 
 from __future__ import annotations
 
-import bisect
-import threading
+import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
 
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.errors import InvalidInput
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class Histogram:
-    def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sum += value
-
-
-def _labels(**kv: Any) -> str:
-    return "{" + ",".join(f'{k}="{v!s}"' for k, v in kv.items()) + "}"
-
-
-class Metrics:
-    """Counters and histograms owned by one app; gauges are read from callables at scrape time."""
+class _ReadAtScrape(Collector):
+    """Gauges and counters whose values live elsewhere (the store, the job link): read when scraped."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.latency: dict[tuple[str, str, int], Histogram] = {}
-        self.errors: dict[str, int] = {}
-        self.counters: dict[str, int] = {}
         self.gauges: dict[str, Callable[[], float | None]] = {}
+        self.counters: dict[str, Callable[[], float | None]] = {}
 
-    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        key = (route, method, status)
-        h = self.latency.get(key)
-        if h is None:
-            h = self.latency.setdefault(key, Histogram())
-        h.observe(seconds)
-
-    def count_error(self, code: str) -> None:
-        with self._lock:
-            self.errors[code] = self.errors.get(code, 0) + 1
-
-    def inc(self, name: str, by: int = 1) -> None:
-        with self._lock:
-            self.counters[name] = self.counters.get(name, 0) + by
-
-    def gauge(self, name: str, read: Callable[[], float | None]) -> None:
-        self.gauges[name] = read
-
-    def render(self) -> str:
-        out = ["# HELP streamrec_request_seconds request latency by route",
-               "# TYPE streamrec_request_seconds histogram"]
-        for (route, method, status), h in sorted(self.latency.items()):
-            acc = 0
-            for le, c in zip((*h.buckets, "+Inf"), h.counts, strict=True):
-                acc += c
-                bucket = _labels(route=route, method=method, status=status, le=le)
-                out.append(f"streamrec_request_seconds_bucket{bucket} {acc}")
-            lab = _labels(route=route, method=method, status=status)
-            out += [f"streamrec_request_seconds_sum{lab} {h.sum:.6f}", f"streamrec_request_seconds_count{lab} {acc}"]
-        out += ["# TYPE streamrec_errors_total counter"]
-        out += [f"streamrec_errors_total{_labels(code=c)} {n}" for c, n in sorted(self.errors.items())]
-        for name, n in sorted(self.counters.items()):
-            out += [f"# TYPE streamrec_{name}_total counter", f"streamrec_{name}_total {n}"]
+    def collect(self) -> Iterator[Metric]:
         for name, read in sorted(self.gauges.items()):
             value = read()
             if value is not None:
-                out += [f"# TYPE streamrec_{name} gauge", f"streamrec_{name} {float(value):g}"]
-        return "\n".join(out) + "\n"
+                yield GaugeMetricFamily(f"streamrec_{name}", name.replace("_", " "), value=float(value))
+        for name, read in sorted(self.counters.items()):
+            value = read()
+            if value is not None:
+                yield CounterMetricFamily(f"streamrec_{name}", name.replace("_", " "), value=float(value))
 
 
-def _counting(receive: Receive, limit: int) -> Receive:
-    """``receive`` that refuses a body (chunked or lying about its length) past ``limit`` bytes."""
+class Metrics:
+    """The metrics of one app; ``render()`` is the exposition ``/metrics`` serves."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._latency = Histogram("streamrec_request_seconds", "request latency by route template",
+                                  ("route", "method", "status"), buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._errors = Counter("streamrec_errors", "errors answered, by error code", ("code",),
+                               registry=self.registry)
+        self._read = _ReadAtScrape()
+        self.registry.register(self._read)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        method = method if method in HTTP_METHODS else "other"  # invented methods must not add series
+        self._latency.labels(route, method, str(status)).observe(seconds)
+
+    def count_error(self, code: str) -> None:
+        self._errors.labels(code).inc()
+
+    def gauge(self, name: str, read: Callable[[], float | None]) -> None:
+        """``streamrec_<name>``, the value ``read()`` returns at scrape time (None: not exposed)."""
+        self._read.gauges[name] = read
+
+    def counter(self, name: str, read: Callable[[], float | None]) -> None:
+        """``streamrec_<name>_total``, a running count kept elsewhere and read at scrape time."""
+        self._read.counters[name] = read
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _counting(receive: Receive, limit: int, timeout_s: float) -> Receive:
+    """``receive`` that refuses a body (chunked or lying about its length) past ``limit`` bytes,
+    or one whose next part does not arrive within ``timeout_s`` (a client holding a half-sent body
+    holds a connection and its buffers: slowloris)."""
     seen = 0
 
     async def counted() -> Message:
         nonlocal seen
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), timeout_s)
+        except TimeoutError:
+            raise InvalidInput(f"request body not received within {timeout_s:g} s",
+                               detail={"body_timeout_s": timeout_s}) from None
         if message["type"] == "http.request":
             seen += len(message.get("body", b""))
             if seen > limit:
@@ -101,10 +99,11 @@ class RequestMetricsMiddleware:
     """Times each HTTP request under its route template and refuses bodies over the limit
     with 422 before the handler reads them."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int, body_timeout_s: float) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -126,7 +125,7 @@ class RequestMetricsMiddleware:
                     await self._too_large(send, int(value))
                     self.metrics.observe_request("<body-too-large>", scope["method"], 422, time.perf_counter() - t0)
                     return
-            receive = _counting(receive, limit)
+            receive = _counting(receive, limit, self.body_timeout_s)
         try:
             await self.app(scope, receive, send_wrapper)
         finally:

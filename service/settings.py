@@ -56,6 +56,8 @@ class LimitSettings(FrozenModel):
     max_k: int = Field(1000, ge=1)
     max_instances: int = Field(1000, ge=1)
     max_body_bytes: int = Field(8 << 20, ge=1024)
+    body_timeout_s: float = Field(10.0, gt=0.0)  # each part of a request body must arrive within this
+    max_connections: int = Field(1000, ge=1)  # open connections at once; past this new ones get 503
 
 
 class ServiceSettings(FrozenModel):

@@ -29,5 +29,6 @@ def run(args: argparse.Namespace) -> int:
     with Mirror(settings.exports_dir, every_s=settings.poll_seconds) as local:
         settings = settings.model_copy(update={"exports_dir": str(local)})
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                    workers=1, access_log=False)
+                    workers=1, access_log=False, limit_concurrency=settings.limits.max_connections,
+                    timeout_keep_alive=5)
     return 0

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 
 from core.errors import Unavailable
 from service.deps import MetricsDep, StoreDep
+from service.metrics import EXPOSITION_TYPE
 from service.schemas import ERROR_RESPONSES
 
 router = APIRouter(tags=["health"])
@@ -26,4 +27,4 @@ async def readyz(store: StoreDep) -> dict[str, object]:
 
 @router.get("/metrics", summary="Prometheus text exposition", response_class=Response)
 async def metrics(m: MetricsDep) -> Response:
-    return Response(m.render(), media_type="text/plain; version=0.0.4")
+    return Response(m.render(), media_type=EXPOSITION_TYPE)

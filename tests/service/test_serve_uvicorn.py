@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.errors import ConfigError
 from deploy.cli import main as cli_main
@@ -60,8 +61,11 @@ def test_serve_runs_under_uvicorn_and_follows_new_bundles(tmp_path: Path, builde
             assert np.array_equal(rows, builder.expected("user", USER_IDS[:1])[1])
             assert c.get("/admin/status", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
             metrics = c.get("/metrics").text
-            assert 'streamrec_request_seconds_bucket{route="/v1/embeddings:lookup",method="POST",status="200"' \
-                in metrics and "streamrec_bundle_version 2" in metrics
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for family in text_string_to_metric_families(metrics) for s in family.samples}
+            assert samples[("streamrec_request_seconds_count", (("method", "POST"), ("route", "/v1/embeddings:lookup"),
+                                                                 ("status", "200")))] >= 1
+            assert samples[("streamrec_bundle_version", ())] == 2
     finally:
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=30)[0].decode()
