@@ -1,7 +1,8 @@
 """The chief's job-control handler (jobcontrol.channel's JobHandler) over a running StreamingJob.
 
 Calls arrive on the control server's thread; anything that touches the model, the PS client
-or the consumer is handed to the training loop (``call_in_loop``) and runs between steps.
+or the consumer is handed to the training loop (``call_in_loop``, :mod:`trainer.loop_calls`) and
+runs between steps.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from core.errors import Conflict, InvalidInput, NotFound
 from ps.client import PSClient
 from trainer import checkpoints
 from trainer.job import StreamingJob
+from trainer.loop_calls import LoopOp
 
 
 class JobControl:
@@ -38,20 +40,20 @@ class JobControl:
 
     def checkpoint(self) -> dict[str, Any]:
         self._single_worker("checkpoint")
-        man = self.job.call_in_loop("checkpoint")
+        man = self.job.call_in_loop(LoopOp.CHECKPOINT)
         return {k: v for k, v in man.items() if k != "files"}
 
     def export(self) -> dict[str, Any]:
-        return self.job.call_in_loop("export")
+        return self.job.call_in_loop(LoopOp.EXPORT)
 
     def shrink(self) -> dict[str, Any]:
-        return self.job.call_in_loop("shrink")
+        return self.job.call_in_loop(LoopOp.SHRINK)
 
     def rollback(self, pass_id: int) -> dict[str, Any]:
         self._single_worker("rollback")
         if pass_id not in checkpoints.complete_passes(self.job.root):
             raise NotFound(f"pass {pass_id} is not a complete pass in {self.job.root}")
-        return self.job.call_in_loop("rollback", pass_id=int(pass_id))
+        return self.job.call_in_loop(LoopOp.ROLLBACK, pass_id=int(pass_id))
 
     def pause(self) -> dict[str, Any]:
         self.job.paused.set()

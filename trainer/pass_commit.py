@@ -1,6 +1,9 @@
-"""The second half of a pass commit, finished by the chief in the background.
+"""Committing a pass: every worker's part, two barriers, and the chief's commit in two halves.
 
-A commit has two halves. The first runs while every worker waits at the commit barrier:
+At a pass end every worker drains its pushes, merges its dense changes and writes its part
+(offsets, dense optimizer state, metrics, records, ``leaving`` when its stream is done), then
+meets the others at the first commit barrier; the chief commits; a second barrier releases
+everyone. A commit has two halves. The first runs while every worker waits at the commit barrier:
 the chief ends the pass on the shards, shrinks every K passes and asks each shard for a
 detached save, which returns as soon as every table took its consistent point (a base is
 copy-on-write, so this takes milliseconds, not the seconds of writing the rows). The
@@ -14,6 +17,11 @@ checksums, prune, start the export. Until ``pass.json`` exists the pass does not
 a chief killed in between restarts from the previous pass. The next commit, a rollback or
 an export first waits for the finisher (a shard runs one save at a time), and a failure of
 the second half is raised there, on the training thread, like a failed synchronous save.
+After a failure the next save is a base: some shards may have advanced their chain of table
+files on a pass that never became complete.
+
+:class:`PassCommitter` runs this protocol for one worker (and, on the chief, owns the finisher
+and the exporter the finished passes are handed to).
 """
 
 from __future__ import annotations
@@ -24,11 +32,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from core.errors import Conflict
+from models.base import Model
+from ps.admin import SaveMode
 from ps.client import PSClient
+from ps.ps_config import ClientConfig
 from stores.store import Store
 from trainer import checkpoints
-from trainer.export import SAVE_TIMEOUT_S
-from trainer.metrics import Metrics
+from trainer.export import SAVE_TIMEOUT_S, Exporter
+from trainer.item_catalog import ItemCatalog
+from trainer.job_context import JobContext
+from trainer.metrics import Metrics, WindowedMetrics
+from trainer.worker import Worker
+
+# what the chief hands the export of a pass: the dense weights at the snapshot point, the item catalogue
+ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None]
 
 
 class CommitFinisher:
@@ -107,3 +127,156 @@ def _merge_parts(root: Store, pass_id: int, ranks: list[int], previous: dict[str
         total += int(info["records"])
     return {"offsets": offsets, "metrics": metrics.summary(), "records_total": total, "newest_record_time": newest,
             "active_ranks": checkpoints.staying_ranks(root, pass_id, ranks)}
+
+
+class PassCommitter:
+    """Ends passes on this worker and, on the chief, commits them (the module docstring)."""
+
+    def __init__(self, ctx: JobContext, *, model: Model, catalog: ItemCatalog | None,
+                 offsets: Callable[[], dict[int, int]]) -> None:
+        """``offsets``: the stream offsets this worker may commit (read once its pushes were drained)."""
+        self.ctx = ctx
+        self.model = model
+        self.catalog = catalog
+        self.offsets = offsets
+        self.exporter: Exporter | None = None  # the chief's, when passes.export is on (start_exporting)
+        self.finisher: CommitFinisher | None = None  # the chief's commits finishing in the background
+        self.force_base = False  # the next save starts a new chain of table files
+        self.last_commit: dict[str, Any] = {}  # the manifest of the newest pass the chief finished committing
+        self.last_export: dict[str, Any] = {}  # what the newest bundle's export returned
+
+    def start_exporting(self) -> None:
+        """The chief exports a bundle after each commit when passes.export is on."""
+        if self.ctx.chief and self.ctx.config.passes.export:
+            self.exporter = self._make_exporter()
+
+    def commit(self, worker: Worker, *, leaving: bool = False) -> None:
+        """End the current pass on this worker; the chief commits it. ``leaving``: this worker's
+        stream is done; later passes are committed without it."""
+        progress = self.ctx.progress
+        n = progress.clock.pass_id
+        self.ctx.store.drain()
+        worker.dense.flush(self.ctx.store)
+        offsets = self.offsets()
+        arrays = {f"opt.{k}": v for k, v in worker.dense.state().items()}
+        arrays |= {f"metrics.{k}": v for k, v in worker.metrics.total.to_arrays().items()}
+        checkpoints.write_worker_part(self.ctx.root, n, self.ctx.rank, arrays, {
+            "rank": self.ctx.rank, "offsets": {str(p): o for p, o in offsets.items()}, "records": progress.clock.count,
+            "newest_record_time": progress.newest_time, "leaving": leaving})
+        self.ctx.rendezvous.barrier(2 * n, len(progress.active))
+        if self.ctx.chief:
+            self._commit_as_chief(n, worker)
+        self.ctx.rendezvous.barrier(2 * n + 1, len(progress.active))
+        # from the parts (written before the first barrier): the manifest may not be written yet
+        progress.active = checkpoints.staying_ranks(self.ctx.root, n, progress.active)
+        worker.dense.refresh(self.ctx.store)
+        worker.metrics = WindowedMetrics(self.ctx.config.metric_window)
+        progress.at_pass(n)
+
+    def _commit_as_chief(self, n: int, worker: Worker) -> None:
+        """The first half of the commit (the workers wait): the shards take the save's
+        consistent point; the finisher writes it out and commits (the module docstring)."""
+        self.finish_wait()  # one save at a time per shard: the previous commit's, then its export
+        self.wait_export()
+        k = self.ctx.config.passes.base_every
+        self.ctx.client.admin.end_pass()
+        evicted = None
+        if n % k == 0:
+            evicted = sum(sum(e.get("evicted", {}).values()) for e in self.ctx.client.admin.shrink())
+        base = n % k == 1 or k == 1 or self.force_base
+        try:
+            saves = self.ctx.client.admin.save(into=checkpoints.shard_template(self.ctx.root, n),
+                                           mode=SaveMode.BASE if base else SaveMode.DELTA,
+                                           cursor="checkpoint", timeout_s=SAVE_TIMEOUT_S, detach=True)
+        except Exception:
+            self.force_base = True  # some shards may have advanced their chain: restart it with a base
+            raise
+        self.force_base = False
+        export = None
+        if self.exporter is not None:  # the dense weights of the snapshot point: nobody pushed since
+            worker.dense.refresh(self.ctx.store)
+            export = (self.model.params.as_dict(), None if self.catalog is None else self.catalog.snapshot())
+        ranks = list(self.ctx.progress.active)
+        if self.finisher is None:
+            self.finisher = CommitFinisher(self.background_client())
+        self.finisher.start(lambda client: self._finish_commit(client, n, saves, ranks, evicted, export))
+
+    def _finish_commit(self, client: PSClient, n: int, saves: list[dict], ranks: list[int], evicted: int | None,
+                       export: ExportSnapshot | None) -> dict[str, Any]:
+        """In the finisher thread: the shards' saves written, the manifest last, prune, export."""
+        man = finish_pass(client, self.ctx.root, n, saves, ranks, keep=self.ctx.config.passes.keep, fields={
+            "evicted": evicted, "workers": self.ctx.spec.num_workers, "mode": self.ctx.spec.mode})
+        self.last_commit = man  # status() shows the pass as soon as it exists
+        if export is not None and self.exporter is not None:
+            dense, catalog = export
+            self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog)
+        return man
+
+    def finish_wait(self, *, ignore_failure: bool = False) -> dict[str, Any]:
+        """Wait until the chief's last commit is finished; its manifest becomes ``last_commit``.
+        A failure (a shard's save, the manifest) is raised (``ignore_failure``: dropped, e.g.
+        before a rollback); either way the next save is a base."""
+        if self.finisher is None:
+            return self.last_commit
+        try:
+            self.last_commit = self.finisher.wait() or self.last_commit
+        except Exception:
+            self.force_base = True
+            if not ignore_failure:
+                raise
+        return self.last_commit
+
+    def wait_export(self) -> None:
+        """Wait for the bundle being exported, if any; its result becomes ``last_export``."""
+        if self.exporter is not None:
+            self.last_export = self.exporter.wait() or self.last_export
+
+    def settle(self) -> None:
+        """Before the shards load a pass: a pass still committing completes (or not), then its export."""
+        self.finish_wait(ignore_failure=True)
+        if self.exporter is not None:
+            self.exporter.wait()
+
+    def export_now(self) -> dict[str, Any]:
+        """A bundle of the newest committed pass, now (job control); returns the export's result."""
+        if self.exporter is None:
+            raise Conflict("this worker does not export (not the chief, or passes.export is off)")
+        self.finish_wait()
+        self.exporter.wait()
+        self.exporter.start(self.ctx.progress.pass_id, dense=self.model.params.as_dict(),
+                            newest_record_time=self.ctx.progress.newest_time,
+                            catalog=None if self.catalog is None else self.catalog.snapshot())
+        return self.exporter.wait() or {}
+
+    def abandon_commit(self) -> None:
+        """A shard was lost: the commit finishing in the background may hang on it until its
+        timeout; it fails alone (no manifest) and the next commit, a base, takes over."""
+        self.finisher, self.force_base = None, True
+
+    def renew_exporter(self) -> None:
+        """A shard was lost: the running export may hang on it; it fails alone (no bundle), a fresh exporter goes on."""
+        if self.exporter is not None:
+            self.exporter = self._make_exporter()
+
+    def rebase_exports(self) -> None:
+        """After a rollback or a regroup: the next bundle is a base, the service drops what came after."""
+        if self.exporter is not None:
+            self.exporter.exports = 0
+
+    def close(self) -> None:
+        """The job stops: the commit still finishing ends (or fails alone), the last bundle goes out."""
+        if self.finisher is not None:
+            self.finisher.close()
+        if self.exporter is not None:
+            self.last_export = self.exporter.wait() or self.last_export  # the last pass's bundle is out
+            self.exporter.close()
+
+    def _make_exporter(self) -> Exporter:
+        return Exporter(self.ctx.config.export_dir, self.background_client(), self.ctx.config.model,
+                        base_every=self.ctx.config.passes.base_every)
+
+    def background_client(self) -> PSClient:
+        """A client for a background thread (a client is not thread-safe). No resends: a lost shard
+        fails the bundle (or the commit) instead of holding the next one."""
+        return PSClient(self.ctx.spec.shard_endpoints, secret=self.ctx.spec.secret(),
+                        config=ClientConfig(timeout_s=self.ctx.client.config.timeout_s, retries=0))

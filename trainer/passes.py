@@ -1,4 +1,5 @@
-"""When a pass ends: every N records or T seconds, whichever comes first (separate from the step)."""
+"""When a pass ends: every N records or T seconds, whichever comes first (separate from the step);
+where a worker stands between passes."""
 
 from __future__ import annotations
 
@@ -29,3 +30,21 @@ class PassClock:
         self.pass_id = pass_id
         self.count = 0
         self.started = time.monotonic()
+
+
+class PassProgress:
+    """Where this worker stands between passes; shared by the job, its PassCommitter and its Recovery."""
+
+    def __init__(self, config: PassConfig, *, workers: int) -> None:
+        self.clock = PassClock(config, workers=workers)  # the pass being trained (clock.pass_id)
+        self.pass_id = 0  # the newest pass committed, restored or rolled back to (0: none yet)
+        self.records_total = 0  # records of every worker up to here, as the passes' manifests count them
+        self.newest_time: float | None = None  # the newest event time this worker trained on
+        self.active = list(range(workers))  # ranks still training (a worker whose stream ended leaves)
+        # set by a rollback or a regroup: the loop re-seeks the stream to these offsets
+        self.reseek: dict[int, int] | None = None
+
+    def at_pass(self, pass_id: int) -> None:
+        """Pass ``pass_id`` is the newest one this worker stands on; the next one starts."""
+        self.pass_id = pass_id
+        self.clock.next_pass(pass_id + 1)

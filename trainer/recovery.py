@@ -4,20 +4,45 @@ optimizer state and the Kafka offsets to seek to.
 The chief (rank 0) lets any save still running on the shards end (a chief killed after
 releasing the workers leaves one), deletes half-written passes and asks the shards to load; every worker
 then (after a barrier, so nobody pulls half-loaded tables) reads the same manifest.
+
+:class:`Recovery` goes back to a complete pass while the job runs:
+
+- Regroup (leased ranks, ``STREAMREC_RANK=auto``): the membership epoch moved (a replacement
+  took a dead worker's rank, or a shard lost its tables and a worker bumped the epoch). Every
+  worker drops its pushes in flight, lets the chief's commit and export end (or, a shard
+  lost, abandons them to fail alone), then all meet at "stopped"; the chief loads the newest
+  complete pass into the shards; all meet at "loaded", so nobody pulls or pushes while it
+  loads; everyone takes that pass's dense optimizer state and re-seeks to its offsets, as if
+  the whole job had restarted but without restarting the processes. An epoch that moves
+  again during the meetings starts them over.
+- Recover shards (a single worker): a shard restarted empty or stopped answering; wait for
+  it, then roll back to the newest complete pass.
+- Rollback (job control, a single worker): the shards load a committed pass, newer passes
+  are removed, the stream re-reads from the pass's offsets.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from core.errors import CorruptData, NotFound
+from core.errors import CorruptData, NotFound, Unavailable
 from ps.client import PSClient
+from ps.cluster import ClusterSpec
 from stores.store import Store, open_store
 from trainer import checkpoints
+from trainer.job_context import JobContext
+from trainer.metrics import WindowedMetrics
+from trainer.pass_commit import PassCommitter
+from trainer.rank_claim import EpochMoved
+from trainer.rendezvous import BARRIER_TAG
+from trainer.worker import Worker
+
+SHARD_RETURN_TIMEOUT_S = 120.0  # how long a single worker waits for a lost shard to answer again
 
 
 @dataclass
@@ -61,3 +86,127 @@ def restore(root: Store | str, client: PSClient, *, rank: int, chief: bool) -> R
         _, arrays = checkpoints.read_worker_part(root, n, rank)
     return Restored(pass_id=n, manifest=man, offsets={int(p): int(o) for p, o in man.get("offsets", {}).items()},
                     worker_arrays=arrays, records_total=int(man.get("records_total", 0)))
+
+
+def dense_optimizer_state(worker_arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The dense optimizer state in a worker part's arrays (their ``opt.`` entries)."""
+    return {k[4:]: v for k, v in worker_arrays.items() if k.startswith("opt.")}
+
+
+def partitions_of(spec: ClusterSpec, partitions: int) -> list[int]:
+    """The stream partitions worker ``spec.rank`` of ``spec.num_workers`` reads: ``p % W == r``."""
+    return [p for p in range(partitions) if p % spec.num_workers == spec.rank]
+
+
+class Recovery:
+    """Start, regroup, recover shards and roll back (the module docstring) for one worker."""
+
+    def __init__(self, ctx: JobContext, committer: PassCommitter) -> None:
+        self.ctx = ctx
+        self.committer = committer
+        self.regroups = 0
+        self.recoveries = 0
+
+    def start(self) -> Restored:
+        """On start: the newest complete pass, loaded into the shards before anyone pulls."""
+        ctx = self.ctx
+        if ctx.rendezvous.lease is not None:
+            restored = self._meet_and_restore()
+        else:
+            restored = restore(ctx.root, ctx.client, rank=ctx.rank, chief=ctx.chief)
+            ctx.rendezvous.barrier(0, len(ctx.progress.active))  # nobody pulls before the chief's load finished
+        ctx.store.init()  # a restored dense vector must run this job's rule (dense_update)
+        return restored
+
+    def _meet_and_restore(self) -> Restored:
+        """Leased ranks: every worker meets; the chief loads the newest complete pass into the
+        shards between two meetings, so nobody pulls or pushes while it loads."""
+        while True:
+            self.ctx.rendezvous.join_epoch()
+            try:
+                self.ctx.rendezvous.meet("stopped", self.ctx.spec.num_workers)
+                if self.ctx.chief:
+                    restore(self.ctx.root, self.ctx.client, rank=self.ctx.rank, chief=True)
+                self.ctx.rendezvous.meet("loaded", self.ctx.spec.num_workers)
+            except EpochMoved:
+                continue
+            return restore(self.ctx.root, self.ctx.client, rank=self.ctx.rank, chief=False)
+
+    def shard_lost(self, worker: Worker) -> None:
+        """A shard lost its tables or is away: leased ranks regroup, a single worker recovers its shards."""
+        if self.ctx.rendezvous.lease is not None and self.ctx.spec.num_workers != 1:
+            with contextlib.suppress(Unavailable):  # shard 0 itself restarting moves the epoch anyway
+                self.ctx.rendezvous.bump_epoch()  # everyone regroups
+            self.regroup(worker, shard_lost=True)
+            return
+        self.recover_shards(worker)
+
+    def regroup(self, worker: Worker, *, shard_lost: bool) -> None:
+        """The epoch moved: back to the newest complete pass with every worker (module docstring).
+        ``shard_lost``: a shard restarted (or shard 0, whose table is new), so the chief's commit
+        finishing in the background and its export may hang on it until their timeouts: they
+        fail alone (no manifest, no bundle) and fresh ones take over."""
+        with contextlib.suppress(NotFound, Unavailable):
+            self.ctx.store.drain()  # pushes a lost shard never applied are void: the pass is reloaded
+        self.ctx.store.forget()
+        if shard_lost:
+            self.committer.abandon_commit()
+            self.committer.renew_exporter()
+        else:  # a pass still committing completes (or not) before the load, then its export
+            self.committer.settle()
+        self.committer.rebase_exports()
+        restored = self._meet_and_restore()
+        self.ctx.store.init()  # no pass yet and a shard restarted empty: the dense array comes back
+        opt_state = dense_optimizer_state(restored.worker_arrays)
+        if opt_state:
+            worker.dense.load_state(opt_state)
+        worker.dense.start(self.ctx.store)
+        worker.metrics = WindowedMetrics(self.ctx.config.metric_window)
+        self.ctx.progress.records_total = restored.records_total
+        self.ctx.progress.at_pass(restored.pass_id)
+        self.ctx.progress.active = list(range(self.ctx.spec.num_workers))
+        mine = partitions_of(self.ctx.spec, self.ctx.config.kafka.partitions)
+        # no pass committed yet: nothing to go back to, every worker goes on from where it is
+        self.ctx.progress.reseek = {p: o for p, o in restored.offsets.items() if p in mine}
+        self.regroups += 1
+
+    def recover_shards(self, worker: Worker) -> None:
+        """A shard restarted empty (its dense array is gone) or stopped answering: wait for it,
+        then go back to the newest complete pass (tables reloaded, stream re-read from there)."""
+        deadline = time.monotonic() + SHARD_RETURN_TIMEOUT_S
+        while True:
+            try:
+                self.ctx.client.admin.health()
+                break
+            except Unavailable:
+                if time.monotonic() > deadline:
+                    raise
+        self.committer.finish_wait(ignore_failure=True)  # its save may have failed on the lost shard
+        found = checkpoints.complete_passes(self.ctx.root)
+        if not found:
+            raise Unavailable("a shard lost its tables before the first pass was committed; restart the job")
+        self.ctx.store.forget()
+        self.committer.renew_exporter()  # its save may hang on the lost shard: let it fail alone, start afresh
+        if self.ctx.spec.mode == "sync":  # apply (and so discard, by the load below) pushes held for a barrier
+            self.ctx.client.barrier(BARRIER_TAG - 1 - self.ctx.store.worker.steps, 1, timeout_s=60)
+        self.ctx.store.init()
+        self.rollback(worker, found[-1])
+        self.recoveries += 1
+
+    def rollback(self, worker: Worker, pass_id: int) -> dict[str, Any]:
+        """Back to a committed pass: shards load it, newer passes go, the stream re-reads from its offsets."""
+        self.ctx.store.drain()
+        self.committer.settle()  # a pass still committing completes (or not) before the load
+        load_into_shards(self.ctx.client, self.ctx.root, pass_id)
+        for n in checkpoints.complete_passes(self.ctx.root):
+            if n > pass_id:
+                checkpoints.remove_pass(self.ctx.root, n)
+        man = checkpoints.read_pass(self.ctx.root, pass_id)
+        _, arrays = checkpoints.read_worker_part(self.ctx.root, pass_id, self.ctx.rank)
+        worker.dense.load_state(dense_optimizer_state(arrays))
+        worker.dense.start(self.ctx.store)
+        self.ctx.progress.records_total = int(man.get("records_total", 0))
+        self.ctx.progress.at_pass(pass_id)
+        self.committer.rebase_exports()
+        self.ctx.progress.reseek = {int(p): int(o) for p, o in man.get("offsets", {}).items()}
+        return {"pass": pass_id, "offsets": self.ctx.progress.reseek}
