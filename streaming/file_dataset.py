@@ -1,5 +1,8 @@
 """Training from files with the Kafka parsers (Paddle's QueueDataset / InMemoryDataset counterpart).
 
+Criteo TSV, JSON lines, CSV and Parquet files, under the same schema section as Kafka records
+(:mod:`streaming.file_formats`: the format is the file's extension's, else the schema's).
+
 ``FileMode.STREAM`` reads the files in order, block by block, and yields batches as they are
 parsed (bounded memory). ``FileMode.IN_MEMORY`` parses everything once and yields a fresh
 global shuffle each epoch. Bad lines are counted by reason in ``dead_letters`` (optionally
@@ -8,21 +11,19 @@ published to a topic) and skipped; their source is ``path:line``.
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
 from core.errors import InvalidInput
 from streaming.batch import Batch, concat_batches
 from streaming.dead_letter import DeadLetters
-from streaming.parsers import make_parser
+from streaming.file_formats import FileReader, line_blocks
 from streaming.stream_config import SchemaConfig
 
-_BLOCK_BYTES = 8 << 20
+__all__ = ["FileDataset", "FileMode", "line_blocks"]
 
 
 class FileMode(StrEnum):
@@ -30,55 +31,8 @@ class FileMode(StrEnum):
     IN_MEMORY = "in_memory"
 
 
-def _open(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, list[bytes]]]:
-    """(first line number, lines) blocks of at most ``max_lines`` lines; empty lines are dropped."""
-    carry = b""
-    line_no = 1
-    pending: list[bytes] = []
-    with _open(path) as f:
-        while True:
-            block = f.read(_BLOCK_BYTES)
-            if not block:
-                break
-            parts = (carry + block).split(b"\n")
-            carry = parts.pop()
-            pending.extend(parts)
-            while len(pending) >= max_lines:
-                head, pending = pending[:max_lines], pending[max_lines:]
-                yield from _drop_empty(line_no, head)
-                line_no += len(head)
-    if carry:
-        pending.append(carry)
-    if pending:
-        yield from _drop_empty(line_no, pending)
-
-
-def _drop_empty(first: int, lines: list[bytes]) -> Iterator[tuple[int, list[bytes]]]:
-    kept = [ln for ln in lines if ln and ln != b"\r"]
-    if len(kept) == len(lines):
-        yield first, lines
-    elif kept:
-        # Line numbers of kept lines are no longer contiguous; fall back to one block per line run.
-        run: list[bytes] = []
-        start = first
-        for k, ln in enumerate(lines):
-            if ln and ln != b"\r":
-                if not run:
-                    start = first + k
-                run.append(ln)
-            elif run:
-                yield start, run
-                run = []
-        if run:
-            yield start, run
-
-
 class FileDataset:
-    """Batches from a list of Criteo TSV or JSON-lines files (``.gz`` allowed)."""
+    """Batches from a list of Criteo TSV, JSON-lines, CSV (``.gz`` allowed) or Parquet files."""
 
     def __init__(
         self,
@@ -97,7 +51,7 @@ class FileDataset:
             raise InvalidInput(f"dataset files not found: {', '.join(missing)}")
         if batch_size < 1:
             raise InvalidInput("batch_size must be >= 1")
-        self.parser = make_parser(schema, max_message_bytes=max_message_bytes)
+        self.reader = FileReader(schema, max_message_bytes=max_message_bytes)
         self.batch_size = batch_size
         self.mode = mode
         self.dead_letters = dead_letters or DeadLetters()
@@ -106,10 +60,10 @@ class FileDataset:
 
     def _parsed_blocks(self) -> Iterator[Batch]:
         for path in self.paths:
-            for first, lines in line_blocks(path, self.batch_size):
-                batch, rejected = self.parser.parse(lines)
+            for block in self.reader.blocks(path, self.batch_size):
+                batch, rejected, sources = block.parse()
                 if rejected:
-                    self.dead_letters.publish(rejected, [f"{path}:{first + r.index}" for r in rejected])
+                    self.dead_letters.publish(rejected, sources)
                 if len(batch):
                     yield batch
 

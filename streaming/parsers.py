@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from core.errors import ConfigError
 from streaming.batch import Batch
 from streaming.criteo import CriteoParser
+from streaming.csv_lines import CsvLinesParser
 from streaming.json_lines import JsonLinesParser
 from streaming.rejects import Rejected
 from streaming.stream_config import SchemaConfig
@@ -19,6 +21,12 @@ class Parser(Protocol):
 
 
 def make_parser(schema: SchemaConfig, *, max_message_bytes: int = 65536) -> Parser:
+    """The parser of one record per message; csv messages need ``schema.columns`` (no header row)."""
     if schema.format == "criteo":
         return CriteoParser(schema, max_message_bytes=max_message_bytes)
+    if schema.format == "csv":
+        return CsvLinesParser(schema, max_message_bytes=max_message_bytes)
+    if schema.format == "parquet":
+        raise ConfigError("schema.format parquet is for files (train-files, the file dataset); "
+                          "records as messages need json, csv or criteo")
     return JsonLinesParser(schema, max_message_bytes=max_message_bytes)

@@ -46,6 +46,15 @@ class SlotConfig(FrozenModel):
     # Sparse only: the byte mixed into every id of this slot; defaults to the slot's rank.
     slot_id: int | None = Field(default=None, ge=0, le=MAX_SLOT_ID)
     hash: HashKind = HashKind.FNV1A
+    # CSV only (sparse): the field holds many ids split on this character, e.g. "|" for "Action|Comedy".
+    # JSON records hold lists natively, Parquet list columns too.
+    separator: str | None = Field(default=None, min_length=1, max_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> SlotConfig:
+        if self.separator is not None and (self.kind is SlotKind.DENSE or not self.separator.isascii()):
+            raise ValueError(f"slot '{self.name}': separator needs a sparse slot and one ASCII character")
+        return self
 
 
 class SchemaConfig(FrozenModel):
@@ -55,15 +64,25 @@ class SchemaConfig(FrozenModel):
     record, so the id the serving side indexes is the very feature id the tables train.
     """
 
-    format: Literal["criteo", "json"] = "json"
+    # criteo: TSV lines; json: JSON lines; csv: delimited text lines with a header row (files) or
+    # ``columns`` (messages); parquet: files only, read column by column (streaming.parquet_reader).
+    format: Literal["criteo", "json", "csv", "parquet"] = "json"
     label: str = "label"
     slots: tuple[SlotConfig, ...] = ()
     event_time: str | None = None
     user_id: str | None = None
     item_id: str | None = None
+    # csv only: the field delimiter, and the column names of header-less records (Kafka messages);
+    # a file's own header row, when present, maps its columns instead.
+    delimiter: str = Field(default=",", min_length=1, max_length=1)
+    columns: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> SchemaConfig:
+        if not self.delimiter.isascii() or self.delimiter in "\"\r\n":
+            raise ValueError(f"delimiter must be one ASCII character, not a quote or newline: {self.delimiter!r}")
+        if any(s.separator == self.delimiter for s in self.slots):
+            raise ValueError("a slot separator must differ from the delimiter")
         names = [s.name for s in self.slots]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

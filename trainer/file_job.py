@@ -22,6 +22,7 @@ import yaml
 from core.errors import ConfigError, StreamrecError, Unavailable
 from models.model_config import ModelConfig
 from ps.ps_config import PSConfig
+from streaming.stream_config import SchemaConfig
 from trainer.job_config import DenseUpdate
 from trainer.prefetch import PrefetchKind
 from trainer.process_stats import peak_rss_mb
@@ -41,6 +42,7 @@ class FileJob:
     dense_update: DenseUpdate = DenseUpdate.LOCAL
     dense_sync_steps: int = 64  # async: local merges each worker's dense model every k steps, ps pulls it
     prefetch: PrefetchKind = "thread"  # where the next batches are parsed and pulled (trainer.prefetch)
+    schema: SchemaConfig | None = None  # the record schema (None: Criteo TSV); files of any format it fits
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
@@ -68,7 +70,8 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
                                          "test": job.test, "batch_size": job.batch_size, "results": str(results),
                                          "predictions": job.predictions,
                                          "dense_sync_steps": job.dense_sync_steps, "prefetch": job.prefetch,
-                                         "dense_update": str(job.dense_update)}))
+                                         "dense_update": str(job.dense_update),
+                                         "schema": None if job.schema is None else job.schema.model_dump(mode="json")}))
         launcher = Launcher(LaunchSpec(
             servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",
                                                                str(spec_path)),

@@ -26,8 +26,7 @@ from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_from_env
 from streaming.batch import Batch
 from streaming.dead_letter import DeadLetters
-from streaming.file_dataset import line_blocks
-from streaming.parsers import make_parser
+from streaming.file_formats import FileReader
 from streaming.stream_config import SchemaConfig
 from trainer.job_config import DenseUpdate
 from trainer.params import PSStore, dense_rule
@@ -41,19 +40,25 @@ _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real 
 
 def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: DeadLetters, *, rank: int = 0,
                  workers: int = 1) -> Iterator[Batch]:
-    """This worker's share of the files' lines, parsed; only its own blocks are parsed."""
-    parser = make_parser(schema)
+    """This worker's share of the files' records, parsed; only its own blocks are parsed. Any format
+    of :mod:`streaming.file_formats` (by each file's extension, else the schema's)."""
+    reader = FileReader(schema)
     k = 0
     for path in paths:
-        for first, lines in line_blocks(Path(path), batch_size):
+        for block in reader.blocks(Path(path), batch_size):
             k += 1
             if (k - 1) % workers != rank:
                 continue
-            batch, rejected = parser.parse(lines)
+            batch, rejected, sources = block.parse()
             if rejected:
-                dead.publish(rejected, [f"{path}:{first + r.index}" for r in rejected])
+                dead.publish(rejected, sources)
             if len(batch):
                 yield batch
+
+
+def job_schema(job: dict[str, Any]) -> SchemaConfig:
+    """The record schema of the job spec (Criteo's when the spec names none)."""
+    return SchemaConfig.model_validate(job["schema"]) if job.get("schema") else SchemaConfig.criteo()
 
 
 def _client(spec: ClusterSpec) -> PSClient:
@@ -69,7 +74,7 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepar
     client = _client(spec) if spec.mode == "async" else None
     pull = None if client is None else lambda t, k: client.wait(client.pull(t, k))
     try:
-        source = file_batches(job["train"], SchemaConfig.criteo(), job["batch_size"], dead, rank=spec.rank,
+        source = file_batches(job["train"], job_schema(job), job["batch_size"], dead, rank=spec.rank,
                               workers=spec.num_workers)
         for batch in source:
             yield prepare(model, batch, pull)
@@ -123,7 +128,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
     ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
     dead = DeadLetters()
     labels, probs = [], []
-    for batch in file_batches([job["test"]], SchemaConfig.criteo(), 2048, dead):
+    for batch in file_batches([job["test"]], job_schema(job), 2048, dead):
         labels.append(batch.labels)
         probs.append(worker.score(batch))
     y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)

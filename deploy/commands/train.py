@@ -11,7 +11,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-files", help="train one pass over files with S shards and W workers, then test")
     p.add_argument("--train", action="append", required=True, help="training file (repeat for more, in order)")
     p.add_argument("--test", required=True, help="test file")
-    p.add_argument("--format", choices=["criteo"], default="criteo")
+    p.add_argument("--config", help="streamrec YAML (e.g. from `streamrec schema infer`): its schema reads the files "
+                   "and its train.model is trained (--model and the model flags are then ignored)")
+    p.add_argument("--format", choices=["criteo", "json", "csv", "parquet"],
+                   help="format of files whose extension names none (.jsonl/.csv/.parquet/.tsv do); default: "
+                   "the config's schema.format, else criteo")
     p.add_argument("--model", choices=["lr", "wide_deep", "deepfm", "two_tower"], default="wide_deep")
     p.add_argument("--embedding-dim", type=int, default=9)
     p.add_argument("--mlp", default="400,400,400", help="hidden layer sizes, comma separated")
@@ -54,12 +58,15 @@ def run_files(args: argparse.Namespace) -> int:
     for path in [*args.train, args.test]:
         if not Path(path).is_file():
             raise ConfigError(f"no such file: {path}")
-    model = criteo_model(args.model, embedding_dim=args.embedding_dim, mlp=mlp, optimizer=args.optimizer, lr=args.lr)
+    schema, model = _schema_and_model(args)
+    if model is None:
+        model = criteo_model(args.model, embedding_dim=args.embedding_dim, mlp=mlp, optimizer=args.optimizer,
+                             lr=args.lr)
     job = FileJob(train=tuple(str(Path(p).resolve()) for p in args.train), test=str(Path(args.test).resolve()),
                   model=model, batch_size=args.batch_size, servers=args.servers, workers=args.workers, mode=args.mode,
                   predictions=str(Path(args.predictions).resolve()) if args.predictions else None,
                   dense_sync_steps=args.dense_sync_steps, prefetch=args.prefetch,
-                  dense_update=DenseUpdate(args.dense_update))
+                  dense_update=DenseUpdate(args.dense_update), schema=schema)
     result = run_file_job(job, work_dir=Path(args.work_dir) if args.work_dir else None)
     keys = ("train_rows", "train_seconds", "samples_per_s", "test_auc", "test_logloss", "peak_rss_mb")
     if args.json:
@@ -68,6 +75,37 @@ def run_files(args: argparse.Namespace) -> int:
         for k in keys:
             print(f"{k:>15}: {result[k]}")
     return 0
+
+
+def _schema_and_model(args: argparse.Namespace) -> tuple:
+    """(schema, model or None) of train-files: the config's, or Criteo TSV's with the flags' model."""
+    from core.errors import ConfigError
+    from streaming.file_formats import format_of
+    from streaming.stream_config import SchemaConfig
+
+    if args.config is None:
+        formats = {args.format or format_of(p) or "criteo" for p in [*args.train, args.test]}
+        if formats != {"criteo"}:
+            raise ConfigError(f"{', '.join(sorted(formats - {'criteo'}))} files need their schema: --config FILE "
+                              "(`streamrec schema infer FILE > FILE.yaml` proposes one)")
+        return SchemaConfig.criteo(), None
+    from deploy.system_config import load_config
+
+    config = load_config(args.config)
+    schema, model = config.schema_, config.train.model
+    if args.format and args.format != schema.format:
+        try:
+            schema = SchemaConfig.model_validate(schema.model_dump() | {"format": args.format})
+        except ValueError as exc:
+            raise ConfigError(f"--format {args.format} does not fit {args.config}'s schema: {exc}") from None
+    sparse = {s.name for s in schema.sparse_slots}
+    unknown = [s.name for s in model.slots if s.name not in sparse]
+    if unknown:
+        raise ConfigError(f"{args.config}: train.model.slots names {unknown}, not sparse slots of the schema")
+    if model.n_dense != len(schema.dense_names):
+        raise ConfigError(f"{args.config}: train.model.n_dense is {model.n_dense}, the schema has "
+                          f"{len(schema.dense_names)} dense fields")
+    return schema, model
 
 
 def register_stream(subparsers: argparse._SubParsersAction) -> None:

@@ -1,0 +1,149 @@
+"""Record files of every format, as blocks to parse: Criteo TSV, JSON lines, CSV, Parquet.
+
+A file's format is its extension's (``.jsonl``/``.ndjson``/``.json``, ``.csv``, ``.parquet``/``.pq``;
+``.gz`` is looked through), else the schema's ``format`` (Criteo TSV, say); the same
+schema section as Kafka records names the fields. Reading and parsing are apart, so a worker
+of a multi-worker job reads every block but parses only its own (:func:`FileReader.blocks`,
+:meth:`Block.parse`). A CSV file's first line is its header row; a Parquet file is read in
+record batches of the schema's columns only.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from core.errors import InvalidInput
+from streaming.batch import Batch
+from streaming.csv_lines import CsvLinesParser, read_header
+from streaming.parsers import make_parser
+from streaming.rejects import Rejected
+from streaming.stream_config import SchemaConfig
+
+_BLOCK_BYTES = 8 << 20
+
+FORMAT_OF_SUFFIX = {
+    ".jsonl": "json", ".ndjson": "json", ".json": "json",
+    ".csv": "csv",
+    ".parquet": "parquet", ".pq": "parquet",
+}  # .tsv / .txt may be Criteo or tab-separated CSV: the schema says which
+
+
+def _open(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, list[bytes]]]:
+    """(first line number, lines) blocks of at most ``max_lines`` lines; empty lines are dropped."""
+    carry = b""
+    line_no = 1
+    pending: list[bytes] = []
+    with _open(path) as f:
+        while True:
+            block = f.read(_BLOCK_BYTES)
+            if not block:
+                break
+            parts = (carry + block).split(b"\n")
+            carry = parts.pop()
+            pending.extend(parts)
+            while len(pending) >= max_lines:
+                head, pending = pending[:max_lines], pending[max_lines:]
+                yield from _drop_empty(line_no, head)
+                line_no += len(head)
+    if carry:
+        pending.append(carry)
+    if pending:
+        yield from _drop_empty(line_no, pending)
+
+
+def _drop_empty(first: int, lines: list[bytes]) -> Iterator[tuple[int, list[bytes]]]:
+    kept = [ln for ln in lines if ln and ln != b"\r"]
+    if len(kept) == len(lines):
+        yield first, lines
+    elif kept:
+        # Line numbers of kept lines are no longer contiguous; fall back to one block per line run.
+        run: list[bytes] = []
+        start = first
+        for k, ln in enumerate(lines):
+            if ln and ln != b"\r":
+                if not run:
+                    start = first + k
+                run.append(ln)
+            elif run:
+                yield start, run
+                run = []
+        if run:
+            yield start, run
+
+
+def format_of(path: str | Path) -> str | None:
+    """The format a file's extension names (``.gz`` looked through), or None."""
+    p = Path(path)
+    suffix = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
+    return FORMAT_OF_SUFFIX.get(suffix.lower())
+
+
+def schema_for_file(schema: SchemaConfig, path: str | Path) -> SchemaConfig:
+    """The schema with the file's format (by extension; else the schema's own)."""
+    fmt = format_of(path) or schema.format
+    if fmt == schema.format:
+        return schema
+    try:
+        return SchemaConfig.model_validate(schema.model_dump() | {"format": fmt})
+    except ValueError as exc:
+        raise InvalidInput(f"{path}: the schema does not fit the file's format {fmt}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Block:
+    """Records of one file read but not parsed yet: ``first`` is the line (text) or row (Parquet)
+    number of the first record, 1-based."""
+
+    path: Path
+    first: int
+    data: Any
+    parse_fn: Callable[[Any], tuple[Batch, list[Rejected]]]
+
+    def parse(self) -> tuple[Batch, list[Rejected], list[str]]:
+        """(batch, rejected, source of each rejected record as ``path:line``)."""
+        batch, rejected = self.parse_fn(self.data)
+        return batch, rejected, [f"{self.path}:{self.first + r.index}" for r in rejected]
+
+
+class FileReader:
+    """Blocks of at most ``batch_size`` records from files under one schema."""
+
+    def __init__(self, schema: SchemaConfig, *, max_message_bytes: int = 65536) -> None:
+        self.schema = schema
+        self.max_message_bytes = max_message_bytes
+
+    def blocks(self, path: str | Path, batch_size: int) -> Iterator[Block]:
+        path = Path(path)
+        schema = schema_for_file(self.schema, path)
+        if schema.format == "parquet":
+            from streaming.parquet_reader import ParquetReader
+
+            reader = ParquetReader(schema)
+            for first, rb in reader.blocks(path, batch_size):
+                yield Block(path, first, rb, reader.parse)
+            return
+        if schema.format != "csv":
+            parser = make_parser(schema, max_message_bytes=self.max_message_bytes)
+            for first, lines in line_blocks(path, batch_size):
+                yield Block(path, first, lines, parser.parse)
+            return
+        csv_parser: CsvLinesParser | None = None
+        for first, lines in line_blocks(path, batch_size):
+            if csv_parser is None:
+                try:
+                    header = read_header(lines[0], schema.delimiter)
+                    csv_parser = CsvLinesParser(schema, header=header, max_message_bytes=self.max_message_bytes)
+                except InvalidInput as exc:
+                    raise InvalidInput(f"{path}: {exc.message}", detail=exc.detail) from None
+                first, lines = first + 1, lines[1:]
+                if not lines:
+                    continue
+            yield Block(path, first, lines, csv_parser.parse)
