@@ -12,11 +12,15 @@ Training
   prefetch.py      next batches' parsing, features and (async) pull in a thread or a child process
   auc.py, metrics.py  bucketed AUC (exact merge), windowed progressive metrics
 Passes and serving hand-off
-  passes.py        when a pass ends (N records or T seconds)
+  passes.py        when a pass ends (N records or T seconds); PassProgress: where a worker stands
   checkpoints.py   checkpoints/pass-<n>/ layout, manifest last, verify, prune
-  recovery.py      newest complete pass -> shards load, offsets, optimizer state
+  pass_commit.py   PassCommitter: each worker's part, two barriers, the chief's two-phase commit
+  recovery.py      newest complete pass -> shards load, offsets, optimizer state; Recovery: regroup,
+                   recover shards, rollback
+  rendezvous.py    the pass barriers; leased ranks: rendezvous named after the membership epoch
   export.py        bundles (exports.bundle) in a background thread; item_catalog.py for two-tower
-  job.py           the streaming job; job_control.py its control handler (jobcontrol.channel)
+  job.py           the streaming job: the step loop and its lifecycle (job_context.py: what it shares)
+  job_control.py   its control handler (jobcontrol.channel); loop_calls.py runs ops between steps
   rank_claim.py    STREAMREC_RANK=auto: the rank claimed on shard 0, renewed in a thread, released
   infer.py         infer mode; file_job.py / file_worker.py: `streamrec train-files`
 """
