@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "deploy.commands.serve",
     "deploy.commands.train",
     "deploy.commands.config",
+    "deploy.commands.schema",
     "deploy.commands.up",
 )
 
