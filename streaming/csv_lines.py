@@ -29,6 +29,7 @@ from streaming.batch import Batch, concat_batches
 from streaming.criteo import join_messages
 from streaming.hashing import KIND_CODE, hash_tokens, token_id
 from streaming.rejects import Rejected, RejectReason
+from streaming.slot_columns import first_ids, group_by_slot
 from streaming.stream_config import HashKind, SchemaConfig
 
 ROLE_IGNORE, ROLE_LABEL, ROLE_DENSE, ROLE_TIME, ROLE_SPARSE = 0, 1, 2, 3, 4
@@ -90,8 +91,10 @@ def _number(buf: np.ndarray, p: int, e: int) -> tuple[int, float]:
 def scan_csv(  # one pass over the bytes of a batch
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int, delim: int,
     role: np.ndarray, col: np.ndarray, n_dense: int,
-    slot_kind: np.ndarray, slot_id: np.ndarray, slot_reason: np.ndarray, slot_sep: np.ndarray,
+    slot_kind: np.ndarray, slot_id: np.ndarray, slot_reason: np.ndarray, slot_sep: np.ndarray, cap: int,
 ) -> tuple:
+    # ``cap`` bounds the ids of the batch (one per single-valued slot and record, plus separators), so the
+    # id arrays never grow: rebinding arrays inside the loop would cost numba reference counting per id.
     n = bounds.shape[0] - 1
     n_cols = role.shape[0]
     status = np.zeros(n, dtype=np.int8)
@@ -102,7 +105,6 @@ def scan_csv(  # one pass over the bytes of a batch
     etime = np.full(n, np.nan)
     fs = np.zeros(n_cols, dtype=np.int64)
     fe = np.zeros(n_cols, dtype=np.int64)
-    cap = max(16, n * max(1, slot_kind.shape[0]))
     t_row = np.empty(cap, dtype=np.int64)
     t_slot = np.empty(cap, dtype=np.int32)
     t_id = np.empty(cap, dtype=np.uint64)
@@ -131,12 +133,7 @@ def scan_csv(  # one pass over the bytes of a batch
             else:
                 q = p
                 while q < e and buf[q] != delim:
-                    if buf[q] == 34:
-                        slow = True
-                        break
-                    q += 1
-                if slow:
-                    break
+                    q += 1  # a quote inside an unquoted field is text, as csv.reader reads it
                 a, b, p = p, q, q
             if count < n_cols:
                 fs[count] = a
@@ -174,10 +171,6 @@ def scan_csv(  # one pass over the bytes of a batch
                     if u > t:
                         valid, h = token_id(buf, t, u, slot_kind[j], slot_id[j])
                         if valid:
-                            if m == t_id.shape[0]:
-                                t_row = np.concatenate((t_row, np.empty(m, dtype=np.int64)))
-                                t_slot = np.concatenate((t_slot, np.empty(m, dtype=np.int32)))
-                                t_id = np.concatenate((t_id, np.empty(m, dtype=np.uint64)))
                             t_row[m] = i
                             t_slot[m] = j
                             t_id[m] = h
@@ -226,49 +219,6 @@ def scan_csv(  # one pass over the bytes of a batch
             status[i] = REJECT
             m = m_row
     return status, reason, bad_field, labels, dense, etime, t_row[:m], t_slot[:m], t_id[:m]
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def group_by_slot(
-    status: np.ndarray, t_row: np.ndarray, t_slot: np.ndarray, t_id: np.ndarray, n_slots: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ids of the OK rows grouped per slot (rows kept in order): values, slot bases, offsets[slot, row]."""
-    n = status.shape[0]
-    new_row = np.full(n, -1, dtype=np.int64)
-    kept = 0
-    for i in range(n):
-        if status[i] == OK:
-            new_row[i] = kept
-            kept += 1
-    offsets = np.zeros((n_slots, kept + 1), dtype=np.int64)
-    m = t_id.shape[0]
-    for k in range(m):
-        r = new_row[t_row[k]]
-        if r >= 0:
-            offsets[t_slot[k], r + 1] += 1
-    base = np.zeros(n_slots + 1, dtype=np.int64)
-    for j in range(n_slots):
-        for r in range(kept):
-            offsets[j, r + 1] += offsets[j, r]
-        base[j + 1] = base[j] + offsets[j, kept]
-    values = np.empty(base[n_slots], dtype=np.uint64)
-    fill = offsets[:, :kept].copy()
-    for k in range(m):
-        r = new_row[t_row[k]]
-        if r >= 0:
-            j = t_slot[k]
-            values[base[j] + fill[j, r]] = t_id[k]
-            fill[j, r] += 1
-    return values, base, offsets
-
-
-def first_ids(ragged: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """The first id of every row of a ragged slot (0 where the row holds none)."""
-    values, offsets = ragged
-    has = offsets[1:] > offsets[:-1]
-    out = np.zeros(offsets.shape[0] - 1, dtype=np.uint64)
-    out[has] = values[offsets[:-1][has]]
-    return out
 
 
 def slot_detail(schema: SchemaConfig, name: str) -> str:
@@ -327,9 +277,12 @@ class CsvLinesParser:
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
         """Parse a batch: the kernel for plain records, the reference path for the rest."""
         buf, bounds = join_messages(values)
+        cap = len(values) * len(self._sparse_names)
+        for sep in {int(c) for c in self._slot_sep if c >= 0}:
+            cap += int(np.count_nonzero(buf == sep))
         status, reason, bad_field, labels, dense, etime, t_row, t_slot, t_id = scan_csv(
             buf, bounds, self.max_message_bytes, ord(self.schema.delimiter), self._role, self._col,
-            len(self.schema.dense_names), self._slot_kind, self._slot_id, self._slot_reason, self._slot_sep,
+            len(self.schema.dense_names), self._slot_kind, self._slot_id, self._slot_reason, self._slot_sep, cap,
         )
         rejected = [
             Rejected(int(i), RejectReason(int(reason[i])), self._detail(int(reason[i]), int(bad_field[i]), values[i]),

@@ -22,6 +22,7 @@ from streaming.criteo import join_messages
 from streaming.hashing import KIND_CODE, hash_tokens
 from streaming.json_scan import FALLBACK, OK, REJECT, ROLE_DENSE, ROLE_LABEL, ROLE_SPARSE, ROLE_TIME, scan_json
 from streaming.rejects import Rejected, RejectReason
+from streaming.slot_columns import first_ids, group_by_slot
 from streaming.stream_config import HashKind, SchemaConfig
 
 _SLOT_REASON = {
@@ -103,26 +104,15 @@ class JsonLinesParser:
         status, reason, bad_field, labels, dense, etime, t_row, t_slot, t_id = scan_json(
             buf, bounds, self.max_message_bytes, self._key_buf, self._key_bounds, self._role, self._col,
             self._slot_kind, self._slot_id, self._slot_reason, len(self.schema.dense_names),
+            int(np.count_nonzero(buf == 44)) + n,  # at most commas + 1 ids per record
         )
         rejected = [
             Rejected(int(i), RejectReason(int(reason[i])), self._detail(int(reason[i]), int(bad_field[i])), values[i])
             for i in np.flatnonzero(status == REJECT)
         ]
         rows = np.flatnonzero(status == OK)
-        new_row = np.full(n, -1, dtype=np.int64)
-        new_row[rows] = np.arange(rows.shape[0])
-        keep = new_row[t_row] >= 0
-        t_row, t_slot, t_id = new_row[t_row[keep]], t_slot[keep], t_id[keep]
-        order = np.argsort(t_slot, kind="stable")  # per slot, rows stay in order
-        per_slot = np.bincount(t_slot, minlength=len(self._sparse_names))
-        slots = {}
-        start = 0
-        for j, name in enumerate(self._sparse_names):
-            idx = order[start : start + per_slot[j]]
-            start += per_slot[j]
-            offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-            np.cumsum(np.bincount(t_row[idx], minlength=rows.shape[0]), out=offsets[1:])
-            slots[name] = (t_id[idx], offsets)
+        flat, base, offsets = group_by_slot(status, t_row, t_slot, t_id, len(self._sparse_names))
+        slots = {name: (flat[base[j] : base[j + 1]], offsets[j]) for j, name in enumerate(self._sparse_names)}
         s = self.schema
         batch = Batch(
             labels=labels[rows].astype(np.float32),
@@ -234,8 +224,4 @@ class JsonLinesParser:
 
     @staticmethod
     def _first_ids(ragged: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        values, offsets = ragged
-        has = offsets[1:] > offsets[:-1]
-        out = np.zeros(offsets.shape[0] - 1, dtype=np.uint64)
-        out[has] = values[offsets[:-1][has]]
-        return out
+        return first_ids(ragged)

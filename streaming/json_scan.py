@@ -150,8 +150,10 @@ def _scalar_end(buf: np.ndarray, p: int, e: int) -> int:
 def scan_json(  # one pass over the bytes; splitting it up would cost a call per token
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int,
     key_buf: np.ndarray, key_bounds: np.ndarray, role: np.ndarray, col: np.ndarray,
-    slot_kind: np.ndarray, slot_id: np.ndarray, slot_reason: np.ndarray, n_dense: int,
+    slot_kind: np.ndarray, slot_id: np.ndarray, slot_reason: np.ndarray, n_dense: int, cap: int,
 ) -> tuple:
+    # ``cap`` bounds the ids of the batch (a record holds at most its commas + 1 scalars), so the id
+    # arrays never grow: rebinding arrays inside the loop costs numba reference counting per id.
     n = bounds.shape[0] - 1
     n_fields = role.shape[0]
     status = np.zeros(n, dtype=np.int8)
@@ -160,7 +162,6 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
     labels = np.full(n, np.nan)
     dense = np.zeros((n, n_dense))
     etime = np.full(n, np.nan)
-    cap = max(16, n * 8)
     t_row = np.empty(cap, dtype=np.int64)
     t_slot = np.empty(cap, dtype=np.int32)
     t_id = np.empty(cap, dtype=np.uint64)
@@ -288,10 +289,6 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
                             if c == 110 and not is_list:
                                 break  # a null slot holds no ids
                         if valid:
-                            if m == t_id.shape[0]:
-                                t_row = np.concatenate((t_row, np.empty(m, dtype=np.int64)))
-                                t_slot = np.concatenate((t_slot, np.empty(m, dtype=np.int32)))
-                                t_id = np.concatenate((t_id, np.empty(m, dtype=np.uint64)))
                             t_row[m] = i
                             t_slot[m] = j
                             t_id[m] = h

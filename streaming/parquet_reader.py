@@ -23,9 +23,10 @@ from numba import njit
 
 from core.errors import ConfigError, InvalidInput
 from streaming.batch import Batch
-from streaming.csv_lines import SLOT_REASON, first_ids, slot_detail
+from streaming.csv_lines import SLOT_REASON, slot_detail
 from streaming.hashing import KIND_CODE, SLOT_SHIFT, token_id
 from streaming.rejects import Rejected, RejectReason
+from streaming.slot_columns import first_ids
 from streaming.stream_config import HashKind, SchemaConfig
 
 _F32_MAX = float(np.finfo(np.float32).max)
