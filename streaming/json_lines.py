@@ -105,6 +105,7 @@ class JsonLinesParser:
             buf, bounds, self.max_message_bytes, self._key_buf, self._key_bounds, self._role, self._col,
             self._slot_kind, self._slot_id, self._slot_reason, len(self.schema.dense_names),
             int(np.count_nonzero(buf == 44)) + n,  # at most commas + 1 ids per record
+            len({name for name, _, _ in self._fields}) == len(self._fields),
         )
         rejected = [
             Rejected(int(i), RejectReason(int(reason[i])), self._detail(int(reason[i]), int(bad_field[i])), values[i])

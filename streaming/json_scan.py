@@ -151,7 +151,10 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int,
     key_buf: np.ndarray, key_bounds: np.ndarray, role: np.ndarray, col: np.ndarray,
     slot_kind: np.ndarray, slot_id: np.ndarray, slot_reason: np.ndarray, n_dense: int, cap: int,
+    rotate: bool = False,
 ) -> tuple:
+    # ``rotate`` (keys all distinct): look a key up from the field after the last one found, so records
+    # whose keys come in schema order match at the first compare instead of scanning the whole table.
     # ``cap`` bounds the ids of the batch (a record holds at most its commas + 1 scalars), so the id
     # arrays never grow: rebinding arrays inside the loop costs numba reference counting per id.
     n = bounds.shape[0] - 1
@@ -174,6 +177,7 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
             continue
         seen[:] = False
         m_row = m
+        hint = 0
         rank = 1 << 30  # rank of the first failing field in schema order (matches the reference path)
         p = _ws(buf, s, e)
         ok = p < e and buf[p] == 123
@@ -192,7 +196,10 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
                     ok = False
                     break
                 f = -1
-                for k in range(n_fields):
+                for kk in range(n_fields):
+                    k = kk + hint
+                    if k >= n_fields:
+                        k -= n_fields
                     a, b = key_bounds[k], key_bounds[k + 1]
                     if b - a == q - p - 1:
                         same = True
@@ -203,6 +210,8 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
                         if same:
                             f = k
                             break
+                if rotate and f >= 0:
+                    hint = f + 1
                 p = _ws(buf, q + 1, e)
                 if p >= e or buf[p] != 58:
                     ok = False

@@ -89,14 +89,10 @@ def _flat_ids(arr: Any, kind: HashKind, slot_id: int) -> tuple[np.ndarray, np.nd
         t = arr.type
     n = len(arr)
     present = _valid(arr)
-    if pa.types.is_integer(t) and kind is HashKind.INT:
-        v = arr.cast(pa.int64(), safe=False).fill_null(0).to_numpy(zero_copy_only=False) if not (
-            pa.types.is_uint64(t)) else arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
-        if pa.types.is_uint64(t):
-            ok = v < np.uint64(1 << SLOT_SHIFT)
-        else:
-            ok = (v >= 0) & (v < (1 << SLOT_SHIFT))
-        ids = np.where(ok, v.astype(np.uint64), np.uint64(0)) | (np.uint64(slot_id) << np.uint64(SLOT_SHIFT))
+    if pa.types.is_integer(t) and kind is HashKind.INT:  # the integer is the id: no text, no hashing
+        v = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        ok = v < (1 << SLOT_SHIFT) if v.dtype.kind == "u" else (v >= 0) & (v < (1 << SLOT_SHIFT))
+        ids = np.where(ok, v, 0).astype(np.uint64) | (np.uint64(slot_id) << np.uint64(SLOT_SHIFT))
         return ids, ok | ~present, present
     if pa.types.is_integer(t):
         arr, t = arr.cast(pa.string()), pa.string()  # fnv1a / hex of the decimal text, as JSON integers
