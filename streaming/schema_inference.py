@@ -74,9 +74,6 @@ class Inference:
     item: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    def field(self, name: str) -> FieldGuess:
-        return next(f for f in self.fields if f.name == name)
-
     def schema(self) -> SchemaConfig:
         label = next(f.name for f in self.fields if f.role == "label")
         etime = next((f.name for f in self.fields if f.role == "event_time"), None)
