@@ -1,7 +1,10 @@
 """Batch deduplication: unique keys in first-seen order and each input's unique index.
 
 A batch-local open-addressing table (numba) instead of ``np.unique``: it keeps first-seen
-order (so results are reproducible) and runs in one pass without sorting.
+order (so results are reproducible) and runs in one pass without sorting. Its slot hash is
+keyed (:func:`tables.hashmap.keyed_hash`) with a secret drawn per process: the batch's keys
+come from producers, and with an unkeyed hash crafted ids would share one probe run here
+before the table's own index is reached. First-seen order does not depend on the key.
 """
 
 from __future__ import annotations
@@ -10,25 +13,28 @@ import numpy as np
 from numba import njit
 
 from tables.cache_hint import prefetch
-from tables.hashmap import JIT, PF, mix64
+from tables.hashmap import JIT, PF, hash_keys, new_hash_key
 
 _ONE = np.uint64(1)
+_KEY = new_hash_key()  # passed to the kernel, never a global of it: cached machine code would freeze it
 
 
 @njit(**JIT)
-def _dedupe(keys: np.ndarray, uniq: np.ndarray, inverse: np.ndarray) -> int:
+def _dedupe(keys: np.ndarray, uniq: np.ndarray, inverse: np.ndarray, hkey: np.ndarray) -> int:
     n = keys.shape[0]
     cap = 16
     while cap < 2 * n:
         cap *= 2
     table = np.full(cap, -1, np.int64)
     mask = np.uint64(cap - 1)
+    hashes = np.empty(n, np.uint64)
+    hash_keys(keys, hkey, hashes)  # one vectorized pass
     m = 0
     for i in range(n):
         if i + PF < n:
-            prefetch(table, mix64(keys[i + PF]) & mask)
+            prefetch(table, hashes[i + PF] & mask)
+        pos = hashes[i] & mask
         k = keys[i]
-        pos = mix64(k) & mask
         while True:
             u = table[pos]
             if u < 0:
@@ -48,7 +54,7 @@ def dedupe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(uniq, inverse)`` with ``uniq[inverse] == keys``, ``uniq`` in first-seen order."""
     uniq = np.empty_like(keys)
     inverse = np.empty(keys.shape[0], np.int64)
-    m = _dedupe(keys, uniq, inverse)
+    m = _dedupe(keys, uniq, inverse, _KEY)
     return uniq[:m], inverse
 
 

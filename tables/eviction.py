@@ -48,3 +48,23 @@ def select(
             victims = survivors[np.lexsort((survivors, order_key))[:excess]]
             evict[victims] = True
     return evict
+
+
+def coldest(
+    cfg: EvictionConfig, count: int, *, show: np.ndarray, click: np.ndarray, last_seen: np.ndarray,
+    current_pass: int, decay: float, protected: np.ndarray,
+) -> np.ndarray:
+    """Rows of the ``count`` coldest rows (lowest decayed score, or oldest ``last_seen``, per
+    ``cfg.budget_order``), never one in ``protected``: the byte budget's victims. One
+    partial sort (``argpartition``), not a full one; rows are indices into the given arrays."""
+    n = last_seen.shape[0]
+    if cfg.budget_order == "score":
+        key = score(decayed(show, last_seen, current_pass, decay), decayed(click, last_seen, current_pass, decay),
+                    cfg.nonclick_coeff, cfg.click_coeff).astype(np.float64)
+    else:
+        key = last_seen.astype(np.float64)
+    key[protected] = np.inf
+    count = min(count, n - protected.shape[0])  # protected rows are distinct
+    if count <= 0:
+        return np.empty(0, np.int64)
+    return np.argpartition(key, count - 1)[:count].astype(np.int64)

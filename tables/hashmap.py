@@ -6,9 +6,22 @@ the key's hash: a probe only reads the row's key (``keys[row]``) when the tags a
 almost every probe costs one random access. Linear probing; deletion shifts the following
 run back (no tombstones in the index, so lookups never degrade after heavy eviction).
 Capacity is a power of two and the caller keeps the load factor below ``MAX_LOAD``.
+
+The slot hash is keyed (hash flooding, issue #12): SipHash-1-3 of the key's 8 bytes under
+a 128-bit secret ``hkey`` (two uint64, :func:`new_hash_key`, from ``os.urandom``). Ids come
+from producers; with an unkeyed, invertible mix anyone could compute ids that share one
+home slot and turn every insert into a walk along one run (quadratic pushes). Without the
+key, landing ids in one run is guessing. Batch kernels hash all their keys first, in one
+loop that LLVM vectorizes (~1.5 ns a key), then probe with prefetches from those hashes.
+The key is state of the table: it is saved with it (:mod:`tables.table_files`) so a loaded
+table rebuilds the same layout, and it is never shown in stats or logs. :func:`mix64`
+(unkeyed) stays for the initializers' and sketches' deterministic draws, which are not
+probe sequences.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from numba import njit
@@ -25,6 +38,14 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
+_C0 = np.uint64(0x736F6D6570736575)  # SipHash's "somepseudorandomlygeneratedbytes"
+_C1 = np.uint64(0x646F72616E646F6D)
+_C2 = np.uint64(0x6C7967656E657261)
+_C3 = np.uint64(0x7465646279746573)
+_LEN8 = np.uint64(8 << 56)  # SipHash's last block for an 8-byte message: its length, no tail bytes
+_FF = np.uint64(0xFF)
+_R13, _R16, _R17, _R21, _R32 = (np.uint64(r) for r in (13, 16, 17, 21, 32))
+_R51, _R48, _R47, _R43 = (np.uint64(64 - r) for r in (13, 16, 17, 21))
 
 JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 PF = 16  # how many keys ahead the kernels prefetch
@@ -38,6 +59,50 @@ def mix64(x: np.uint64) -> np.uint64:
     return x ^ (x >> _S31)
 
 
+def new_hash_key() -> np.ndarray:
+    """A fresh secret slot-hash key: 16 bytes from ``os.urandom`` as two uint64."""
+    return np.frombuffer(os.urandom(16), np.uint64).copy()
+
+
+@njit(inline="always", **JIT)
+def _sipround(v0: np.uint64, v1: np.uint64, v2: np.uint64, v3: np.uint64) -> tuple:
+    v0 += v1
+    v1 = ((v1 << _R13) | (v1 >> _R51)) ^ v0
+    v0 = (v0 << _R32) | (v0 >> _R32)
+    v2 += v3
+    v3 = ((v3 << _R16) | (v3 >> _R48)) ^ v2
+    v0 += v3
+    v3 = ((v3 << _R21) | (v3 >> _R43)) ^ v0
+    v2 += v1
+    v1 = ((v1 << _R17) | (v1 >> _R47)) ^ v2
+    v2 = (v2 << _R32) | (v2 >> _R32)
+    return v0, v1, v2, v3
+
+
+@njit(inline="always", **JIT)
+def keyed_hash(x: np.uint64, k0: np.uint64, k1: np.uint64) -> np.uint64:
+    """SipHash-1-3 of the 8 little-endian bytes of ``x`` under the key ``(k0, k1)``."""
+    v0, v1, v2, v3 = k0 ^ _C0, k1 ^ _C1, k0 ^ _C2, k1 ^ (_C3 ^ x)
+    v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    v0 ^= x
+    v3 ^= _LEN8
+    v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    v0 ^= _LEN8
+    v2 ^= _FF
+    v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    return v0 ^ v1 ^ v2 ^ v3
+
+
+@njit(**JIT)
+def hash_keys(keys: np.ndarray, hkey: np.ndarray, out: np.ndarray) -> None:
+    """``keyed_hash`` of each key into ``out`` (uint64)."""
+    k0, k1 = hkey[0], hkey[1]
+    for i in range(keys.shape[0]):
+        out[i] = keyed_hash(keys[i], k0, k1)
+
+
 def slots_for(n_rows: int) -> int:
     """Smallest power-of-two slot count that holds ``n_rows`` under MAX_LOAD."""
     cap = 16
@@ -47,9 +112,9 @@ def slots_for(n_rows: int) -> int:
 
 
 @njit(inline="always", **JIT)
-def find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.uint64) -> np.int64:
-    """Slot holding key ``k``, or -1. The one probe loop every reader and writer shares."""
-    h = mix64(k)
+def find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, h: np.uint64, mask: np.uint64) -> np.int64:
+    """Slot holding key ``k`` (whose hash is ``h``), or -1. The one probe loop every reader
+    and writer shares."""
     tag = h >> U32
     pos = h & mask
     while True:
@@ -61,23 +126,20 @@ def find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.ui
         pos = (pos + _ONE) & mask
 
 
-@njit(inline="always", **JIT)
-def find_row(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, mask: np.uint64) -> np.int64:
-    """Row of key ``k``, or -1."""
-    pos = find_slot(slots, keys_col, k, mask)
-    return np.int64(-1) if pos < 0 else np.int64(slots[pos] & LOW32) - 1
-
-
 @njit(**JIT)
-def lookup(slots: np.ndarray, keys_col: np.ndarray, query: np.ndarray, out_rows: np.ndarray) -> int:
+def lookup(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, query: np.ndarray,
+           out_rows: np.ndarray) -> int:
     """Row of each query key into ``out_rows`` (-1 when absent); returns the number absent."""
     mask = np.uint64(slots.shape[0] - 1)
-    missing = 0
     n = query.shape[0]
+    hashes = np.empty(n, np.uint64)
+    hash_keys(query, hkey, hashes)
+    missing = 0
     for i in range(n):
         if i + PF < n:
-            prefetch(slots, mix64(query[i + PF]) & mask)
-        r = find_row(slots, keys_col, query[i], mask)
+            prefetch(slots, hashes[i + PF] & mask)
+        pos = find_slot(slots, keys_col, query[i], hashes[i], mask)
+        r = np.int64(-1) if pos < 0 else np.int64(slots[pos] & LOW32) - 1
         out_rows[i] = r
         if r < 0:
             missing += 1
@@ -85,27 +147,30 @@ def lookup(slots: np.ndarray, keys_col: np.ndarray, query: np.ndarray, out_rows:
 
 
 @njit(**JIT)
-def insert(slots: np.ndarray, keys_col: np.ndarray, rows: np.ndarray) -> None:
+def insert(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, rows: np.ndarray) -> None:
     """Index ``rows`` (whose keys are already in ``keys_col`` and absent from the index)."""
     mask = np.uint64(slots.shape[0] - 1)
-    for i in range(rows.shape[0]):
-        if i + PF < rows.shape[0]:
-            prefetch(slots, mix64(keys_col[rows[i + PF]]) & mask)
-        r = rows[i]
-        h = mix64(keys_col[r])
+    n = rows.shape[0]
+    hashes = np.empty(n, np.uint64)
+    hash_keys(keys_col[rows], hkey, hashes)
+    for i in range(n):
+        if i + PF < n:
+            prefetch(slots, hashes[i + PF] & mask)
+        h = hashes[i]
         pos = h & mask
         while slots[pos] != _ZERO:
             pos = (pos + _ONE) & mask
-        slots[pos] = ((h >> U32) << U32) | np.uint64(r + 1)
+        slots[pos] = ((h >> U32) << U32) | np.uint64(rows[i] + 1)
 
 
 @njit(**JIT)
-def delete(slots: np.ndarray, keys_col: np.ndarray, keys: np.ndarray) -> int:
+def delete(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, keys: np.ndarray) -> int:
     """Remove ``keys`` from the index (backward-shift deletion); returns how many were present."""
     mask = np.int64(slots.shape[0] - 1)
+    k0, k1 = hkey[0], hkey[1]
     removed = 0
     for t in range(keys.shape[0]):
-        i = find_slot(slots, keys_col, keys[t], np.uint64(mask))
+        i = find_slot(slots, keys_col, keys[t], keyed_hash(keys[t], k0, k1), np.uint64(mask))
         if i < 0:
             continue
         removed += 1
@@ -115,7 +180,7 @@ def delete(slots: np.ndarray, keys_col: np.ndarray, keys: np.ndarray) -> int:
             s = slots[j]
             if s == _ZERO:
                 break
-            home = np.int64(mix64(keys_col[np.int64(s & LOW32) - 1]) & np.uint64(mask))
+            home = np.int64(keyed_hash(keys_col[np.int64(s & LOW32) - 1], k0, k1) & np.uint64(mask))
             # The entry at j may move into the hole at i unless its home lies cyclically in (i, j].
             if i <= j:
                 stays = i < home <= j
@@ -129,15 +194,35 @@ def delete(slots: np.ndarray, keys_col: np.ndarray, keys: np.ndarray) -> int:
 
 
 @njit(**JIT)
-def relink(slots: np.ndarray, keys_col: np.ndarray, old_rows: np.ndarray, new_rows: np.ndarray) -> None:
+def relink(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, old_rows: np.ndarray,
+           new_rows: np.ndarray) -> None:
     """Point the slots of rows moved from ``old_rows`` to ``new_rows`` (keys already copied)."""
     mask = np.uint64(slots.shape[0] - 1)
+    k0, k1 = hkey[0], hkey[1]
     for t in range(old_rows.shape[0]):
-        pos = find_slot(slots, keys_col, keys_col[new_rows[t]], mask)
+        k = keys_col[new_rows[t]]
+        pos = find_slot(slots, keys_col, k, keyed_hash(k, k0, k1), mask)
         s = slots[pos]
         slots[pos] = (s & ~LOW32) | np.uint64(new_rows[t] + 1)
 
 
-def rebuild(slots: np.ndarray, keys_col: np.ndarray, n: int) -> None:
+def rebuild(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, n: int) -> None:
     """Index rows 0..n-1 into an all-empty ``slots``."""
-    insert(slots, keys_col, np.arange(n, dtype=np.int64))
+    insert(slots, keys_col, hkey, np.arange(n, dtype=np.int64))
+
+
+@njit(**JIT)
+def probe_lengths(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray) -> np.ndarray:
+    """Per stored key, how many slots a lookup of it reads (1 = found at its home slot):
+    the cost a flood of colliding ids would drive up. For diagnostics and tests."""
+    mask = np.uint64(slots.shape[0] - 1)
+    k0, k1 = hkey[0], hkey[1]
+    out = np.empty(slots.shape[0], np.int64)
+    m = 0
+    for pos in range(slots.shape[0]):
+        s = slots[pos]
+        if s != _ZERO:
+            home = keyed_hash(keys_col[np.int64(s & LOW32) - 1], k0, k1) & mask
+            out[m] = np.int64((np.uint64(pos) - home) & mask) + 1
+            m += 1
+    return out[:m]

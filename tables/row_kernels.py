@@ -12,7 +12,8 @@ from tables.initializers import fill_row
 
 @njit(**JIT)
 def gather(
-    slots: np.ndarray, keys_col: np.ndarray, params: np.ndarray, query: np.ndarray, out: np.ndarray,
+    slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, params: np.ndarray, query: np.ndarray,
+    out: np.ndarray,
     c0: int, dim: int, seed: np.uint64, kind: int, scale: np.float32,
     wseed: np.uint64, wkind: int, wscale: np.float32,
 ) -> int:
@@ -24,7 +25,7 @@ def gather(
     """
     n = query.shape[0]
     rows = np.empty(n, np.int64)
-    missing = lookup(slots, keys_col, query, rows)
+    missing = lookup(slots, keys_col, hkey, query, rows)
     width = params.shape[1]
     for i in range(n):
         if i + PF < n and rows[i + PF] >= 0:

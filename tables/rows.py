@@ -41,15 +41,22 @@ class RowStore:
     def capacity(self) -> int:
         return self.cols["keys"].shape[0]
 
-    def reserve(self, n_rows: int) -> None:
-        """Make room for ``n_rows`` rows in total (amortized doubling)."""
+    def reserve(self, n_rows: int, limit: int | None = None) -> None:
+        """Make room for ``n_rows`` rows in total (amortized doubling), never growing past
+        ``limit`` rows (a byte budget's row limit) unless ``n_rows`` itself does."""
         if n_rows <= self.capacity:
             return
         cap = max(self.capacity, 16)
         while cap < n_rows:
             cap *= 2
+        if limit is not None:
+            cap = min(cap, max(limit, n_rows))
+        self.resize(cap)
+
+    def resize(self, capacity: int) -> None:
+        """Reallocate every column to ``capacity`` rows (at least ``n``), keeping the rows."""
         for name, old in self.cols.items():
-            new = self._alloc(name, cap)
+            new = self._alloc(name, max(capacity, self.n))
             new[: self.n] = old[: self.n]
             self.cols[name] = new
 

@@ -97,13 +97,22 @@ class EvictionConfig(FrozenModel):
 
     - ``ttl_passes``: unseen (no push) for more than this many passes;
     - ``delete_threshold``: decayed score below it (score as in ScoreAdmission's coefficients);
-    - ``max_rows``: memory budget; the lowest-score (or least recently seen) rows go until
-      the table is at most this size.
+    - ``max_rows``: the lowest-score (or least recently seen, ``budget_order``) rows go
+      until the table is at most this size.
+
+    And a byte budget enforced on every push, when rows are created (:mod:`tables.budget`):
+    ``max_bytes`` bounds what the table holds (rows at capacity, index, optimizer state,
+    sketches, tombstones). Once no new row fits, ``over_budget: refuse`` refuses new ids
+    (they keep reading their initializer row; counted in ``refused_by_budget``), ``evict``
+    evicts the coldest rows by ``budget_order`` (counted in ``evicted_by_budget``, with
+    tombstones like shrink's) and refuses only what still does not fit.
     """
 
     ttl_passes: int | None = Field(None, ge=0)
     delete_threshold: float | None = Field(None, ge=0.0)
     max_rows: int | None = Field(None, ge=0)
+    max_bytes: int | None = Field(None, ge=1)
+    over_budget: Literal["refuse", "evict"] = "evict"
     budget_order: Literal["score", "lru"] = "score"
     nonclick_coeff: float = Field(0.1, ge=0.0)
     click_coeff: float = Field(1.0, ge=0.0)

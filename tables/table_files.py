@@ -6,9 +6,14 @@ Files in the save directory, per table ``<name>``:
   ``<name>.tombstones``  array container: ids evicted since the cursor's previous save and
                          their epochs (a base keeps every tombstone another cursor may still
                          need, so a table restored from it can write that cursor's deltas);
-  ``<name>.state``       array container: admission state (sketches, counters);
+  ``<name>.state``       array container: admission state (sketches, counters) and, from
+                         table format 2 on, ``hash_key``: the index's secret slot-hash key,
+                         so a loaded base rebuilds the very same index layout;
   ``<name>.manifest.json`` written last: layout, chain (save id, parent id, epochs),
                          counters, and size + CRC-32C of each file.
+Table formats (``format`` in the manifest): 1 = no hash key (a base loaded from it gets a
+fresh key), 2 = ``hash_key`` required in the state file. Newer formats are refused. A delta
+applies to the table its chain's base was loaded into, so its own copy of the key is unused.
 A save is two steps (:class:`TableSave`): the consistent point, taken under the table lock
 (a copy-on-write snapshot, :mod:`tables.snapshot`: microseconds for a base, one pass over
 a column to pick a delta's changed rows), then the writing, during which pushes go on. A
@@ -29,7 +34,6 @@ import numpy as np
 from pydantic import ValidationError
 
 from core.atomic_files import (
-    FORMAT_VERSION,
     AtomicWriter,
     decode_arrays,
     encode_arrays,
@@ -39,6 +43,7 @@ from core.atomic_files import (
     write_json,
 )
 from core.errors import Conflict, CorruptData, InvalidInput
+from tables import hashmap
 from tables.admission import Admission, make_admission
 from tables.rows import RowStore
 from tables.snapshot import RowSnapshot
@@ -47,6 +52,8 @@ from tables.table_lock import TableLock
 from tables.table_state import Cursor, TableState
 
 CHUNK_ROWS = 1 << 16
+TABLE_FORMAT = 2  # what saves write
+READABLE_FORMATS = (1, 2)  # 1: before the keyed index (no hash_key)
 
 
 class StoredTable(Protocol):
@@ -103,6 +110,7 @@ class TableSave:
         st.epoch += 1
         self.since = prev.epoch if prev is not None and self.mode == "delta" else 0
         self.admission_state = {k: v.copy() for k, v in st.admission.state().items()}
+        self.admission_state["hash_key"] = st.hash_key.copy()
         self.head = {"pass": st.pass_id, "counters": dict(t.counters), "policy": _policy(t.config),
                      "cursors": {c: [v.epoch, v.save_id] for c, v in st.cursors.items()}}
         self.layout = _layout(t.config, st.rows)
@@ -155,7 +163,7 @@ class TableSave:
             "state": write_bytes(path / f"{t.name}.state", encode_arrays(self.admission_state)),
         }
         manifest = {
-            "format": FORMAT_VERSION, "table": t.name, "mode": self.mode, "cursor": self.cursor, "save_id": save_id,
+            "format": TABLE_FORMAT, "table": t.name, "mode": self.mode, "cursor": self.cursor, "save_id": save_id,
             "parent_id": self.prev.save_id if self.prev is not None and self.mode == "delta" else None,
             "epoch": self.epoch, "since_epoch": self.since, "rows": n_rows, "tombstones": int(self.tomb.shape[0]),
             "chunk_rows": CHUNK_ROWS, "layout": self.layout, "files": files, "created_at": time.time(), **self.head,
@@ -224,6 +232,7 @@ class _Saved:
     being changed under the lock, a missing or mistyped field must not leave it half-loaded."""
 
     manifest: dict[str, Any]
+    format: int
     mode: str
     rows: int
     cursor: str
@@ -241,14 +250,15 @@ def _read_manifest(t: StoredTable, mpath: Path) -> _Saved:
     man = read_json(mpath)
     try:
         mode, n_rows = man["mode"], int(man["rows"])
-        if man["format"] != FORMAT_VERSION or man["table"] != t.name or mode not in ("base", "delta"):
+        if man["format"] not in READABLE_FORMATS or man["table"] != t.name or mode not in ("base", "delta"):
             raise CorruptData(f"{mpath}: format {man['format']}, table {man['table']!r}, mode {mode!r} "
-                              f"not loadable into table {t.name!r} (format {FORMAT_VERSION})")
+                              f"not loadable into table {t.name!r} (formats {list(READABLE_FORMATS)})")
         files = {k: man["files"][k] for k in ("rows", "tombstones", "state")}
         if not all(isinstance(e, dict) and {"file", "bytes", "crc32c"} <= e.keys() for e in files.values()):
             raise TypeError("each file entry needs 'file', 'bytes' and 'crc32c'")
         return _Saved(
-            manifest=man, mode=mode, rows=n_rows, cursor=str(man["cursor"]), save_id=str(man["save_id"]),
+            manifest=man, format=int(man["format"]), mode=mode, rows=n_rows, cursor=str(man["cursor"]),
+            save_id=str(man["save_id"]),
             parent_id=man["parent_id"], epoch=int(man["epoch"]), pass_id=int(man["pass"]),
             counters={k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters},
             cursors={str(c): (int(ep), str(sid)) for c, (ep, sid) in man.get("cursors", {}).items()},
@@ -284,14 +294,21 @@ def _decode_tombstones(buf: memoryview, source: str) -> tuple[np.ndarray, np.nda
     return keys, epochs
 
 
-def _decode_admission(buf: memoryview, path: Path, source: str, config: TableConfig) -> Admission:
+def _decode_state(buf: memoryview, path: Path, source: str, config: TableConfig,
+                  table_format: int) -> tuple[Admission, np.ndarray]:
+    """The admission policy with its saved state, and the index's hash key (a fresh one for
+    a format-1 save, which has none)."""
     state = decode_arrays(buf, source)
+    hash_key = state.pop("hash_key", None)
+    if table_format >= 2 and (hash_key is None or hash_key.dtype != np.uint64 or hash_key.shape != (2,)):
+        raise CorruptData(f"{source}: a format-{table_format} save needs a hash_key of 2 uint64",
+                          detail={"file": source})
     admission = make_admission(config.admission, config.seed)
     try:
         admission.load_state(state)
     except (KeyError, ValueError) as exc:
         raise CorruptData(f"{path}: admission state does not fit the table ({exc!r})") from None
-    return admission
+    return admission, (hash_key.copy() if hash_key is not None else hashmap.new_hash_key())
 
 
 def load_table(t: StoredTable, path: Path) -> dict[str, Any]:
@@ -304,13 +321,13 @@ def load_table(t: StoredTable, path: Path) -> dict[str, Any]:
     bufs = {k: read_verified(path, e) for k, e in saved.files.items()}
     source = {k: str(path / e["file"]) for k, e in saved.files.items()}
     tomb, tomb_ep = _decode_tombstones(bufs["tombstones"], source["tombstones"])
-    admission = _decode_admission(bufs["state"], path, source["state"], adopted)
+    admission, hash_key = _decode_state(bufs["state"], path, source["state"], adopted, saved.format)
     n = saved.rows
     if saved.mode == "base":
         store = RowStore(t.state.rows.widths, max(n, t.config.initial_capacity))
         _decode_rows(bufs["rows"], saved.manifest, store.cols, source["rows"])
         store.n = n
-        base = TableState.indexed(store, admission, t.config.initial_capacity)
+        base = TableState.indexed(store, hash_key, admission, t.config.initial_capacity)
         base.tomb_keys, base.tomb_epochs = tomb, tomb_ep  # kept for other cursors' deltas, not applied
     else:
         delta = {name: np.empty((n, *c.shape[1:]), c.dtype) for name, c in t.state.rows.cols.items()}
