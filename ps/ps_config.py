@@ -26,10 +26,21 @@ class ClientConfig(FrozenModel):
     retries: int = Field(2, ge=0, le=100)
 
 
+class ShardLimits(FrozenModel):
+    """``max_bytes``: what one shard's sparse tables may hold in all (rows, indexes, optimizer
+    state, sketches, tombstones; :mod:`tables.budget`). It is split over the tables, not
+    pooled: each gets its fixed bytes and a share of the rest in proportion to its bytes per
+    row (so each can hold about as many rows). A table's own ``eviction.max_bytes`` applies
+    when smaller; its ``eviction.over_budget`` says what happens when full."""
+
+    max_bytes: int | None = Field(None, ge=1)
+
+
 class PSConfig(FrozenModel):
     tables: tuple[TableConfig, ...] = ()
     dense_slice_min_elements: int = Field(DEFAULT_SLICE_MIN_ELEMENTS, ge=1)
     client: ClientConfig = ClientConfig()
+    shard: ShardLimits = ShardLimits()
 
     @model_validator(mode="after")
     def _unique_names(self) -> PSConfig:

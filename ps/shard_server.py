@@ -60,7 +60,7 @@ class ShardServer:
         require_auth_for(endpoint, secret)
         self.index = index
         self.endpoint = endpoint
-        self.tables = ShardTables(config.tables, index=index)
+        self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes)
         self._verifier = Verifier(secret) if secret is not None else None
         checkpoint_root = Path(checkpoint_dir) if checkpoint_dir else None
         self.saves = ShardSaveRuns(self.tables, checkpoint_root=checkpoint_root, count_error=self._count_error)

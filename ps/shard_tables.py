@@ -16,6 +16,7 @@ from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
 from ps.protocol import Flag, Message, check_keys
 from ps.shard_requests import arrays_of, ok
 from ps.sync_steps import HeldGradients, SyncSteps, adds_geo_deltas
+from tables.budget import share_shard_budget
 from tables.dense_table import DenseTable
 from tables.sparse_table import SparseTable
 from tables.table_config import DEFAULT_DENSE_OPTIMIZER, DenseTableConfig, OptimizerConfig, TableConfig
@@ -24,9 +25,10 @@ from tables.table_config import DEFAULT_DENSE_OPTIMIZER, DenseTableConfig, Optim
 class ShardTables:
     """Shard ``index``'s sparse tables (from its config) and dense parts (made by ``init_dense``)."""
 
-    def __init__(self, configs: Sequence[TableConfig], *, index: int) -> None:
+    def __init__(self, configs: Sequence[TableConfig], *, index: int, max_bytes: int | None = None) -> None:
         self.index = index
         self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t) for t in configs}
+        share_shard_budget(list(self.sparse.values()), max_bytes)  # the PS config's shard.max_bytes
         self.dense: dict[str, DenseTable] = {}
         self.dense_meta: dict[str, dict[str, Any]] = {}  # name -> {size, optimizer}: what a save records
         self.sync = SyncSteps()
