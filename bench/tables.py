@@ -2,7 +2,9 @@
 
 dim 16, Adagrad, a table filled to --rows rows (default 10M), --batch-key batches (1M), for
 uniform and Zipf(1.1) keys over the stored ids. Reports pull/push keys/s of both and their
-ratio, resident bytes per row against the payload, and base save/load MB/s.
+ratio, resident bytes per row against the payload, and base save/load MB/s. And a stream of
+never-seen ids (--budget-rows rows, 100k-key pushes) into an unbudgeted table (it grows) vs
+tables full at a byte budget (evict: every push evicts the coldest; refuse), same run.
 Run: ``python bench/tables.py [--rows N] [--json]``.
 """
 
@@ -25,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tables.sparse_table import SparseTable
-from tables.table_config import OptimizerConfig, TableConfig
+from tables.table_config import EvictionConfig, OptimizerConfig, TableConfig
 
 DIM = 16
 PAYLOAD = 8 + DIM * 4 + 4 + 12  # key + embedding + adagrad accumulator + ~12 bytes of metadata (issue's figure)
@@ -163,6 +165,31 @@ def fill(push, n_rows: int, batch: int, rng: np.random.Generator) -> np.ndarray:
     return keys
 
 
+def new_id_stream(n_rows: int, rng: np.random.Generator) -> dict:
+    """Pushes of never-seen ids into tables of ``n_rows``: without a budget (the table grows)
+    and full at ``eviction.max_bytes`` (evict / refuse); keys/s, bytes held vs the budget."""
+    batch = 100_000
+    grads = np.full((batch, DIM), 0.001, np.float32)
+    probe = SparseTable(TableConfig(name="b", dim=DIM, optimizer=OptimizerConfig(kind="adagrad")))
+    fill(probe.push, n_rows, batch, rng)
+    budget = int(probe.stats()["bytes"] * 0.8)  # full before the fill ends
+    del probe
+    out: dict = {"budget_rows": n_rows, "max_bytes": budget}
+    for mode in ("none", "evict", "refuse"):
+        ev = EvictionConfig() if mode == "none" else EvictionConfig(max_bytes=budget, over_budget=mode)
+        t = SparseTable(TableConfig(name="b", dim=DIM, optimizer=OptimizerConfig(kind="adagrad"), eviction=ev))
+        fill(t.push, n_rows, batch, rng)
+        batches = [rng.integers(0, 2**64, batch, dtype=np.uint64) for _ in range(6)]
+        out[f"{mode}_new_keys_per_s"] = timed(lambda k, t=t: t.push(k, grads[: k.shape[0]]), batches)
+        st = t.stats()
+        out[f"{mode}_bytes"], out[f"{mode}_rows"] = st["bytes"], st["rows"]
+        del t
+        gc.collect()
+    out["evict_vs_none"] = out["evict_new_keys_per_s"] / out["none_new_keys_per_s"]
+    out["refuse_vs_none"] = out["refuse_new_keys_per_s"] / out["none_new_keys_per_s"]
+    return out
+
+
 def run(n_rows: int, batch: int, n_batches: int, workdir: Path) -> dict:
     rng = np.random.default_rng(7)
     results: dict = {"uniform": {}, "zipf": {}}
@@ -217,12 +244,21 @@ def run(n_rows: int, batch: int, n_batches: int, workdir: Path) -> dict:
     return results
 
 
+def print_budget(b: dict) -> None:
+    print(f"never-seen ids, 100k-key pushes into {b['budget_rows']:,}-row tables (max_bytes {b['max_bytes']:,}):")
+    for mode in ("none", "evict", "refuse"):
+        print(f"  {'no budget' if mode == 'none' else mode:9} {b[f'{mode}_new_keys_per_s']:12,.0f} keys/s  "
+              f"{b[f'{mode}_rows']:>10,} rows  {b[f'{mode}_bytes']:>13,} bytes"
+              + ("" if mode == "none" else f"  ({b[f'{mode}_vs_none']:.2f}x of no budget)"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--batch-keys", type=int, default=1_000_000)
     ap.add_argument("--batches", type=int, default=5, help="timed batches per measurement (ours)")
     ap.add_argument("--dir", type=Path, default=None, help="where to save (default: a temp dir)")
+    ap.add_argument("--budget-rows", type=int, default=1_000_000, help="rows of the new-id stream's tables (0: skip)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-tables-", dir=args.dir))
@@ -230,8 +266,9 @@ def main() -> int:
         res = run(args.rows, min(args.batch_keys, args.rows), args.batches, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    budget = new_id_stream(args.budget_rows, np.random.default_rng(5)) if args.budget_rows else None
     if args.json:
-        print(json.dumps(res))
+        print(json.dumps({**res, **({"budget": budget} if budget else {})}))
         return 0
     print(f"sparse table, dim {DIM}, Adagrad, {args.rows:,} rows, {args.batch_keys:,}-key batches (one core)")
     print(f"{'keys':8} {'op':5} {'streamrec keys/s':>17} {'dict keys/s':>12} {'ratio':>7}  target")
@@ -250,6 +287,8 @@ def main() -> int:
           f"{r['push_p99_ms_without_save']:.1f} ms, max {r['push_max_ms_without_save']:.1f} ms)")
     print(f"baseline: plain write + fsync of the same bytes: {r['raw_write_mb_per_s']:.0f} MB/s "
           f"(save is {r['save_mb_per_s'] / r['raw_write_mb_per_s']:.2f}x of the device's sequential write)")
+    if budget:
+        print_budget(budget)
     return 0
 
 
