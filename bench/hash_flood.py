@@ -113,7 +113,7 @@ def time_keyed(crafted: np.ndarray, rand: np.ndarray, repeats: int) -> tuple[flo
             t.push(keys, grads)
             best[j] = min(best[j], time.perf_counter() - t0)
             st = t.state
-            probes = hashmap.probe_lengths(st.slots, st.rows.cols["keys"], st.hash_key)
+            probes = hashmap.probe_lengths(st.slots)
             longest[j] = max(longest[j], int(probes.max()))
     return best[0], best[1], longest[0], longest[1]
 

@@ -2,10 +2,12 @@
 
 Layout: one ``uint64`` word per slot, ``(tag << 32) | (row + 1)``; 0 marks an empty slot,
 so every uint64 key (0 and 2**64-1 included) is a valid key. ``tag`` is the high half of
-the key's hash: a probe only reads the row's key (``keys[row]``) when the tags agree, so
-almost every probe costs one random access. Linear probing; deletion shifts the following
-run back (no tombstones in the index, so lookups never degrade after heavy eviction).
-Capacity is a power of two and the caller keeps the load factor below ``MAX_LOAD``.
+the key's hash, and its low bits are the key's home slot: a probe only reads the row's key
+(``keys[row]``) when the tags agree, so almost every probe costs one random access, and
+deletion knows each entry's home from its slot word alone. Linear probing; deletion shifts
+the following run back (no tombstones in the index, so lookups never degrade after heavy
+eviction). Capacity is a power of two (at most 2**32 slots) and the caller keeps the load
+factor below ``MAX_LOAD``.
 
 The slot hash is keyed (hash flooding, issue #12): SipHash-1-3 of the key's 8 bytes under
 a 128-bit secret ``hkey`` (two uint64, :func:`new_hash_key`, from ``os.urandom``). Ids come
@@ -108,6 +110,8 @@ def slots_for(n_rows: int) -> int:
     cap = 16
     while cap * MAX_LOAD < n_rows:
         cap *= 2
+    if cap > 1 << 32:  # the home slot comes from the 32-bit tag
+        raise ValueError(f"{n_rows} rows need more than 2**32 index slots")
     return cap
 
 
@@ -116,7 +120,7 @@ def find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, h: np.uint6
     """Slot holding key ``k`` (whose hash is ``h``), or -1. The one probe loop every reader
     and writer shares."""
     tag = h >> U32
-    pos = h & mask
+    pos = tag & mask
     while True:
         s = slots[pos]
         if s == _ZERO:
@@ -137,7 +141,7 @@ def lookup(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, query: np.
     missing = 0
     for i in range(n):
         if i + PF < n:
-            prefetch(slots, hashes[i + PF] & mask)
+            prefetch(slots, (hashes[i + PF] >> U32) & mask)
         pos = find_slot(slots, keys_col, query[i], hashes[i], mask)
         r = np.int64(-1) if pos < 0 else np.int64(slots[pos] & LOW32) - 1
         out_rows[i] = r
@@ -155,9 +159,9 @@ def insert(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, rows: np.n
     hash_keys(keys_col[rows], hkey, hashes)
     for i in range(n):
         if i + PF < n:
-            prefetch(slots, hashes[i + PF] & mask)
+            prefetch(slots, (hashes[i + PF] >> U32) & mask)
         h = hashes[i]
-        pos = h & mask
+        pos = (h >> U32) & mask
         while slots[pos] != _ZERO:
             pos = (pos + _ONE) & mask
         slots[pos] = ((h >> U32) << U32) | np.uint64(rows[i] + 1)
@@ -167,10 +171,14 @@ def insert(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, rows: np.n
 def delete(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, keys: np.ndarray) -> int:
     """Remove ``keys`` from the index (backward-shift deletion); returns how many were present."""
     mask = np.int64(slots.shape[0] - 1)
-    k0, k1 = hkey[0], hkey[1]
+    n = keys.shape[0]
+    hashes = np.empty(n, np.uint64)
+    hash_keys(keys, hkey, hashes)
     removed = 0
-    for t in range(keys.shape[0]):
-        i = find_slot(slots, keys_col, keys[t], keyed_hash(keys[t], k0, k1), np.uint64(mask))
+    for t in range(n):
+        if t + PF < n:
+            prefetch(slots, (hashes[t + PF] >> U32) & np.uint64(mask))
+        i = find_slot(slots, keys_col, keys[t], hashes[t], np.uint64(mask))
         if i < 0:
             continue
         removed += 1
@@ -180,7 +188,7 @@ def delete(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, keys: np.n
             s = slots[j]
             if s == _ZERO:
                 break
-            home = np.int64(keyed_hash(keys_col[np.int64(s & LOW32) - 1], k0, k1) & np.uint64(mask))
+            home = np.int64((s >> U32) & np.uint64(mask))
             # The entry at j may move into the hole at i unless its home lies cyclically in (i, j].
             if i <= j:
                 stays = i < home <= j
@@ -198,10 +206,16 @@ def relink(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, old_rows: 
            new_rows: np.ndarray) -> None:
     """Point the slots of rows moved from ``old_rows`` to ``new_rows`` (keys already copied)."""
     mask = np.uint64(slots.shape[0] - 1)
-    k0, k1 = hkey[0], hkey[1]
-    for t in range(old_rows.shape[0]):
-        k = keys_col[new_rows[t]]
-        pos = find_slot(slots, keys_col, k, keyed_hash(k, k0, k1), mask)
+    n = new_rows.shape[0]
+    keys = np.empty(n, np.uint64)
+    for t in range(n):
+        keys[t] = keys_col[new_rows[t]]
+    hashes = np.empty(n, np.uint64)
+    hash_keys(keys, hkey, hashes)
+    for t in range(n):
+        if t + PF < n:
+            prefetch(slots, (hashes[t + PF] >> U32) & mask)
+        pos = find_slot(slots, keys_col, keys[t], hashes[t], mask)
         s = slots[pos]
         slots[pos] = (s & ~LOW32) | np.uint64(new_rows[t] + 1)
 
@@ -212,17 +226,16 @@ def rebuild(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, n: int) -
 
 
 @njit(**JIT)
-def probe_lengths(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray) -> np.ndarray:
+def probe_lengths(slots: np.ndarray) -> np.ndarray:
     """Per stored key, how many slots a lookup of it reads (1 = found at its home slot):
     the cost a flood of colliding ids would drive up. For diagnostics and tests."""
     mask = np.uint64(slots.shape[0] - 1)
-    k0, k1 = hkey[0], hkey[1]
     out = np.empty(slots.shape[0], np.int64)
     m = 0
     for pos in range(slots.shape[0]):
         s = slots[pos]
         if s != _ZERO:
-            home = keyed_hash(keys_col[np.int64(s & LOW32) - 1], k0, k1) & mask
+            home = (s >> U32) & mask
             out[m] = np.int64((np.uint64(pos) - home) & mask) + 1
             m += 1
     return out[:m]

@@ -67,7 +67,8 @@ class Index:
         self.hkey = hashmap.new_hash_key()
 
     def home(self, k: int) -> int:
-        return py_siphash(k, int(self.hkey[0]), int(self.hkey[1])) & (self.slots.shape[0] - 1)
+        """The key's home slot: the low bits of its tag (the hash's high half)."""
+        return (py_siphash(k, int(self.hkey[0]), int(self.hkey[1])) >> 32) & (self.slots.shape[0] - 1)
 
     def lookup(self, query: list[int]) -> np.ndarray:
         out = np.empty(len(query), np.int64)
@@ -153,8 +154,11 @@ def test_colliding_home_slots_and_wraparound() -> None:
     keys += [py_siphash(keys[0], k0, k1), (py_siphash(keys[1], k0, k1) >> 32 << 32) | 1, 2, 3]
     keys = list(dict.fromkeys(keys))
     idx.insert(keys)
-    lengths = hashmap.probe_lengths(idx.slots, idx.keys, idx.hkey)
+    lengths = hashmap.probe_lengths(idx.slots)
     assert lengths.max() >= 10, "the test must build long runs"
+    where = {int(idx.keys[int(s & 0xFFFFFFFF) - 1]): pos for pos, s in enumerate(idx.slots) if s}
+    expect = sorted((where[k] - idx.home(k)) % slots + 1 for k in keys)
+    assert sorted(lengths.tolist()) == expect, "probe lengths from the slot words match the reference homes"
     ref = set(keys)
     check(idx, ref, [k + 1_000_000 for k in keys])
     rng = np.random.default_rng(1)
