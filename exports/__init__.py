@@ -2,4 +2,5 @@
 
   bundle.py        bundle directories, the manifest written last, publish/read/list
   predictor.py     Predictor(model_config, dense, lookup) and instances_to_batch
+  raw_records.py   RecordHasher: a record's own field values -> feature ids, by the job's schema
 """

@@ -17,7 +17,10 @@ last object written, is what makes it exist (``list_versions`` and the service's
 ignore a version directory without it; the exporter deletes such leftovers at start).
 Bundles apply in order: a delta names its ``parent_version``; its sparse saves chain to the
 parent's (the table files check that too). ``items_full`` says whether ``items.arrays``
-replaces the item set (true) or upserts into it. A reader verifies sizes and checksums of
+replaces the item set (true) or upserts into it. ``schema`` is the job's record schema
+(streaming.stream_config.SchemaConfig as JSON), with which the service hashes a request's raw
+field values exactly as ingestion did (exports.raw_records); bundles written before it was
+added have none and are served with hashed ids only. A reader verifies sizes and checksums of
 every file before using any of it.
 """
 
@@ -53,6 +56,7 @@ class BundleManifest:
     items_full: bool
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     format: int = BUNDLE_FORMAT
+    schema: dict[str, Any] | None = None  # the record schema (absent in older bundles)
 
     def shard_dir(self, root: Path, shard: int) -> Path:
         return bundle_dir(root, self.version) / f"shard-{shard}"
@@ -98,7 +102,7 @@ def publish(
     root: str | Path | Store, *, version: int, kind: Literal["base", "delta"], parent_version: int | None,
     pass_id: int, num_shards: int, tables: list[str], model: dict[str, Any], dense: dict[str, np.ndarray],
     items: tuple[np.ndarray, np.ndarray] | None = None, items_full: bool = True,
-    newest_record_time: float | None = None,
+    newest_record_time: float | None = None, schema: dict[str, Any] | None = None,
 ) -> BundleManifest:
     """Finish bundle ``version`` (shards already saved into ``shard_save_template``): write dense
     weights, item vectors and the manifest last, then (locally) rename it into place."""
@@ -118,7 +122,8 @@ def publish(
                                                           "vectors": vectors.astype(np.float32)}))
     man = BundleManifest(version=version, kind=kind, parent_version=parent_version, pass_id=pass_id,
                          num_shards=num_shards, tables=list(tables), model=model, created_at=time.time(),
-                         newest_record_time=newest_record_time, items_full=items_full, files=files)
+                         newest_record_time=newest_record_time, items_full=items_full, files=files,
+                         schema=schema)
     store.write_json(f"{stage}/{MANIFEST}", asdict(man))
     if store.local is not None:
         if (store.local / final).exists():
@@ -156,6 +161,8 @@ def _check_shape(man: BundleManifest, path: Path) -> None:
         problems.append("tables must be a list of names")
     if not isinstance(man.model, dict):
         problems.append("model must be an object")
+    if man.schema is not None and not isinstance(man.schema, dict):
+        problems.append("schema must be an object or null")
     if not isinstance(man.num_shards, int) or isinstance(man.num_shards, bool) or man.num_shards < 1:
         problems.append("num_shards must be a positive integer")
     if problems:

@@ -9,8 +9,8 @@ initializer row is also valid (it is what the trainer's own pulls see); both are
 
 ``instances_to_batch`` turns JSON instances ``{"label"?: 0/1, "dense": [...], "slots":
 {name: [ids...]}}`` into a ``Batch``. Ids are final feature ids (integers, as trained and as
-the item vectors are keyed), unless a record ``schema`` is given: then slot values are raw
-tokens hashed exactly as the ingestion parsers hash them.
+the item vectors are keyed); a record's own field values become such instances through
+``exports.raw_records`` (the ingestion parser under the job's schema).
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from streaming.batch import Batch
-from streaming.stream_config import SchemaConfig
 from core.errors import InvalidInput
-from models.model_config import ModelType
-from models.features import Features
 from models import build_model
+from models.features import Features
+from models.model_config import ModelType
+from streaming.batch import Batch
 
 Lookup = Callable[[str, np.ndarray], np.ndarray]
 
@@ -80,29 +79,17 @@ class Predictor:
         return np.ascontiguousarray(m.item_vectors(f, self._rows(f)), np.float32)
 
 
-def _slot_ids(name: str, values: Sequence[Any], schema: SchemaConfig | None, where: str) -> np.ndarray:
-    if schema is None:
-        try:
-            ids = np.array(values, dtype=np.uint64) if len(values) else np.empty(0, np.uint64)
-        except (ValueError, TypeError, OverflowError):
-            raise InvalidInput(f"{where}: slot {name!r} ids must be non-negative integers, got {values!r}") from None
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
-            raise InvalidInput(f"{where}: slot {name!r} ids must be integers, got {values!r}")
-        return ids
-    from streaming.hashing import hash_tokens
-
-    specs = {s.name: s for s in schema.sparse_slots}
-    if name not in specs:
-        raise InvalidInput(f"{where}: slot {name!r} is not in the schema")
-    tokens = [str(v).encode() for v in values]
-    ids, ok = hash_tokens(tokens, slot_id=schema.slot_ids()[name], kind=specs[name].hash)
-    if not ok.all():
-        raise InvalidInput(f"{where}: slot {name!r} value {values[int(np.argmin(ok))]!r} cannot be hashed")
+def _slot_ids(name: str, values: Sequence[Any], where: str) -> np.ndarray:
+    try:
+        ids = np.array(values, dtype=np.uint64) if len(values) else np.empty(0, np.uint64)
+    except (ValueError, TypeError, OverflowError):
+        raise InvalidInput(f"{where}: slot {name!r} ids must be non-negative integers, got {values!r}") from None
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise InvalidInput(f"{where}: slot {name!r} ids must be integers, got {values!r}")
     return ids
 
 
-def instances_to_batch(instances: Sequence[dict[str, Any]], *, slots: Sequence[str], n_dense: int,
-                       schema: SchemaConfig | None = None) -> Batch:
+def instances_to_batch(instances: Sequence[dict[str, Any]], *, slots: Sequence[str], n_dense: int) -> Batch:
     """A Batch of JSON instances (see the module docstring); the error names the instance and field."""
     n = len(instances)
     labels = np.zeros(n, np.float32)
@@ -133,7 +120,7 @@ def instances_to_batch(instances: Sequence[dict[str, Any]], *, slots: Sequence[s
         for name in slots:
             v = s.get(name, [])
             v = v if isinstance(v, list) else [v]
-            per_slot[name].append(_slot_ids(name, v, schema, where))
+            per_slot[name].append(_slot_ids(name, v, where))
     out = {}
     for name, parts in per_slot.items():
         offsets = np.zeros(n + 1, np.int64)

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from core.errors import Conflict, CorruptData, NotFound, StreamrecError, Unavailable
 from exports.bundle import BundleManifest, load_dense, load_items, read_manifest
 from exports.predictor import Predictor
+from exports.raw_records import RecordHasher, record_hasher
 from models.model_config import ModelConfig
 from ps.routing import plan_keys, shard_of
 from service.settings import IndexSettings
@@ -49,6 +50,7 @@ class Side:
     dense: dict[str, np.ndarray] = field(default_factory=dict)
     items: ItemIndex | None = None
     predictor: Predictor | None = None
+    records: RecordHasher | None = None  # hashes raw field values; None when the bundle has no schema
     readers: int = 0
     healthy: bool = True
 
@@ -107,6 +109,14 @@ def _model_of(man: BundleManifest) -> ModelConfig:
         return ModelConfig.model_validate(man.model)
     except ValidationError as exc:
         raise CorruptData(f"bundle {man.version}: model config unreadable: {exc.errors()[:3]}",
+                          detail={"version": man.version}) from None
+
+
+def _records_of(man: BundleManifest) -> RecordHasher | None:
+    try:
+        return record_hasher(man.schema)
+    except ValidationError as exc:
+        raise CorruptData(f"bundle {man.version}: record schema unreadable: {exc.errors()[:3]}",
                           detail={"version": man.version}) from None
 
 
@@ -221,6 +231,7 @@ class ModelStore:
     def _load_tables(self, side: Side, man: BundleManifest, model: ModelConfig, dense: dict[str, np.ndarray],
                      items: ItemIndex | None) -> None:
         predictor = Predictor(man.model, dense, side.model_rows)  # CorruptData when dense does not fit
+        records = _records_of(man)
         side.healthy = False  # until every table took the bundle
         if man.kind == "base":
             side.tables = {}  # free the old rows before loading the new ones
@@ -230,7 +241,7 @@ class ModelStore:
             for i, table in enumerate(shards):
                 table.load(man.table_dir(self.root, i, name))
         side.version, side.manifest, side.model, side.dense, side.items = man.version, man, model, dense, items
-        side.predictor = predictor
+        side.predictor, side.records = predictor, records
         side.healthy = True
 
     def _ready_standby(self, active: Side | None) -> Side:

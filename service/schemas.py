@@ -6,7 +6,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 U64 = Annotated[int, Field(ge=0, le=(1 << 64) - 1, description="uint64 feature or item id")]
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-3e38, le=3e38)]  # fits float32
@@ -28,6 +28,24 @@ class Instance(Strict):
         if self.label is not None:
             d["label"] = self.label
         return d
+
+
+# A record's own field values, hashed with the bundle's schema (exports.raw_records):
+# {"user_id": 259, "age": "18-24", "genres": ["Comedy", "Drama"]}.
+RawRecord = Annotated[dict[str, Any], Field(description="a record's own field values (the job's schema fields), "
+                                                        "hashed as ingestion hashes them")]
+_HASHED_KEYS = frozenset({"label", "dense", "slots"})
+
+
+def _form(v: Any) -> str:
+    """Hashed form when the object only has Instance's keys (an empty object too), else raw values."""
+    if isinstance(v, dict) and v and not set(v) <= _HASHED_KEYS:
+        return "values"
+    return "ids"
+
+
+# One record, in either form: hashed ids (Instance) or raw field values.
+Record = Annotated[Annotated[Instance, Tag("ids")] | Annotated[RawRecord, Tag("values")], Discriminator(_form)]
 
 
 class ScoredItem(BaseModel):

@@ -4,7 +4,8 @@ Every shard saves its tables on cursor "export" straight into the staging dir: a
 (rows touched since the previous bundle, plus tombstones of evicted ids) or, every K
 exports and whenever a shard has no export base since it started or loaded, a base. If
 the shards disagree (one fell back to a base) the save is redone as a base everywhere, so a
-bundle is one kind. Then the dense weights, the two-tower item vectors and the manifest.
+bundle is one kind. Then the dense weights, the two-tower item vectors and the manifest (with
+the job's record schema, so the service can hash raw field values as ingestion does).
 
 The export runs in a background thread with its own PS client and model copy, after the
 pass is committed and the workers were released: it does not stall training. The next
@@ -26,18 +27,21 @@ from models.model_config import ModelConfig
 from ps.admin import SaveMode
 from ps.client import PSClient
 from stores.store import open_store
+from streaming.stream_config import SchemaConfig
 from trainer.item_catalog import ItemCatalog
 
 SAVE_TIMEOUT_S = 120.0
 
 
 class Exporter:
-    def __init__(self, root: str, client: PSClient, model_config: ModelConfig, *, base_every: int) -> None:
+    def __init__(self, root: str, client: PSClient, model_config: ModelConfig, *, base_every: int,
+                 schema: SchemaConfig | None = None) -> None:
         self.root = open_store(root)  # a path or a URL (s3://...): stores.store
         discard_staging(self.root)
         self.client = client  # owned by the export thread
         self.model = build_model(model_config)  # a copy: the training thread keeps its own
         self.base_every = base_every
+        self.schema = None if schema is None else schema.model_dump(mode="json")
         versions = list_versions(self.root)
         self.last_version = versions[-1] if versions else 0
         self.exports = 0  # by this process: its first bundle is a base (the chain restarts with it)
@@ -88,7 +92,8 @@ class Exporter:
                       parent_version=None if base else self.last_version, pass_id=pass_id,
                       num_shards=self.client.n_shards, tables=[t.name for t in self.model.tables],
                       model=self.model.config.model_dump(mode="json"), dense=dense,
-                      items=items, items_full=base, newest_record_time=newest_record_time)
+                      items=items, items_full=base, newest_record_time=newest_record_time,
+                      schema=self.schema)
         self.last_version = version
         self.exports += 1
         return {"version": version, "kind": man.kind, "pass": pass_id, "items": 0 if items is None else len(items[0])}

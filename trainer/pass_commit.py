@@ -273,7 +273,7 @@ class PassCommitter:
 
     def _make_exporter(self) -> Exporter:
         return Exporter(self.ctx.config.export_dir, self.background_client(), self.ctx.config.model,
-                        base_every=self.ctx.config.passes.base_every)
+                        base_every=self.ctx.config.passes.base_every, schema=self.ctx.config.records)
 
     def background_client(self) -> PSClient:
         """A client for a background thread (a client is not thread-safe). No resends: a lost shard

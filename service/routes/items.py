@@ -1,8 +1,12 @@
-"""Similar items and vector search over the item index (inner product)."""
+"""Similar items and vector search over the item index (inner product).
+
+An item is its feature id, or with ``?raw=true`` the item field's own value (``/v1/items/1193/
+similar?raw=true``), hashed with the bundle's schema as ingestion hashes the item field.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import numpy as np
@@ -12,6 +16,7 @@ from pydantic import Field
 
 from core.errors import InvalidInput, Unavailable
 from service.deps import LimitsDep, StoreDep
+from service.model_store import Side
 from service.schemas import ERROR_RESPONSES, Finite, ItemsResponse, Strict, json_response, scored
 from service.settings import LimitSettings
 from service.vector_index import ItemIndex
@@ -46,13 +51,43 @@ class SearchRequest(Strict):
     k: int = Field(10, ge=1)
 
 
+def item_ids_of(side: Side, values: Sequence[str | int], where: str) -> np.ndarray:
+    """Item ids of the item field's own values (``where``: the request field, named in errors)."""
+    hasher = side.records
+    if hasher is None:
+        raise InvalidInput(f"{where}: raw item values need a bundle with the record schema; bundle {side.version} "
+                           "has none (exported before schemas were): send hashed item ids", detail={"field": where})
+    if hasher.schema.item_id is None:
+        raise InvalidInput(f"{where}: the job's schema names no item_id field to hash item values with",
+                           detail={"field": where})
+    return hasher.values(hasher.schema.item_id, list(values), where)
+
+
+def _item_id(side: Side, item: str, raw: bool) -> int:
+    if raw:
+        return int(item_ids_of(side, [item], "item_id")[0])
+    if not item.isascii() or not item.isdigit() or int(item) >= 1 << 64:
+        raise InvalidInput(f"item_id: {item[:40]!r} is not a uint64 item id (for the item field's own value "
+                           "add ?raw=true)", detail={"field": "item_id"})
+    if side.records is not None and side.records.schema.item_id is not None:
+        side.records.check_ids(side.records.schema.item_id, np.array([int(item)], np.uint64), "item_id")
+    return int(item)
+
+
 @router.get("/v1/items/{item_id}/similar", response_model=ItemsResponse, summary="Top-k items like this one")
-async def similar(item_id: Annotated[int, Path(ge=0, le=(1 << 64) - 1)], store: StoreDep, limits: LimitsDep,
-                  k: Annotated[int, Query(ge=1)] = 10) -> Response:
+async def similar(item_id: Annotated[str, Path(max_length=200, description="uint64 item id, or with raw=true the "
+                                               "item field's own value", openapi_examples={
+                                                   "hashed": {"summary": "item feature id",
+                                                              "value": "72057594037929129"},
+                                                   "raw": {"summary": "the item field's value (raw=true)",
+                                                           "value": "1193"}})],
+                  store: StoreDep, limits: LimitsDep, k: Annotated[int, Query(ge=1)] = 10,
+                  raw: Annotated[bool, Query(description="item_id is the item field's own value, hashed with "
+                                                         "the bundle's schema")] = False) -> Response:
     check_k(k, limits)
     with store.read() as side:
         items = items_of(side.items, side.version)
-        ids, scores = await run_search(items, items.similar, item_id, k)
+        ids, scores = await run_search(items, items.similar, _item_id(side, item_id, raw), k)
         version = side.version
     return json_response({"version": version, "items": scored(ids, scores)})
 

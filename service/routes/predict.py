@@ -1,9 +1,17 @@
-"""CTR scores from the served model (exports.predictor.Predictor over the pinned bundle)."""
+"""CTR scores from the served model (exports.predictor.Predictor over the pinned bundle).
+
+An instance is hashed ids (``{"dense": [...], "slots": {slot: [ids]}}``) or a record's own field
+values (``{"user_id": 259, "genres": ["Comedy"]}``), hashed with the bundle's schema
+(exports.raw_records); hashed ids of a schema slot must carry that slot's id.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Annotated, Any
+
 import numpy as np
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Body, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
@@ -11,7 +19,7 @@ from core.errors import InvalidInput, Unavailable
 from exports.predictor import Predictor, instances_to_batch
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
-from service.schemas import ERROR_RESPONSES, Instance, Strict, json_response
+from service.schemas import ERROR_RESPONSES, Instance, Record, Strict, json_response
 from streaming.batch import Batch
 
 router = APIRouter(tags=["predict"], responses=ERROR_RESPONSES)
@@ -19,7 +27,16 @@ _INLINE_INSTANCES = 64  # up to this many instances take well under a millisecon
 
 
 class PredictRequest(Strict):
-    instances: list[Instance] = Field(min_length=1)
+    instances: list[Record] = Field(min_length=1, description="hashed ids, or a record's own field values")
+
+
+PREDICT_EXAMPLES: dict[str, Any] = {
+    "raw": {"summary": "a record's own field values (bundles with a schema)",
+            "value": {"instances": [{"user_id": 259, "age": "18-24", "movie_id": 1193,
+                                     "genres": ["Comedy", "Drama"]}]}},
+    "hashed": {"summary": "hashed feature ids per slot",
+               "value": {"instances": [{"slots": {"user_id": [259], "movie_id": [72057594037929129]}}]}},
+}
 
 
 class PredictResponse(BaseModel):
@@ -33,11 +50,29 @@ def predictor_of(side: Side) -> Predictor:
     return side.predictor
 
 
-def batch_of(side: Side, instances: list[Instance]) -> Batch:
+def batch_of(side: Side, records: Sequence[Instance | dict[str, Any]], where: Sequence[str]) -> Batch:
+    """The Batch of hashed or raw records (``where[i]`` names record i in errors)."""
     model = side.model
     assert model is not None
-    return instances_to_batch([i.as_dict() for i in instances], slots=[s.name for s in model.slots],
-                              n_dense=model.n_dense)
+    slots = [s.name for s in model.slots]
+    hasher = side.records
+    raw = [i for i, r in enumerate(records) if not isinstance(r, Instance)]
+    if raw and hasher is None:
+        raise InvalidInput(f"{where[raw[0]]}: raw field values need a bundle with the record schema; bundle "
+                           f"{side.version} has none (exported before schemas were): send hashed ids "
+                           f"{{\"slots\": {{slot: [ids]}}}}", detail={"field": where[raw[0]]})
+    hashed = dict(zip(raw, hasher.instances([records[i] for i in raw], [where[i] for i in raw], slots=slots),
+                      strict=True)) if raw and hasher is not None else {}
+    instances = []
+    for i, r in enumerate(records):
+        if isinstance(r, Instance):
+            if hasher is not None:
+                for name, ids in r.slots.items():
+                    hasher.check_ids(name, np.array(ids, np.uint64), f"{where[i]}.slots.{name}")
+            instances.append(r.as_dict())
+        else:
+            instances.append(hashed[i])
+    return instances_to_batch(instances, slots=slots, n_dense=model.n_dense)
 
 
 def finite_or_fail(values: np.ndarray, what: str) -> np.ndarray:
@@ -50,13 +85,14 @@ def finite_or_fail(values: np.ndarray, what: str) -> np.ndarray:
 
 
 @router.post("/v1/predict", response_model=PredictResponse, summary="CTR scores of instances")
-async def predict(body: PredictRequest, store: StoreDep, limits: LimitsDep) -> Response:
+async def predict(body: Annotated[PredictRequest, Body(openapi_examples=PREDICT_EXAMPLES)], store: StoreDep,
+                  limits: LimitsDep) -> Response:
     if len(body.instances) > limits.max_instances:
         raise InvalidInput(f"instances: {len(body.instances)} exceed the limit of {limits.max_instances}",
                            detail={"max_instances": limits.max_instances})
     with store.read() as side:
         predictor = predictor_of(side)
-        batch = batch_of(side, body.instances)
+        batch = batch_of(side, body.instances, [f"instances[{i}]" for i in range(len(body.instances))])
         if len(body.instances) <= _INLINE_INSTANCES:
             raw = predictor.predict(batch)
         else:  # big batches score in a worker thread, off the event loop

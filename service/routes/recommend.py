@@ -1,34 +1,53 @@
-"""Recommendations: the two-tower user vector, then the top-k items by inner product."""
+"""Recommendations: the two-tower user vector, then the top-k items by inner product.
+
+The user is hashed ids or the user's own field values (see service.routes.predict); ``exclude``
+takes item ids, or with ``exclude_values`` the item field's own values.
+"""
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import numpy as np
-from fastapi import APIRouter, Response
-from pydantic import Field
+from fastapi import APIRouter, Body, Response
+from pydantic import Field, StrictInt, StrictStr
 
 from service.deps import LimitsDep, StoreDep
-from service.routes.items import check_k, items_of, run_search
+from service.routes.items import check_k, item_ids_of, items_of, run_search
 from service.routes.predict import batch_of, finite_or_fail, predictor_of
-from service.schemas import ERROR_RESPONSES, U64, Instance, ItemsResponse, Strict, json_response, scored
+from service.schemas import ERROR_RESPONSES, U64, ItemsResponse, Record, Strict, json_response, scored
 
 router = APIRouter(tags=["recommend"], responses=ERROR_RESPONSES)
 
 
 class RecommendRequest(Strict):
-    user: Instance = Field(description="the user's features (user-tower slots and dense inputs)")
+    user: Record = Field(description="the user's features: hashed ids per slot, or the user's own field values")
     k: int = Field(10, ge=1)
     exclude: list[U64] = Field(default_factory=list, max_length=10_000, description="item ids never returned")
+    exclude_values: list[StrictStr | StrictInt] = Field(default_factory=list, max_length=10_000,
+                                            description="item field values never returned (hashed as item ids)")
+
+
+RECOMMEND_EXAMPLES: dict[str, Any] = {
+    "raw": {"summary": "the user's own field values (bundles with a schema)",
+            "value": {"user": {"user_id": 259, "age": "18-24", "gender": "M"}, "k": 10, "exclude_values": [1193]}},
+    "hashed": {"summary": "hashed feature ids per user-tower slot",
+               "value": {"user": {"slots": {"user_id": [259]}}, "k": 10, "exclude": [72057594037929129]}},
+}
 
 
 @router.post("/v1/recommend", response_model=ItemsResponse, summary="Top-k items for a user")
-async def recommend(body: RecommendRequest, store: StoreDep, limits: LimitsDep) -> Response:
+async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECOMMEND_EXAMPLES)], store: StoreDep,
+                    limits: LimitsDep) -> Response:
     # one user's tower is ~0.1 ms of numpy: inline; the search moves off the loop only when slow
     check_k(body.k, limits)
     with store.read() as side:
         items = items_of(side.items, side.version)
         predictor = predictor_of(side)
-        user = finite_or_fail(predictor.user_vectors(batch_of(side, [body.user])), "user vector")
+        user = finite_or_fail(predictor.user_vectors(batch_of(side, [body.user], ["user"])), "user vector")
         exclude = np.array(body.exclude, np.uint64)
+        if body.exclude_values:
+            exclude = np.concatenate([exclude, item_ids_of(side, body.exclude_values, "exclude_values")])
         ids, scores = await run_search(items, items.search, user, body.k + exclude.shape[0])
         version = side.version
     ids, scores = ids[0], scores[0]

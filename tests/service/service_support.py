@@ -58,8 +58,10 @@ SMALL_MODEL = {
 
 
 class BundleBuilder:
-    def __init__(self, root: Path, model: dict[str, Any] | None = None, num_shards: int = 2) -> None:
+    def __init__(self, root: Path, model: dict[str, Any] | None = None, num_shards: int = 2,
+                 schema: dict[str, Any] | None = None) -> None:
         self.root = Path(root)
+        self.schema = schema  # the record schema the bundles carry (None: as bundles before schemas)
         self.model = ModelConfig.model_validate(model or SMALL_MODEL)
         self.num_shards = num_shards
         self.tables = {c.name: [SparseTable(c) for _ in range(num_shards)] for c in self.model.table_configs()}
@@ -120,7 +122,8 @@ class BundleBuilder:
         parent = None if kind == "base" else self.version - 1
         return publish(self.root, version=self.version, kind=kind, parent_version=parent, pass_id=self.version,
                        num_shards=self.num_shards, tables=sorted(self.tables), model=self.model.model_dump(mode="json"),
-                       dense=self.dense, items=items, items_full=items_full, newest_record_time=newest_record_time)
+                       dense=self.dense, items=items, items_full=items_full, newest_record_time=newest_record_time,
+                       schema=self.schema)
 
 
 def random_items(rng: np.random.Generator, n: int, dim: int, clusters: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,110 @@
+"""A record's own field values -> the model's hashed features, with the job's schema (issue #11.4).
+
+A client sends what its log holds, ``{"user_id": 259, "age": "18-24", "genres": ["Comedy",
+"Drama"]}``, instead of ``slot_id << 56 | fnv1a(...)`` ids. The values are hashed by the
+ingestion parser itself (``streaming.json_lines.JsonLinesParser`` under the job's schema, which
+the bundle carries: exports.bundle), so slot ids, hash kinds (fnv1a, int, hex) and the value
+types a slot takes are exactly what training saw: a sparse field is a string or an integer, or
+a list of them; a dense field a number; a slot with a CSV ``separator`` also takes the joined
+text (``"Comedy|Drama"``), split as the CSV parser splits it (empty pieces skipped). Absent
+fields hold no id (dense: 0), as in a record.
+
+Every problem is an ``InvalidInput`` naming the record and the field: an unknown field, a value
+of the wrong type, a value its hash kind cannot take (``"x"`` in an ``int`` slot, an int past
+2**56), and, for requests in hashed form, an id whose top byte is another slot's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from core.errors import InvalidInput
+from streaming.hashing import slot_of
+from streaming.json_lines import JsonLinesParser
+from streaming.stream_config import SchemaConfig
+
+_NO_LIMIT = 1 << 62  # message size: the service's own body limit applies before this
+
+
+class RecordHasher:
+    """Raw field values of one job's records -> instance dicts of final feature ids."""
+
+    def __init__(self, schema: SchemaConfig) -> None:
+        self.schema = schema
+        # requests are JSON whatever the topic's format: parse them as JSON lines of the same slots
+        self._parser = JsonLinesParser(schema.model_copy(update={"format": "json"}), max_message_bytes=_NO_LIMIT)
+        self.slot_ids = schema.slot_ids()
+        self._separator = {s.name: s.separator for s in schema.sparse_slots if s.separator}
+        fields = [schema.label, *schema.dense_names, *self.slot_ids]
+        if schema.event_time is not None:
+            fields.append(schema.event_time)
+        self.fields = tuple(dict.fromkeys(fields))
+
+    def instances(self, records: Sequence[Mapping[str, Any]], where: Sequence[str], *,
+                  slots: Sequence[str]) -> list[dict[str, Any]]:
+        """``{"label", "dense", "slots": {name: [ids]}}`` per record (``slots``: the model's slot
+        names; the schema's other slots are dropped). ``where[i]`` names record i in errors."""
+        lines = []
+        for record, at in zip(records, where, strict=True):
+            unknown = [k for k in record if k not in self.fields]
+            if unknown:
+                raise InvalidInput(f"{at}.{unknown[0]}: unknown field; the schema's fields are {list(self.fields)}",
+                                   detail={"field": f"{at}.{unknown[0]}", "fields": list(self.fields)})
+            lines.append(json.dumps(self._as_record(record)).encode())
+        batch, rejected = self._parser.parse_reference(lines)
+        if rejected:
+            r = rejected[0]
+            raise InvalidInput(f"{where[r.index]}: {r.detail}", detail={"record": where[r.index],
+                                                                        "reason": r.reason.value})
+        keep = [s for s in slots if s in batch.slots]
+        out = []
+        for i in range(len(records)):
+            ids = {}
+            for name in keep:
+                flat, offsets = batch.slots[name]
+                ids[name] = flat[offsets[i]: offsets[i + 1]].tolist()
+            out.append({"label": float(batch.labels[i]), "dense": batch.dense[i].tolist(), "slots": ids})
+        return out
+
+    def values(self, slot: str, values: Sequence[Any], where: str) -> np.ndarray:
+        """Feature ids of one slot's raw values, in order (``where``: the request field)."""
+        if slot not in self.slot_ids:
+            raise InvalidInput(f"{where}: {slot!r} is not a sparse field of the schema; its sparse fields are "
+                               f"{list(self.slot_ids)}", detail={"field": where, "slots": list(self.slot_ids)})
+        out = self.instances([{slot: v} for v in values], [f"{where}[{i}]" for i in range(len(values))],
+                             slots=[slot])
+        counts = [len(o["slots"][slot]) for o in out]
+        if any(c != 1 for c in counts):
+            i = next(i for i, c in enumerate(counts) if c != 1)
+            raise InvalidInput(f"{where}[{i}]: one value per entry, got {values[i]!r}", detail={"field": where})
+        return np.array([o["slots"][slot][0] for o in out], np.uint64)
+
+    def check_ids(self, slot: str, ids: np.ndarray, where: str) -> None:
+        """Hashed ids of a schema slot must carry its slot id in their top byte."""
+        want = self.slot_ids.get(slot)
+        if want is None or not ids.shape[0]:
+            return
+        got = slot_of(ids)
+        bad = np.flatnonzero(got != want)
+        if bad.shape[0]:
+            i = int(bad[0])
+            raise InvalidInput(f"{where}: id {int(ids[i])} is outside slot {slot!r} (its top byte is {int(got[i])}, "
+                               f"the slot's id is {want})", detail={"field": where, "slot_id": want})
+
+    def _as_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        rec = dict(record)
+        rec.setdefault(self.schema.label, 0)
+        for name, sep in self._separator.items():
+            v = rec.get(name)
+            if isinstance(v, str):
+                rec[name] = [p for p in v.split(sep) if p]
+        return rec
+
+
+def record_hasher(schema: Mapping[str, Any] | None) -> RecordHasher | None:
+    """The hasher of a bundle's schema (None for bundles that carry none)."""
+    return None if schema is None else RecordHasher(SchemaConfig.model_validate(schema))
