@@ -25,6 +25,7 @@ from pydantic import ConfigDict, Field, create_model
 from core.yaml_config import FrozenModel, load_yaml
 from models.model_config import ModelConfig
 from ps.ps_config import ClientConfig
+from ps.restart_policy import RestartPolicy
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
 from service.settings import ServiceSettings
 from stores.store import local_path_of
@@ -94,6 +95,10 @@ class UpSection(FrozenModel):
     commit_on_exit: bool = True  # Ctrl-C commits a final pass before stopping
     stop_timeout_s: float = Field(60.0, gt=0.0)  # how long the final commit may take
     console_refresh_s: float = Field(1.0, gt=0.0)
+    restart: RestartPolicy = RestartPolicy()  # a dead role is started again (ps.restart_policy)
+    # trainers claim their ranks as leases with this ttl: a restarted trainer takes a dead one's
+    # rank within it, and everyone regroups from the last complete pass (README: Leased ranks)
+    rank_lease_ttl_s: float = Field(10.0, gt=0.0, le=3600.0)
 
 
 class StreamrecConfig(FrozenModel):

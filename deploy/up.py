@@ -6,10 +6,19 @@ synthetic event generator (or a replay of a file), S parameter-server shards and
 service. Every role runs in its own process group and logs to ``<run_dir>/logs/<role>.log``;
 the roles bind loopback on free ports, the API on the configured address (127.0.0.1:8000).
 
-Ctrl-C (or SIGTERM) asks the job to commit a final pass (``up.commit_on_exit``), then stops
-the generator, the service, the trainers and shards, and the broker, and kills whatever is
-left of each process group. Checkpoints and exports live under the run directory, so a
-second `up` there resumes from the last committed pass.
+The shards require requests signed with a secret made for this run (``<run_dir>/ps-secret``,
+0600), which the trainers and the service's read-through read. Roles are supervised the way
+Kubernetes would (``up.restart``): one that dies is restarted with a back-off, and the
+cluster recovers through its own paths (a shard reloads its checkpoint, trainers on leased
+ranks regroup from the last complete pass, the service reloads the newest bundle).
+
+Ctrl-C, SIGINT or SIGTERM (handlers installed explicitly, so a `up` started in the
+background of a script, where SIGINT is ignored, stops the same way) asks the job to commit
+a final pass (``up.commit_on_exit``), then stops the generator, the service, the trainers and
+shards, and the broker, and kills whatever is left of each process group. Killed outright
+(``kill -9``), `up` takes every role with it: each gets the kernel's parent-death signal
+(:mod:`core.processes`). Checkpoints and exports live under the run directory, so a second
+`up` there resumes from the last committed pass.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from deploy.system_config import StreamrecConfig
 from deploy.up_final_pass import commit_final_pass
 from deploy.up_kafka import TopicEnd, start_kafka
 from deploy.up_roles import UpRoles
-from deploy.up_run_dir import RunDir, admin_token, records_trained, shard_checkpoints, write_run_configs
+from deploy.up_run_dir import RunDir, admin_token, ps_secret, records_trained, shard_checkpoints, write_run_configs
 from deploy.up_shutdown import shut_down
 from deploy.up_source import bayes_auc, record_source, streamrec_cli
 from deploy.up_watch import Watch, watch_live, watch_plain
@@ -80,7 +89,7 @@ class LocalSystem:
         self.cfg = opts.config
         self.out = out
         self.run = RunDir(opts.run_dir.resolve())
-        self.roles = UpRoles(self.run.logs)
+        self.roles = UpRoles(self.run.logs, restart=self.cfg.up.restart)
         self.broker: EmbeddedBroker | None = None  # only when `up` started it
         self.bootstrap = ""
         self.api_url = f"http://{self.cfg.up.host}:{self.cfg.up.port}"
@@ -98,11 +107,13 @@ class LocalSystem:
         # embedded broker takes this process's environment as it is.
         os.environ[RUN_TAG_ENV] = str(self.run.root)
         self.token = admin_token(self.run.root)
+        secret = ps_secret(self.run.root)
         self.broker, self.bootstrap = start_kafka(self.cfg, servers=self.opts.kafka, log_path=self.run.log("broker"),
                                                   say=self.say)
         (control_port,) = free_ports(1)
         self.control_endpoint = f"tcp://127.0.0.1:{control_port}"
-        write_run_configs(self.cfg, self.run, bootstrap=self.bootstrap, control_endpoint=self.control_endpoint)
+        write_run_configs(self.cfg, self.run, bootstrap=self.bootstrap, control_endpoint=self.control_endpoint,
+                          secret_file=secret)
         env = {**os.environ, **_thread_defaults(), self.cfg.service.admin_token_env: self.token,
                "PYTHONUNBUFFERED": "1"}
         skip = records_trained(self.cfg, self.run.root) if self.opts.replay is None else 0
@@ -114,7 +125,8 @@ class LocalSystem:
         self.roles.launch(LaunchSpec(servers=self.cfg.up.shards, workers=self.cfg.up.workers, command=tuple(train),
                                      ps_config=self.run.roles / "ps.yaml", log_dir=self.run.logs,
                                      checkpoint_dir=shard_checkpoints(self.cfg, self.run.root),
-                                     env=_thread_defaults()), out=self.out)
+                                     env=_thread_defaults(), secret_file=secret, restart=self.cfg.up.restart,
+                                     rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s), out=self.out)
 
     def watch(self) -> int:
         """Show the console until Ctrl-C / SIGTERM (0) or a role fails (1)."""
@@ -148,7 +160,9 @@ class LocalSystem:
 
 def run_up(opts: UpOptions, *, out: IO[str] = sys.stderr) -> int:
     system = LocalSystem(opts, out=out)
-    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    # Both installed explicitly: a shell starts a background job with SIGINT ignored, and
+    # Python then leaves it ignored instead of raising KeyboardInterrupt.
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         system.start()
         return system.watch()
@@ -165,8 +179,8 @@ def run_up(opts: UpOptions, *, out: IO[str] = sys.stderr) -> int:
         try:
             system.stop()
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def options_from(config: StreamrecConfig, *, run_dir: str | None, kafka: str | None, replay: str | None,

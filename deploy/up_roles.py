@@ -2,8 +2,11 @@
 a :class:`ps.role_process.RoleProcess`, and the shards and trainers, run by a
 :class:`ps.launcher.Launcher` in a thread of this process.
 
-The launcher owns its roles (it restarts and stops them); `up` only reads their states. A role
-of `up`'s own that exits fails the run, except a replay that reached the end of its file.
+Every role is supervised the way Kubernetes would (:mod:`ps.restart_policy`, ``up.restart``): a
+dead role is started again after a back-off, a bounded number of times per window. The launcher
+does it for the shards and trainers (and stops them); :meth:`UpRoles.tend` for `up`'s own roles,
+from the thread that started them (their parent-death signal follows it). A replay that reached
+the end of its file has finished; a role past its restart budget fails the run.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from ps.auth import read_secret
 from ps.launcher import Launcher, LaunchSpec
+from ps.restart_policy import RestartPolicy, Supervised, Tended
 from ps.role_process import RoleProcess
 
 if TYPE_CHECKING:
@@ -44,9 +49,11 @@ class ClusterThread:
 
         while not self.launcher.endpoints:
             if not self.alive():
-                return None  # the shards never came up: UpRoles.failure() says why
+                return None  # the shards never came up: UpRoles.tend() says why
             time.sleep(0.1)
-        return PSClient(self.launcher.endpoints, config=ClientConfig(timeout_s=1.0, retries=0))
+        secret_file = self.launcher.spec.secret_file
+        return PSClient(self.launcher.endpoints, config=ClientConfig(timeout_s=1.0, retries=0),
+                        secret=read_secret(secret_file) if secret_file is not None else None)
 
     def stop(self, *, timeout_s: float) -> None:
         """Stop the trainers and shards (the launcher does it) and wait up to ``timeout_s``."""
@@ -55,18 +62,21 @@ class ClusterThread:
 
 
 class UpRoles:
-    """The roles of one run: ``own`` started here, logging under ``log_dir``, and the launcher's
-    once :meth:`launch` was called."""
+    """The roles of one run: ``own`` started here, logging under ``log_dir`` and restarted under
+    ``restart``, and the launcher's once :meth:`launch` was called."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, *, restart: RestartPolicy) -> None:
         self.log_dir = log_dir
+        self.restart = restart
         self.own: list[RoleProcess] = []
+        self._supervised: list[Supervised] = []
         self.cluster: ClusterThread | None = None
 
     def start(self, name: str, argv: list[str], *, env: Mapping[str, str]) -> RoleProcess:
         role = RoleProcess(name, argv, env, self.log_dir / f"{name}.log")
         role.start()
         self.own.append(role)
+        self._supervised.append(Supervised(role, self.restart, finished_ok=name == "replay"))
         return role
 
     def launch(self, spec: LaunchSpec, *, out: IO[str]) -> None:
@@ -82,12 +92,11 @@ class UpRoles:
             procs += self.cluster.launcher.roles()
         return {role.name: role.state() for role in procs}
 
-    def failure(self) -> str | None:
-        """Why the system cannot go on, or None."""
+    def tend(self, say: Callable[[str], None]) -> str | None:
+        """Restart own roles that died (when due); why the system cannot go on, or None."""
         if self.cluster is not None and not self.cluster.alive():
             return f"shards/trainers stopped (exit {self.cluster.exit_code}); see {self.log_dir}"
-        for role in self.own:
-            code = role.exit_code()
-            if code is not None and not (role.name == "replay" and code == 0):
-                return f"{role.name} exited {code}; see {role.log_path}"
+        for sup in self._supervised:
+            if sup.tend(say) is Tended.GAVE_UP:
+                return f"{sup.role.name} exited {sup.role.exit_codes[-1]} too often; see {sup.role.log_path}"
         return None

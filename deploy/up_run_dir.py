@@ -5,6 +5,7 @@ in the same directory resumes where the first stopped.
     <run_dir>/roles/*.yaml     one config per role (service, train, ps), written from it
     <run_dir>/logs/<role>.log  one log per process
     <run_dir>/admin-token      the admin API's token (0600), kept so a restart reuses it
+    <run_dir>/ps-secret        the shards' HMAC secret (0600), new for every run
     checkpoints and exports    where the config says, relative paths under the run directory
 """
 
@@ -56,9 +57,27 @@ def admin_token(run_dir: Path) -> str:
     return token
 
 
-def write_run_configs(cfg: StreamrecConfig, run: RunDir, *, bootstrap: str, control_endpoint: str) -> None:
-    """``<run_dir>/streamrec.yaml`` and the role files, pointing at ``bootstrap`` and the chief's
-    control endpoint."""
+PS_SECRET_BYTES = 32
+
+
+def ps_secret(run_dir: Path) -> Path:
+    """A new random PS secret for this run in ``<run_dir>/ps-secret`` (0600 from its creation):
+    the shards refuse every request not signed with it, so no other local user can stop them or
+    make them save. The shards, trainers and the service's read-through read the file."""
+    path = run_dir / "ps-secret"
+    tmp = run_dir / ".ps-secret.tmp"
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(PS_SECRET_BYTES) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def write_run_configs(cfg: StreamrecConfig, run: RunDir, *, bootstrap: str, control_endpoint: str,
+                      secret_file: Path) -> None:
+    """``<run_dir>/streamrec.yaml`` and the role files, pointing at ``bootstrap``, the chief's
+    control endpoint and the run's PS secret."""
     servers = bootstrap.split(",")
     effective = cfg.model_dump(mode="json", by_alias=True, exclude={"service": {"admin_token"}})
     effective["kafka"]["bootstrap_servers"] = servers
@@ -66,6 +85,9 @@ def write_run_configs(cfg: StreamrecConfig, run: RunDir, *, bootstrap: str, cont
     # `up` knows where its chief listens: a control file from a Kubernetes-style config is not used
     overrides = {"host": cfg.up.host, "port": cfg.up.port, "job_control": control_endpoint,
                  "job_control_file": None}
+    if cfg.service.read_through is not None:  # the shards require this run's secret
+        overrides["read_through"] = {**cfg.service.read_through.model_dump(mode="json"),
+                                     "secret_file": str(secret_file)}
     kafka = {**cfg.kafka.model_dump(mode="json"), "bootstrap_servers": servers}
     write_role_files(cfg, run.roles, base=run.root, overrides=overrides,
                      train_overrides={"control_endpoint": control_endpoint, "kafka": kafka})

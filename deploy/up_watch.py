@@ -1,5 +1,7 @@
 """What `streamrec up` does while the system runs: show its state until a role fails (exit 1) or
-the user stops it (Ctrl-C / SIGTERM raise out of the loop).
+the user stops it (Ctrl-C / SIGTERM raise out of the loop). Every turn restarts the roles of
+`up`'s own that died (:meth:`deploy.up_roles.UpRoles.tend`); the roles' states show their
+restarts and last exit codes.
 
 On a terminal, a live rich console redrawn every ``up.console_refresh_s``; elsewhere (tests,
 `--plain`, a pipe) one progress line every 10 s. Either way the roles are checked every turn.
@@ -41,18 +43,24 @@ def watch_live(w: Watch, *, run_dir: str, started: float, refresh_s: float) -> i
             snap = w.collector.collect()
             snap.roles = w.roles.states()
             live.update(render(snap, run_dir=run_dir, started=started))
-            reason = w.roles.failure()
+            reason = w.roles.tend(w.say)
             if reason:
                 w.say(f"failed: {reason}")
                 return 1
             time.sleep(refresh_s)
 
 
+def _restarted(roles: UpRoles) -> str:
+    """`` restarted: server.1 running (restart 1, last exit -9)`` for roles restarted so far."""
+    states = [f"{name} {state}" for name, state in roles.states().items() if "restart" in state]
+    return "  restarted: " + ", ".join(states) if states else ""
+
+
 def watch_plain(w: Watch) -> int:
     """Progress lines; returns 1 once a role failed."""
     last = 0.0
     while True:
-        reason = w.roles.failure()
+        reason = w.roles.tend(w.say)
         if reason:
             w.say(f"failed: {reason}")
             return 1
@@ -60,6 +68,6 @@ def watch_plain(w: Watch) -> int:
             snap = w.collector.collect()
             w.say(f"records/s {snap.records_per_s} lag {snap.lag} auc {snap.auc} (bayes {snap.bayes_auc}) "
                   f"rows {snap.rows} pass {snap.last_pass} export {snap.last_export} "
-                  f"freshness {snap.freshness_s}")
+                  f"freshness {snap.freshness_s}" + _restarted(w.roles))
             last = time.monotonic()
         time.sleep(_PLAIN_POLL_S)

@@ -6,6 +6,16 @@ through the ``STREAMREC_*`` variables of :mod:`ps.cluster`. A shard that dies is
 restarted on the same port from its latest checkpoint, up to ``max_restart`` times. Unlike
 fleetrun, the job fails (non-zero exit) when any worker fails or a shard stays dead; it
 succeeds when every worker exits 0, and then the shards are stopped.
+
+With ``LaunchSpec.restart`` (``streamrec up``) the job is supervised the way Kubernetes runs
+it instead: a dead shard or worker is restarted under that :class:`ps.restart_policy.RestartPolicy`
+(back-off, a budget per window), a worker that exits 0 has finished, and the job fails only
+when a role exhausts its budget. Workers then claim leased ranks (``rank_lease_ttl_s``), so a
+restarted worker takes its predecessor's rank and everyone regroups from the last complete
+pass, as pods of a Deployment do.
+
+Roles die with this process (:mod:`core.processes`): they are started and restarted by the
+thread that runs :meth:`Launcher.run`, which stops them all before it returns.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from ps.auth import read_secret
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, Mode, cluster_env
 from ps.ps_config import ClientConfig
+from ps.restart_policy import RestartPolicy, Supervised, Tended, restarts_ever
 from ps.role_process import RoleProcess
 
 _POLL_S = 0.1
@@ -78,6 +89,8 @@ class LaunchSpec:
     secret_file: Path | None = None
     startup_timeout_s: float = 60.0
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment of every role (over ours)
+    restart: RestartPolicy | None = None  # set: supervise shards and workers (module docstring)
+    rank_lease_ttl_s: float | None = None  # set: workers claim leased ranks (STREAMREC_RANK=auto)
 
 
 class Launcher:
@@ -110,7 +123,8 @@ class Launcher:
         spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self._endpoints, num_workers=s.workers,  # type: ignore[arg-type]
                            mode=s.mode, geo_steps=s.geo_steps, ps_config=str(s.ps_config),
                            secret_file=str(s.secret_file) if s.secret_file else None,
-                           checkpoint_dir=str(s.checkpoint_dir))
+                           checkpoint_dir=str(s.checkpoint_dir),
+                           rank_lease_ttl_s=s.rank_lease_ttl_s if role == "worker" else None)
         return {**os.environ, **s.env, **cluster_env(spec)}
 
     def _server(self, i: int) -> RoleProcess:
@@ -182,23 +196,23 @@ class Launcher:
         self._stop.set()
 
     def _monitor(self) -> int:
+        policy = self.spec.restart
+        shards = [Supervised(r, policy or restarts_ever(self.spec.max_restart)) for r in self.servers]
+        workers = [Supervised(r, policy, finished_ok=True) for r in self.workers] if policy is not None else []
         while True:
             if self._stop.is_set():
                 self._say("stopping on request")
                 return 0
-            for role in self.servers:
-                code = role.poll()
-                if code is None:
-                    continue
-                role.exit_codes.append(code)
-                if role.restarts >= self.spec.max_restart:
-                    self._say(f"{role.name} died (exit {code}) after {role.restarts} restarts; failing the job")
-                    return 1
-                role.restarts += 1
-                self._say(f"{role.name} died (exit {code}); restart {role.restarts}/{self.spec.max_restart} "
-                          "from its latest checkpoint")
-                role.close_log()
-                role.start()
+            tended = [s.tend(self._say) for s in shards + workers]
+            if Tended.GAVE_UP in tended:
+                self._say(f"failing the job; see {self.spec.log_dir}")
+                return 1
+            if workers:
+                if all(t is Tended.FINISHED for t in tended[len(shards):]):
+                    self._say(f"all {len(self.workers)} workers finished")
+                    return 0
+                time.sleep(_POLL_S)
+                continue
             codes = [w.poll() for w in self.workers]
             failed = [(w.name, c) for w, c in zip(self.workers, codes, strict=True) if c not in (None, 0)]
             if failed:

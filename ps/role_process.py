@@ -1,5 +1,8 @@
 """One role of a local job (a shard, a worker, a generator, the service): a child process in its
-own process group, logging to its own file.
+own process group, logging to its own file, and killed by the kernel when the process that
+started it ends (:mod:`core.processes`: a supervisor killed with ``kill -9`` leaves nothing).
+Start a role from a thread that lives as long as the role should: the kernel's parent-death
+signal follows the thread that started it.
 
 The process group is the point: a role may start children of its own (uvicorn workers, a
 producer's threads), and killing the group reaps them too, so a stopped job leaves nothing
@@ -17,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from core.processes import dies_with_parent
 
 
 @dataclass
@@ -37,7 +42,8 @@ class RoleProcess:
         self.log.write(f"=== streamrec launch: starting {self.name} (restart {self.restarts})\n".encode())
         self.log.flush()
         self.proc = subprocess.Popen(self.argv, env=dict(self.env), stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)  # own process group: we can kill its children too
+                                     start_new_session=True,  # own process group: we can kill its children too
+                                     preexec_fn=dies_with_parent())
 
     def poll(self) -> int | None:
         """The exit code once the process ended, None while it runs (it must have been started)."""
@@ -49,11 +55,16 @@ class RoleProcess:
         return self.proc.poll() if self.proc is not None else None
 
     def state(self) -> str:
-        """``starting``, ``running`` or ``exited N``: what a console shows."""
+        """``starting``, ``running`` or ``exited N``, then the restarts and the last exit code
+        (``running (restart 2, last exit -9)``): what a console shows."""
         if self.proc is None:
             return "starting"
         code = self.proc.poll()
-        return "running" if code is None else f"exited {code}"
+        state = "running" if code is None else f"exited {code}"
+        if self.restarts:
+            last = self.exit_codes[-1] if code is None and self.exit_codes else None
+            state += f" (restart {self.restarts}" + (f", last exit {last})" if last is not None else ")")
+        return state
 
     def wait(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for the process to end: its exit code, or None if it still runs."""

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import importlib.resources
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from types import TracebackType
 from typing import IO
 
 from core.errors import Unavailable
+from core.processes import dies_with_parent
 from streaming.stream_config import KafkaConfig
 
 
@@ -46,13 +45,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: SIGKILL it when the parent goes away.
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def broker_answers(bootstrap: str, *, timeout_s: float = 2.0) -> bool:
@@ -121,7 +113,7 @@ class EmbeddedBroker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group, so stop() can kill everything it spawned
-            preexec_fn=_die_with_parent,
+            preexec_fn=dies_with_parent(),  # SIGKILL when this process goes away
         )
         atexit.register(self.stop)
 

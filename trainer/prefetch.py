@@ -40,6 +40,7 @@ from typing import Any, Literal, TypeVar
 import zmq
 
 from core.errors import Unavailable
+from core.processes import die_with_parent
 from trainer.process_stats import peak_rss_mb
 
 T = TypeVar("T")
@@ -122,19 +123,12 @@ def _error_frames(exc: BaseException) -> list[Any]:
         return _pack(_ERROR, Unavailable(f"prefetch process failed: {exc!r}\n{text}"))
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when its parent dies (no orphan keeps pulling).
-    The signal follows the parent THREAD that started the child: create a ProcessPrefetcher
-    on a thread that outlives it (the training loop's)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _child(produce: Callable[[], Iterable[Any]], endpoint: str, depth: int, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this stops
-    _die_with_parent()
+    # The kernel kills this process when its parent dies (no orphan keeps pulling). The signal
+    # follows the parent THREAD that started the child: create a ProcessPrefetcher on a thread
+    # that outlives it (the training loop's).
+    die_with_parent()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PAIR)
     sock.setsockopt(zmq.LINGER, 5000)  # the end/error message still goes out after close

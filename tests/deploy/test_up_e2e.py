@@ -62,14 +62,18 @@ def run_processes(run_dir: Path) -> list[int]:
 class Up:
     """One `streamrec up --plain` process for the test; stopped with SIGINT like Ctrl-C."""
 
-    def __init__(self, run_dir: Path, config: Path, port: int, extra: tuple[str, ...] | list[str] = ()) -> None:
+    def __init__(self, run_dir: Path, config: Path, port: int, extra: tuple[str, ...] | list[str] = (), *,
+                 sigint_ignored: bool = False) -> None:
         self.run_dir, self.port = run_dir, port
         self.api = f"http://127.0.0.1:{port}"
         self.log = run_dir.parent / f"up-{time.monotonic_ns()}.log"
         argv = [sys.executable, "-m", "deploy.cli", "up", "--plain", "--config", str(config),
                 "--run-dir", str(run_dir), "--port", str(port), *extra]
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            # sigint_ignored: as a shell starts a background job (`streamrec up &` in a script)
+            ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=ignore)
         self.token = ""
 
     def output(self) -> str:
