@@ -73,6 +73,20 @@ class Unavailable(StreamrecError):
     http_status = 503
 
 
+class ShardRestarted(Unavailable):
+    """A PS shard answered with another incarnation than before: it restarted since this
+    client last heard from it, and its tables came back from its last save (or empty), so
+    updates made since then are gone. Raised once per restart; the worker regroups."""
+
+    code = "shard_restarted"
+
+    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message, detail=detail)
+        self.shard = self.detail.get("shard")
+        self.old = self.detail.get("old")
+        self.new = self.detail.get("new")
+
+
 class Unauthorized(StreamrecError):
     """Credentials are missing."""
 
@@ -98,6 +112,7 @@ ERRORS_BY_CODE: dict[str, type[StreamrecError]] = {
         CorruptData,
         Conflict,
         Unavailable,
+        ShardRestarted,
         Unauthorized,
         Forbidden,
     )

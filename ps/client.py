@@ -9,7 +9,9 @@
 - Keys are a 1-d uint64 array, in any order and with repeats: the client deduplicates them,
   routes each to its shard (:func:`ps.routing.plan_keys`), sends one request per shard at once
   (the shards work in parallel) and returns rows in the order of ``keys``. A push sums the
-  gradients of repeated keys before sending (one update per key).
+  gradients of repeated keys before sending (one update per key). A shard's part of more than
+  ``ClientConfig.max_keys_per_request`` keys goes as several requests, in order (the shard
+  refuses bigger frames, see :mod:`ps.ps_config`).
 - Ordering: requests to one shard are applied in the order they were started (one ordered
   connection per shard, also across resends), so a pull started after a push sees it, unless
   the push is flagged SYNC (held until the step's :meth:`PSClient.barrier`).
@@ -17,7 +19,9 @@
 - A client is not thread-safe: use one per thread. Its control calls (save, load, leases,
   stats, ...) are :attr:`PSClient.admin`, on the same connections.
 - A shard that does not answer is retried (:mod:`ps.transport`); errors are raised by ``wait``
-  as their :mod:`core.errors` class.
+  as their :mod:`core.errors` class. A shard that restarted since its last reply raises
+  :class:`core.errors.ShardRestarted` once (a subclass of Unavailable): its rows went back to its
+  last save.
 """
 
 from __future__ import annotations
@@ -92,14 +96,14 @@ class PSClient:
     def pull(self, table: str, keys: np.ndarray) -> Ticket[np.ndarray]:
         """Start pulling the rows of ``keys``: float32 (n, width), created on first pull."""
         plan = plan_keys(check_keys(keys), self.n_shards)
-        shards = self._start_pull(table, plan, Flag.NONE)
-        return Ticket(tuple(shards), partial(_rows, plan, list(shards.values())))
+        parts = self._start_pull(table, plan, Flag.NONE)
+        return Ticket(tuple(parts), partial(_rows, plan, list(parts.values())))
 
     def pull_existing(self, table: str, keys: np.ndarray) -> Ticket[Found]:
         """Start pulling stored rows only (serving read-through): nothing is created or counted."""
         plan = plan_keys(check_keys(keys), self.n_shards)
-        shards = self._start_pull(table, plan, Flag.EXISTING)
-        return Ticket(tuple(shards), partial(_found, plan, list(shards.values())))
+        parts = self._start_pull(table, plan, Flag.EXISTING)
+        return Ticket(tuple(parts), partial(_found, plan, list(parts.values())))
 
     def push(self, table: str, keys: np.ndarray, grads: np.ndarray, *, shows: np.ndarray | None = None,
              clicks: np.ndarray | None = None, flags: Flag = Flag.NONE) -> Ticket[None]:
@@ -116,17 +120,25 @@ class PSClient:
         rows = partial(_rows, plan, list(pulls.values()))
         return Ticket((*pushes, *pulls), lambda replies: rows(replies[len(pushes):]))
 
-    def _start_pull(self, table: str, plan: KeyPlan, flags: Flag) -> dict[int, int]:
-        """Request id -> shard, for every shard that holds some of ``plan``'s keys."""
-        shards = {}
+    def _parts(self, plan: KeyPlan) -> list[tuple[int, slice]]:
+        """(shard, slice of ``plan.keys``) per request: every shard's keys, at most
+        ``max_keys_per_request`` a request; no keys at all: one empty request to shard 0 (it says the width)."""
+        if plan.keys.shape[0] == 0:
+            return [(0, slice(0, 0))]
+        step = self.config.max_keys_per_request
+        parts = []
         for s in range(self.n_shards):
             sl = plan.shard_slice(s)
-            if sl.stop > sl.start or (s == 0 and plan.keys.shape[0] == 0):  # no keys: shard 0 says the width
-                shards[self._transport.request(s, Op.PULL_SPARSE, table, [plan.keys[sl]], flags=flags)] = s
-        return shards
+            parts += [(s, slice(i, min(i + step, sl.stop))) for i in range(sl.start, sl.stop, step)]
+        return parts
+
+    def _start_pull(self, table: str, plan: KeyPlan, flags: Flag) -> dict[int, slice]:
+        """Request id -> the slice of ``plan.keys`` it pulls."""
+        return {self._transport.request(s, Op.PULL_SPARSE, table, [plan.keys[sl]], flags=flags): sl
+                for s, sl in self._parts(plan)}
 
     def _start_push(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray | None,
-                    clicks: np.ndarray | None, flags: Flag) -> tuple[KeyPlan, dict[int, int]]:
+                    clicks: np.ndarray | None, flags: Flag) -> tuple[KeyPlan, dict[int, slice]]:
         keys = check_keys(keys)
         grads = np.asarray(grads)
         if grads.dtype != np.float32 or grads.ndim != 2 or grads.shape[0] != keys.shape[0]:
@@ -137,13 +149,12 @@ class PSClient:
         columns = [plan.sum_by_key(grads)]
         if shows is not None:
             columns += [plan.sum_by_key(np.asarray(shows, np.float32)), plan.sum_by_key(np.asarray(clicks, np.float32))]
-        shards = {}
-        for s in range(self.n_shards):
-            sl = plan.shard_slice(s)
+        parts = {}
+        for s, sl in self._parts(plan):
             if sl.stop > sl.start:
                 arrays = [plan.keys[sl], *(c[sl] for c in columns)]
-                shards[self._transport.request(s, Op.PUSH_SPARSE, table, arrays, flags=flags)] = s
-        return plan, shards
+                parts[self._transport.request(s, Op.PUSH_SPARSE, table, arrays, flags=flags)] = sl
+        return plan, parts
 
     # ---------------------------------------------------------------- dense
     def init_dense(self, name: str, initial: np.ndarray, *,
@@ -153,6 +164,10 @@ class PSClient:
         optimizer the array runs (an existing array keeps its own; None from shards that do not say)."""
         initial = np.ascontiguousarray(initial, dtype=np.float32)
         slices = place_dense(name, initial.size, self.n_shards, slice_min_elements=self._slice_min)
+        biggest = max(sl.stop - sl.start for sl in slices)
+        if biggest > self.config.max_dense_elements:
+            raise InvalidInput(f"dense {name!r}: a part of {biggest} elements on one shard is more than the "
+                               f"{self.config.max_dense_elements} a request may carry (client.max_dense_elements)")
         meta = {"optimizer": (optimizer or DEFAULT_DENSE_OPTIMIZER).model_dump()}
         flat = initial.reshape(-1)
         rids = [self._transport.request(sl.shard, Op.INIT_DENSE, sl.part, [flat[sl.start : sl.stop]], meta)
@@ -205,19 +220,19 @@ def _nothing(replies: list[Message]) -> None:
     return None
 
 
-def _rows(plan: KeyPlan, shards: list[int], replies: list[Message]) -> np.ndarray:
+def _rows(plan: KeyPlan, parts: list[slice], replies: list[Message]) -> np.ndarray:
     width = replies[0].arrays[0].shape[1] if replies else 0
     rows = np.empty((plan.keys.shape[0], width), np.float32)
-    for shard, reply in zip(shards, replies, strict=True):
-        rows[plan.shard_slice(shard)] = reply.arrays[0]
+    for sl, reply in zip(parts, replies, strict=True):
+        rows[sl] = reply.arrays[0]
     return rows[plan.inverse]
 
 
-def _found(plan: KeyPlan, shards: list[int], replies: list[Message]) -> Found:
+def _found(plan: KeyPlan, parts: list[slice], replies: list[Message]) -> Found:
     found = np.empty(plan.keys.shape[0], np.bool_)
-    for shard, reply in zip(shards, replies, strict=True):
-        found[plan.shard_slice(shard)] = reply.arrays[1].view(np.bool_)
-    return Found(_rows(plan, shards, replies), found[plan.inverse])
+    for sl, reply in zip(parts, replies, strict=True):
+        found[sl] = reply.arrays[1].view(np.bool_)
+    return Found(_rows(plan, parts, replies), found[plan.inverse])
 
 
 def _dense_value(shape: tuple[int, ...], replies: list[Message]) -> np.ndarray:

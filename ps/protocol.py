@@ -17,7 +17,10 @@ Frames (no pickle anywhere)::
 Every frame costs a few microseconds each way, so small options travel inside the header.
 
 A reply echoes ``op`` and ``request_id``; ``status`` is ``STATUS_ERROR`` when the request
-failed, and its meta then carries the :mod:`core.errors` ``code`` and ``message``.
+failed, and its meta then carries the :mod:`core.errors` ``code`` and ``message``. Every reply
+carries the shard's ``incarnation`` (random, non-zero, new at every process start): a client
+that sees it change knows the shard restarted (its tables came back from a save, or empty).
+Requests carry 0.
 Bumping ``VERSION`` is required for any layout change; a peer speaking another version gets
 an error reply naming both versions.
 """
@@ -36,9 +39,9 @@ import numpy as np
 from core.errors import InvalidInput, StreamrecError
 
 MAGIC = b"SRPS"
-VERSION = 1
-# magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id
-HEADER = struct.Struct("<4sBBHBBHIQ")
+VERSION = 2  # 2: the incarnation field
+# magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id, incarnation
+HEADER = struct.Struct("<4sBBHBBHIQQ")
 _DIM = struct.Struct("<Q")
 MAX_ARRAYS = 8
 MAX_NDIM = 4
@@ -106,6 +109,7 @@ class Message:
     meta: dict[str, Any] = field(default_factory=dict)
     flags: Flag = Flag.NONE
     status: int = STATUS_OK
+    incarnation: int = 0  # the replying shard's (0 in requests)
 
 
 def encode(msg: Message, *, auth: bool = False) -> list[Any]:
@@ -117,7 +121,7 @@ def encode(msg: Message, *, auth: bool = False) -> list[Any]:
     meta = json.dumps(msg.meta, separators=(",", ":")).encode() if msg.meta else b""
     flags = (msg.flags | Flag.AUTH) if auth else (msg.flags & ~Flag.AUTH)
     parts = [HEADER.pack(MAGIC, VERSION, int(msg.op), int(flags), msg.status, len(msg.arrays), len(name),
-                         len(meta), msg.request_id), name]
+                         len(meta), msg.request_id, msg.incarnation), name]
     frames: list[Any] = []
     inline: list[bytes] = []
     for arr in msg.arrays:
@@ -154,7 +158,8 @@ def decode(frames: list[Any]) -> Message:
     head = _frame_bytes(frames[0])
     if len(head) < HEADER.size:
         raise InvalidInput(f"truncated header: {len(head)} bytes, need at least {HEADER.size}")
-    magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id = HEADER.unpack_from(head, 0)
+    magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id, incarnation = \
+        HEADER.unpack_from(head, 0)
     if magic != MAGIC:
         raise InvalidInput(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION:
@@ -218,7 +223,7 @@ def decode(frames: list[Any]) -> Message:
         if not isinstance(meta, dict):
             raise InvalidInput("meta frame must be a JSON object")
     return Message(op=op, request_id=request_id, table=table, arrays=arrays, meta=meta,
-                   flags=_FLAGS[flags & _FLAG_BITS], status=status)
+                   flags=_FLAGS[flags & _FLAG_BITS], status=status, incarnation=incarnation)
 
 
 def check_keys(keys: Any) -> np.ndarray:
@@ -238,13 +243,13 @@ def peek(frames: list[Any]) -> tuple[int, Flag, int]:
     if frames:
         head = _frame_bytes(frames[0])
         if len(head) >= HEADER.size:
-            _, _, op, flags, _, _, _, _, request_id = HEADER.unpack_from(head, 0)
+            _, _, op, flags, _, _, _, _, request_id, _ = HEADER.unpack_from(head, 0)
             return op, _FLAGS[flags & _FLAG_BITS], request_id
     return 0, Flag.NONE, 0
 
 
-def error_reply(op: int, request_id: int, err: StreamrecError) -> list[Any]:
+def error_reply(op: int, request_id: int, err: StreamrecError, *, incarnation: int = 0) -> list[Any]:
     """Frames of an error reply carrying the error's code, message and detail."""
     op = op if op in Op._value2member_map_ else Op.UNKNOWN
     meta = json.dumps({"code": err.code, "message": err.message, "detail": err.detail}, default=str).encode()
-    return [HEADER.pack(MAGIC, VERSION, op, 0, STATUS_ERROR, 0, 0, len(meta), request_id) + meta]
+    return [HEADER.pack(MAGIC, VERSION, op, 0, STATUS_ERROR, 0, 0, len(meta), request_id, incarnation) + meta]

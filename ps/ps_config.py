@@ -5,7 +5,15 @@ names, widths and optimizers::
 
     tables:
       - {name: emb, dim: 16, optimizer: {kind: adagrad, lr: 0.05}}
-    client: {timeout_s: 10, retries: 2}
+    client: {timeout_s: 10, retries: 2, max_keys_per_request: 131072, max_dense_elements: 4194304}
+    auth: {max_skew_s: 60, replay_capacity: 1048576}
+
+The largest frame a shard accepts (:meth:`PSConfig.max_frame_bytes`) follows from it: a
+request carries at most ``max_keys_per_request`` keys (the client splits bigger ones), so
+its largest array frame is that many rows of the widest table's float32 gradients (or
+uint64 keys), or a dense part of ``max_dense_elements`` float32; the header frame is at
+most ``HEADER_FRAME_MAX_BYTES``. A frame over the limit is dropped by libzmq as it arrives
+(ZMQ_MAXMSGSIZE), before it is buffered, and the peer disconnected.
 """
 
 from __future__ import annotations
@@ -15,15 +23,33 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from core.yaml_config import FrozenModel, load_yaml
+from ps.protocol import INLINE_MAX_BYTES, MAX_ARRAYS
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
 from tables.table_config import TableConfig
 
+# the header frame: fixed fields, the table name, array shapes, a small JSON meta (options,
+# a LOAD's chain of directories) and the arrays small enough to travel inline
+HEADER_FRAME_MAX_BYTES = (1 << 20) + MAX_ARRAYS * INLINE_MAX_BYTES
+
 
 class ClientConfig(FrozenModel):
-    """How a client waits for shards: each attempt gets ``timeout_s``; ``retries`` resends."""
+    """How a client waits for shards: each attempt gets ``timeout_s``; ``retries`` resends.
+    A request to one shard carries at most ``max_keys_per_request`` keys (bigger ones are
+    split) and a dense part at most ``max_dense_elements`` (a bigger one is refused)."""
 
     timeout_s: float = Field(10.0, gt=0.0)
     retries: int = Field(2, ge=0, le=100)
+    max_keys_per_request: int = Field(1 << 17, ge=1, le=1 << 24)
+    max_dense_elements: int = Field(1 << 22, ge=1, le=1 << 28)
+
+
+class AuthConfig(FrozenModel):
+    """The shard's request authentication (:mod:`ps.auth`): timestamps at most ``max_skew_s``
+    off its clock are accepted, and the tags of that window remembered, at most
+    ``replay_capacity`` of them (about 80 bytes each)."""
+
+    max_skew_s: float = Field(60.0, gt=0.0, le=3600.0)
+    replay_capacity: int = Field(1 << 20, ge=1)
 
 
 class ShardLimits(FrozenModel):
@@ -41,6 +67,7 @@ class PSConfig(FrozenModel):
     dense_slice_min_elements: int = Field(DEFAULT_SLICE_MIN_ELEMENTS, ge=1)
     client: ClientConfig = ClientConfig()
     shard: ShardLimits = ShardLimits()
+    auth: AuthConfig = AuthConfig()
 
     @model_validator(mode="after")
     def _unique_names(self) -> PSConfig:
@@ -49,6 +76,12 @@ class PSConfig(FrozenModel):
         if dupes:
             raise ValueError(f"duplicate table names: {dupes}")
         return self
+
+    def max_frame_bytes(self) -> int:
+        """The largest frame of a legitimate request to a shard serving these tables (module docstring)."""
+        widest = max((t.width for t in self.tables), default=1)
+        rows = self.client.max_keys_per_request * 4 * max(widest, 2)  # float32 rows; uint64 keys are 2 floats wide
+        return max(HEADER_FRAME_MAX_BYTES, rows, 4 * self.client.max_dense_elements)
 
     def table(self, name: str) -> TableConfig:
         for t in self.tables:

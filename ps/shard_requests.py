@@ -1,8 +1,14 @@
-"""What every shard handler shares: the checks on a request's arrays, the ok reply, and the
-outbox that answers a client now or later (a barrier's or a save's reply is deferred)."""
+"""What every shard handler shares: the checks on a request's arrays, the ok reply, the
+outbox that answers a client now or later (a barrier's or a save's reply is deferred, every
+reply carries the shard's incarnation), and the refusal log (every refusal counted, the log
+bounded)."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -27,12 +33,15 @@ def arrays_of(msg: Message, *counts: int) -> list[np.ndarray]:
 
 
 class Outbox:
-    """Replies through the shard's ROUTER socket, addressed by client identity (loop thread only)."""
+    """Replies through the shard's ROUTER socket, addressed by client identity (loop thread only),
+    each stamped with the shard's ``incarnation``."""
 
-    def __init__(self, sock: zmq.Socket) -> None:
+    def __init__(self, sock: zmq.Socket, incarnation: int) -> None:
         self._sock = sock
+        self.incarnation = incarnation
 
     def reply(self, ident: bytes, msg: Message) -> None:
+        msg.incarnation = self.incarnation
         frames = protocol.encode(msg)
         # zero-copy pays off only for big frames; small replies are cheaper copied
         self._sock.send_multipart([ident, *frames], copy=len(frames) == 1)
@@ -42,4 +51,39 @@ class Outbox:
         self._sock.send_multipart([ident, *frames], copy=copy)
 
     def error(self, ident: bytes, op: int, request_id: int, err: StreamrecError) -> None:
-        self._sock.send_multipart([ident, *protocol.error_reply(op, request_id, err)])
+        self._sock.send_multipart([ident, *protocol.error_reply(op, request_id, err, incarnation=self.incarnation)])
+
+
+class RefusalLog:
+    """Counts every refused request by error code; logs the first ``burst`` refusals of each
+    ``interval_s``, then one summary line per interval for the rest (junk at any rate writes a
+    bounded log). Thread-safe: a save thread counts its failure too."""
+
+    def __init__(self, log: logging.Logger, prefix: str, *, burst: int = 10, interval_s: float = 60.0,
+                 clock: Any = time.monotonic) -> None:
+        self._log, self._prefix, self._burst, self._interval, self._clock = log, prefix, burst, interval_s, clock
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._window_start = clock()
+        self._logged = 0
+        self._quiet: Counter[str] = Counter()  # refusals of this interval not logged one by one
+
+    def refused(self, err: StreamrecError) -> None:
+        with self._lock:
+            self.counts[err.code] += 1
+            now = self._clock()
+            if now - self._window_start >= self._interval:
+                self._summarize(now)
+            if self._logged < self._burst:
+                self._logged += 1
+                self._log.warning("%s refused a request: %s", self._prefix, err.message)
+            else:
+                self._quiet[err.code] += 1
+
+    def _summarize(self, now: float) -> None:
+        if self._quiet:
+            self._log.warning("%s refused %d more requests in the last %.0f s without logging each: %s",
+                              self._prefix, sum(self._quiet.values()), now - self._window_start, dict(self._quiet))
+        self._quiet.clear()
+        self._logged = 0
+        self._window_start = now

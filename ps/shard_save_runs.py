@@ -27,7 +27,15 @@ from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
 from ps import protocol
 from ps.protocol import Flag, Message, Op
 from ps.shard_requests import Outbox, ok
-from ps.shard_saves import commit_managed, managed_saves, next_managed_dir, restore_plan, shard_dir, write_save_manifest
+from ps.shard_saves import (
+    commit_managed,
+    managed_saves,
+    next_managed_dir,
+    restore_plan,
+    shard_dir,
+    verify_plan,
+    write_save_manifest,
+)
 from ps.shard_tables import ShardTables
 from stores.staging import StagedSave, fetched
 from tables.dense_table import DenseTable
@@ -57,11 +65,11 @@ class SaveRun:
     def detached(self) -> bool:
         return bool(self.msg.flags & Flag.DETACH)
 
-    def reply(self, op: Op, rid: int) -> list[Any]:
+    def reply(self, op: Op, rid: int, incarnation: int) -> list[Any]:
         """Frames answering ``op``/``rid`` with this (written) save's outcome."""
         if self.error is not None:
-            return protocol.error_reply(op, rid, self.error)
-        return protocol.encode(Message(op, rid, meta=self.entry))
+            return protocol.error_reply(op, rid, self.error, incarnation=incarnation)
+        return protocol.encode(Message(op, rid, meta=self.entry, incarnation=incarnation))
 
 
 class ShardSaveRuns:
@@ -175,9 +183,9 @@ class ShardSaveRuns:
             self._thread = None
         run.written = True
         if not run.detached:
-            outbox.send(run.ident, run.reply(Op.SAVE, run.msg.request_id), copy=False)
+            outbox.send(run.ident, run.reply(Op.SAVE, run.msg.request_id, outbox.incarnation), copy=False)
         for who, rid in run.waiters:
-            outbox.send(who, run.reply(Op.SAVE_WAIT, rid), copy=False)
+            outbox.send(who, run.reply(Op.SAVE_WAIT, rid, outbox.incarnation), copy=False)
         run.waiters.clear()
         for who, rid in self._idle_waiters:
             outbox.reply(who, Message(Op.SAVE_WAIT, rid, meta={"idle": True, "save": run.id}))
@@ -198,7 +206,7 @@ class ShardSaveRuns:
             raise NotFound(f"shard {self._index}: save {wanted!r} is unknown (the shard restarted, or a newer save "
                            f"{None if run is None else run.id!r} replaced it)", detail={"shard": self._index})
         if run.written:
-            outbox.send(ident, run.reply(Op.SAVE_WAIT, msg.request_id), copy=False)
+            outbox.send(ident, run.reply(Op.SAVE_WAIT, msg.request_id, outbox.incarnation), copy=False)
         else:
             run.waiters.append((ident, msg.request_id))
         return None
@@ -219,8 +227,10 @@ class ShardSaveRuns:
         return ok(msg)
 
     def restore(self, save_dirs: list[Path]) -> None:
-        """Replay ``save_dirs`` (oldest first) from their newest base on."""
+        """Replay ``save_dirs`` (oldest first) from their newest base on, once every file of
+        the chain verified (a corrupt one raises CorruptData naming it, nothing loaded)."""
         plan = restore_plan(save_dirs)
+        verify_plan(plan, set(self._tables.sparse))
         for save_dir, man in plan:
             for name in man["sparse"]:
                 if name in self._tables.sparse:

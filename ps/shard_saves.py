@@ -19,7 +19,10 @@ The managed manifest also lists (by absolute path) the client-named saves on the
 named the directory. It keeps only the newest base and the deltas after it.
 
 Restoring a chain replays the newest base and every delta after it, in order; dense parts
-come from the newest save.
+come from the newest save. It is all or nothing as far as the files go: every file of every
+table of the chain is checked against its manifest (size, CRC-32C; :func:`verify_plan`)
+before any table is loaded, so a corrupt file leaves the shard's tables as they were and the
+error names the file.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from core.atomic_files import read_json, write_json
+import crc32c
+
+from core.atomic_files import entry_file, read_json, write_json
 from core.errors import CorruptData, NotFound
 
 SAVE_MANIFEST = "shard.json"
@@ -65,6 +70,50 @@ def restore_plan(save_dirs: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
     if not bases:
         raise NotFound(f"no complete base save among {[str(d) for d in save_dirs]}")
     return saves[bases[-1] :]
+
+
+def verify_plan(plan: list[tuple[Path, dict[str, Any]]], sparse: set[str]) -> None:
+    """CorruptData naming the first file of ``plan`` (what :func:`restore_plan` returned) whose
+    size or CRC-32C is not what its manifest says: the tables in ``sparse`` of every save,
+    the dense parts of the last. Reads every file once, a chunk at a time."""
+    for i, (save_dir, man) in enumerate(plan):
+        dirs = [save_dir / "sparse" / name for name in man["sparse"] if name in sparse]
+        if i == len(plan) - 1:
+            dirs += [save_dir / "dense" / name for name in man["dense"]]
+        for table_dir in dirs:
+            manifests = sorted(table_dir.glob("*.manifest.json"))
+            if not manifests:
+                raise CorruptData(f"{table_dir}: no table manifest in a committed save",
+                                  detail={"file": str(table_dir)})
+            for mpath in manifests:
+                files = read_json(mpath).get("files")
+                if not isinstance(files, dict):
+                    raise CorruptData(f"{mpath}: manifest lists no files", detail={"file": str(mpath)})
+                for entry in files.values():
+                    _verify_file(table_dir, entry)
+
+
+_CHUNK = 1 << 22
+
+
+def _verify_file(directory: Path, entry: Any) -> None:
+    if not isinstance(entry, dict):
+        raise CorruptData(f"{directory}: malformed file entry in manifest: {entry!r}", detail={"file": str(directory)})
+    name, size, crc = entry_file(directory, entry)
+    path = directory / name
+    seen, got = 0, 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                seen += len(chunk)
+                got = crc32c.crc32c(chunk, got)
+    except OSError as exc:
+        raise CorruptData(f"{path}: unreadable ({exc.strerror})", detail={"file": str(path)}) from None
+    if seen != size:
+        raise CorruptData(f"{path}: size {seen} bytes, manifest says {size} (truncated or overwritten)",
+                          detail={"file": str(path)})
+    if got != crc:
+        raise CorruptData(f"{path}: checksum mismatch (corrupted)", detail={"file": str(path)})
 
 
 def managed_saves(directory: Path) -> list[Path]:

@@ -9,6 +9,15 @@ data-plane ops in :mod:`ps.shard_tables`, saves and loads in :mod:`ps.shard_save
 :mod:`ps.rank_leases`. A resent mutating request is answered from :mod:`ps.replay_cache`.
 Barriers never block the loop: a barrier reply is deferred until the last worker of the
 step arrives; a handler that returns None has deferred its reply the same way.
+
+Hostile input: a frame larger than the largest legitimate one (:meth:`PSConfig.max_frame_bytes`)
+is dropped by libzmq as it arrives (ZMQ_MAXMSGSIZE), never buffered, and its peer
+disconnected; libzmq does not say why it closes a connection, so the shard counts every
+closed connection (``connections_closed`` in its stats). Everything else is authenticated
+(:mod:`ps.auth`) before it is decoded; every refusal is counted by error code, and the log
+shows the first few of each minute, then one summary line (:class:`ps.shard_requests.RefusalLog`).
+Every reply carries the shard's ``incarnation``, random at each process start, so clients
+notice a restart (:mod:`ps.transport`).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from core.errors import InvalidInput, StreamrecError
 from ps import protocol
@@ -31,7 +41,7 @@ from ps.ps_config import PSConfig
 from ps.rank_leases import RankLeases
 from ps.replay_cache import ReplayCache
 from ps.shard_policy import policy_reply
-from ps.shard_requests import Outbox, ok
+from ps.shard_requests import Outbox, RefusalLog, ok
 from ps.shard_save_runs import ShardSaveRuns
 from ps.shard_saves import managed_saves, shard_dir
 from ps.shard_tables import ShardTables
@@ -39,8 +49,6 @@ from tables.dense_table import DenseTable
 from tables.sparse_table import SparseTable
 
 log = logging.getLogger(__name__)
-
-_MAX_FRAME_BYTES = 1 << 30
 
 Handler = Callable[[bytes, Message], "Message | None"]  # (client identity, request) -> reply, or None: deferred
 
@@ -60,15 +68,21 @@ class ShardServer:
         require_auth_for(endpoint, secret)
         self.index = index
         self.endpoint = endpoint
+        self.incarnation = int.from_bytes(os.urandom(8), "little") or 1  # 0 means "not said"
+        self.max_frame_bytes = config.max_frame_bytes()
         self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes)
-        self._verifier = Verifier(secret) if secret is not None else None
+        # made before the restore: requests signed before this process started are refused
+        self._verifier = None if secret is None else Verifier(
+            secret, max_skew_s=config.auth.max_skew_s, capacity=config.auth.replay_capacity)
         checkpoint_root = Path(checkpoint_dir) if checkpoint_dir else None
         self.saves = ShardSaveRuns(self.tables, checkpoint_root=checkpoint_root, count_error=self._count_error)
         self.rank_leases = RankLeases()  # used on shard 0 only (trainers without a fixed rank)
         self._replay = ReplayCache()
         self._outbox: Outbox | None = None  # the loop's, while it serves
         self.requests: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()
+        self._refusals = RefusalLog(log, f"shard {index}")
+        self.errors: Counter[str] = self._refusals.counts  # refusals by error code
+        self.connections_closed = 0
         self._handlers: dict[Op, Handler] = {
             Op.PULL_SPARSE: lambda ident, msg: self.tables.pull(msg),
             Op.PUSH_SPARSE: lambda ident, msg: self.tables.push(msg),
@@ -84,7 +98,8 @@ class ShardServer:
             Op.END_PASS: lambda ident, msg: self.tables.end_pass(msg),
             Op.LEASE: lambda ident, msg: ok(msg, meta=self.rank_leases.handle(msg.meta)),
             Op.STATS: lambda ident, msg: ok(msg, meta=self.stats()),
-            Op.HEALTH: lambda ident, msg: ok(msg, meta={"ok": True, "index": self.index, "pid": os.getpid()}),
+            Op.HEALTH: lambda ident, msg: ok(msg, meta={"ok": True, "index": self.index, "pid": os.getpid(),
+                                                        "incarnation": self.incarnation}),
             Op.STOP: lambda ident, msg: ok(msg, meta={"stopping": True}),
         }
         if checkpoint_root is not None:
@@ -107,8 +122,9 @@ class ShardServer:
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client reconnecting with its identity takes over
         sock.setsockopt(zmq.LINGER, 1000)
-        sock.setsockopt(zmq.MAXMSGSIZE, _MAX_FRAME_BYTES)  # a peer sending more is disconnected, not buffered
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # a bigger frame: peer disconnected, not buffered
         sock.bind(self.endpoint)
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         # the save thread wakes the loop through an inproc pair: ZeroMQ sockets belong to one thread
         done_rx = ctx.socket(zmq.PAIR)
         done_rx.bind(f"inproc://save-done-{id(self)}")
@@ -121,10 +137,11 @@ class ShardServer:
                 done_tx.send(b"")
 
         self.saves.notify_written = notify_written
-        outbox = self._outbox = Outbox(sock)
+        outbox = self._outbox = Outbox(sock, self.incarnation)
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(done_rx, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         log.info("shard %d serving %s on %s", self.index, sorted(self.sparse), self.endpoint)
         try:
             running = True
@@ -133,11 +150,15 @@ class ShardServer:
                 if done_rx in ready:
                     done_rx.recv()
                     self.saves.written(outbox)
+                if monitor in ready:
+                    recv_monitor_message(monitor)
+                    self.connections_closed += 1
                 if sock in ready:
                     running = self._handle(outbox, sock.recv_multipart(copy=False))
         finally:
             self.saves.join()
-            for s in (sock, done_rx, done_tx):
+            sock.disable_monitor()
+            for s in (monitor, sock, done_rx, done_tx):
                 s.close(linger=1000)
             ctx.term()
 
@@ -147,7 +168,7 @@ class ShardServer:
         op, flags, rid = protocol.peek(body)
         try:
             if self._verifier is not None:
-                self._verifier.verify(body, has_tag=bool(flags & Flag.AUTH))
+                self._verifier.verify(body, has_tag=bool(flags & Flag.AUTH), identity=ident)
             msg = protocol.decode(body)
             self.requests[msg.op.name.lower()] += 1
             if self._replay.applied(ident, msg):
@@ -176,8 +197,7 @@ class ShardServer:
         return self._outbox
 
     def _count_error(self, err: StreamrecError) -> None:
-        self.errors[err.code] += 1
-        log.warning("shard %d refused a request: %s", self.index, err.message)
+        self._refusals.refused(err)
 
     # ---------------------------------------------------------------- sync steps
     def _barrier(self, ident: bytes, msg: Message) -> None:
@@ -209,9 +229,12 @@ class ShardServer:
         return {
             "index": self.index,
             "pid": os.getpid(),
+            "incarnation": self.incarnation,
             "restored_from": self.saves.restored_from,
             "requests": dict(self.requests),
             "errors": dict(self.errors),
+            "connections_closed": self.connections_closed,
+            "max_frame_bytes": self.max_frame_bytes,
             "tables": {n: t.stats() for n, t in self.sparse.items()},
             "dense": {n: m["size"] for n, m in self.tables.dense_meta.items()},
         }

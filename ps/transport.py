@@ -5,7 +5,14 @@ connection per client: requests to one shard are applied in the order they were 
 When a shard does not answer within the request's timeout the socket is rebuilt
 (reconnecting when the shard is back) and every pending request to it is resent, in its
 original order, with the RETRY flag, so the shard applies a mutating request at most once;
-after ``retries`` resends :class:`Unavailable` names the shard and its endpoint.
+after ``retries`` resends :class:`Unavailable` names the shard and its endpoint. A request
+the shard refused as signed before it started (queued here while it was down; the refusal
+says ``resign``) is sent again at once, signed afresh (once: the shard is up now).
+
+Every reply carries the shard's incarnation. The transport records each shard's; when a
+reply comes from another incarnation than the one recorded, the shard restarted in between
+(from its last save: updates since are gone), and the next :meth:`Transport.collect` raises
+:class:`ShardRestarted` naming the shard, once per restart (the new incarnation is recorded).
 
 A transport is not thread-safe: :class:`ps.client.PSClient` and :class:`ps.admin.PSAdmin`
 built on one transport belong to one thread.
@@ -24,7 +31,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from core.errors import InvalidInput, Unavailable, error_from_code
+from core.errors import InvalidInput, ShardRestarted, Unavailable, error_from_code
 from ps import protocol
 from ps.auth import sign
 from ps.protocol import Flag, Message, Op
@@ -38,6 +45,7 @@ class _Pending:
     deadline: float
     timeout_s: float
     attempts: int = 1
+    resigned: bool = False  # sent again once because the shard started after it was signed
 
 
 class Transport:
@@ -57,6 +65,8 @@ class Transport:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}  # insertion order is send order: resends keep it
         self._done: dict[int, Message] = {}
+        self.incarnations: dict[int, int] = {}  # shard -> the incarnation its replies carry
+        self._restarted: ShardRestarted | None = None  # seen, not raised yet
 
     @property
     def n_shards(self) -> int:
@@ -75,6 +85,9 @@ class Transport:
         """Replies for ``request_ids`` in order; raises the first error reply as its error class."""
         try:
             self._receive(set(request_ids))
+            if self._restarted is not None:
+                restarted, self._restarted = self._restarted, None
+                raise restarted
         except Unavailable:
             for rid in request_ids:  # abandon the whole request: late replies to its other parts are dropped
                 self._pending.pop(rid, None)
@@ -118,7 +131,7 @@ class Transport:
     def _transmit(self, shard: int, msg: Message) -> None:
         frames = protocol.encode(msg, auth=self._secret is not None)
         if self._secret is not None:
-            frames.append(sign(self._secret, frames))
+            frames.append(sign(self._secret, frames, identity=self._identity))
         # no connection to the shard right now: the request times out and is resent
         with contextlib.suppress(zmq.Again):
             self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=len(frames) == 1)
@@ -166,5 +179,26 @@ class Transport:
         except InvalidInput:
             return  # not a reply we can attribute; the request will time out and be retried
         pending = self._pending.pop(msg.request_id, None)
-        if pending is not None:  # replies to requests already answered (duplicates after a retry) are dropped
-            self._done[msg.request_id] = msg
+        if pending is None:  # replies to requests already answered (duplicates after a retry) are dropped
+            return
+        self._note_incarnation(pending.shard, msg.incarnation)
+        detail = msg.meta.get("detail") if msg.status != protocol.STATUS_OK else None
+        if isinstance(detail, dict) and detail.get("resign") and not pending.resigned:
+            pending.resigned = True
+            pending.msg.flags |= Flag.RETRY
+            pending.deadline = time.monotonic() + pending.timeout_s
+            self._pending[msg.request_id] = pending
+            self._transmit(pending.shard, pending.msg)
+            return
+        self._done[msg.request_id] = msg
+
+    def _note_incarnation(self, shard: int, incarnation: int) -> None:
+        known = self.incarnations.get(shard)
+        if incarnation == known or incarnation == 0:  # 0: a reply too broken to say
+            return
+        self.incarnations[shard] = incarnation
+        if known is not None and self._restarted is None:
+            self._restarted = ShardRestarted(
+                f"shard {shard} at {self.endpoints[shard]} restarted (incarnation {known:x} -> {incarnation:x}): "
+                "its tables came back from its last save; regroup from the last committed pass",
+                detail={"shard": shard, "endpoint": self.endpoints[shard], "old": known, "new": incarnation})

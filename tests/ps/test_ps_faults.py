@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zmq
 
-from core.errors import ConfigError, Forbidden, InvalidInput, NotFound, Unauthorized, Unavailable
+from core.errors import ConfigError, Forbidden, InvalidInput, NotFound, ShardRestarted, Unauthorized, Unavailable
 from ps import protocol
 from ps.admin import SaveMode
 from ps.auth import sign
@@ -21,17 +21,19 @@ from ps.shard_server import ShardServer
 from .ps_harness import shard_processes
 
 SECRET = b"a-test-secret-of-32-bytes-length"
+IDENTITY = b"raw-test-client"
 EMB = {"name": "emb", "dim": 8, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
 
 
 def _raw_call(endpoint: str, frames: list, *, secret: bytes | None = SECRET, timeout_ms: int = 5000) -> Message:
-    """Send raw frames (signed unless ``secret`` is None) and decode the shard's reply."""
+    """Send raw frames (signed unless ``secret`` is None) as client ``IDENTITY`` and decode the shard's reply."""
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, IDENTITY)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     try:
-        sock.send_multipart(frames if secret is None else [*frames, sign(secret, frames)])
+        sock.send_multipart(frames if secret is None else [*frames, sign(secret, frames, identity=IDENTITY)])
         assert sock.poll(timeout_ms), "the shard did not answer"
         return protocol.decode(sock.recv_multipart())
     finally:
@@ -105,7 +107,7 @@ def test_replayed_request_is_refused(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [EMB], n=1, secret=SECRET) as shards:
         frames = _signed_request(Message(Op.PUSH_SPARSE, 9, "emb", [np.arange(3, dtype=np.uint64),
                                                                    np.ones((3, 8), np.float32)]))
-        tagged = [*frames, sign(SECRET, frames)]
+        tagged = [*frames, sign(SECRET, frames, identity=IDENTITY)]
         assert _raw_call(shards.endpoints[0], tagged, secret=None).status == protocol.STATUS_OK
         again = _raw_call(shards.endpoints[0], tagged, secret=None)
         assert again.meta["code"] == "forbidden" and "replay" in again.meta["message"]
@@ -151,7 +153,10 @@ def test_killed_shard_raises_a_clear_error_then_comes_back_from_its_checkpoint(t
             c.wait(c.pull("emb", keys))
         shards.start(1)
         shards.wait_healthy()
-        rows = c.wait(c.pull("emb", keys))  # the same client reconnects
+        with pytest.raises(ShardRestarted, match=r"shard 1 at .* restarted \(incarnation") as restarted:
+            c.wait(c.pull("emb", keys))  # the same client reconnects, and hears of the restart once
+        assert restarted.value.shard == 1 and restarted.value.old != restarted.value.new
+        rows = c.wait(c.pull("emb", keys))
         on_1 = np.asarray([s == 1 for s in _shards_of(keys)])
         np.testing.assert_array_equal(rows[on_1], -2.0)  # both saves restored, the unsaved push lost
         np.testing.assert_array_equal(rows[~on_1], -3.0)
@@ -164,6 +169,8 @@ def test_killed_shard_raises_a_clear_error_then_comes_back_from_its_checkpoint(t
         shards.kill(1)
         shards.start(1)
         shards.wait_healthy()
+        with pytest.raises(ShardRestarted):
+            c.wait(c.pull("emb", keys))
         rows = c.wait(c.pull("emb", keys))
         np.testing.assert_array_equal(rows[on_1], -3.0)
         np.testing.assert_array_equal(rows[~on_1], -5.0)

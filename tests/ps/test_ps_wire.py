@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.errors import Forbidden, InvalidInput, NotFound, Unauthorized
+from core.errors import Forbidden, InvalidInput, NotFound, Unauthorized, Unavailable
 from ps import protocol
 from ps.auth import Verifier, is_loopback, sign
 from ps.protocol import Flag, Message, Op
@@ -60,22 +60,96 @@ def test_decoding_junk_only_ever_raises_invalid_input(junk: list[bytes], cut: in
             protocol.decode(frames)
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.ns = 1_700_000_000 * 10**9
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+SECOND = 10**9
+HEALTH = [bytes(f) for f in protocol.encode(Message(Op.HEALTH, 1), auth=True)]
+
+
+def _signed(ns: int, *, secret: bytes = SECRET, identity: bytes = b"me") -> list[bytes]:
+    """The HEALTH request signed at ``ns`` by client ``identity``, auth frame last."""
+    return [*HEALTH, sign(secret, HEALTH, identity=identity, now_ns=ns)]
+
+
 def test_signatures_refuse_missing_wrong_tampered_stale_and_replayed() -> None:
-    frames = [bytes(f) for f in protocol.encode(Message(Op.HEALTH, 1), auth=True)]
-    verifier = Verifier(SECRET, max_skew_s=60)
-    tag = sign(SECRET, frames)
-    verifier.verify([*frames, tag], has_tag=True)
+    clock = Clock()
+    verifier = Verifier(SECRET, max_skew_s=60, clock=clock)
+    signed = _signed(clock.ns)
+    verifier.verify(signed, has_tag=True, identity=b"me")
     with pytest.raises(Forbidden, match="replayed"):
-        verifier.verify([*frames, tag], has_tag=True)
+        verifier.verify(signed, has_tag=True, identity=b"me")
     with pytest.raises(Unauthorized):
-        verifier.verify(frames, has_tag=False)
+        verifier.verify(HEALTH, has_tag=False, identity=b"me")
     with pytest.raises(Forbidden, match="signature"):
-        verifier.verify([*frames, sign(b"x" * 32, frames)], has_tag=True)
+        verifier.verify(_signed(clock.ns, secret=b"x" * 32), has_tag=True, identity=b"me")
     with pytest.raises(Forbidden, match="signature"):
-        verifier.verify([frames[0] + b"", b"extra", sign(SECRET, frames)], has_tag=True)
-    old = sign(SECRET, frames, now_ns=1)
-    with pytest.raises(Forbidden, match="clock skew"):
-        verifier.verify([*frames, old], has_tag=True)
+        verifier.verify([HEALTH[0], b"extra", _signed(clock.ns)[-1]], has_tag=True, identity=b"me")
+    stale = _signed(clock.ns + 1)
+    clock.ns += 120 * SECOND
+    with pytest.raises(Forbidden, match=r"\+120.0 s off this shard's clock"):
+        verifier.verify(stale, has_tag=True, identity=b"me")
+
+
+def test_the_identity_is_under_the_mac() -> None:
+    clock = Clock()
+    verifier = Verifier(SECRET, clock=clock)
+    signed = _signed(clock.ns, identity=b"client-a")
+    with pytest.raises(Forbidden, match="signature"):  # replayed from another connection
+        verifier.verify(signed, has_tag=True, identity=b"client-b")
+    verifier.verify(signed, has_tag=True, identity=b"client-a")
+
+
+def test_every_tag_of_the_window_is_remembered_however_many_came_after() -> None:
+    clock = Clock()
+    verifier = Verifier(SECRET, max_skew_s=60, clock=clock)
+    first = _signed(clock.ns)
+    verifier.verify(first, has_tag=True, identity=b"me")
+    for _ in range(70_000):  # more than the old 65,536-tag window, within one second
+        clock.ns += 10_000
+        verifier.verify(_signed(clock.ns), has_tag=True, identity=b"me")
+    clock.ns += 59 * SECOND  # still inside the accepted window
+    with pytest.raises(Forbidden, match="replayed"):
+        verifier.verify(first, has_tag=True, identity=b"me")
+    clock.ns += 2 * SECOND  # the window moved past it: refused for its age, and its bucket dropped
+    with pytest.raises(Forbidden, match="off this shard's clock"):
+        verifier.verify(first, has_tag=True, identity=b"me")
+    verifier.verify(_signed(clock.ns), has_tag=True, identity=b"me")
+    assert verifier.remembered == 1
+
+
+def test_a_full_replay_memory_refuses_instead_of_forgetting() -> None:
+    clock = Clock()
+    verifier = Verifier(SECRET, max_skew_s=10, capacity=3, clock=clock)
+    signed = [_signed(clock.ns + i) for i in range(4)]
+    for request in signed[:3]:
+        verifier.verify(request, has_tag=True, identity=b"me")
+    with pytest.raises(Unavailable, match="replay memory full: 3 requests"):
+        verifier.verify(signed[3], has_tag=True, identity=b"me")
+    with pytest.raises(Forbidden, match="replayed"):
+        verifier.verify(signed[0], has_tag=True, identity=b"me")
+    clock.ns += 12 * SECOND  # the three expired: room again
+    verifier.verify(_signed(clock.ns), has_tag=True, identity=b"me")
+
+
+def test_requests_signed_before_the_verifier_started_are_refused_and_marked_for_resigning() -> None:
+    clock = Clock()
+    verifier = Verifier(SECRET, max_skew_s=60, clock=clock)
+    with pytest.raises(Forbidden, match=r"5\.000 s before this shard started") as refused:
+        verifier.verify(_signed(clock.ns - 5 * SECOND), has_tag=True, identity=b"me")
+    assert refused.value.detail == {"resign": True}
+
+
+def test_replies_carry_the_incarnation() -> None:
+    frames = [bytes(f) for f in protocol.encode(Message(Op.HEALTH, 3, incarnation=0xABC))]
+    assert protocol.decode(frames).incarnation == 0xABC
+    err = protocol.decode(protocol.error_reply(Op.HEALTH, 3, NotFound("x"), incarnation=7))
+    assert err.incarnation == 7 and err.meta["code"] == "not_found"
 
 
 def test_loopback_detection() -> None:
