@@ -8,7 +8,7 @@ service maps them to HTTP statuses with its one handler). Ops and their handler 
   status() -> dict              passes() -> list[dict]         checkpoint() -> dict
   export() -> dict              shrink() -> dict               rollback(pass_id: int) -> dict
   pause() -> dict               resume() -> dict
-  get_policy(table: str) -> dict
+  get_policy(table: str) -> dict  history(since: int = -1) -> dict (the learning curve after pass ``since``)
   put_policy(table: str, admission: dict | None, eviction: dict | None, dry_run: bool) -> dict
 
 The handler is any object with those methods (the trainer's job). The server answers from
@@ -27,7 +27,7 @@ from core.errors import InvalidInput, StreamrecError, Unavailable, error_from_co
 
 CONTROL_FILE = "control.json"  # under the checkpoint root: {"endpoint", "rank"} of the chief's control server
 OPS = ("status", "passes", "checkpoint", "export", "shrink", "rollback", "pause", "resume", "get_policy",
-       "put_policy")
+       "put_policy", "history")
 MAX_REQUEST_BYTES = 1 << 20
 
 
@@ -41,6 +41,7 @@ class JobHandler(Protocol):
     def pause(self) -> dict[str, Any]: ...
     def resume(self) -> dict[str, Any]: ...
     def get_policy(self, table: str) -> dict[str, Any]: ...
+    def history(self, since: int = -1) -> dict[str, Any]: ...
     def put_policy(self, table: str, admission: dict | None, eviction: dict | None,
                    dry_run: bool) -> dict[str, Any]: ...
 

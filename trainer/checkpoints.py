@@ -5,7 +5,10 @@ Layout of a pass directory::
     shard-<i>/        each PS shard's sparse tables (a delta on cursor "checkpoint", a base
                       every K passes) and dense parts, ``shard.json`` last (ps.shard_server)
     worker-<r>.arrays a worker's dense-optimizer state and metric histograms
-    worker-<r>.json   its Kafka offsets, record counts, newest record time
+    worker-<r>.json   its Kafka offsets, record counts, newest record time, consumer lag
+    metrics-total.arrays  metric histograms over every record since the job started
+                      (trainer.pass_history; the series of passes lives beside the pass
+                      directories, in pass-history.arrays, and survives their pruning)
     pass.json         the manifest, written LAST: pass id, offsets, metrics, evicted
                       count, and size + CRC-32C of every file above; the chief writes it
                       after the workers were released, once every shard finished writing
@@ -100,8 +103,11 @@ def has_worker_part(root: Root, pass_id: int, rank: int) -> bool:
 
 
 def commit_pass(root: Root, pass_id: int, manifest: dict[str, Any], *, ranks: list[int],
-                shard_entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Write the manifest last: checksums of the worker parts (of ``ranks``) and each shard's ``shard.json``."""
+                shard_entries: list[dict[str, Any]], extra_files: dict[str, dict[str, Any]] | None = None,
+                ) -> dict[str, Any]:
+    """Write the manifest last: checksums of the worker parts (of ``ranks``), each shard's
+    ``shard.json`` and ``extra_files`` (name in the pass directory -> entry, e.g. the cumulative
+    metrics of trainer.pass_history)."""
     store = open_store(root)
     d = pass_name(pass_id)
     files: dict[str, dict[str, Any]] = {}
@@ -111,6 +117,7 @@ def commit_pass(root: Root, pass_id: int, manifest: dict[str, Any], *, ranks: li
         files[f"worker-{r}.json"] = _entry_of(store, f"{d}/worker-{r}.json")
     for i, e in enumerate(shard_entries):
         files[f"shard-{i}/shard.json"] = e["manifest"]
+    files |= extra_files or {}
     man = {**manifest, "pass": pass_id, "files": files, "shard_modes": [e["mode"] for e in shard_entries]}
     store.write_json(f"{d}/{MANIFEST}", man)
     if store.local is not None:

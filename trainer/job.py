@@ -147,6 +147,7 @@ class StreamingJob:
                     self._lag_at = now
                     with contextlib.suppress(KafkaError):
                         self.lag_partitions = self.consumer.lag()  # type: ignore[union-attr]
+                        self.progress.lag = sum(self.lag_partitions.values())  # for the pass's point
             yield batch
 
     def _committable_offsets(self) -> dict[int, int]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.errors import Conflict, InvalidInput, NotFound
+from core.errors import Conflict, CorruptData, InvalidInput, NotFound
 from ps.client import PSClient
-from trainer import checkpoints
+from trainer import checkpoints, pass_history
 from trainer.job import StreamingJob
 from trainer.loop_calls import LoopOp
 
@@ -21,7 +21,29 @@ class JobControl:
         self.job = job
 
     def status(self) -> dict[str, Any]:
-        return self.job.status()
+        """The job's status, plus the newest pass's point of the learning curve (``last_point``) and
+        its cumulative AUC and log loss as ``auc`` / ``logloss`` (the last known figures, also once
+        the stream idles and the running pass has no AUC yet)."""
+        out = self.job.status()
+        point = (self.job.committer.last_commit or {}).get("progress") or self._stored_last_point()
+        out["last_point"] = point
+        out["auc"] = None if point is None else point.get("auc_total")
+        out["logloss"] = None if point is None else point.get("logloss_total")
+        return out
+
+    def _stored_last_point(self) -> dict[str, Any] | None:
+        """Before this process committed a pass (a restart): the newest stored point."""
+        try:
+            points = pass_history.read(self.job.root)
+        except CorruptData:
+            return None
+        return points[-1] if points else None
+
+    def history(self, since: int = -1) -> dict[str, Any]:
+        """Points of the learning curve after pass ``since`` (trainer.pass_history), oldest first."""
+        points = pass_history.read(self.job.root)
+        return {"since": int(since), "keep": pass_history.KEEP, "points": pass_history.since(points, int(since)),
+                "columns": list(pass_history.COLUMNS)}
 
     def passes(self) -> list[dict[str, Any]]:
         out = []

@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import Conflict
+from core.errors import Conflict, StreamrecError
 from models.base import Model
 from ps.admin import SaveMode
 from ps.client import PSClient
 from ps.ps_config import ClientConfig
 from stores.store import Store
-from trainer import checkpoints
+from trainer import checkpoints, pass_history
 from trainer.export import SAVE_TIMEOUT_S, Exporter
 from trainer.item_catalog import ItemCatalog
 from trainer.job_context import JobContext
@@ -105,28 +105,49 @@ def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[st
     entries = client.admin.save_wait(saves, timeout_s=SAVE_TIMEOUT_S)
     done = [p for p in checkpoints.complete_passes(root) if p < pass_id]
     previous = checkpoints.read_pass(root, done[-1]) if done else {}
-    man = checkpoints.commit_pass(root, pass_id, {"created_at": time.time(), **fields,
-                                                 **_merge_parts(root, pass_id, ranks, previous)},
-                                  ranks=ranks, shard_entries=entries)
+    merged, metrics, lag = _merge_parts(root, pass_id, ranks, previous)
+    total = pass_history.cumulative_metrics(root, previous, metrics)  # the learning curve (trainer.pass_history)
+    created_at = time.time()
+    point = pass_history.make_point(pass_id, created_at=created_at, pass_metrics=merged["metrics"],
+                                    total=total.summary(), records_total=merged["records_total"], previous=previous,
+                                    lag=lag, newest_record_time=merged["newest_record_time"],
+                                    shard_stats=_shard_stats(client))
+    extra = {pass_history.TOTAL_METRICS: pass_history.write_total(root, pass_id, total)}
+    man = checkpoints.commit_pass(root, pass_id, {"created_at": created_at, **fields, **merged, "progress": point},
+                                  ranks=ranks, shard_entries=entries, extra_files=extra)
+    pass_history.record(root, point)
     checkpoints.prune(root, keep)
     return man
 
 
-def _merge_parts(root: Store, pass_id: int, ranks: list[int], previous: dict[str, Any]) -> dict[str, Any]:
+def _shard_stats(client: PSClient) -> list[dict[str, Any]] | None:
+    """Table rows and bytes for the pass's point; None when a shard does not answer (the commit goes on)."""
+    try:
+        return client.admin.stats()
+    except StreamrecError:
+        return None
+
+
+def _merge_parts(root: Store, pass_id: int, ranks: list[int],
+                 previous: dict[str, Any]) -> tuple[dict[str, Any], Metrics, int | None]:
     """Manifest fields merged from the worker parts of ``ranks`` (offsets, metrics, records,
-    newest record time); partitions of workers that left keep ``previous``'s offsets."""
+    newest record time), the pass's merged metrics and the workers' consumer lag (None when
+    none reported it); partitions of workers that left keep ``previous``'s offsets."""
     offsets: dict[str, int] = dict(previous.get("offsets", {}))
     metrics = Metrics()
     newest, total = None, int(previous.get("records_total", 0))
+    lags = []
     for r in ranks:
         info, arrays = checkpoints.read_worker_part(root, pass_id, r)
+        if isinstance(info.get("lag"), int):
+            lags.append(info["lag"])
         offsets |= info["offsets"]
         metrics.merge(Metrics.from_arrays({k[8:]: v for k, v in arrays.items() if k.startswith("metrics.")}))
         t = info.get("newest_record_time")
         newest = t if newest is None or (t is not None and t > newest) else newest
         total += int(info["records"])
-    return {"offsets": offsets, "metrics": metrics.summary(), "records_total": total, "newest_record_time": newest,
-            "active_ranks": checkpoints.staying_ranks(root, pass_id, ranks)}
+    return ({"offsets": offsets, "metrics": metrics.summary(), "records_total": total, "newest_record_time": newest,
+             "active_ranks": checkpoints.staying_ranks(root, pass_id, ranks)}, metrics, sum(lags) if lags else None)
 
 
 class PassCommitter:
@@ -162,7 +183,7 @@ class PassCommitter:
         arrays |= {f"metrics.{k}": v for k, v in worker.metrics.total.to_arrays().items()}
         checkpoints.write_worker_part(self.ctx.root, n, self.ctx.rank, arrays, {
             "rank": self.ctx.rank, "offsets": {str(p): o for p, o in offsets.items()}, "records": progress.clock.count,
-            "newest_record_time": progress.newest_time, "leaving": leaving})
+            "newest_record_time": progress.newest_time, "leaving": leaving, "lag": progress.lag})
         self.ctx.rendezvous.barrier(2 * n, len(progress.active))
         if self.ctx.chief:
             self._commit_as_chief(n, worker)

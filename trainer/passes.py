@@ -40,6 +40,7 @@ class PassProgress:
         self.pass_id = 0  # the newest pass committed, restored or rolled back to (0: none yet)
         self.records_total = 0  # records of every worker up to here, as the passes' manifests count them
         self.newest_time: float | None = None  # the newest event time this worker trained on
+        self.lag: int | None = None  # records not yet consumed on this worker's partitions (last look)
         self.active = list(range(workers))  # ranks still training (a worker whose stream ended leaves)
         # set by a rollback or a regroup: the loop re-seeks the stream to these offsets
         self.reseek: dict[int, int] | None = None

@@ -17,13 +17,24 @@ def peak_rss_mb() -> float:
 
 def process_peak_rss_mb(pid: int) -> float:
     """Peak RSS (VmHWM) of a running process; 0 when it is gone or unreadable."""
+    return _status_mb(pid, "VmHWM:") or 0.0
+
+
+def rss_mb() -> float | None:
+    """This process's resident memory now (VmRSS); None where /proc is missing."""
+    import os
+
+    return _status_mb(os.getpid(), "VmRSS:")
+
+
+def _status_mb(pid: int, key: str) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key):
                 return int(line.split()[1]) / 1024.0
     except (OSError, ValueError, IndexError):
         pass
-    return 0.0
+    return None
 
 
 def process_cpu_seconds(pid: int) -> float:

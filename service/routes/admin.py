@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
@@ -47,7 +47,6 @@ async def status(store: StoreDep, job: JobDep, watcher: WatcherDep) -> dict[str,
 
 # Admin operations that are one job call without arguments: (method, path, job op, summary).
 _PLAIN_OPS = (
-    ("GET", "/passes", "passes", "The job's passes"),
     ("POST", "/checkpoint", "checkpoint", "Commit a pass now"),
     ("POST", "/export", "export", "Export an inference bundle now"),
     ("POST", "/shrink", "shrink", "Run eviction on every table now"),
@@ -66,6 +65,17 @@ def _plain(op: str) -> Callable[[JobLink], Awaitable[Any]]:
 
 for _method, _path, _op, _summary in _PLAIN_OPS:
     router.add_api_route(_path, _plain(_op), methods=[_method], summary=_summary, name=_op)
+
+
+@router.get("/passes", summary="The job's passes; with ?since=<pass id>, the learning curve after that pass")
+async def passes(job: JobDep, since: Annotated[int | None, Query(ge=-1, le=2**53, description=(
+        "return the stored series of pass points (trainer.pass_history: AUC per pass and cumulative, "
+        "records/s, lag, freshness, rows, memory) after this pass id; -1: all of it"))] = None) -> Any:
+    """Without ``since``: the manifests of the passes still on disk (a list, as before). With it:
+    ``{since, keep, columns, points}``, points oldest first, bounded to the newest ``keep`` passes."""
+    if since is None:
+        return await run_in_threadpool(job.call, "passes")
+    return await run_in_threadpool(job.call, "history", since=since)
 
 
 @router.post("/rollback", summary="Roll the job back to a committed pass")
