@@ -1,4 +1,5 @@
-"""The one-page dashboard at ``/``: a static HTML file whose script reads /metrics and /admin/status."""
+"""The one-page dashboard at ``/``: a static HTML file whose script loads the run's learning curve
+(/admin/passes?since=) when it opens, then polls it, /admin/status and /metrics."""
 
 from __future__ import annotations
 

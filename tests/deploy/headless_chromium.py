@@ -54,8 +54,9 @@ def count_color(png: Path, box: tuple[int, int, int, int], rgb: tuple[int, int, 
 
 # service/static/index.html lays charts out on a fixed grid: 44 px header, 12 px padding and
 # gaps, 580 x 250 px boxes, two per row; the canvas is 560 x 210 below a 22 px title.
-CHART_IDS = ("rate", "auc", "lag", "rows", "freshness")
+CHART_IDS = ("rate", "auc", "lag", "rows", "freshness", "memory")
 LINE_RGB = (0x1F, 0x77, 0xB4)
+SECOND_LINE_RGB = (0xFF, 0x7F, 0x0E)  # a chart's second line (cumulative AUC, the trainer's memory)
 
 
 def chart_boxes() -> dict[str, tuple[int, int, int, int]]:
