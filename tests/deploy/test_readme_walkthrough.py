@@ -1,8 +1,10 @@
 """README "Your own data", run as written: the commands between the walkthrough markers, on a
 generated ratings file, in a fresh directory. ``schema infer`` writes the config, a real
 ``streamrec up`` (embedded broker, 2 shards, 2 trainers, uvicorn) replays the file, and every
-curl's JSON answer is checked. The only changes to the commands: ``up`` gets ``--plain --port P``
-(a free port; no console on a pipe) and the curls ask ``127.0.0.1:P`` instead of ``localhost:8000``."""
+curl's JSON answer is checked. The quick start's calls run the same way against ``make up``'s
+command (``streamrec up``, the generator). The only changes to the commands: ``up`` gets
+``--plain --port P`` (a free port; no console on a pipe) and the curls ask ``127.0.0.1:P``
+instead of ``localhost:8000``."""
 
 from __future__ import annotations
 
@@ -75,18 +77,29 @@ def test_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
     movie_slot = schema.slot_ids()["movie_id"]
 
     (up_line,) = block("up")
+    _serve_and_ask(up_line, block("api"), CHECKS, movie_slot, tmp_path, env)
+
+
+def test_quick_start_calls_run_as_written(tmp_path: Path) -> None:
+    """`make up` is `streamrec up` with the defaults: the generator's most frequent user and item."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    _serve_and_ask("streamrec up", block("quickstart"), QUICK_CHECKS, 1, tmp_path, env)
+
+
+def _serve_and_ask(up_line: str, api: list[str], checks: list[Callable[[dict[str, Any], int], bool]],
+                   item_slot: int, cwd: Path, env: dict[str, str]) -> None:
+    """Start ``up_line`` on a free port, run each curl of ``api`` until its check passes, then Ctrl-C."""
+    assert len(api) == len(checks), "each README curl needs its check here"
     (port,) = free_ports(1)
-    log = tmp_path / "up.log"
+    log = cwd / "up.log"
     with open(log, "wb") as out:
-        up = subprocess.Popen(["bash", "-c", f"exec {up_line} --plain --port {port}"], cwd=tmp_path, env=env,
+        up = subprocess.Popen(["bash", "-c", f"exec {up_line} --plain --port {port}"], cwd=cwd, env=env,
                               stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        api = block("api")
-        assert len(api) == len(CHECKS), "each README curl needs its check here"
-        for line, check in zip(api, CHECKS, strict=True):
+        for line, check in zip(api, checks, strict=True):
             assert "localhost:8000" in line
             cmd = line.replace("localhost:8000", f"127.0.0.1:{port}")
-            _until(up, log, cmd, lambda a, check=check: check(a, movie_slot), tmp_path, env)
+            _until(up, log, cmd, lambda a, check=check: check(a, item_slot), cwd, env)
         up.send_signal(signal.SIGINT)  # Ctrl-C: a final pass, then every role stops
         assert up.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
         assert "final pass committed" in log.read_text(errors="replace")
@@ -143,3 +156,19 @@ def _lookup(answer: dict[str, Any], slot: int) -> bool:
 
 
 CHECKS = [_recommend, _recommend_excluding, _similar, _predict, _lookup]
+
+
+def _any_items(answer: dict[str, Any], slot: int) -> bool:
+    ids = np.array([i["id"] for i in answer["items"]], np.uint64)
+    return len(ids) == 5 and bool((slot_of(ids) == slot).all())
+
+
+def _generator_user(answer: dict[str, Any], slot: int) -> bool:
+    return answer["ids"] == [0xAE4311FF] and answer["missing"] == []  # hex-hashed in slot 0: the value itself
+
+
+def _status(answer: dict[str, Any], slot: int) -> bool:
+    return answer["bundle"]["version"] >= 1
+
+
+QUICK_CHECKS = [_any_items, _generator_user, _any_items, _status]
