@@ -27,16 +27,32 @@ def _bytes(n: int | None) -> str:
     return f"{size:,.1f} GiB"
 
 
+def _auc(snap: Snapshot) -> str:
+    """``0.7012 this pass, 0.6890 since start (Bayes-optimal 0.8000)``, parts that are known."""
+    out = _num(snap.auc, "{:.4f}") + (" this pass" if snap.auc is not None else "")
+    if snap.auc_total is not None:
+        out += f", {snap.auc_total:.4f} since start"
+    if snap.bayes_auc is not None:
+        out += f"   (Bayes-optimal {snap.bayes_auc:.4f})"
+    return out
+
+
+def plain_line(snap: Snapshot) -> str:
+    """One progress line (no terminal): rounded figures with their units, ``–`` where unknown."""
+    return (f"records/s {_num(snap.records_per_s)} (total {_num(snap.records)} records)  "
+            f"lag {_num(snap.lag)} records  AUC {_auc(snap)}  rows {_num(snap.rows)} ({_bytes(snap.table_bytes)})  "
+            f"pass {_num(snap.last_pass)}  export {_num(snap.last_export)}  "
+            f"freshness {_num(snap.freshness_s, '{:.1f} s')}")
+
+
 def render(snap: Snapshot, *, run_dir: str, started: float) -> Panel:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    auc = _num(snap.auc, "{:.4f}")
-    if snap.bayes_auc is not None:
-        auc += f"   (Bayes-optimal {snap.bayes_auc:.4f})"
+    auc = _auc(snap)
     rows = [
-        ("records/s", _num(snap.records_per_s, "{:,.0f}") + f"   total {_num(snap.records)}"),
-        ("consumer lag", _num(snap.lag)),
+        ("records/s", _num(snap.records_per_s, "{:,.0f}") + f"   total {_num(snap.records)} records"),
+        ("consumer lag", _num(snap.lag) + (" records" if snap.lag is not None else "")),
         ("progressive AUC", auc),
         ("table rows", f"{_num(snap.rows)}   {_bytes(snap.table_bytes)}"),
         ("admitted / evicted", f"{_num(snap.admitted)} / {_num(snap.evicted)}"),

@@ -43,7 +43,8 @@ class Snapshot:
     records: float | None = None
     records_per_s: float | None = None
     lag: float | None = None
-    auc: float | None = None
+    auc: float | None = None  # the running pass's, else the newest committed pass's
+    auc_total: float | None = None  # over every record since the job started, as of the newest pass
     bayes_auc: float | None = None
     rows: int | None = None
     table_bytes: int | None = None
@@ -106,6 +107,7 @@ class StatusCollector:
         snap.auc = find_number(job.get("progressive") or {}, "auc")
         if snap.auc is None:
             snap.auc = find_number(commit.get("metrics") or {}, "auc")
+        snap.auc_total = find_number(job.get("last_point") or {}, "auc_total")  # trainer.pass_history
         snap.last_pass = find_number(job, "pass")
         last_export = job.get("last_export")
         if isinstance(last_export, int | float) and not isinstance(last_export, bool):

@@ -58,6 +58,8 @@ def _restarted(roles: UpRoles) -> str:
 
 def watch_plain(w: Watch) -> int:
     """Progress lines; returns 1 once a role failed."""
+    from deploy.console import plain_line
+
     last = 0.0
     while True:
         reason = w.roles.tend(w.say)
@@ -66,8 +68,6 @@ def watch_plain(w: Watch) -> int:
             return 1
         if time.monotonic() - last >= _PLAIN_EVERY_S:
             snap = w.collector.collect()
-            w.say(f"records/s {snap.records_per_s} lag {snap.lag} auc {snap.auc} (bayes {snap.bayes_auc}) "
-                  f"rows {snap.rows} pass {snap.last_pass} export {snap.last_export} "
-                  f"freshness {snap.freshness_s}" + _restarted(w.roles))
+            w.say(plain_line(snap) + _restarted(w.roles))
             last = time.monotonic()
         time.sleep(_PLAIN_POLL_S)

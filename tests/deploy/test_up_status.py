@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from deploy.console import render
+from deploy.console import plain_line, render
 from deploy.up_status import Snapshot, StatusCollector, find_number
 
 
@@ -52,3 +52,25 @@ def test_console_renders_with_every_field_missing() -> None:
     console.print(render(Snapshot(at=0.0, api_url="http://127.0.0.1:8000"), run_dir="runs/local", started=0.0))
     text = console.export_text()
     assert "progressive AUC" in text and "http://127.0.0.1:8000" in text
+
+
+def test_an_idle_stream_shows_the_last_passes_auc_and_the_cumulative_one() -> None:
+    idle = _status(5, 5000, 120.0)
+    job = idle["job"]["status"]
+    job["progressive"] = {"auc": None}  # the running pass has seen no record
+    job["last_commit"]["metrics"] = {"auc": 0.71}
+    job["last_point"] = {"pass": 5, "auc": 0.71, "auc_total": 0.6837}
+    snap = FakeCollector([idle]).collect()
+    assert (snap.auc, snap.auc_total) == (0.71, 0.6837)
+
+
+def test_the_plain_line_prints_rounded_figures_with_units() -> None:
+    snap = Snapshot(at=0.0, api_url="http://127.0.0.1:8000", records=12345.0, records_per_s=502.0267131307615,
+                    lag=1500.0, auc=0.5137581234, auc_total=0.50123, bayes_auc=0.8, rows=20000, table_bytes=3 << 20,
+                    last_pass=3.0, last_export=3.0, freshness_s=2.345678)
+    line = plain_line(snap)
+    assert line == ("records/s 502 (total 12,345 records)  lag 1,500 records  "
+                    "AUC 0.5138 this pass, 0.5012 since start   (Bayes-optimal 0.8000)  rows 20,000 (3.0 MiB)  "
+                    "pass 3  export 3  freshness 2.3 s")
+    empty = plain_line(Snapshot(at=0.0, api_url="x"))
+    assert "None" not in empty and "records/s – " in empty and "freshness –" in empty
