@@ -20,10 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, ValidationInfo, create_model, field_validator
 
 from core.yaml_config import FrozenModel, load_yaml
 from models.model_config import ModelConfig
+from models.schema_fit import check_fit, fill_dense_width
 from ps.ps_config import ClientConfig
 from ps.restart_policy import RestartPolicy
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
@@ -105,11 +106,33 @@ class StreamrecConfig(FrozenModel):
     kafka: KafkaConfig = KafkaConfig()
     schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema")
     ps: PSSection = PSSection()
-    train: TrainSection = Field(default_factory=TrainSection)  # type: ignore[valid-type]
+    # validated after schema (and its default too): train.model must fit it (models.schema_fit)
+    train: TrainSection = Field(default_factory=TrainSection, validate_default=True)  # type: ignore[valid-type]
     service: ServiceSection = ServiceSection()
     up: UpSection = UpSection()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)  # "schema" is the YAML key
+
+    @field_validator("train", mode="before")
+    @classmethod
+    def _dense_width_from_schema(cls, train: Any, info: ValidationInfo) -> Any:
+        """train.model.n_dense left out: the schema's dense field count."""
+        schema = info.data.get("schema_")  # absent when it was invalid: that error is reported
+        if schema is None:
+            return train
+        if isinstance(train, TrainSection):
+            return train.model_copy(update={"model": fill_dense_width(train.model, schema)})
+        if isinstance(train, dict):
+            return {**train, "model": fill_dense_width(train.get("model", default_model()), schema)}
+        return train
+
+    @field_validator("train")
+    @classmethod
+    def _model_fits_schema(cls, train: Any, info: ValidationInfo) -> Any:
+        schema = info.data.get("schema_")
+        if schema is not None:
+            check_fit(train.model, schema, model_key="train.model", schema_key="schema")
+        return train
 
 
 def load_config(path: str | Path | None) -> StreamrecConfig:

@@ -41,6 +41,7 @@ from trainer.job_config import JobConfig
 from trainer.job_context import JobContext
 from trainer.loop_calls import LoopCalls, LoopOp
 from trainer.metrics import WindowedMetrics
+from trainer.minibatch import MiniBatch, MiniBatcher
 from trainer.params import PSStore, dense_rule
 from trainer.pass_commit import PassCommitter
 from trainer.passes import PassProgress
@@ -150,6 +151,15 @@ class StreamingJob:
                         self.progress.lag = sum(self.lag_partitions.values())  # for the pass's point
             yield batch
 
+    def _minibatches(self) -> Iterator[MiniBatch | None]:
+        """The polls as training mini-batches of ``batch_size`` records (trainer.minibatch); None
+        when a poll came back empty. A new batcher per loop: a re-seek drops what it held."""
+        batcher = MiniBatcher(self.config.batch_size, self.config.batch_wait_ms / 1000)
+        for poll in self._poll():
+            yield from batcher.add(poll)
+            if poll is None:
+                yield None
+
     def _committable_offsets(self) -> dict[int, int]:
         assert self.consumer is not None
         with self.lock:
@@ -167,7 +177,8 @@ class StreamingJob:
         try:
             while not self.stopping.is_set():  # once, unless a rollback re-seeks the stream
                 self.progress.reseek = None
-                items = Prefetcher(self._poll(), lambda b: None if b is None else prepare(self.model, b, pull), depth=2)
+                items = Prefetcher(self._minibatches(),
+                                   lambda m: None if m is None else (prepare(self.model, m.batch, pull), m), depth=2)
                 try:
                     idle_since = self._loop(items, idle_since)
                 finally:
@@ -209,7 +220,9 @@ class StreamingJob:
                 if item is not None:
                     self._train(item)
                     idle_since = time.monotonic()
-                if self.progress.clock.due() or self._peer_committing() or (
+                # a due pass ends where no poll is partly trained: its offsets are exactly its records
+                at_poll_end = item is None or item[1].ends_group
+                if (self.progress.clock.due() and at_poll_end) or self._peer_committing() or (
                         leaving and (self.progress.clock.count or len(active) > 1)):
                     self.commit(leaving=leaving)
                     if not leaving:  # a commit's stall (slower on an object store) is not idleness of the stream
@@ -242,12 +255,14 @@ class StreamingJob:
         pass_id = self.progress.clock.pass_id
         return any(checkpoints.has_worker_part(self.root, pass_id, r) for r in active if r != self.rank)
 
-    def _train(self, item: Prepared) -> None:
+    def _train(self, item: tuple[Prepared, MiniBatch]) -> None:
         assert self.worker is not None and self.consumer is not None
-        batch = item.batch
-        self.worker.step(item)
+        prepared, mini = item
+        batch = prepared.batch
+        self.worker.step(prepared)
         with self.lock:  # pushes of this batch are in flight; drain() precedes every offset checkpoint
-            self.consumer.tracker.mark_pushed(batch)
+            for poll in mini.completes:  # a poll is pushed once its last mini-batch is
+                self.consumer.tracker.mark_pushed(poll)
         n = len(batch)
         self.progress.clock.add(n)
         self.records_run += n

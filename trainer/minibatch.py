@@ -1,0 +1,91 @@
+"""Training mini-batches of ``train.batch_size`` records, whatever the size of Kafka's polls.
+
+A poll holds what arrived within ``kafka.batch_timeout_ms`` (up to ``kafka.batch_size``): a few
+dozen records at 500 records/s, 4,096 in a replay at 20,000/s. Trained as they come, the
+step count (and so the model) would depend on the arrival rate. :class:`MiniBatcher` holds
+polls until they hold ``size`` records, or the first of them waited ``wait_s``, or a poll came
+back empty; then the held group of ``n`` records is trained as ``round(n / size)`` (at least
+one) near-equal mini-batches, in record order: steps of ``size`` records give or take a half
+(polls are joined whole: 6 polls of 50 make one step of 300, not two of 150). A big poll
+becomes several mini-batches, small polls are joined into one.
+
+The offset rule (:mod:`streaming.offsets`) holds per poll: a poll's span is marked pushed
+after the step of the mini-batch holding its LAST record (``MiniBatch.completes``), so its
+offsets never become committable before every one of its records was pushed. Polls held
+here are issued but not pushed: a checkpoint taken meanwhile resumes before them. The last
+mini-batch of a group ends on a poll boundary (``ends_group``): a pass that ends there
+records offsets that are exactly the records it trained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from streaming.batch import Batch, concat_batches
+
+
+@dataclass(frozen=True)
+class MiniBatch:
+    """One training step's records (``batch.positions`` is empty: offsets go by ``completes``)."""
+
+    batch: Batch
+    completes: tuple[Batch, ...]  # polls whose last record is in this mini-batch: mark them pushed after its step
+    ends_group: bool  # no poll is partly trained after this step
+
+
+class MiniBatcher:
+    """Turns polls into mini-batches of about ``size`` records (the module docstring)."""
+
+    def __init__(self, size: int, wait_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if size < 1:
+            raise ValueError(f"mini-batch size must be >= 1, got {size}")
+        self.size = size
+        self.wait_s = wait_s
+        self.clock = clock
+        self._held: list[Batch] = []
+        self._held_n = 0
+        self._held_since = 0.0
+
+    @property
+    def held(self) -> int:
+        """Records waiting for a mini-batch."""
+        return self._held_n
+
+    def add(self, poll: Batch | None) -> list[MiniBatch]:
+        """Take a poll (None: nothing arrived, so whatever is held goes now); returns the
+        mini-batches ready to train, in order."""
+        if poll is None:
+            return self.flush()
+        if len(poll) == 0:
+            raise ValueError("an empty poll has nothing to train (the consumer issues None instead)")
+        if not self._held:
+            self._held_since = self.clock()
+        self._held.append(poll)
+        self._held_n += len(poll)
+        if self._held_n >= self.size or self.clock() - self._held_since >= self.wait_s:
+            return self.flush()
+        return []
+
+    def flush(self) -> list[MiniBatch]:
+        """Every held record, as near-equal mini-batches of about ``size``."""
+        polls, n = self._held, self._held_n
+        self._held, self._held_n = [], 0
+        if not polls:
+            return []
+        joined = polls[0] if len(polls) == 1 else concat_batches(polls)
+        joined = dataclasses.replace(joined, positions={})
+        parts = max(1, round(n / self.size))
+        bounds = [n * i // parts for i in range(parts + 1)]
+        ends = np.cumsum([len(p) for p in polls])  # one past each poll's last row
+        out = []
+        for lo, hi in itertools.pairwise(bounds):
+            batch = joined if parts == 1 else joined.take(np.arange(lo, hi))
+            completes = tuple(p for p, end in zip(polls, ends, strict=True) if lo < end <= hi)
+            out.append(MiniBatch(batch, completes, ends_group=hi == n))
+        return out
