@@ -35,6 +35,7 @@ from ps.ps_config import PSConfig, load_ps_config
 from stores.store import open_store
 from streaming.batch import Batch
 from streaming.consumer import Membership, StreamConsumer
+from streaming.group_offsets import GroupOffsets
 from trainer import checkpoints
 from trainer.item_catalog import ItemCatalog
 from trainer.job_config import JobConfig
@@ -113,7 +114,12 @@ class StreamingJob:
         self.rendezvous = Rendezvous(self.client, lease, stopping=self.stopping)
         ctx = JobContext(config, spec, root=self.root, client=self.client, store=self.store, progress=self.progress,
                          rendezvous=self.rendezvous)
-        self.committer = PassCommitter(ctx, model=self.model, catalog=self.catalog, offsets=self._committable_offsets)
+        # the chief records each committed pass's offsets in the Kafka group too, for lag tools
+        # (recovery reads the manifest): streaming.group_offsets
+        self.group_offsets = (GroupOffsets(config.kafka, bootstrap, client_id=f"streamrec-trainer-{self.rank}-offsets")
+                              if self.chief else None)
+        self.committer = PassCommitter(ctx, model=self.model, catalog=self.catalog, offsets=self._committable_offsets,
+                                       on_committed=None if self.group_offsets is None else self._commit_to_group)
         self.recovery = Recovery(ctx, self.committer)
         self.loop_calls = LoopCalls({LoopOp.CHECKPOINT: self._checkpoint, LoopOp.EXPORT: self.committer.export_now,
                                      LoopOp.SHRINK: self._shrink, LoopOp.ROLLBACK: self._rollback})
@@ -160,6 +166,11 @@ class StreamingJob:
             if poll is None:
                 yield None
 
+    def _commit_to_group(self, manifest: dict[str, Any]) -> None:
+        """In the chief's commit finisher: the complete pass's offsets, every partition's."""
+        assert self.group_offsets is not None
+        self.group_offsets.commit({int(p): int(o) for p, o in manifest.get("offsets", {}).items()})
+
     def _committable_offsets(self) -> dict[int, int]:
         assert self.consumer is not None
         with self.lock:
@@ -193,6 +204,8 @@ class StreamingJob:
             if pull_client is not None:
                 pull_client.close()
             self.committer.close()
+            if self.group_offsets is not None:
+                self.group_offsets.close()
             self.consumer.close()
         return self.status()
 

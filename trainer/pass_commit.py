@@ -27,6 +27,7 @@ and the exporter the finished passes are handed to).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,7 @@ from trainer.worker import Worker
 
 # what the chief hands the export of a pass: the dense weights at the snapshot point, the item catalogue
 ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None]
+log = logging.getLogger(__name__)
 
 
 class CommitFinisher:
@@ -154,12 +156,16 @@ class PassCommitter:
     """Ends passes on this worker and, on the chief, commits them (the module docstring)."""
 
     def __init__(self, ctx: JobContext, *, model: Model, catalog: ItemCatalog | None,
-                 offsets: Callable[[], dict[int, int]]) -> None:
-        """``offsets``: the stream offsets this worker may commit (read once its pushes were drained)."""
+                 offsets: Callable[[], dict[int, int]],
+                 on_committed: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """``offsets``: the stream offsets this worker may commit (read once its pushes were drained).
+        ``on_committed``: the chief calls it with each pass's manifest once the pass is complete
+        (in the finisher thread); its failure is logged, the pass stays committed."""
         self.ctx = ctx
         self.model = model
         self.catalog = catalog
         self.offsets = offsets
+        self.on_committed = on_committed
         self.exporter: Exporter | None = None  # the chief's, when passes.export is on (start_exporting)
         self.finisher: CommitFinisher | None = None  # the chief's commits finishing in the background
         self.force_base = False  # the next save starts a new chain of table files
@@ -228,6 +234,11 @@ class PassCommitter:
         man = finish_pass(client, self.ctx.root, n, saves, ranks, keep=self.ctx.config.passes.keep, fields={
             "evicted": evicted, "workers": self.ctx.spec.num_workers, "mode": self.ctx.spec.mode})
         self.last_commit = man  # status() shows the pass as soon as it exists
+        if self.on_committed is not None:
+            try:
+                self.on_committed(man)
+            except StreamrecError as err:  # e.g. the Kafka group's offsets: only for lag tools
+                log.warning("pass %d: %s", n, err.message)
         if export is not None and self.exporter is not None:
             dense, catalog = export
             self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog)
