@@ -108,6 +108,6 @@ class JobLink:
         return None if newest is None else max(0.0, time.time() - newest)
 
     def auc(self) -> float | None:
-        """The job's progressive-validation AUC: cumulative over every record as of its newest pass
-        (trainer status: auc, trainer.pass_history), else the running pass's (progressive.auc)."""
+        """The job's progressive-validation AUC (trainer status: auc, the running pass's, else the
+        newest committed pass's; the cumulative one is auc_total, trainer.pass_history)."""
         return _find(self.cached_status, "auc")

@@ -19,25 +19,32 @@ from trainer.loop_calls import LoopOp
 class JobControl:
     def __init__(self, job: StreamingJob) -> None:
         self.job = job
+        self._stored: dict[str, Any] | None = None  # the newest stored point, once read
 
     def status(self) -> dict[str, Any]:
-        """The job's status, plus the newest pass's point of the learning curve (``last_point``) and
-        its cumulative AUC and log loss as ``auc`` / ``logloss`` (the last known figures, also once
-        the stream idles and the running pass has no AUC yet)."""
+        """The job's status, plus the newest pass's point of the learning curve (``last_point``,
+        trainer.pass_history) and the last known figures, also once the stream idles and the
+        running pass has none: ``auc`` (the running pass's progressive AUC, else the newest pass's)
+        and ``auc_total`` / ``logloss_total`` (cumulative over every record since the job started)."""
         out = self.job.status()
-        point = (self.job.committer.last_commit or {}).get("progress") or self._stored_last_point()
-        out["last_point"] = point
-        out["auc"] = None if point is None else point.get("auc_total")
-        out["logloss"] = None if point is None else point.get("logloss_total")
+        point = (self.job.committer.last_commit or {}).get("progress") or self._stored_last_point() or {}
+        running = (out.get("progressive") or {}).get("auc")
+        out["last_point"] = point or None
+        out["auc"] = running if running is not None else point.get("auc")
+        out["auc_total"] = point.get("auc_total")
+        out["logloss_total"] = point.get("logloss_total")
         return out
 
     def _stored_last_point(self) -> dict[str, Any] | None:
-        """Before this process committed a pass (a restart): the newest stored point."""
-        try:
-            points = pass_history.read(self.job.root)
-        except CorruptData:
-            return None
-        return points[-1] if points else None
+        """Before this process committed a pass (a restart): the newest stored point, read once
+        (only this process's commits add points)."""
+        if self._stored is None:
+            try:
+                points = pass_history.read(self.job.root)
+            except (CorruptData, OSError):
+                points = []
+            self._stored = points[-1] if points else {}
+        return self._stored or None
 
     def history(self, since: int = -1) -> dict[str, Any]:
         """Points of the learning curve after pass ``since`` (trainer.pass_history), oldest first."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.atomic_files import read_json
+from core.atomic_files import decode_arrays, read_json, read_verified
 from jobcontrol.channel import ControlClient
 from stores.store import open_store
 from trainer import checkpoints, pass_history
@@ -94,7 +94,8 @@ def test_a_jobs_chief_keeps_the_curve_past_pruning_and_serves_it(broker, cluster
             finally:
                 client.close()
         time.sleep(0.2)
-    assert isinstance(status["auc"], float) and status["auc"] == status["last_point"]["auc_total"]
+    assert status["auc_total"] == status["last_point"]["auc_total"] and isinstance(status["auc_total"], float)
+    assert isinstance(status["auc"], float)  # the running pass's, else the last pass's: never None once known
     assert wait_exit(job) == 0, c.procs.log_of(job)[-3000:]
     points = pass_history.read(open_store(str(root)))
     assert [p["pass"] for p in points] == [1, 2, 3, 4, 5]
@@ -108,3 +109,15 @@ def test_a_jobs_chief_keeps_the_curve_past_pruning_and_serves_it(broker, cluster
     assert points[0]["auc_total"] == points[0]["auc"]  # the first pass is all there is so far
     last = checkpoints.read_pass(root, 5)
     assert last["progress"] == points[-1]  # the manifest holds the same point
+
+    # a restart goes on with the series and the cumulative metrics from the restored pass
+    produce(broker.bootstrap, RECORDS + 2000, kafka=kafka, start=RECORDS)
+    again = c.train(path, broker.bootstrap)
+    assert wait_exit(again) == 0, c.procs.log_of(again)[-3000:]
+    points = pass_history.read(open_store(str(root)))
+    assert [p["pass"] for p in points] == [1, 2, 3, 4, 5, 6, 7]
+    assert points[-1]["records_total"] == RECORDS + 2000
+    man = checkpoints.read_pass(root, 7)
+    d = root / checkpoints.pass_name(7)
+    total = Metrics.from_arrays(decode_arrays(read_verified(d, man["files"][pass_history.TOTAL_METRICS]), str(d)))
+    assert total.count == RECORDS + 2000 and total.summary()["auc"] == points[-1]["auc_total"]
