@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from core.metrics_http import MetricsConfig
 from core.yaml_config import FrozenModel, load_yaml
 from ps.protocol import INLINE_MAX_BYTES, MAX_ARRAYS
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
@@ -68,6 +69,7 @@ class PSConfig(FrozenModel):
     client: ClientConfig = ClientConfig()
     shard: ShardLimits = ShardLimits()
     auth: AuthConfig = AuthConfig()
+    metrics: MetricsConfig = MetricsConfig()  # each shard's /metrics (ps.shard_metrics); `--metrics-port` overrides
 
     @model_validator(mode="after")
     def _unique_names(self) -> PSConfig:
