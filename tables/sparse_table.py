@@ -24,19 +24,10 @@ import numpy as np
 from core.errors import NonFiniteGradient
 from core.yaml_config import validate_config
 from tables import eviction, hashmap
-from tables.admission import Admission, carry_over, make_admission
+from tables.admission import carry_over, make_admission
 from tables.batch_checks import as_counts, as_keys, as_matrix
-from tables.budget import (
-    EVICT_SLACK,
-    SLOT_BYTES,
-    TOMBSTONE_SHARE,
-    check_budget,
-    fixed_bytes,
-    reserved_fixed_bytes,
-    rows_within,
-    table_bytes,
-    tombstone_bytes,
-)
+from tables.budget import table_bytes
+from tables.byte_budget import TableBudget
 from tables.dedupe import dedupe, sum_rows, sum_values
 from tables.finite import finite_rows
 from tables.initializers import KIND_CODES, WIDE_SEED_SALT, fill_rows
@@ -67,8 +58,8 @@ class SparseTable:
         self.counters: dict[str, int] = dict.fromkeys(
             ("pulls", "pulled_keys", "rejected_pulls", "pushes", "pushed_keys", "evicted", "nonfinite_rejected",
              "nonfinite_skipped", "not_admitted", "refused_by_budget", "evicted_by_budget"), 0)
-        self._shard_budget: int | None = None  # this table's share of its shard's max_bytes
-        self._fit_budget(self._row_limit(config))
+        self.budget = TableBudget(self)
+        self.budget.fit(self.budget.row_limit(config))
         ic, wc = config.initializer, config.wide_initializer
         self._init_args = (np.uint64(config.seed), KIND_CODES[ic.kind], np.float32(ic.scale),
                            np.uint64(config.seed ^ WIDE_SEED_SALT), KIND_CODES[wc.kind], np.float32(wc.scale))
@@ -124,7 +115,8 @@ class SparseTable:
                 "table": self.name, "rows": st.rows.n, "dim": self.dim, "width": self.width, "pass": st.pass_id,
                 "epoch": st.epoch, "capacity_rows": st.rows.capacity, "index_slots": st.slots.shape[0],
                 "row_bytes": st.rows.row_nbytes(),
-                "bytes": table_bytes(st), "used_bytes": st.rows.used_nbytes(), "max_bytes": self._budget()[0],
+                "bytes": table_bytes(st), "used_bytes": st.rows.used_nbytes(),
+                "max_bytes": self.budget.in_force()[0],
                 "over_budget": self.config.eviction.over_budget,
                 "admitted": adm.admitted, "pending_estimate": adm.pending_estimate,
                 "admission_bytes": adm.memory_bytes(), "tombstones": int(st.tomb_keys.shape[0]),
@@ -166,7 +158,7 @@ class SparseTable:
                 new = miss[admitted]
                 self.counters["not_admitted"] += int(miss.shape[0] - new.shape[0])
                 if new.shape[0]:
-                    new, limit = self._make_room(uniq, rows, new)
+                    new, limit = self.budget.make_room(uniq, rows, new)
                     if new.shape[0]:
                         rows[new] = self._create(uniq[new], limit)
                 keep = rows >= 0
@@ -187,104 +179,14 @@ class SparseTable:
         touch(cols["show"], cols["click"], cols["last_seen"], cols["mod_epoch"], rows, s, c, self.state.pass_id,
               np.uint32(self.state.epoch), np.float32(self.config.show_click_decay))
 
-    # ---------------------------------------------------------------- budget
-    def _budget(self, config: TableConfig | None = None) -> tuple[int | None, str]:
-        """The byte budget in force (None: unbounded) and the config key it comes from."""
-        own = (config or self.config).eviction.max_bytes
-        shard = self._shard_budget
-        if shard is not None and (own is None or shard < own):
-            return shard, "shard.max_bytes"
-        return own, "eviction.max_bytes"
-
-    def _row_limit(self, config: TableConfig, admission: Admission | None = None) -> int | None:
-        """Rows that fit in ``config``'s budget now (with ``admission``'s sketches, when it
-        replaces the table's); a ConfigError naming the key when not one does."""
-        budget, key = self._budget(config)
-        if budget is None:
-            return None
-        st = self.state
-        fixed = reserved_fixed_bytes(st, budget)
-        if admission is not None:
-            fixed += admission.memory_bytes() - st.admission.memory_bytes()
-        return check_budget(budget, st.rows.row_nbytes(), fixed, key=key, table=self.name)
-
-    def _fit_budget(self, limit: int | None) -> None:
-        """Under the lock: give back capacity beyond ``limit`` rows (a new or lowered budget,
-        tombstones grown), unless a snapshot is reading the store."""
-        if limit is not None and self.state.rows.capacity > limit and self.lock.snapshot is None:
-            self.state.compact(limit)
-
     def budget_shape(self) -> tuple[int, float]:
-        """(fixed bytes, bytes a row takes in the store and the index): what splits a shard's budget."""
-        with self.lock.mutex:
-            st = self.state
-            return fixed_bytes(st), st.rows.row_nbytes() + SLOT_BYTES / hashmap.MAX_LOAD
+        """(fixed bytes, bytes per row): what splits a shard's ``max_bytes`` (:mod:`tables.byte_budget`)."""
+        return self.budget.shape()
 
     def set_shard_budget(self, max_bytes: int | None) -> None:
-        """This table's share of its shard's ``max_bytes`` (:func:`tables.budget.split_shard_budget`);
-        the smaller of it and ``eviction.max_bytes`` is enforced."""
-        with self.lock.mutex:
-            old, self._shard_budget = self._shard_budget, max_bytes
-            try:
-                self._fit_budget(self._row_limit(self.config))
-            except BaseException:
-                self._shard_budget = old
-                raise
-
-    def _make_room(self, uniq: np.ndarray, rows: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, int | None]:
-        """Under the lock, before ``new`` (indices into ``uniq``) get rows: evict the coldest
-        rows (evict mode; ``rows`` is looked up again) and/or keep only the new ids that fit.
-        Returns the new ids that get rows and the row limit their growth is capped at."""
-        budget, _ = self._budget()
-        if budget is None:
-            return new, None
-        st, cfg = self.state, self.config.eviction
-        row_bytes = st.rows.row_nbytes()
-        limit = rows_within(budget, row_bytes, reserved_fixed_bytes(st, budget))
-        m = new.shape[0]
-        if (st.rows.n + m > limit and cfg.over_budget == "evict" and self.lock.snapshot is None
-                and tombstone_bytes(st) < budget // TOMBSTONE_SHARE):
-            # Free a slack beyond this push's need, so the partial sort runs once per many pushes.
-            want = st.rows.n + m - limit + limit // EVICT_SLACK
-            for _ in range(4):  # again when the evictions' tombstones lowered the limit
-                if not self._evict_coldest(want, protected=rows[rows >= 0]):
-                    break
-                limit = rows_within(budget, row_bytes, reserved_fixed_bytes(st, budget))
-                want = st.rows.n + m - limit
-                if want <= 0:
-                    break
-            hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
-        take = max(0, min(m, limit - st.rows.n))
-        if take < m:
-            self.counters["refused_by_budget"] += m - take
-            new = new[:take]
-        self._fit_budget(max(limit, st.rows.n + take))
-        return new, limit
-
-    def _evict_coldest(self, count: int, *, protected: np.ndarray) -> int:
-        """Evict the ``count`` coldest rows, never ``protected`` ones; returns how many went."""
-        st = self.state
-        n = st.rows.n
-        cols = st.rows.cols
-        victims = eviction.coldest(self.config.eviction, count, show=cols["show"][:n], click=cols["click"][:n],
-                                   last_seen=cols["last_seen"][:n], current_pass=st.pass_id,
-                                   decay=self.config.show_click_decay, protected=protected)
-        if victims.shape[0] == 0:
-            return 0
-        mask = np.zeros(n, np.bool_)
-        mask[victims] = True
-        gone = cols["keys"][:n][mask].copy()
-        st.remove(mask)
-        self._tombstones(gone)
-        self.counters["evicted_by_budget"] += int(victims.shape[0])
-        return int(victims.shape[0])
-
-    def _tombstones(self, gone: np.ndarray) -> None:
-        """Record evicted ids for the next delta saves; with no save chain and no save under
-        way no delta owes them (the next save is a base), so none is kept."""
-        st = self.state
-        if st.cursors or self.lock.one_save.locked():
-            st.add_tombstones(gone, np.full(gone.shape[0], st.epoch, np.uint32))
+        """This table's share of its shard's ``max_bytes``; the smaller of it and
+        ``eviction.max_bytes`` is enforced."""
+        self.budget.set_shard_share(max_bytes)
 
     def _create(self, keys: np.ndarray, limit: int | None = None) -> np.ndarray:
         """Append rows for absent ``keys`` with initializer values; returns their row numbers.
@@ -333,12 +235,12 @@ class SparseTable:
         new = self.policy_config(admission=admission, eviction=eviction)
         with self.lock.mutex:
             fresh = make_admission(new.admission, new.seed) if new.admission != self.config.admission else None
-            limit = self._row_limit(new, fresh)  # a budget too small for one row is refused, nothing changed
+            limit = self.budget.row_limit(new, fresh)  # a budget too small for one row is refused, nothing changed
             if fresh is not None:
                 carry_over(self.state.admission, fresh)
                 self.state.admission = fresh
             self.config = new
-            self._fit_budget(limit)
+            self.budget.fit(limit)
         return new
 
     def shrink(self, *, policy: EvictionConfig | None = None, dry_run: bool = False) -> int:
@@ -358,7 +260,7 @@ class SparseTable:
                 return count
             gone = cols["keys"][:n][mask].copy()
             st.remove(mask)
-            self._tombstones(gone)
+            self.budget.keep_tombstones(gone)
             self.counters["evicted"] += count
             return count
 
@@ -381,8 +283,5 @@ class SparseTable:
         budget in force afterwards (the saved policy's) gives back the capacity beyond it."""
         manifest = load_table(self, Path(path))
         with self.lock.mutex:
-            budget, _ = self._budget()
-            if budget is not None:  # no error now: the load is done (push refuses what does not fit)
-                st = self.state
-                self._fit_budget(rows_within(budget, st.rows.row_nbytes(), reserved_fixed_bytes(st, budget)))
+            self.budget.fit_loaded()
         return manifest

@@ -1,0 +1,157 @@
+"""Enforcing a sparse table's byte budget when its rows are created (what counts, and how a
+budget becomes a row limit, is in :mod:`tables.budget`).
+
+:class:`TableBudget` belongs to one table and runs under that table's lock: before a push
+creates rows it makes room (evict mode: the coldest rows go, never rows the same push
+updates) and keeps only the new ids that fit (the rest are refused and counted); after a
+policy change, a new shard share or a load it gives back the capacity beyond the limit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from tables import eviction, hashmap
+from tables.budget import (
+    EVICT_SLACK,
+    SLOT_BYTES,
+    TOMBSTONE_SHARE,
+    check_budget,
+    fixed_bytes,
+    reserved_fixed_bytes,
+    rows_within,
+    tombstone_bytes,
+)
+from tables.table_config import TableConfig
+from tables.table_lock import TableLock
+from tables.table_state import TableState
+
+if TYPE_CHECKING:
+    from tables.admission import Admission
+
+
+class BudgetedTable(Protocol):
+    """What the budget reads and changes (:class:`tables.sparse_table.SparseTable` is one)."""
+
+    name: str
+    config: TableConfig
+    counters: dict[str, int]
+    state: TableState
+    lock: TableLock
+
+
+class TableBudget:
+    """The byte budget of ``table``: its own ``eviction.max_bytes`` or its shard's share, the smaller."""
+
+    def __init__(self, table: BudgetedTable) -> None:
+        self.table = table
+        self.shard_share: int | None = None  # this table's share of its shard's max_bytes
+
+    def in_force(self, config: TableConfig | None = None) -> tuple[int | None, str]:
+        """The byte budget in force (None: unbounded) and the config key it comes from."""
+        own = (config or self.table.config).eviction.max_bytes
+        shard = self.shard_share
+        if shard is not None and (own is None or shard < own):
+            return shard, "shard.max_bytes"
+        return own, "eviction.max_bytes"
+
+    def row_limit(self, config: TableConfig, admission: Admission | None = None) -> int | None:
+        """Rows that fit in ``config``'s budget now (with ``admission``'s sketches, when it
+        replaces the table's); a ConfigError naming the key when not one does."""
+        budget, key = self.in_force(config)
+        if budget is None:
+            return None
+        st = self.table.state
+        fixed = reserved_fixed_bytes(st, budget)
+        if admission is not None:
+            fixed += admission.memory_bytes() - st.admission.memory_bytes()
+        return check_budget(budget, st.rows.row_nbytes(), fixed, key=key, table=self.table.name)
+
+    def fit(self, limit: int | None) -> None:
+        """Under the lock: give back capacity beyond ``limit`` rows (a new or lowered budget,
+        tombstones grown), unless a snapshot is reading the store."""
+        if limit is not None and self.table.state.rows.capacity > limit and self.table.lock.snapshot is None:
+            self.table.state.compact(limit)
+
+    def fit_loaded(self) -> None:
+        """Under the lock, after a load: the budget in force now (the saved policy's) gives back
+        the capacity beyond it; no error (push refuses what does not fit)."""
+        budget, _ = self.in_force()
+        if budget is not None:
+            st = self.table.state
+            self.fit(rows_within(budget, st.rows.row_nbytes(), reserved_fixed_bytes(st, budget)))
+
+    def shape(self) -> tuple[int, float]:
+        """(fixed bytes, bytes a row takes in the store and the index): what splits a shard's budget."""
+        with self.table.lock.mutex:
+            st = self.table.state
+            return fixed_bytes(st), st.rows.row_nbytes() + SLOT_BYTES / hashmap.MAX_LOAD
+
+    def set_shard_share(self, max_bytes: int | None) -> None:
+        """This table's share of its shard's ``max_bytes`` (:func:`tables.budget.split_shard_budget`)."""
+        with self.table.lock.mutex:
+            old, self.shard_share = self.shard_share, max_bytes
+            try:
+                self.fit(self.row_limit(self.table.config))
+            except BaseException:
+                self.shard_share = old
+                raise
+
+    def make_room(self, uniq: np.ndarray, rows: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, int | None]:
+        """Under the lock, before ``new`` (indices into ``uniq``) get rows: evict the coldest
+        rows (evict mode; ``rows`` is looked up again) and/or keep only the new ids that fit.
+        Returns the new ids that get rows and the row limit their growth is capped at."""
+        budget, _ = self.in_force()
+        if budget is None:
+            return new, None
+        t = self.table
+        st, cfg = t.state, t.config.eviction
+        row_bytes = st.rows.row_nbytes()
+        limit = rows_within(budget, row_bytes, reserved_fixed_bytes(st, budget))
+        m = new.shape[0]
+        if (st.rows.n + m > limit and cfg.over_budget == "evict" and t.lock.snapshot is None
+                and tombstone_bytes(st) < budget // TOMBSTONE_SHARE):
+            # Free a slack beyond this push's need, so the partial sort runs once per many pushes.
+            want = st.rows.n + m - limit + limit // EVICT_SLACK
+            for _ in range(4):  # again when the evictions' tombstones lowered the limit
+                if not self._evict_coldest(want, protected=rows[rows >= 0]):
+                    break
+                limit = rows_within(budget, row_bytes, reserved_fixed_bytes(st, budget))
+                want = st.rows.n + m - limit
+                if want <= 0:
+                    break
+            hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
+        take = max(0, min(m, limit - st.rows.n))
+        if take < m:
+            t.counters["refused_by_budget"] += m - take
+            new = new[:take]
+        self.fit(max(limit, st.rows.n + take))
+        return new, limit
+
+    def _evict_coldest(self, count: int, *, protected: np.ndarray) -> int:
+        """Evict the ``count`` coldest rows, never ``protected`` ones; returns how many went."""
+        t = self.table
+        st = t.state
+        n = st.rows.n
+        cols = st.rows.cols
+        victims = eviction.coldest(t.config.eviction, count, show=cols["show"][:n], click=cols["click"][:n],
+                                   last_seen=cols["last_seen"][:n], current_pass=st.pass_id,
+                                   decay=t.config.show_click_decay, protected=protected)
+        if victims.shape[0] == 0:
+            return 0
+        mask = np.zeros(n, np.bool_)
+        mask[victims] = True
+        gone = cols["keys"][:n][mask].copy()
+        st.remove(mask)
+        self.keep_tombstones(gone)
+        t.counters["evicted_by_budget"] += int(victims.shape[0])
+        return int(victims.shape[0])
+
+    def keep_tombstones(self, gone: np.ndarray) -> None:
+        """Record evicted ids for the next delta saves; with no save chain and no save under
+        way no delta owes them (the next save is a base), so none is kept."""
+        st = self.table.state
+        if st.cursors or self.table.lock.one_save.locked():
+            st.add_tombstones(gone, np.full(gone.shape[0], st.epoch, np.uint32))
