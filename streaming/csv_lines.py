@@ -133,6 +133,8 @@ def scan_csv(  # one pass over the bytes of a batch
             else:
                 q = p
                 while q < e and buf[q] != delim:
+                    if buf[q] == 10 or buf[q] == 13:
+                        slow = True  # a line break inside the record: csv.reader refuses it (reference path)
                     q += 1  # a quote inside an unquoted field is text, as csv.reader reads it
                 a, b, p = p, q, q
             if count < n_cols:
@@ -368,7 +370,7 @@ class CsvLinesParser:
             rows = list(csv.reader([text], delimiter=s.delimiter, strict=True))
         except csv.Error as exc:
             return RejectReason.SCHEMA, f"malformed CSV: {exc}"
-        fields = rows[0] if rows else []
+        fields = (rows[0] if rows else []) or [""]  # an empty line is one empty field, as the kernel counts it
         if len(fields) != len(self.header):
             return RejectReason.FIELD_COUNT, self._detail(RejectReason.FIELD_COUNT, len(fields), raw)
         fail: tuple[int, RejectReason, str] | None = None  # (rank, reason, detail): first in schema order
