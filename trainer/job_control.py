@@ -20,6 +20,7 @@ class JobControl:
     def __init__(self, job: StreamingJob) -> None:
         self.job = job
         self._stored: dict[str, Any] | None = None  # the newest stored point, once read
+        self._history: tuple[int | None, list[dict[str, Any]]] | None = None  # (last commit's pass, points)
 
     def status(self) -> dict[str, Any]:
         """The job's status, plus the newest pass's point of the learning curve (``last_point``,
@@ -47,8 +48,12 @@ class JobControl:
         return self._stored or None
 
     def history(self, since: int = -1) -> dict[str, Any]:
-        """Points of the learning curve after pass ``since`` (trainer.pass_history), oldest first."""
-        points = pass_history.read(self.job.root)
+        """Points of the learning curve after pass ``since`` (trainer.pass_history), oldest first.
+        The file is read again only after this process committed a pass (dashboards poll this)."""
+        key = (self.job.committer.last_commit or {}).get("pass")
+        if self._history is None or self._history[0] != key:
+            self._history = (key, pass_history.read(self.job.root))
+        points = self._history[1]
         return {"since": int(since), "keep": pass_history.KEEP, "points": pass_history.since(points, int(since)),
                 "columns": list(pass_history.COLUMNS)}
 

@@ -103,15 +103,9 @@ def decode(data: bytes, where: str) -> list[dict[str, Any]]:
     cols = decode_arrays(payload, where)
     n = len(cols["pass"])
     names = [c for c in COLUMNS if c in cols and len(cols[c]) == n]
-    out = []
-    for i in range(n):
-        p = {c: (None if math.isnan(v := float(cols[c][i])) else v) for c in names}
-        p["pass"] = int(cols["pass"][i])
-        for c in ("records", "records_total", "rows", "table_bytes", "lag"):
-            if p.get(c) is not None:
-                p[c] = int(p[c])
-        out.append(p)
-    return out
+    ints = {"pass", "records", "records_total", "rows", "table_bytes", "lag"}
+    lists = [[None if v != v else (int(v) if c in ints else v) for v in cols[c].tolist()] for c in names]  # NaN: None
+    return [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)]
 
 
 def _num(v: Any) -> float:
