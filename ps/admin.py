@@ -3,7 +3,8 @@
 A :class:`PSAdmin` shares its :class:`ps.transport.Transport` with the
 :class:`ps.client.PSClient` that made it (``client.admin``): the same connections, so it
 belongs to the same thread. Every call blocks until every shard asked has answered.
-Calls that touch every shard return one entry per shard, shard 0 first.
+Calls that touch every shard return one entry per shard, shard 0 first. Control calls never
+raise :class:`core.errors.ShardRestarted`: the data plane (``PSClient.wait``) reports a restart.
 """
 
 from __future__ import annotations
@@ -174,5 +175,5 @@ class PSAdmin:
                step: str = "", epoch: str = "") -> dict[str, Any]:
         meta = {"action": action, "holder": holder, "workers": workers, "ttl_s": ttl_s, "rank": rank, "step": step,
                 "epoch": epoch}
-        (reply,) = self._transport.collect([self._transport.request(0, Op.LEASE, meta=meta)])
+        (reply,) = self._transport.collect([self._transport.request(0, Op.LEASE, meta=meta)], report_restart=False)
         return reply.meta

@@ -19,9 +19,10 @@
 - A client is not thread-safe: use one per thread. Its control calls (save, load, leases,
   stats, ...) are :attr:`PSClient.admin`, on the same connections.
 - A shard that does not answer is retried (:mod:`ps.transport`); errors are raised by ``wait``
-  as their :mod:`core.errors` class. A shard that restarted since its last reply raises
-  :class:`core.errors.ShardRestarted` once (a subclass of Unavailable): its rows went back to its
-  last save.
+  as their :mod:`core.errors` class. A shard that restarted since its last reply makes the
+  next ``wait`` raise :class:`core.errors.ShardRestarted` once (a subclass of Unavailable), after
+  every reply of that ticket arrived: its rows went back to its last save. Control calls
+  (``admin``, ``init_dense``, ``barrier``) do not raise it.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class PSClient:
         flat = initial.reshape(-1)
         rids = [self._transport.request(sl.shard, Op.INIT_DENSE, sl.part, [flat[sl.start : sl.stop]], meta)
                 for sl in slices]
-        replies = self._transport.collect(rids)
+        replies = self._transport.collect(rids, report_restart=False)  # set-up, also after a regroup
         self._dense[name] = (initial.shape, slices)
         held = replies[0].meta.get("optimizer")
         return None if held is None else OptimizerConfig.model_validate(held)

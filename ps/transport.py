@@ -11,8 +11,9 @@ says ``resign``) is sent again at once, signed afresh (once: the shard is up now
 
 Every reply carries the shard's incarnation. The transport records each shard's; when a
 reply comes from another incarnation than the one recorded, the shard restarted in between
-(from its last save: updates since are gone), and the next :meth:`Transport.collect` raises
-:class:`ShardRestarted` naming the shard, once per restart (the new incarnation is recorded).
+(from its last save: updates since are gone), and the next :meth:`Transport.collect` that
+reports restarts (the data plane's; control calls do not, so a regroup's own calls go
+through) raises :class:`ShardRestarted` naming the shard, once per restart.
 
 A transport is not thread-safe: :class:`ps.client.PSClient` and :class:`ps.admin.PSAdmin`
 built on one transport belong to one thread.
@@ -81,11 +82,16 @@ class Transport:
         self._transmit(shard, msg)
         return msg.request_id
 
-    def collect(self, request_ids: Sequence[int]) -> list[Message]:
-        """Replies for ``request_ids`` in order; raises the first error reply as its error class."""
+    def collect(self, request_ids: Sequence[int], *, report_restart: bool = True) -> list[Message]:
+        """Replies for ``request_ids`` in order; raises the first error reply as its error class.
+        ``report_restart``: raise a shard restart seen since the last report, once every reply arrived."""
         try:
+            lost = [rid for rid in request_ids if rid not in self._pending and rid not in self._done]
+            if lost:  # e.g. a ticket waited for again after its wait raised
+                raise Unavailable(f"requests {lost} were abandoned when an earlier wait on them failed; "
+                                  "start them again", detail={"request_ids": lost})
             self._receive(set(request_ids))
-            if self._restarted is not None:
+            if report_restart and self._restarted is not None:
                 restarted, self._restarted = self._restarted, None
                 raise restarted
         except Unavailable:
@@ -104,10 +110,11 @@ class Transport:
 
     def ask_every_shard(self, op: Op, metas: Sequence[dict[str, Any]] | None = None, *, flags: Flag = Flag.NONE,
                         timeout_s: float | None = None) -> list[dict[str, Any]]:
-        """``op`` on every shard (shard ``i`` gets ``metas[i]``); each shard's reply meta."""
+        """``op`` on every shard (shard ``i`` gets ``metas[i]``); each shard's reply meta (a
+        control call: a shard restart is left for the data plane to report)."""
         rids = [self.request(s, op, meta=None if metas is None else metas[s], flags=flags, timeout_s=timeout_s)
                 for s in range(self.n_shards)]
-        return [r.meta for r in self.collect(rids)]
+        return [r.meta for r in self.collect(rids, report_restart=False)]
 
     def close(self) -> None:
         for sock in self._socks:
