@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from core.metrics_http import MetricsConfig
 from core.yaml_config import FrozenModel, load_yaml
 from models.model_config import ModelConfig
 from models.schema_fit import check_fit, fill_dense_width
@@ -65,6 +66,8 @@ class JobConfig(FrozenModel):
     batch_size: int = Field(256, ge=1, le=1 << 20)
     # a mini-batch not full yet waits at most this long for more polls (an empty poll sends it at once)
     batch_wait_ms: int = Field(500, ge=0)
+    # each worker's /metrics (trainer.trainer_metrics); host None: the control endpoint's; `--metrics-port` overrides
+    metrics: MetricsConfig = MetricsConfig()
 
     @field_validator("model", mode="before")
     @classmethod

@@ -118,6 +118,8 @@ def register_stream(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bootstrap", help="host:port[,host:port] of Kafka (overrides kafka.bootstrap_servers)")
     p.add_argument("--max-idle-s", type=float, help="commit and stop after this long without records")
     p.add_argument("--max-records", type=int, help="commit and stop after training this many records")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: off; default: the "
+                   "job config's metrics.port), on metrics.host, else the control endpoint's host")
     p.set_defaults(func=run_stream)
 
 
@@ -127,6 +129,7 @@ def run_stream(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
     from core.errors import ConfigError
+    from core.metrics_http import endpoint_host, serve_metrics
     from jobcontrol.channel import CONTROL_FILE, ControlServer, advertised_endpoint
     from ps.cluster import cluster_from_env
     from stores.store import open_store
@@ -134,6 +137,7 @@ def run_stream(args: argparse.Namespace) -> int:
     from trainer.job_config import load_job_config
     from trainer.job_control import JobControl
     from trainer.rank_claim import RankLease
+    from trainer.trainer_metrics import trainer_registry
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to stderr
     config = load_job_config(args.config)
@@ -160,6 +164,10 @@ def run_stream(args: argparse.Namespace) -> int:
         job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
                            max_records=args.max_records, lease=lease)
         running.append(job)
+        metrics = serve_metrics(trainer_registry(job), config.metrics, port=args.metrics_port,
+                                default_host=endpoint_host(config.control_endpoint))
+        if metrics is not None:
+            roots.callback(metrics.close)
         server = None
         if job.chief:
             server = ControlServer(JobControl(job), config.control_endpoint).start()

@@ -104,7 +104,7 @@ def test_shards_take_their_index_from_the_pod_ordinal_and_trainers_find_every_sh
     assert raw[raw.index("--index") + 1] == "$(SHARD_INDEX)"
     assert _env(shard)["SHARD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == POD_INDEX
     port = int(_flag(_argv(shard), "--port"))
-    assert [p["containerPort"] for p in shard["ports"]] == [port]
+    assert {p["name"]: p["containerPort"] for p in shard["ports"]}["ps"] == port
     headless = next(s for s in _by_kind("Service") if s["metadata"]["name"] == sts["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["ports"][0]["port"] == port
 
@@ -248,6 +248,51 @@ def test_referenced_configmaps_claims_and_secret_keys_exist() -> None:
                 assert {i["key"] for i in vol["secret"].get("items", [])} <= data.keys()
 
 
+# ---------------------------------------------------------------- Prometheus scraping
+
+
+def _metrics_port_of(argv: list[str]) -> int:
+    """The port a streamrec role serves /metrics on (core.metrics_http): the api its HTTP port,
+    a shard or a trainer ``--metrics-port`` (set, not 0)."""
+    if argv[0] == "serve":
+        return int(_flag(argv, "--port"))
+    assert "--metrics-port" in argv, argv
+    return int(_flag(argv, "--metrics-port"))
+
+
+def _metrics_host_of(argv: list[str], config: StreamrecConfig) -> str:
+    """Where a role binds /metrics: a shard on --host, a trainer on the control endpoint's host."""
+    from core.metrics_http import endpoint_host
+
+    if argv[0] == "shard":
+        return _flag(argv, "--host")
+    if argv[0] == "train":
+        return config.train.metrics.host or endpoint_host(config.train.control_endpoint)
+    return _flag(argv, "--host")
+
+
+def test_every_role_is_scraped_by_prometheus_on_the_port_it_serves_metrics() -> None:
+    (cm,) = _by_kind("ConfigMap")
+    config = validate_config(yaml.safe_load(cm["data"]["streamrec.yaml"]), StreamrecConfig, "configmap.yaml")
+    for kind, name in (("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-trainer"),
+                       ("Deployment", "streamrec-api")):
+        template = _named(kind, name)["spec"]["template"]
+        notes = template["metadata"].get("annotations", {})
+        assert notes.get("prometheus.io/scrape") == "true", name
+        assert notes.get("prometheus.io/path", "/metrics") == "/metrics", name
+        (container,) = template["spec"]["containers"]
+        argv = _argv(container)
+        port = _metrics_port_of(argv)
+        assert int(notes["prometheus.io/port"]) == port, name
+        assert port in {p["containerPort"] for p in container["ports"]}, name
+        assert _metrics_host_of(argv, config) == "0.0.0.0", f"{name}: /metrics must be reachable from Prometheus"
+    # distinct from the role's other ports
+    shard = _argv(_named("StatefulSet", "streamrec-shard")["spec"]["template"]["spec"]["containers"][0])
+    assert _flag(shard, "--metrics-port") != _flag(shard, "--port")
+    assert int(_flag(_argv(_named("Deployment", "streamrec-trainer")["spec"]["template"]["spec"]["containers"][0]),
+                     "--metrics-port")) != int(config.train.control_endpoint.rsplit(":", 1)[1])
+
+
 # ---------------------------------------------------------------- docker-compose and Dockerfile
 
 
@@ -308,3 +353,39 @@ def test_dockerfile_is_slim_non_root_and_ships_no_embedded_broker() -> None:
     assert len(packages) >= 10
     for package in packages:  # every package the wheel ships is in the image
         assert package in copied and (root / package).is_dir(), package
+
+
+def test_compose_prometheus_scrapes_every_role_and_grafana_loads_the_dashboard() -> None:
+    services = _compose()["services"]
+    prometheus = services["prometheus"]
+    mount = next(v for v in prometheus["volumes"] if v.endswith(":/etc/prometheus/prometheus.yml:ro"))
+    scrape = yaml.safe_load((DEPLOY / mount.split(":")[0]).read_text())
+    targets = {t for job in scrape["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    expected = set()
+    for name, svc in services.items():
+        argv = svc.get("command") or []
+        if argv and argv[0] in ("shard", "train"):
+            assert "--metrics-port" in argv, name
+            expected.add(f"{name}:{int(_flag(argv, '--metrics-port'))}")
+        elif argv and argv[0] == "serve":
+            expected.add(f"{name}:{int(_flag(argv, '--port'))}")
+    assert {"shard-0", "shard-1", "trainer", "api"} <= {t.split(":")[0] for t in expected}
+    assert targets == expected
+    # the trainer binds /metrics on its control endpoint's host: reachable from the prometheus container
+    config_mount = next(v for v in services["config"]["volumes"] if v.endswith(":/etc/streamrec/streamrec.yaml:ro"))
+    config = validate_config(yaml.safe_load((DEPLOY / config_mount.split(":")[0]).read_text()), StreamrecConfig,
+                             "compose.streamrec.yaml")
+    from core.metrics_http import endpoint_host
+
+    assert (config.train.metrics.host or endpoint_host(config.train.control_endpoint)) == "0.0.0.0"
+    assert all(_flag(services[n]["command"], "--host") == "0.0.0.0" for n in services if n.startswith("shard-"))
+    grafana = services["grafana"]
+    dashboards = [v for v in grafana["volumes"] if v.split(":")[0].endswith(".json")]
+    assert dashboards and all((DEPLOY / v.split(":")[0]).is_file() for v in dashboards)
+    provisioning = next(v for v in grafana["volumes"] if v.endswith(":/etc/grafana/provisioning:ro"))
+    providers = yaml.safe_load((DEPLOY / provisioning.split(":")[0] / "dashboards" / "streamrec.yml").read_text())
+    paths = {p["options"]["path"] for p in providers["providers"]}
+    assert {str(Path(v.split(":")[1]).parent) for v in dashboards} <= paths
+    datasources = yaml.safe_load((DEPLOY / provisioning.split(":")[0] / "datasources" / "prometheus.yml").read_text())
+    (source,) = datasources["datasources"]
+    assert source["url"].endswith(":9090") and source["url"].split("//")[1].split(":")[0] == "prometheus"
