@@ -86,10 +86,20 @@ class GeneratorSection(FrozenModel):
     drift: float = Field(0.0, ge=0.0)  # radians per million events (see streaming.generator)
 
 
+class ReplaySection(FrozenModel):
+    """How `up --replay FILE` feeds the topic: as fast as the trainers take it (paused while the
+    consumer group lags by more than ``max_lag`` records), or at most ``rate`` records per second."""
+
+    rate: float | None = Field(None, gt=0.0)  # None: as fast as the trainers take it
+    # None: four polls per trainer (4 * kafka.batch_size * up.workers)
+    max_lag: int | None = Field(None, ge=1)
+
+
 class UpSection(FrozenModel):
     shards: int = Field(2, ge=1, le=64)
     workers: int = Field(2, ge=1, le=64)
     generator: GeneratorSection = GeneratorSection()
+    replay: ReplaySection = ReplaySection()
     host: str = "127.0.0.1"  # the API; every other role binds loopback on a free port
     port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536)
     run_dir: str = "runs/local"  # logs, checkpoints and exports (relative roots resolve here)

@@ -7,10 +7,13 @@ service. Every role runs in its own process group and logs to ``<run_dir>/logs/<
 the roles bind loopback on free ports, the API on the configured address (127.0.0.1:8000).
 
 The shards require requests signed with a secret made for this run (``<run_dir>/ps-secret``,
-0600), which the trainers and the service's read-through read. Roles are supervised the way
-Kubernetes would (``up.restart``): one that dies is restarted with a back-off, and the
-cluster recovers through its own paths (a shard reloads its checkpoint, trainers on leased
-ranks regroup from the last complete pass, the service reloads the newest bundle).
+0600), which the trainers and the service's read-through read (pointed at this run's shards,
+whatever ``service.read_through.endpoints`` says: their ports are picked before anything
+starts). Roles are supervised the way Kubernetes would (``up.restart``): one that dies is
+restarted with a back-off (a restarted generator or replay goes on after what it produced,
+:mod:`deploy.up_source`), and the cluster recovers through its own paths (a shard reloads
+its checkpoint, trainers on leased ranks regroup from the last complete pass, the service
+reloads the newest bundle).
 
 Ctrl-C, SIGINT or SIGTERM (handlers installed explicitly, so a `up` started in the
 background of a script, where SIGINT is ignored, stops the same way) asks the job to commit
@@ -35,7 +38,7 @@ from typing import IO, TYPE_CHECKING
 from core.errors import ConfigError, StreamrecError
 from deploy.system_config import StreamrecConfig
 from deploy.up_final_pass import commit_final_pass
-from deploy.up_kafka import TopicEnd, start_kafka
+from deploy.up_kafka import TopicEnd, start_kafka, topic_ends
 from deploy.up_roles import UpRoles
 from deploy.up_run_dir import RunDir, admin_token, ps_secret, records_trained, shard_checkpoints, write_run_configs
 from deploy.up_shutdown import shut_down
@@ -112,21 +115,24 @@ class LocalSystem:
                                                   say=self.say)
         (control_port,) = free_ports(1)
         self.control_endpoint = f"tcp://127.0.0.1:{control_port}"
+        train = streamrec_cli("train", "--config", str(self.run.roles / "train.yaml"))
+        # planned first: the shards' ports go into the service's read-through (service.read_through)
+        cluster = self.roles.plan(LaunchSpec(
+            servers=self.cfg.up.shards, workers=self.cfg.up.workers, command=tuple(train),
+            ps_config=self.run.roles / "ps.yaml", log_dir=self.run.logs,
+            checkpoint_dir=shard_checkpoints(self.cfg, self.run.root), env=_thread_defaults(), secret_file=secret,
+            restart=self.cfg.up.restart, rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s), out=self.out)
         write_run_configs(self.cfg, self.run, bootstrap=self.bootstrap, control_endpoint=self.control_endpoint,
-                          secret_file=secret)
+                          secret_file=secret, shard_endpoints=cluster.shard_endpoints)
         env = {**os.environ, **_thread_defaults(), self.cfg.service.admin_token_env: self.token,
                "PYTHONUNBUFFERED": "1"}
         skip = records_trained(self.cfg, self.run.root) if self.opts.replay is None else 0
         source = record_source(self.cfg, config=self.run.config, replay=self.opts.replay,
-                               replay_format=self.opts.replay_format, skip=skip)
+                               replay_format=self.opts.replay_format, skip=skip,
+                               since=topic_ends(self.cfg, self.bootstrap))
         self.roles.start(source.name, source.argv, env=env)
         self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env)
-        train = streamrec_cli("train", "--config", str(self.run.roles / "train.yaml"))
-        self.roles.launch(LaunchSpec(servers=self.cfg.up.shards, workers=self.cfg.up.workers, command=tuple(train),
-                                     ps_config=self.run.roles / "ps.yaml", log_dir=self.run.logs,
-                                     checkpoint_dir=shard_checkpoints(self.cfg, self.run.root),
-                                     env=_thread_defaults(), secret_file=secret, restart=self.cfg.up.restart,
-                                     rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s), out=self.out)
+        self.roles.launch()
 
     def watch(self) -> int:
         """Show the console until Ctrl-C / SIGTERM (0) or a role fails (1)."""
@@ -185,13 +191,15 @@ def run_up(opts: UpOptions, *, out: IO[str] = sys.stderr) -> int:
 
 def options_from(config: StreamrecConfig, *, run_dir: str | None, kafka: str | None, replay: str | None,
                  replay_format: str, shards: int | None, workers: int | None, port: int | None,
-                 host: str | None, rate: float | None) -> UpOptions:
+                 host: str | None, rate: float | None, replay_rate: float | None = None) -> UpOptions:
     up = config.up.model_dump()
     for key, value in (("shards", shards), ("workers", workers), ("port", port), ("host", host)):
         if value is not None:
             up[key] = value
     if rate is not None:
         up["generator"] = {**up["generator"], "rate": rate}
+    if replay_rate is not None:
+        up["replay"] = {**up["replay"], "rate": replay_rate}
     if replay is not None and not Path(replay).is_file():
         raise ConfigError(f"--replay {replay}: no such file")
     from core.yaml_config import validate_config

@@ -1,5 +1,6 @@
-"""Kafka for `streamrec up`: the embedded broker when no cluster is given, the topics, and a
-reader of the topic's end offsets (the console's consumer lag).
+"""Kafka for `streamrec up`: the embedded broker when no cluster is given, the topics, the
+topic's exact end offsets when the run starts (where its record source begins) and a reader of
+them (the console's consumer lag).
 
 A broker `up` did not start is never stopped by it.
 """
@@ -36,6 +37,15 @@ def start_kafka(cfg: StreamrecConfig, *, servers: str | None, log_path: Path,
     kafka = cfg.kafka.model_copy(update={"bootstrap_servers": tuple(servers.split(","))})
     ensure_topics(kafka, client_options(kafka, list(kafka.bootstrap_servers)))
     return broker, servers
+
+
+def topic_ends(cfg: StreamrecConfig, bootstrap: str) -> dict[int, int]:
+    """Each partition's exact end offset now: where the run's record source starts (a restarted
+    one goes on after what it produced since, :mod:`deploy.up_source`)."""
+    from streaming.connection import client_options
+    from streaming.producer import log_ends
+
+    return log_ends(client_options(cfg.kafka, bootstrap.split(",")), cfg.kafka.topic, cfg.kafka.partitions)
 
 
 class TopicEnd:

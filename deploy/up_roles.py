@@ -28,12 +28,20 @@ if TYPE_CHECKING:
 
 
 class ClusterThread:
-    """A :class:`Launcher` running the shards and trainers in a daemon thread."""
+    """A :class:`Launcher` running the shards and trainers in a daemon thread (from :meth:`start`;
+    the shards' ports are picked before, :attr:`shard_endpoints`)."""
 
     def __init__(self, spec: LaunchSpec, *, out: IO[str] = sys.stderr) -> None:
         self.launcher = Launcher(spec, out=out)
         self.exit_code: int | None = None  # the launcher's, once it returned
         self._thread = threading.Thread(target=self._run, name="launcher", daemon=True)
+
+    @property
+    def shard_endpoints(self) -> list[str]:
+        """Where the shards will listen (known before they start)."""
+        return [f"tcp://{self.launcher.spec.host}:{port}" for port in self.launcher.ports]
+
+    def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
@@ -41,6 +49,10 @@ class ClusterThread:
 
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
 
     def shard_client(self) -> PSClient | None:
         """A client of the shards once they all answer; None if the launcher gave up first."""
@@ -58,7 +70,8 @@ class ClusterThread:
     def stop(self, *, timeout_s: float) -> None:
         """Stop the trainers and shards (the launcher does it) and wait up to ``timeout_s``."""
         self.launcher.stop()
-        self._thread.join(timeout=timeout_s)
+        if self.started:
+            self._thread.join(timeout=timeout_s)
 
 
 class UpRoles:
@@ -79,8 +92,14 @@ class UpRoles:
         self._supervised.append(Supervised(role, self.restart, finished_ok=name == "replay"))
         return role
 
-    def launch(self, spec: LaunchSpec, *, out: IO[str]) -> None:
+    def plan(self, spec: LaunchSpec, *, out: IO[str]) -> ClusterThread:
+        """The shards and trainers of ``spec``, their ports picked; started by :meth:`launch`."""
         self.cluster = ClusterThread(spec, out=out)
+        return self.cluster
+
+    def launch(self) -> None:
+        assert self.cluster is not None, "plan() first"
+        self.cluster.start()
 
     def named(self, *names: str) -> list[RoleProcess]:
         return [r for r in self.own if r.name in names]
@@ -94,7 +113,7 @@ class UpRoles:
 
     def tend(self, say: Callable[[str], None]) -> str | None:
         """Restart own roles that died (when due); why the system cannot go on, or None."""
-        if self.cluster is not None and not self.cluster.alive():
+        if self.cluster is not None and self.cluster.started and not self.cluster.alive():
             return f"shards/trainers stopped (exit {self.cluster.exit_code}); see {self.log_dir}"
         for sup in self._supervised:
             if sup.tend(say) is Tended.GAVE_UP:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,9 +76,11 @@ def ps_secret(run_dir: Path) -> Path:
 
 
 def write_run_configs(cfg: StreamrecConfig, run: RunDir, *, bootstrap: str, control_endpoint: str,
-                      secret_file: Path) -> None:
+                      secret_file: Path, shard_endpoints: Sequence[str]) -> None:
     """``<run_dir>/streamrec.yaml`` and the role files, pointing at ``bootstrap``, the chief's
-    control endpoint and the run's PS secret."""
+    control endpoint, the run's PS secret and its shards: a configured ``service.read_through``
+    reads from this run's shards (``shard_endpoints``, on ports `up` picked), whatever endpoints
+    the file names."""
     servers = bootstrap.split(",")
     effective = cfg.model_dump(mode="json", by_alias=True, exclude={"service": {"admin_token"}})
     effective["kafka"]["bootstrap_servers"] = servers
@@ -87,7 +90,7 @@ def write_run_configs(cfg: StreamrecConfig, run: RunDir, *, bootstrap: str, cont
                  "job_control_file": None}
     if cfg.service.read_through is not None:  # the shards require this run's secret
         overrides["read_through"] = {**cfg.service.read_through.model_dump(mode="json"),
-                                     "secret_file": str(secret_file)}
+                                     "endpoints": list(shard_endpoints), "secret_file": str(secret_file)}
     kafka = {**cfg.kafka.model_dump(mode="json"), "bootstrap_servers": servers}
     write_role_files(cfg, run.roles, base=run.root, overrides=overrides,
                      train_overrides={"control_endpoint": control_endpoint, "kafka": kafka})

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streaming.generator import PlantedModel
+    from streaming.producer import StreamOnTopic
     from streaming.stream_config import KafkaConfig
 
 
@@ -29,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--topic", help="target topic (default: kafka.topic of the config)")
     p.add_argument("--config", help="YAML file with a 'kafka:' section")
     p.add_argument("--bootstrap", help="host:port[,host:port] of the Kafka cluster (overrides the config)")
+    p.add_argument("--since-offsets", metavar="P:O,...",
+                   help="the topic's end offsets when this stream first started: event i goes to partition i %% P, "
+                        "and a restart (after a kill -9 too) goes on after the events already on the topic "
+                        "(on top of --skip), so none is sent twice or lost")
     p.set_defaults(func=run)
 
 
@@ -36,13 +41,26 @@ def run(args: argparse.Namespace) -> int:
     from core.errors import ConfigError
     from streaming.generator import PlantedModel
 
+    on_topic = None
+    if args.since_offsets:
+        if args.out:
+            raise ConfigError("--since-offsets is for a topic, not --out")
+        on_topic = _on_topic(args)
+    first = 0 if on_topic is None else on_topic.first_missing()  # this stream's events before it are on the topic
+    skip = max(0, args.skip)
     # A live stream at a fixed rate carries wall-clock event times, so serving freshness
     # (now - newest event time of a bundle) is meaningful for generated data too.
     live = args.rate and not args.out  # the first event after the skipped ones happens now
-    clock = {"start_time": time.time() - max(0, args.skip) / args.rate, "events_per_second": args.rate} if live else {}
+    clock = {"start_time": time.time() - (skip + first) / args.rate, "events_per_second": args.rate} if live else {}
     model = PlantedModel(seed=args.seed, drift=args.drift, **clock)
-    for start in range(0, max(0, args.skip), 100_000):  # in chunks: bounded memory
-        model.sample(min(100_000, args.skip - start))
+    for start in range(0, skip, 100_000):  # in chunks: bounded memory
+        model.sample(min(100_000, skip - start))
+    # A restart draws what the stream drew before, chunk by chunk as it did, so it goes on with the
+    # very events the killed one would have produced (those on the topic are dropped, not sent).
+    chunk = _chunk(args)
+    aligned = first - first % chunk
+    for _ in range(aligned // chunk):
+        model.sample(chunk)
     if args.out:
         if not args.rows or args.rows < 1:
             raise ConfigError("--out needs --rows N (N >= 1)")
@@ -53,10 +71,35 @@ def run(args: argparse.Namespace) -> int:
         stats["seconds"] = round(time.monotonic() - start, 2)
         print(json.dumps({"out": args.out, "format": args.format, "seed": args.seed, **stats}))
         return 0
-    return _to_kafka(args, model)
+    return _to_kafka(args, model, on_topic, aligned)
 
 
-def _to_kafka(args: argparse.Namespace, model: PlantedModel) -> int:
+def _chunk(args: argparse.Namespace) -> int:
+    """Events drawn at once: a second's worth at a fixed rate, else 10,000."""
+    return 10_000 if args.rate is None else max(1, min(10_000, int(args.rate)))
+
+
+def _on_topic(args: argparse.Namespace) -> StreamOnTopic:
+    """Which events of this stream are on the topic already (``--since-offsets``)."""
+    from core.errors import ConfigError
+    from streaming.connection import client_options
+    from streaming.producer import StreamOnTopic, parse_offsets
+    from streaming.stream_config import load_kafka_config
+    from streaming.topics import ensure_topics
+
+    bootstrap = args.bootstrap.split(",") if args.bootstrap else None
+    config = load_kafka_config(args.config, bootstrap_servers=bootstrap, topic=args.topic)
+    if not config.bootstrap_servers:
+        raise ConfigError("--since-offsets needs a Kafka cluster (kafka.bootstrap_servers or --bootstrap)")
+    since = parse_offsets(args.since_offsets)
+    if len(since) != config.partitions:
+        raise ConfigError(f"--since-offsets names {len(since)} partitions, the topic has {config.partitions}")
+    options = client_options(config, list(config.bootstrap_servers))
+    ensure_topics(config, options)
+    return StreamOnTopic.read(options, config.topic, since)
+
+
+def _to_kafka(args: argparse.Namespace, model: PlantedModel, on_topic: StreamOnTopic | None, first: int) -> int:
     from core.errors import ConfigError
     from streaming.broker import bootstrap_servers
     from streaming.connection import client_options
@@ -71,12 +114,15 @@ def _to_kafka(args: argparse.Namespace, model: PlantedModel) -> int:
         if not config.bootstrap_servers:
             # Open-ended stream without a cluster: serve it from an embedded broker until Ctrl-C.
             print(f"embedded broker at {servers[0]} (stops with this command)", file=sys.stderr, flush=True)
-        report = _stream(args, model, config, client_options(config, servers))
+        report = _stream(args, model, config, client_options(config, servers), on_topic, first)
     print(json.dumps(report))
     return 0
 
 
-def _stream(args: argparse.Namespace, model: PlantedModel, config: KafkaConfig, options: dict[str, Any]) -> dict:
+def _stream(args: argparse.Namespace, model: PlantedModel, config: KafkaConfig, options: dict[str, Any],
+            on_topic: StreamOnTopic | None, first: int) -> dict:
+    """Produce until stopped (or ``--rows``); with ``on_topic`` event ``i`` (from ``first``) goes to
+    partition ``i % P`` unless it is on the topic already."""
     import numpy as np
 
     from streaming.generator import roc_auc
@@ -86,16 +132,25 @@ def _stream(args: argparse.Namespace, model: PlantedModel, config: KafkaConfig, 
 
     ensure_topics(config, options)
     encode = criteo_lines if args.format == "criteo" else json_lines
-    chunk = 10_000 if args.rate is None else max(1, min(10_000, int(args.rate)))
+    chunk = _chunk(args)
     labels: list[np.ndarray] = []
     probs: list[np.ndarray] = []
-    with RecordProducer(config, options) as producer:
+    index = first  # of the next event drawn, in this stream (after --skip)
+    with RecordProducer(config, options, ordered=on_topic is not None) as producer:
         try:
             while args.rows is None or producer.sent < args.rows:
                 sample = model.sample(chunk if args.rows is None else min(chunk, args.rows - producer.sent))
-                labels.append(sample.labels)
-                probs.append(sample.prob)
-                producer.send_all(encode(sample), rate=args.rate)
+                lines = encode(sample)
+                if on_topic is None:
+                    keep, partitions = np.ones(len(sample), dtype=bool), None
+                else:
+                    keep = on_topic.missing(index, len(sample))
+                    lines = [line for line, k in zip(lines, keep, strict=True) if k]
+                    partitions = (np.arange(index, index + len(sample))[keep] % on_topic.partitions).tolist()
+                index += len(sample)
+                labels.append(sample.labels[keep])
+                probs.append(sample.prob[keep])
+                producer.send_all(lines, rate=args.rate, partitions=partitions)
         except KeyboardInterrupt:
             pass  # Ctrl-C ends an open-ended stream; report what was sent
         sent = producer.sent

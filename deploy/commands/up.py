@@ -20,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="API bind address (default: up.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="API port (default: up.port, 8000)")
     p.add_argument("--rate", type=float, help="generated records per second (default: up.generator.rate)")
+    p.add_argument("--replay-rate", type=float, metavar="N",
+                   help="replay at most N records per second (default: up.replay.rate, unset: as fast as the "
+                        "trainers take it; either way paused while they lag by more than up.replay.max_lag)")
     p.add_argument("--run-dir", help="logs, checkpoints and exports (default: up.run_dir)")
     p.add_argument("--plain", action="store_true", help="progress lines instead of the live console")
     p.set_defaults(func=run)
@@ -33,5 +36,6 @@ def run(args: argparse.Namespace) -> int:
 
     opts = options_from(load_config(args.config), run_dir=args.run_dir, kafka=args.kafka, replay=args.replay,
                         replay_format=args.replay_format, shards=args.shards, workers=args.workers,
-                        port=args.port, host=args.host, rate=args.rate)
+                        port=args.port, host=args.host, rate=args.rate,
+                        replay_rate=args.replay_rate)
     return run_up(replace(opts, console=not args.plain))

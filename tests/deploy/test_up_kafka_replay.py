@@ -41,7 +41,7 @@ def test_up_trains_a_replayed_file_on_an_external_broker(broker, up_started: lis
                   "batch_timeout_ms": 100},
         "train": {"passes": {"seconds": 2, "records": None}},
         "service": {"poll_seconds": 0.3},
-        "up": {"shards": 1, "workers": 1, "generator": {"rate": 5000}},  # the replay's rate too
+        "up": {"shards": 1, "workers": 1},  # the replay: as fast as the trainer takes it (up.replay)
     }))
     run_dir = tmp_path / "run"
     (port,) = free_ports(1)

@@ -76,9 +76,16 @@ def test_restarts_back_off_exponentially_and_the_window_forgets_old_ones(tmp_pat
 def test_the_source_is_the_replay_when_given_else_the_generator_resuming(tmp_path: Path) -> None:
     cfg = StreamrecConfig()
     config = tmp_path / "streamrec.yaml"
-    replay = record_source(cfg, config=config, replay=tmp_path / "events.jsonl", replay_format="criteo", skip=0)
+    since = {0: 5, 1: 0, 2: 7, 3: 0}
+    replay = record_source(cfg, config=config, replay=tmp_path / "events.jsonl", replay_format="criteo", skip=0,
+                           since=since)
     assert replay.name == "replay"
-    assert replay.argv[-8:] == ["--file", str(tmp_path / "events.jsonl"), "--format", "criteo", "--config",
-                                str(config), "--rate", str(cfg.up.generator.rate)]
-    generator = record_source(cfg, config=config, replay=None, replay_format="json", skip=1234)
-    assert generator.name == "generator" and generator.argv[-2:] == ["--skip", "1234"]
+    # as fast as the trainers take it: no rate, paused past four polls per trainer (up.replay)
+    assert replay.argv[-10:] == ["--file", str(tmp_path / "events.jsonl"), "--format", "criteo", "--config",
+                                 str(config), "--max-lag", str(4 * 4096 * 2), "--since-offsets", "0:5,1:0,2:7,3:0"]
+    capped = StreamrecConfig.model_validate({"up": {"replay": {"rate": 300, "max_lag": 50}}})
+    argv = record_source(capped, config=config, replay=tmp_path / "e", replay_format="json", skip=0, since=since).argv
+    assert argv[argv.index("--rate") + 1] == "300.0" and argv[argv.index("--max-lag") + 1] == "50"
+    generator = record_source(cfg, config=config, replay=None, replay_format="json", skip=1234, since=since)
+    assert generator.name == "generator"
+    assert generator.argv[-4:] == ["--skip", "1234", "--since-offsets", "0:5,1:0,2:7,3:0"]

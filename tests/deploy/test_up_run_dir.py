@@ -27,16 +27,19 @@ def test_every_run_gets_a_new_secret_only_its_owner_reads(tmp_path: Path) -> Non
     assert stat.S_IMODE(again.stat().st_mode) == 0o600
 
 
-def test_the_services_read_through_gets_the_runs_secret(tmp_path: Path) -> None:
+def test_the_services_read_through_gets_the_runs_secret_and_shards(tmp_path: Path) -> None:
     path = tmp_path / "streamrec.yaml"
-    path.write_text(yaml.safe_dump({"service": {"read_through": {"endpoints": ["tcp://127.0.0.1:1"]}}}))
+    path.write_text(yaml.safe_dump({"service": {"read_through": {"endpoints": ["tcp://127.0.0.1:1"],
+                                                                 "timeout_s": 0.2}}}))
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
     secret = ps_secret(run.root)
+    shards = ["tcp://127.0.0.1:7001", "tcp://127.0.0.1:7002"]  # the ports `up` picked for its shards
     write_run_configs(load_config(path), run, bootstrap="127.0.0.1:9092", control_endpoint="tcp://127.0.0.1:2",
-                      secret_file=secret)
+                      secret_file=secret, shard_endpoints=shards)
     settings = load_settings(run.roles / "service.yaml", env={})
     assert settings.read_through is not None and settings.read_through.secret_file == str(secret)
+    assert settings.read_through.endpoints == shards and settings.read_through.timeout_s == 0.2
 
 
 @pytest.mark.parametrize(("restart", "key"), [({"max_restarts": "many"}, "up.restart.max_restarts"),
