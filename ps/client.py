@@ -34,7 +34,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from core.errors import InvalidInput, NotFound
+from core.errors import InvalidInput, NotFound, ShardRestarted
 from ps.admin import PSAdmin
 from ps.protocol import Flag, Message, Op, check_keys
 from ps.ps_config import ClientConfig
@@ -71,8 +71,12 @@ class PSClient:
         config: ClientConfig | None = None,
         secret: bytes | None = None,
         dense_slice_min_elements: int = DEFAULT_SLICE_MIN_ELEMENTS,
+        report_restarts: bool = True,
     ) -> None:
+        """``report_restarts=False``: ``wait`` never raises ShardRestarted (a helper client, e.g.
+        one prefetching pulls, beside the client whose waits report the restart)."""
         self._transport = Transport(endpoints, config=config, secret=secret)
+        self._report_restarts = report_restarts
         self.admin = PSAdmin(self._transport)
         self._slice_min = dense_slice_min_elements
         self._dense: dict[str, tuple[tuple[int, ...], list[DenseSlice]]] = {}
@@ -91,7 +95,12 @@ class PSClient:
 
     def wait(self, ticket: Ticket[T]) -> T:
         """Complete ``ticket``: block until every shard asked answered; raise the first error."""
-        return ticket.finish(self._transport.collect(ticket.request_ids))
+        return ticket.finish(self._transport.collect(ticket.request_ids, report_restart=self._report_restarts))
+
+    def take_restart(self) -> ShardRestarted | None:
+        """A shard restart seen but not reported yet, taken so no ``wait`` reports it: call it
+        once every shard was loaded from a pass (a regroup, a rollback), which covers the restart."""
+        return self._transport.take_restart()
 
     # ---------------------------------------------------------------- sparse
     def pull(self, table: str, keys: np.ndarray) -> Ticket[np.ndarray]:

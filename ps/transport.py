@@ -116,6 +116,11 @@ class Transport:
                 for s in range(self.n_shards)]
         return [r.meta for r in self.collect(rids, report_restart=False)]
 
+    def take_restart(self) -> ShardRestarted | None:
+        """The shard restart seen and not reported yet, now taken: no wait reports it."""
+        restarted, self._restarted = self._restarted, None
+        return restarted
+
     def close(self) -> None:
         for sock in self._socks:
             sock.close(linger=0)

@@ -182,7 +182,8 @@ class StreamingJob:
         assert self.worker is not None and self.consumer is not None
         pull_client = None
         if self.spec.mode == "async" and self.config.prefetch_pull:
-            pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret())
+            # its pulls only prefetch: the training client's waits report a shard restart
+            pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret(), report_restarts=False)
         pull = None if pull_client is None else lambda t, k: pull_client.wait(pull_client.pull(t, k))
         idle_since = time.monotonic()
         try:

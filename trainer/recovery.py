@@ -156,6 +156,7 @@ class Recovery:
             self.committer.settle()
         self.committer.rebase_exports()
         restored = self._meet_and_restore()
+        self.ctx.client.take_restart()  # a shard restart seen until now is covered by the pass just loaded
         self.ctx.store.init()  # no pass yet and a shard restarted empty: the dense array comes back
         opt_state = dense_optimizer_state(restored.worker_arrays)
         if opt_state:
@@ -198,6 +199,7 @@ class Recovery:
         self.ctx.store.drain()
         self.committer.settle()  # a pass still committing completes (or not) before the load
         load_into_shards(self.ctx.client, self.ctx.root, pass_id)
+        self.ctx.client.take_restart()  # a shard restart seen until now is covered by this load
         for n in checkpoints.complete_passes(self.ctx.root):
             if n > pass_id:
                 checkpoints.remove_pass(self.ctx.root, n)

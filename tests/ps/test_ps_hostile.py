@@ -214,3 +214,11 @@ def test_a_restart_is_reported_once_by_the_data_plane_and_a_failed_ticket_stays_
         with pytest.raises(Unavailable, match="abandoned when an earlier wait on them failed"):
             c.wait(pull)
         np.testing.assert_array_equal(c.wait(c.pull("emb", KEYS)), 0.0)  # nothing was saved: back empty
+        assert c.take_restart() is None
+        shards.kill(0)  # again; a regroup reloads every shard, then takes the restart it covered
+        shards.start(0)
+        shards.wait_healthy()
+        c.admin.health()
+        taken = c.take_restart()
+        assert taken is not None and taken.shard == 0
+        np.testing.assert_array_equal(c.wait(c.pull("emb", KEYS)), 0.0)  # not reported again
