@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -114,6 +115,22 @@ def live_service(tmp_path: Path) -> Iterator[tuple[str, Live]]:
             live.kill_all()
 
 
+def draw_request(data: st.DataObject, strategies: SchemaStrategies, path: str, op: dict[str, Any]
+                 ) -> tuple[str, dict[str, Any], Any]:
+    """(url, query, body) for ``op`` at ``path`` as test_openapi_fuzz draws them; body None without one."""
+    url, query = path, {}
+    for p in op.get("parameters", []):
+        value = data.draw(strategies.of(p.get("schema", {})) | JUNK.map(str))
+        if p["in"] == "path":
+            url = url.replace("{" + p["name"] + "}", quote(str(value), safe="") or "x")
+        elif p["in"] == "query" and data.draw(st.booleans()):
+            query[p["name"]] = value if not isinstance(value, dict | list) else str(value)
+    body = None
+    if "requestBody" in op:
+        body = data.draw(strategies.of(op["requestBody"]["content"]["application/json"]["schema"]) | JUNK)
+    return url, query, body
+
+
 def test_every_route_with_a_live_job_meets_no_500_and_bounded_memory(live_service: tuple[str, Live]) -> None:
     base, live = live_service
     service = live.procs["service"]
@@ -134,22 +151,14 @@ def test_every_route_with_a_live_job_meets_no_500_and_bounded_memory(live_servic
         @given(data=st.data())
         def run(data: st.DataObject) -> None:
             method, path, op = data.draw(st.sampled_from(ops))
-            url, query = path, {}
-            for p in op.get("parameters", []):
-                value = data.draw(strategies.of(p.get("schema", {})) | JUNK.map(str))
-                if p["in"] == "path":
-                    url = url.replace("{" + p["name"] + "}", quote(str(value), safe="") or "x")
-                elif p["in"] == "query" and data.draw(st.booleans()):
-                    query[p["name"]] = value if not isinstance(value, dict | list) else str(value)
-            content = None
+            url, query, body = draw_request(data, strategies, path, op)
+            content = None if body is None else json.dumps(body).encode()
             headers = data.draw(st.sampled_from([auth, auth, auth, {}, {"Authorization": "Bearer x"}]))
-            if "requestBody" in op:
-                schema = op["requestBody"]["content"]["application/json"]["schema"]
-                content = json.dumps(data.draw(strategies.of(schema) | JUNK)).encode()
+            if content is not None:
                 headers = {**headers, "content-type": "application/json"}
             if data.draw(st.integers(0, 9)) == 0:  # invented methods and paths must not grow anything
                 method = data.draw(st.sampled_from(INVENTED))
-                url = data.draw(st.sampled_from([url, f"/v1/{data.draw(st.text(max_size=8))}", "/admin/x"]))
+                url = data.draw(st.sampled_from([url, f"/v1/{quote(data.draw(st.text(max_size=8)))}", "/admin/x"]))
             r = client.request(method, url, params=query, content=content, headers=headers)
             statuses[r.status_code] += 1
             assert r.status_code != 500 and r.status_code < 600, (method, url, content, r.text)
