@@ -8,6 +8,11 @@ BASE_STAMP := $(BASE_VENV)/.installed
 
 .PHONY: test lint up bench-tables bench-freshness bench-train bench-baselines
 
+# numba's on-disk cache checks only the file that defines a kernel, not the modules it calls:
+# after an edit to tables/hashmap.py a cached kernel of another module kept the old hashing
+# and read stale rows. Keyed by every source file, the cache starts afresh after any change.
+export NUMBA_CACHE_DIR := $(CURDIR)/$(VENV)/numba-cache/$(shell cat $(sort $(wildcard */*.py */*/*.py)) 2>/dev/null | cksum | cut -d' ' -f1)
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

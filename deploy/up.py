@@ -44,6 +44,7 @@ from deploy.up_run_dir import RunDir, admin_token, ps_secret, records_trained, s
 from deploy.up_shutdown import shut_down
 from deploy.up_source import bayes_auc, record_source, streamrec_cli
 from deploy.up_watch import Watch, watch_live, watch_plain
+from ps.auth import read_secret
 from ps.launcher import LaunchSpec, free_ports, thread_limits
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class LocalSystem:
         self.api_url = f"http://{self.cfg.up.host}:{self.cfg.up.port}"
         self.token = ""
         self.control_endpoint = ""
+        self.secret_file: Path | None = None  # the run's PS secret: shards and the chief's job control
         self.started = time.time()
 
     def say(self, text: str) -> None:
@@ -110,7 +112,7 @@ class LocalSystem:
         # embedded broker takes this process's environment as it is.
         os.environ[RUN_TAG_ENV] = str(self.run.root)
         self.token = admin_token(self.run.root)
-        secret = ps_secret(self.run.root)
+        secret = self.secret_file = ps_secret(self.run.root)
         self.broker, self.bootstrap = start_kafka(self.cfg, servers=self.opts.kafka, log_path=self.run.log("broker"),
                                                   say=self.say)
         (control_port,) = free_ports(1)
@@ -160,7 +162,8 @@ class LocalSystem:
         final_pass = None
         if self.cfg.up.commit_on_exit:
             final_pass = partial(commit_final_pass, self.control_endpoint, timeout_s=self.cfg.up.stop_timeout_s,
-                                 say=self.say)
+                                 say=self.say,
+                                 secret=read_secret(self.secret_file) if self.secret_file else None)
         shut_down(self.roles, final_pass=final_pass, broker=self.broker, say=self.say)
 
 

@@ -16,11 +16,13 @@ from core.errors import Conflict, StreamrecError
 _STATUS_POLL_S = 0.2
 
 
-def commit_final_pass(control_endpoint: str, *, timeout_s: float, say: Callable[[str], None]) -> None:
-    """Commit (or wait for) one more pass through the chief at ``control_endpoint``; says how it went."""
+def commit_final_pass(control_endpoint: str, *, timeout_s: float, say: Callable[[str], None],
+                      secret: bytes | None = None) -> None:
+    """Commit (or wait for) one more pass through the chief at ``control_endpoint`` (requests
+    signed with the run's ``secret``); says how it went."""
     from jobcontrol.channel import ControlClient
 
-    client = ControlClient(control_endpoint, timeout_s=timeout_s)
+    client = ControlClient(control_endpoint, timeout_s=timeout_s, secret=secret)
     try:
         try:
             result = client.call("checkpoint")

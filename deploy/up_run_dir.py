@@ -87,7 +87,7 @@ def write_run_configs(cfg: StreamrecConfig, run: RunDir, *, bootstrap: str, cont
     run.config.write_text(yaml.safe_dump(effective, sort_keys=False))
     # `up` knows where its chief listens: a control file from a Kubernetes-style config is not used
     overrides = {"host": cfg.up.host, "port": cfg.up.port, "job_control": control_endpoint,
-                 "job_control_file": None}
+                 "job_control_file": None, "job_secret_file": str(secret_file)}  # the chief signs with it
     if cfg.service.read_through is not None:  # the shards require this run's secret
         overrides["read_through"] = {**cfg.service.read_through.model_dump(mode="json"),
                                      "endpoints": list(shard_endpoints), "secret_file": str(secret_file)}

@@ -13,6 +13,12 @@ service maps them to HTTP statuses with its one handler). Ops and their handler 
 
 The handler is any object with those methods (the trainer's job). The server answers from
 its own thread; handlers must be thread-safe. No pickle: JSON only, bounded request size.
+
+With a secret (the cluster's, the one the PS shards use) every request is signed like a PS
+request (:mod:`ps.auth`: timestamp + HMAC in a second frame, replays refused) under its own
+identity label, so a captured PS request is no control request. A server off loopback
+refuses to start without a secret: whoever reaches the socket could pause, roll back or
+shrink the job.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ from typing import Any, Protocol
 import zmq
 
 from core.errors import InvalidInput, StreamrecError, Unavailable, error_from_code
+from ps.auth import Verifier, require_auth_for, sign
 
 CONTROL_FILE = "control.json"  # under the checkpoint root: {"endpoint", "rank"} of the chief's control server
 OPS = ("status", "passes", "checkpoint", "export", "shrink", "rollback", "pause", "resume", "get_policy",
        "put_policy", "history")
 MAX_REQUEST_BYTES = 1 << 20
+CONTROL_IDENTITY = b"streamrec-job-control"  # signed under this label: a PS request's MAC is no control MAC
 
 
 class JobHandler(Protocol):
@@ -49,8 +57,11 @@ class JobHandler(Protocol):
 class ControlServer:
     """Serves ``handler`` on ``endpoint`` (e.g. tcp://127.0.0.1:0; ``endpoint`` after start is the bound one)."""
 
-    def __init__(self, handler: JobHandler, endpoint: str = "tcp://127.0.0.1:0") -> None:
+    def __init__(self, handler: JobHandler, endpoint: str = "tcp://127.0.0.1:0", *,
+                 secret: bytes | None = None) -> None:
+        require_auth_for(endpoint, secret)
         self.handler = handler
+        self._verifier = Verifier(secret) if secret is not None else None
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -70,13 +81,17 @@ class ControlServer:
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
-            raw = self._sock.recv()
-            self._sock.send(json.dumps(self._answer(raw), default=str).encode())
+            frames = self._sock.recv_multipart()
+            self._sock.send(json.dumps(self._answer(frames), default=str).encode())
         self._sock.close()
 
-    def _answer(self, raw: bytes) -> dict[str, Any]:
+    def _answer(self, frames: list[bytes]) -> dict[str, Any]:
         try:
-            req = json.loads(raw)
+            if self._verifier is not None:
+                self._verifier.verify(frames, has_tag=len(frames) == 2, identity=CONTROL_IDENTITY)
+            elif len(frames) != 1:
+                raise InvalidInput("control request must be one frame (this job control takes unsigned requests)")
+            req = json.loads(frames[0])
             if not isinstance(req, dict) or req.get("op") not in OPS or not isinstance(req.get("args", {}), dict):
                 raise InvalidInput(f"control request must be {{op: one of {list(OPS)}, args: object}}")
             result = getattr(self.handler, req["op"])(**req.get("args", {}))
@@ -94,6 +109,8 @@ class ControlServer:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        elif self._thread.ident is None:  # never started: the serving thread would have closed it
+            self._sock.close()
 
 
 def advertised_endpoint(bound: str, host: str | None) -> str:
@@ -109,8 +126,9 @@ def advertised_endpoint(bound: str, host: str | None) -> str:
 class ControlClient:
     """Calls a job's control server; raises the job's errors as core.errors classes."""
 
-    def __init__(self, endpoint: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, endpoint: str, *, timeout_s: float = 30.0, secret: bytes | None = None) -> None:
         self.endpoint = endpoint
+        self._secret = secret
         self.timeout_ms = int(timeout_s * 1000)
         self._ctx = zmq.Context.instance()
         self._lock = threading.Lock()
@@ -130,7 +148,11 @@ class ControlClient:
         with self._lock:
             sock = self._socket()
             try:
-                sock.send(json.dumps({"op": op, "args": args}).encode())
+                payload = json.dumps({"op": op, "args": args}).encode()
+                if self._secret is None:
+                    sock.send(payload)
+                else:
+                    sock.send_multipart([payload, sign(self._secret, [payload], identity=CONTROL_IDENTITY)])
                 reply = json.loads(sock.recv())
             except zmq.Again:
                 sock.close()  # a REQ socket that timed out is unusable: start over next time

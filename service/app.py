@@ -12,6 +12,7 @@ import faiss
 import numpy as np
 from fastapi import FastAPI
 
+from ps.auth import read_secret
 from service.errors import install_error_handler
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
@@ -52,7 +53,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         sys.setswitchinterval(0.001)
         store = ModelStore(Path(settings.exports_dir), settings.index)
         watcher = ExportWatcher(store, settings.poll_seconds)
-        job = JobLink(settings.job_control, settings.job_timeout_s, endpoint_file=settings.job_control_file)
+        job = JobLink(settings.job_control, settings.job_timeout_s, endpoint_file=settings.job_control_file,
+                      secret=read_secret(settings.job_secret_file) if settings.job_secret_file else None)
         _register_gauges(metrics, store, job)
         app.state.store, app.state.watcher, app.state.job = store, watcher, job
         app.state.read_through = ReadThrough(settings.read_through) if settings.read_through else None

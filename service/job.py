@@ -37,18 +37,22 @@ def _find(d: Any, *keys: str) -> float | None:
 
 class JobLink:
     def __init__(self, endpoint: str | None, timeout_s: float, refresh_s: float = 5.0, *,
-                 endpoint_file: str | None = None) -> None:
+                 endpoint_file: str | None = None, secret: bytes | None = None) -> None:
         self.endpoint = endpoint
+        self._secret = secret
         self._file = endpoint_file or None  # a path or a URL (s3://...: the checkpoint root's store)
         self._timeout_s = timeout_s
         self._swap = threading.Lock()
-        self._client = ControlClient(endpoint, timeout_s=timeout_s) if endpoint else None
+        self._client = self._connect(endpoint)
         self._refresh_s = refresh_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="job-status", daemon=True)
         self.cached_status: dict[str, Any] | None = None
         self.cached_at: float | None = None
         self.last_error: str | None = None
+
+    def _connect(self, endpoint: str | None) -> ControlClient | None:
+        return ControlClient(endpoint, timeout_s=self._timeout_s, secret=self._secret) if endpoint else None
 
     @property
     def connected(self) -> bool:
@@ -65,7 +69,7 @@ class JobLink:
             if endpoint != self.endpoint:  # a new chief: drop the old one's socket
                 if self._client is not None:
                     self._client.close()
-                self._client = ControlClient(endpoint, timeout_s=self._timeout_s) if endpoint else None
+                self._client = self._connect(endpoint)
                 self.endpoint = endpoint
             return self._client
 

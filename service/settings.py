@@ -72,6 +72,9 @@ class ServiceSettings(FrozenModel):
     # call, so the link follows whichever trainer holds rank 0 (leased ranks on Kubernetes)
     job_control_file: str | None = None
     job_timeout_s: float = Field(10.0, gt=0.0)
+    # the cluster secret (the PS shards' HMAC key) when the job's control socket requires signed
+    # requests: it does whenever the trainers have one, and always off loopback
+    job_secret_file: str | None = None
     index: IndexSettings = IndexSettings()
     read_through: ReadThroughSettings | None = None
     limits: LimitSettings = LimitSettings()

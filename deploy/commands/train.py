@@ -170,7 +170,7 @@ def run_stream(args: argparse.Namespace) -> int:
             roots.callback(metrics.close)
         server = None
         if job.chief:
-            server = ControlServer(JobControl(job), config.control_endpoint).start()
+            server = ControlServer(JobControl(job), config.control_endpoint, secret=spec.secret()).start()
             endpoint = advertised_endpoint(server.endpoint, spec.advertise_host)
             open_store(config.checkpoint_dir).write_json(CONTROL_FILE, {"endpoint": endpoint, "rank": spec.rank})
         try:

@@ -140,6 +140,7 @@ def test_roles_on_separate_hosts_sign_advertise_discover_and_refuse_strangers(tm
         service_yaml.write_text(yaml.safe_dump({
             "host": hosts["service"], "port": SERVICE_PORT, "exports_dir": str(ex), "poll_seconds": 0.3,
             "index": {"kind": "flat"}, "job_control_file": str(ck / "control.json"),
+            "job_secret_file": str(secret_file),
             "read_through": {"endpoints": endpoints, "secret_file": str(secret_file), "timeout_s": 5.0}}))
         run.start("service", [sys.executable, "-m", "deploy.cli", "serve", "--config", str(service_yaml)], "service",
                   STREAMREC_ADMIN_TOKEN=TOKEN)
@@ -176,8 +177,5 @@ def test_roles_on_separate_hosts_sign_advertise_discover_and_refuse_strangers(tm
         assert after["rows"] == before["rows"]  # the refused push changed nothing
         for b, a in zip(before["stats"], after["stats"], strict=True):  # every shard counted its refusals
             assert a["errors"].get("unauthorized", 0) > b["errors"].get("unauthorized", 0), (b["errors"], a["errors"])
-        # Job control: a stranger's unsigned status call. Answered: the open hole of issue #12
-        # finding 2 (the control socket takes plain JSON off loopback); refused once it is signed.
-        ctl = stranger["control"]
-        assert "answered" in ctl or ctl["error"] in ("Unauthorized", "Forbidden"), ctl
-        print("job control from an unsigned peer:", "ANSWERED (open hole)" if "answered" in ctl else ctl)
+        # Job control takes signed requests only off loopback: the stranger's unsigned status call is refused.
+        assert stranger["control"].get("error") == "Unauthorized", stranger["control"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import zmq
 
-from core.errors import InvalidInput, StreamrecError
+from core.errors import ConfigError, Forbidden, InvalidInput, StreamrecError, Unauthorized
 from jobcontrol.channel import ControlClient, ControlServer
 
 
@@ -65,3 +65,54 @@ def test_deep_json_is_named_and_a_handler_bug_is_an_internal_error() -> None:
     finally:
         client.close()
         server.stop()
+
+
+SECRET = b"job-control-test-secret-0123456789"
+
+
+def test_a_secret_holding_server_answers_only_signed_requests() -> None:
+    server = ControlServer(_Job(), secret=SECRET).start()  # type: ignore[arg-type]
+    signed = ControlClient(server.endpoint, timeout_s=10, secret=SECRET)
+    unsigned = ControlClient(server.endpoint, timeout_s=10)
+    wrong = ControlClient(server.endpoint, timeout_s=10, secret=b"another-secret-of-enough-bytes")
+    try:
+        assert signed.call("status") == {"pass": 3}
+        with pytest.raises(Unauthorized):
+            unsigned.call("status")
+        with pytest.raises(Forbidden):
+            wrong.call("status")
+        assert signed.call("status") == {"pass": 3}  # refusals cost nothing to the signed client
+    finally:
+        for c in (signed, unsigned, wrong):
+            c.close()
+        server.stop()
+
+
+def test_a_captured_signed_request_cannot_be_replayed() -> None:
+    from jobcontrol.channel import CONTROL_IDENTITY
+    from ps.auth import sign
+
+    server = ControlServer(_Job(), secret=SECRET).start()  # type: ignore[arg-type]
+    try:
+        payload = b'{"op": "status", "args": {}}'
+        frames = [payload, sign(SECRET, [payload], identity=CONTROL_IDENTITY)]
+        ctx = zmq.Context.instance()
+        replies = []
+        for _ in range(2):
+            sock = ctx.socket(zmq.REQ)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, 10_000)
+            sock.connect(server.endpoint)
+            sock.send_multipart(frames)
+            replies.append(sock.recv())
+            sock.close()
+        assert b'"ok": true' in replies[0] and b"replayed request refused" in replies[1]
+    finally:
+        server.stop()
+
+
+def test_job_control_off_loopback_needs_a_secret() -> None:
+    with pytest.raises(ConfigError, match="without authentication"):
+        ControlServer(_Job(), "tcp://0.0.0.0:0")  # type: ignore[arg-type]
+    server = ControlServer(_Job(), "tcp://0.0.0.0:0", secret=SECRET)  # type: ignore[arg-type]
+    server.stop()
