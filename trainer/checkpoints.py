@@ -66,10 +66,24 @@ def complete_passes(root: Root) -> list[int]:
 def discard_incomplete(root: Root) -> list[int]:
     """Delete pass directories without a manifest (a commit that died half way)."""
     store = open_store(root)
-    gone = [n for n in _pass_ids(store) if not store.exists(f"{pass_name(n)}/{MANIFEST}")]
+    gone = [n for n in _pass_ids(store) if not store.exists(f"{pass_name(n)}/{MANIFEST}")
+            and not store.exists(f"{pass_name(n)}/{QUARANTINED}")]
     for n in gone:
         store.remove(pass_name(n))
     return gone
+
+
+QUARANTINED = "pass.json.corrupt"  # a pass whose files failed to load: kept to look at, never restored
+
+
+def quarantine(root: Root, pass_id: int, reason: str) -> None:
+    """Take pass ``pass_id`` out of the complete passes (its manifest moves to ``pass.json.corrupt``
+    with the reason): every worker's next look for the newest usable pass skips it."""
+    store = open_store(root)
+    d = pass_name(pass_id)
+    man = store.read_json(f"{d}/{MANIFEST}")
+    store.write_json(f"{d}/{QUARANTINED}", {**man, "quarantined": reason})
+    store.remove(f"{d}/{MANIFEST}")
 
 
 def remove_pass(root: Root, pass_id: int) -> None:

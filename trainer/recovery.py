@@ -24,6 +24,7 @@ then (after a barrier, so nobody pulls half-loaded tables) reads the same manife
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,8 @@ from trainer.pass_commit import PassCommitter
 from trainer.rank_claim import EpochMoved
 from trainer.rendezvous import BARRIER_TAG
 from trainer.worker import Worker
+
+log = logging.getLogger(__name__)
 
 SHARD_RETURN_TIMEOUT_S = 120.0  # how long a single worker waits for a lost shard to answer again
 
@@ -68,18 +71,31 @@ def load_into_shards(client: PSClient, root: Store, pass_id: int) -> None:
     client.admin.load(chain=checkpoints.chain(root, pass_id))
 
 
+def load_newest_usable(client: PSClient, root: Store) -> tuple[int, dict[str, Any]] | None:
+    """Chief: load the newest pass whose whole chain loads. A shard verifies every table file of
+    a chain before it loads any (a failure leaves it unchanged), so a pass whose chain holds a
+    corrupt file is quarantined and the next older one tried: recovery falls back, it does not
+    wedge. Quarantined before the restore barrier, the pass is skipped by every worker too."""
+    while (found := newest_usable_pass(root)) is not None:
+        try:
+            load_into_shards(client, root, found[0])
+            return found
+        except CorruptData as err:
+            log.warning("pass %d does not load (%s): quarantined, trying the one before", found[0], err.message)
+            checkpoints.quarantine(root, found[0], err.message)
+    return None
+
+
 def restore(root: Store | str, client: PSClient, *, rank: int, chief: bool) -> Restored:
     """Chief: clean up and load the shards (call before the restore barrier). Others: read only."""
     root = open_store(root)
     if chief:
         client.admin.save_wait()  # a save a killed chief left running ends before its half-committed pass goes
         checkpoints.discard_incomplete(root)
-    found = newest_usable_pass(root)
+    found = load_newest_usable(client, root) if chief else newest_usable_pass(root)
     if found is None:
         return Restored()
     n, man = found
-    if chief:
-        load_into_shards(client, root, n)
     arrays: dict[str, np.ndarray] = {}
     # a worker that did not exist then starts its optimizer fresh
     with contextlib.suppress(CorruptData, NotFound, FileNotFoundError):
@@ -183,22 +199,28 @@ class Recovery:
                 if time.monotonic() > deadline:
                     raise
         self.committer.finish_wait(ignore_failure=True)  # its save may have failed on the lost shard
-        found = checkpoints.complete_passes(self.ctx.root)
-        if not found:
+        if not checkpoints.complete_passes(self.ctx.root):
             raise Unavailable("a shard lost its tables before the first pass was committed; restart the job")
         self.ctx.store.forget()
         self.committer.renew_exporter()  # its save may hang on the lost shard: let it fail alone, start afresh
         if self.ctx.spec.mode == "sync":  # apply (and so discard, by the load below) pushes held for a barrier
             self.ctx.client.barrier(BARRIER_TAG - 1 - self.ctx.store.worker.steps, 1, timeout_s=60)
         self.ctx.store.init()
-        self.rollback(worker, found[-1])
+        self.rollback(worker, None)
         self.recoveries += 1
 
-    def rollback(self, worker: Worker, pass_id: int) -> dict[str, Any]:
-        """Back to a committed pass: shards load it, newer passes go, the stream re-reads from its offsets."""
+    def rollback(self, worker: Worker, pass_id: int | None) -> dict[str, Any]:
+        """Back to a committed pass (None: the newest that loads): shards load it, newer passes
+        go, the stream re-reads from its offsets."""
         self.ctx.store.drain()
         self.committer.settle()  # a pass still committing completes (or not) before the load
-        load_into_shards(self.ctx.client, self.ctx.root, pass_id)
+        if pass_id is None:
+            found = load_newest_usable(self.ctx.client, self.ctx.root)
+            if found is None:
+                raise Unavailable("no committed pass loads any more (all quarantined); restart the job")
+            pass_id = found[0]
+        else:
+            load_into_shards(self.ctx.client, self.ctx.root, pass_id)
         self.ctx.client.take_restart()  # a shard restart seen until now is covered by this load
         for n in checkpoints.complete_passes(self.ctx.root):
             if n > pass_id:

@@ -178,3 +178,48 @@ def test_a_chief_killed_after_the_release_leaves_the_previous_pass_the_newest(tm
             assert restored.pass_id == 1 and restored.offsets == {0: 1}
             assert not checkpoints.pass_dir(root, 2).exists()
             np.testing.assert_array_equal(c.wait(c.pull("emb", np.arange(1, 20001, dtype=np.uint64))), -1.0)
+
+
+def test_a_pass_with_a_corrupt_table_file_is_quarantined_and_recovery_falls_back(tmp_path: Path) -> None:
+    """#12 finding 6: a flipped byte in a table file of the newest pass made restore fail (and
+    left a shard half-loaded). Now the chief's load fails whole, the pass is quarantined, and the
+    previous pass (its own chain) is restored, by the chief and then by every other worker."""
+    from ps.admin import SaveMode
+    from ps.client import PSClient
+    from tests.ps.ps_harness import shard_processes
+    from trainer.metrics import Metrics
+    from trainer.pass_commit import CommitFinisher, finish_pass
+    from trainer.recovery import restore
+
+    root = tmp_path / "ckpt"
+    tables = [{"name": t, "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
+              for t in ("emb", "other")]
+    keys = np.arange(1, 5001, dtype=np.uint64)
+    with shard_processes(tmp_path, tables) as shards, PSClient(shards.endpoints) as c:
+        finisher = CommitFinisher(PSClient(shards.endpoints))
+        for n, mode in ((1, SaveMode.BASE), (2, SaveMode.DELTA), (3, SaveMode.BASE)):
+            for t in ("emb", "other"):
+                c.wait(c.push(t, keys, np.ones((keys.shape[0], 4), np.float32)))
+            part = {f"metrics.{k}": v for k, v in Metrics().to_arrays().items()}
+            checkpoints.write_worker_part(root, n, 0, part, {"rank": 0, "offsets": {"0": 10 * n}, "records": 1})
+            saves = c.admin.save(into=checkpoints.shard_template(root, n), mode=mode, detach=True)
+            finisher.start(lambda client, n=n, saves=saves: finish_pass(client, root, n, saves, [0], keep=5,
+                                                                      fields={}))
+            finisher.wait()
+        finisher.close()
+        assert checkpoints.complete_passes(root) == [1, 2, 3]
+        victim = sorted((checkpoints.pass_dir(root, 3)).rglob("other*.rows"))[0]
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+        assert newest_usable_pass(root)[0] == 3  # its manifest still verifies: only the load finds it
+
+        restored = restore(root, c, rank=0, chief=True)
+        assert restored.pass_id == 2 and restored.offsets == {0: 20}
+        assert checkpoints.complete_passes(root) == [1, 2]  # pass 3 quarantined, kept to look at
+        assert (checkpoints.pass_dir(root, 3) / checkpoints.QUARANTINED).is_file()
+        for t in ("emb", "other"):  # both tables at pass 2, none half at pass 3
+            np.testing.assert_array_equal(c.wait(c.pull(t, keys)), -2.0)
+        assert restore(root, c, rank=1, chief=False).pass_id == 2  # every worker restores the same pass
+        checkpoints.discard_incomplete(root)  # a quarantined pass is not a half-committed one
+        assert checkpoints.pass_dir(root, 3).is_dir()
