@@ -17,14 +17,11 @@ and its lifecycle; the protocols live beside it:
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from kafka.errors import KafkaError
 
 from core.errors import ConfigError, NotFound, Unavailable
 from models import build_model
@@ -33,23 +30,22 @@ from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from ps.ps_config import PSConfig, load_ps_config
 from stores.store import open_store
-from streaming.batch import Batch
-from streaming.consumer import Membership, StreamConsumer
 from streaming.group_offsets import GroupOffsets
 from trainer import checkpoints
 from trainer.item_catalog import ItemCatalog
 from trainer.job_config import JobConfig
 from trainer.job_context import JobContext
+from trainer.job_stream import JobStream
 from trainer.loop_calls import LoopCalls, LoopOp
 from trainer.metrics import WindowedMetrics
-from trainer.minibatch import MiniBatch, MiniBatcher
+from trainer.minibatch import MiniBatch
 from trainer.params import PSStore, dense_rule
 from trainer.pass_commit import PassCommitter
 from trainer.passes import PassProgress
 from trainer.prefetch import Prefetcher
 from trainer.ps_worker import PSWorker
 from trainer.rank_claim import EpochMoved, RankLease
-from trainer.recovery import Recovery, dense_optimizer_state, partitions_of
+from trainer.recovery import Recovery, dense_optimizer_state
 from trainer.rendezvous import Rendezvous
 from trainer.worker import Prepared, Worker, prepare
 
@@ -97,7 +93,6 @@ class StreamingJob:
         self.client: PSClient = self.ps.client
         self.store = PSStore(self.ps, self.model.params.values,
                              dense_rule=dense_rule(config.dense_update, config.model.dense_optimizer))
-        self.lock = threading.RLock()  # the consumer and its offset tracker, shared with the prefetch thread
         self.paused = threading.Event()
         self.stopping = threading.Event()
         self.records_run = 0  # by this process (the job's total is progress.records_total)
@@ -106,9 +101,7 @@ class StreamingJob:
         item_slots = tuple(s.name for s in getattr(self.model, "item_slots", ()))
         self.catalog = ItemCatalog(item_slots) if tt else None
         self.worker: Worker | None = None  # made by run() once the shards hold the restored pass
-        self.consumer: StreamConsumer | None = None  # made by run(), seeked to the restored offsets
-        self.lag_partitions: dict[int, int] = {}  # this worker's partitions, refreshed ~1/s by the poll loop
-        self._lag_at = 0.0
+        self.stream: JobStream | None = None  # made by run(), seeked to the restored offsets
         self._peer_look_at = 0.0
         self.progress = PassProgress(config.passes, workers=spec.num_workers)
         self.rendezvous = Rendezvous(self.client, lease, stopping=self.stopping)
@@ -135,36 +128,9 @@ class StreamingJob:
             self.worker.dense.load_state(opt_state)
         self.progress.records_total = restored.records_total
         self.progress.at_pass(restored.pass_id)
-        kafka = self.config.kafka
-        mine = partitions_of(self.spec, kafka.partitions)
-        self.consumer = StreamConsumer(kafka, self.config.records, self.bootstrap, membership=Membership.ASSIGN,
-                                       partitions=mine, client_id=f"streamrec-trainer-{self.rank}")
-        if restored.offsets:
-            self.consumer.seek_to({p: o for p, o in restored.offsets.items() if p in mine})
+        self.stream = JobStream(self.config, self.spec, self.bootstrap, progress=self.progress,
+                                stopping=self.stopping, offsets=restored.offsets)
         self.committer.start_exporting()
-
-    def _poll(self) -> Iterator[Batch | None]:
-        while not self.stopping.is_set():
-            with self.lock:
-                batch = self.consumer.poll_batch()  # type: ignore[union-attr]
-                # Lag asks the broker, and the consumer is not thread-safe: refresh it here, under
-                # the consumer's lock, about once a second; status() reads the cached figure.
-                now = time.monotonic()
-                if now - self._lag_at >= 1.0:
-                    self._lag_at = now
-                    with contextlib.suppress(KafkaError):
-                        self.lag_partitions = self.consumer.lag()  # type: ignore[union-attr]
-                        self.progress.lag = sum(self.lag_partitions.values())  # for the pass's point
-            yield batch
-
-    def _minibatches(self) -> Iterator[MiniBatch | None]:
-        """The polls as training mini-batches of ``batch_size`` records (trainer.minibatch); None
-        when a poll came back empty. A new batcher per loop: a re-seek drops what it held."""
-        batcher = MiniBatcher(self.config.batch_size, self.config.batch_wait_ms / 1000)
-        for poll in self._poll():
-            yield from batcher.add(poll)
-            if poll is None:
-                yield None
 
     def _commit_to_group(self, manifest: dict[str, Any]) -> None:
         """In the chief's commit finisher: the complete pass's offsets, every partition's."""
@@ -172,14 +138,14 @@ class StreamingJob:
         self.group_offsets.commit({int(p): int(o) for p, o in manifest.get("offsets", {}).items()})
 
     def _committable_offsets(self) -> dict[int, int]:
-        assert self.consumer is not None
-        with self.lock:
-            return self.consumer.committable()
+        assert self.stream is not None
+        return self.stream.committable()
 
     # ------------------------------------------------------------------- loop
     def run(self) -> dict[str, Any]:
         self._start()
-        assert self.worker is not None and self.consumer is not None
+        assert self.worker is not None and self.stream is not None
+        stream = self.stream
         pull_client = None
         if self.spec.mode == "async" and self.config.prefetch_pull:
             # its pulls only prefetch: the training client's waits report a shard restart
@@ -189,7 +155,7 @@ class StreamingJob:
         try:
             while not self.stopping.is_set():  # once, unless a rollback re-seeks the stream
                 self.progress.reseek = None
-                items = Prefetcher(self._minibatches(),
+                items = Prefetcher(stream.minibatches(),
                                    lambda m: None if m is None else (prepare(self.model, m.batch, pull), m), depth=2)
                 try:
                     idle_since = self._loop(items, idle_since)
@@ -197,8 +163,7 @@ class StreamingJob:
                     items.close()
                 if self.progress.reseek is None:
                     break
-                with self.lock:  # batches prefetched from before the rollback point are dropped here
-                    self.consumer.seek_to(self.progress.reseek)
+                stream.seek(self.progress.reseek)
             self.committer.finish_wait()  # the last pass is complete (or its failure raised) before the job reports
         finally:
             self.stopping.set()
@@ -207,7 +172,7 @@ class StreamingJob:
             self.committer.close()
             if self.group_offsets is not None:
                 self.group_offsets.close()
-            self.consumer.close()
+            stream.close()
         return self.status()
 
     def _loop(self, items: Prefetcher, idle_since: float) -> float:
@@ -270,13 +235,12 @@ class StreamingJob:
         return any(checkpoints.has_worker_part(self.root, pass_id, r) for r in active if r != self.rank)
 
     def _train(self, item: tuple[Prepared, MiniBatch]) -> None:
-        assert self.worker is not None and self.consumer is not None
+        assert self.worker is not None and self.stream is not None
         prepared, mini = item
         batch = prepared.batch
         self.worker.step(prepared)
-        with self.lock:  # pushes of this batch are in flight; drain() precedes every offset checkpoint
-            for poll in mini.completes:  # a poll is pushed once its last mini-batch is
-                self.consumer.tracker.mark_pushed(poll)
+        # pushes of this batch are in flight; drain() precedes every offset checkpoint
+        self.stream.mark_pushed(mini.completes)
         n = len(batch)
         self.progress.clock.add(n)
         self.records_run += n
@@ -294,7 +258,7 @@ class StreamingJob:
         ``leaving``: this worker's stream is done; later passes are committed without it.
         Returns the manifest of the newest pass the chief finished committing (the chief's
         commit of this pass may still be finishing in the background)."""
-        assert self.worker is not None and self.consumer is not None
+        assert self.worker is not None and self.stream is not None
         t0 = time.monotonic()
         self.committer.commit(self.worker, leaving=leaving)
         self.commit_stall_s.append(time.monotonic() - t0)
@@ -318,6 +282,7 @@ class StreamingJob:
 
     def status(self) -> dict[str, Any]:
         w = self.worker
+        lag = {} if self.stream is None else dict(self.stream.lag_partitions)
         progress, committer = self.progress, self.committer
         return {"rank": self.rank, "pass": progress.pass_id, "records_run": self.records_run,
                 "records_total": progress.records_total, "paused": self.paused.is_set(), "mode": self.spec.mode,
@@ -326,7 +291,7 @@ class StreamingJob:
                 "newest_record_time": progress.newest_time, "recoveries": self.recovery.recoveries,
                 "regroups": self.recovery.regroups,
                 # records not yet consumed on this worker's partitions (rank 0's when asked through job control)
-                "lag": sum(self.lag_partitions.values()), "lag_partitions": dict(self.lag_partitions),
+                "lag": sum(lag.values()), "lag_partitions": lag,
                 "commit_stall_s": list(self.commit_stall_s[-20:]),
                 "last_commit": {k: v for k, v in committer.last_commit.items() if k != "files"},
                 "last_export": committer.last_export}

@@ -1,0 +1,82 @@
+"""A worker's stream: its partitions of the topic as training mini-batches, and their offsets.
+
+The consumer is not thread-safe and is shared by the training thread (marking offsets pushed,
+re-seeking) and the prefetch thread (polling): every use holds ``lock``. The offset rule is in
+:mod:`streaming.offsets`: a poll is marked pushed once its last mini-batch was pushed
+(:mod:`trainer.minibatch`), and only pushed offsets are committable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+from kafka.errors import KafkaError
+
+from ps.cluster import ClusterSpec
+from streaming.batch import Batch
+from streaming.consumer import Membership, StreamConsumer
+from trainer.job_config import JobConfig
+from trainer.minibatch import MiniBatch, MiniBatcher
+from trainer.passes import PassProgress
+from trainer.recovery import partitions_of
+
+LAG_REFRESH_S = 1.0  # lag asks the broker: about once a second
+
+
+class JobStream:
+    """Worker ``spec.rank``'s partitions (``p % W == r``), from ``offsets`` when restored."""
+
+    def __init__(self, config: JobConfig, spec: ClusterSpec, bootstrap: list[str], *, progress: PassProgress,
+                 stopping: threading.Event, offsets: dict[int, int] | None = None) -> None:
+        self.config = config
+        self.progress = progress
+        self.stopping = stopping
+        self.lock = threading.RLock()
+        self.partitions = partitions_of(spec, config.kafka.partitions)
+        self.consumer = StreamConsumer(config.kafka, config.records, bootstrap, membership=Membership.ASSIGN,
+                                       partitions=self.partitions, client_id=f"streamrec-trainer-{spec.rank}")
+        if offsets:
+            self.consumer.seek_to({p: o for p, o in offsets.items() if p in self.partitions})
+        self.lag_partitions: dict[int, int] = {}  # records not yet consumed, refreshed ~1/s by the poll loop
+        self._lag_at = 0.0
+
+    def _polls(self) -> Iterator[Batch | None]:
+        while not self.stopping.is_set():
+            with self.lock:
+                batch = self.consumer.poll_batch()
+                now = time.monotonic()
+                if now - self._lag_at >= LAG_REFRESH_S:  # under the lock: status() reads the cached figure
+                    self._lag_at = now
+                    with contextlib.suppress(KafkaError):
+                        self.lag_partitions = self.consumer.lag()
+                        self.progress.lag = sum(self.lag_partitions.values())  # for the pass's point
+            yield batch
+
+    def minibatches(self) -> Iterator[MiniBatch | None]:
+        """The polls as training mini-batches of ``batch_size`` records; None when a poll came
+        back empty. A new batcher per call: a re-seek drops what it held."""
+        batcher = MiniBatcher(self.config.batch_size, self.config.batch_wait_ms / 1000)
+        for poll in self._polls():
+            yield from batcher.add(poll)
+            if poll is None:
+                yield None
+
+    def mark_pushed(self, polls: Iterable[Batch]) -> None:
+        """``polls`` were trained whole (their last mini-batch pushed): their offsets may commit."""
+        with self.lock:
+            for poll in polls:
+                self.consumer.tracker.mark_pushed(poll)
+
+    def committable(self) -> dict[int, int]:
+        with self.lock:
+            return self.consumer.committable()
+
+    def seek(self, offsets: dict[int, int]) -> None:
+        with self.lock:  # batches prefetched from before the point are dropped by the new batcher
+            self.consumer.seek_to(offsets)
+
+    def close(self) -> None:
+        self.consumer.close()
