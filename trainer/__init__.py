@@ -20,6 +20,7 @@ Passes and serving hand-off
   rendezvous.py    the pass barriers; leased ranks: rendezvous named after the membership epoch
   export.py        bundles (exports.bundle) in a background thread; item_catalog.py for two-tower
   job.py           the streaming job: the step loop and its lifecycle (job_context.py: what it shares)
+  job_stream.py    a worker's partitions as mini-batches (minibatch.py), offsets marked pushed, lag
   job_control.py   its control handler (jobcontrol.channel); loop_calls.py runs ops between steps
   rank_claim.py    STREAMREC_RANK=auto: the rank claimed on shard 0, renewed in a thread, released
   infer.py         infer mode; file_job.py / file_worker.py: `streamrec train-files`
