@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from ps.ps_config import PSConfig
@@ -32,7 +31,6 @@ RECORDS = 2000
 TOKEN = "multi-host-admin-token-0123456789"
 SHARD_PORT, CONTROL_PORT, SERVICE_PORT, KAFKA_PORT = 7000, 7100, 8080, 9092
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="network namespaces are Linux's")
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
