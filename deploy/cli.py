@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 # Modules that define subcommands; each adds its own parser.
@@ -37,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from core.errors import StreamrecError
 
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # A shell starts a background job with SIGINT ignored and Python keeps it so: every
+        # command stops on Ctrl-C / kill -INT however it was started (#12 finding 10).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return int(args.func(args) or 0)
     except StreamrecError as err:

@@ -50,7 +50,9 @@ def test_context_manager_stops_the_broker_even_when_the_block_raises() -> None:
 def run_script(body: str, *, sig: int | None = None) -> int:
     """Run ``body`` in a child Python that prints the broker pid first; optionally signal it; return the pid."""
     script = textwrap.dedent(body)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    # SIGINT's default disposition in the child, whatever the runner left (a background job has it ignored)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     pid = int(proc.stdout.readline())
     if sig is not None:
