@@ -17,7 +17,6 @@ Rejects use the same reasons and precedence as the JSON parser (label, dense, ev
 from __future__ import annotations
 
 import csv
-import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -25,9 +24,10 @@ import numpy as np
 from numba import njit
 
 from core.errors import InvalidInput
-from streaming.batch import Batch, concat_batches
+from streaming.batch import Batch
 from streaming.criteo import join_messages
 from streaming.hashing import KIND_CODE, hash_tokens, token_id
+from streaming.reference_fallback import with_reference
 from streaming.rejects import Rejected, RejectReason
 from streaming.slot_columns import first_ids, group_by_slot
 from streaming.stream_config import HashKind, SchemaConfig
@@ -295,13 +295,7 @@ class CsvLinesParser:
         slots = {name: (flat[base[j] : base[j + 1]], offsets[j]) for j, name in enumerate(self._sparse_names)}
         rows = np.flatnonzero(status == OK)
         batch = self._batch(labels[rows], dense[rows], etime[rows], slots)
-        slow = np.flatnonzero(status == FALLBACK)
-        if slow.size:
-            other, other_rejected = self.parse_reference([values[i] for i in slow])
-            rejected += [dataclasses.replace(r, index=int(slow[r.index])) for r in other_rejected]
-            rejected.sort(key=lambda r: r.index)
-            batch = concat_batches([batch, other])
-        return batch, rejected
+        return with_reference(batch, rejected, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
 
     def _batch(self, labels: np.ndarray, dense: np.ndarray, etime: np.ndarray,
                slots: dict[str, tuple[np.ndarray, np.ndarray]]) -> Batch:

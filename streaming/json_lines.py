@@ -10,17 +10,17 @@ here, the reference path, which defines the semantics. Those records come last i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from streaming.batch import Batch, concat_batches
+from streaming.batch import Batch
 from streaming.criteo import join_messages
 from streaming.hashing import KIND_CODE, hash_tokens
 from streaming.json_scan import FALLBACK, OK, REJECT, ROLE_DENSE, ROLE_LABEL, ROLE_SPARSE, ROLE_TIME, scan_json
+from streaming.reference_fallback import with_reference
 from streaming.rejects import Rejected, RejectReason
 from streaming.slot_columns import first_ids, group_by_slot
 from streaming.stream_config import HashKind, SchemaConfig
@@ -123,13 +123,7 @@ class JsonLinesParser:
             user_id=None if s.user_id is None else self._first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else self._first_ids(slots[s.item_id]),
         )
-        slow = np.flatnonzero(status == FALLBACK)
-        if slow.size:
-            other, other_rejected = self.parse_reference([values[i] for i in slow])
-            rejected += [dataclasses.replace(r, index=int(slow[r.index])) for r in other_rejected]
-            rejected.sort(key=lambda r: r.index)
-            batch = concat_batches([batch, other])
-        return batch, rejected
+        return with_reference(batch, rejected, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
 
     def _detail(self, reason: int, field: int) -> str:
         if reason == RejectReason.BAD_LABEL:
