@@ -7,7 +7,10 @@ copied), so no request lands between the tables' points; a background thread the
 ``notify_written``, because ZeroMQ sockets belong to one thread. A plain SAVE is answered
 when the files are written; a DETACH save right after the consistent point, and SAVE_WAIT
 collects its entry or error later. One save runs at a time: a SAVE during a running one is
-refused (Conflict naming the running save); SAVE_WAIT is how to wait for it.
+refused (Conflict naming the running save); SAVE_WAIT is how to wait for it. The last few
+written saves stay collectable: a save broadcast to every shard may start on a shard whose
+previous save just ended while another shard refuses it, and the earlier save's waiter
+must still get its answer there.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +47,8 @@ from tables.table_config import DenseTableConfig, OptimizerConfig
 from tables.table_files import TableSave
 
 log = logging.getLogger(__name__)
+
+KEPT_SAVES = 16  # written saves SAVE_WAIT can still collect by id
 
 
 @dataclass
@@ -84,6 +90,7 @@ class ShardSaveRuns:
         self.notify_written: Callable[[], None] = lambda: None  # set by the loop: wakes it from the save thread
         self._thread: threading.Thread | None = None
         self._run: SaveRun | None = None  # the running or last save
+        self._kept: OrderedDict[str, SaveRun] = OrderedDict()  # written saves, oldest first
         self._idle_waiters: list[tuple[bytes, int]] = []  # SAVE_WAIT without a save id: any running save
         self._based: set[str] = set()  # cursors this process wrote a base on (deltas may follow)
         self.restored_from: str | None = None
@@ -182,6 +189,9 @@ class ShardSaveRuns:
             self._thread.join()
             self._thread = None
         run.written = True
+        self._kept[run.id] = run
+        while len(self._kept) > KEPT_SAVES:
+            self._kept.popitem(last=False)
         if not run.detached:
             outbox.send(run.ident, run.reply(Op.SAVE, run.msg.request_id, outbox.incarnation), copy=False)
         for who, rid in run.waiters:
@@ -203,8 +213,10 @@ class ShardSaveRuns:
                 return None
             return ok(msg, meta={"idle": True, "save": None if run is None else run.id})
         if run is None or run.id != wanted:
-            raise NotFound(f"shard {self._index}: save {wanted!r} is unknown (the shard restarted, or a newer save "
-                           f"{None if run is None else run.id!r} replaced it)", detail={"shard": self._index})
+            run = self._kept.get(wanted) if isinstance(wanted, str) else None
+        if run is None:
+            raise NotFound(f"shard {self._index}: save {wanted!r} is unknown (the shard restarted, or it is older "
+                           f"than its last {KEPT_SAVES} saves)", detail={"shard": self._index})
         if run.written:
             outbox.send(ident, run.reply(Op.SAVE_WAIT, msg.request_id, outbox.incarnation), copy=False)
         else:
