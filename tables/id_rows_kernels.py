@@ -1,0 +1,80 @@
+"""Kernels of keyed fixed-width uint64 rows (:mod:`tables.id_rows_table`).
+
+A ring row of capacity ``N`` is ``N`` + ``N`` + 1 words: ``[count, ids[N], times[N]]``.
+``count`` is how many entries were ever appended; entry ``j`` (0-based, oldest first) sits at
+``j % N``, so the newest ``min(count, N)`` entries are kept. Times are float64 seconds stored
+as their bits. A put row is whatever the caller encoded: the table does not read it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from tables.hashmap import JIT
+
+
+def ring_words(capacity: int) -> int:
+    """Words of a ring row holding ``capacity`` (id, time) entries."""
+    return 1 + 2 * capacity
+
+
+def ring_capacity(words: int) -> int:
+    return (words - 1) // 2
+
+
+@njit(**JIT)
+def ring_append(words: np.ndarray, rows: np.ndarray, ids: np.ndarray, time_bits: np.ndarray) -> None:
+    """Append ``(ids[i], time_bits[i])`` to ring row ``rows[i]`` of ``words`` (uint64 (n, W)), in
+    input order (a key's events must arrive oldest first); rows < 0 are skipped."""
+    cap = np.uint64((words.shape[1] - 1) // 2)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0:
+            continue
+        c = words[r, 0]
+        pos = np.int64(c % cap)
+        words[r, 1 + pos] = ids[i]
+        words[r, 1 + np.int64(cap) + pos] = time_bits[i]
+        words[r, 0] = c + np.uint64(1)
+
+
+@njit(**JIT)
+def put_rows(words: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``words[rows[i]] = values[i]`` in input order (the last of duplicate rows wins); rows < 0 skipped."""
+    w = words.shape[1]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0:
+            continue
+        for j in range(w):
+            words[r, j] = values[i, j]
+
+
+_NAN_BITS = np.uint64(0x7FF8000000000000)
+
+
+@njit(**JIT)
+def _unroll(rows: np.ndarray, ids_out: np.ndarray, tbits_out: np.ndarray, lengths: np.ndarray) -> None:
+    cap = (rows.shape[1] - 1) // 2
+    for i in range(rows.shape[0]):
+        c = np.int64(rows[i, 0])
+        m = min(c, cap)
+        lengths[i] = m
+        for k in range(cap):
+            if k < m:
+                pos = (c - 1 - k) % cap
+                ids_out[i, k] = rows[i, 1 + pos]
+                tbits_out[i, k] = rows[i, 1 + cap + pos]
+            else:
+                ids_out[i, k] = 0
+                tbits_out[i, k] = _NAN_BITS
+
+
+def ring_unroll(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ring rows (n, 1 + 2N) to their entries newest first: ids (n, N) uint64, times (n, N)
+    float64 (unused tail: id 0, time NaN) and lengths (n,) int64."""
+    n, cap = rows.shape[0], ring_capacity(rows.shape[1])
+    ids, tbits, lengths = np.empty((n, cap), np.uint64), np.empty((n, cap), np.uint64), np.empty(n, np.int64)
+    _unroll(np.ascontiguousarray(rows, np.uint64), ids, tbits, lengths)
+    return ids, tbits.view(np.float64), lengths

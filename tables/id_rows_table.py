@@ -1,0 +1,134 @@
+"""Keyed fixed-width uint64 rows: a per-user ring of recent item ids, an item's feature ids.
+
+An id-rows table is a :class:`~tables.sparse_table.SparseTable` whose float32 ``params``
+column holds ``2 * words`` float32 per row that are read and written only as ``words``
+uint64 (the bits, never the values). So it is indexed, snapshotted, saved (base and delta on
+any cursor), loaded, budgeted, shrunk (eviction by last write, like pushes) and exported by
+the very code every other table runs. It takes no gradients: its writes are
+``append`` (ring rows, :mod:`tables.id_rows_kernels`) and ``put`` (whole rows); ``read``
+returns stored rows, zeros for absent keys. Tables of this kind are named ``ids.<name>`` so
+a shard knows their kind from a save (:mod:`ps.shard_id_rows`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from core.errors import InvalidInput
+from tables.batch_checks import as_keys
+from tables.id_rows_kernels import put_rows, ring_append
+from tables.row_kernels import touch
+from tables.sparse_table import SparseTable
+from tables.table_config import EvictionConfig, TableConfig
+from tables.table_files import TableSave
+
+ID_ROWS_PREFIX = "ids."
+MAX_WORDS = 256  # TableConfig.dim <= 512 float32
+
+
+def is_id_rows(name: str) -> bool:
+    return name.startswith(ID_ROWS_PREFIX)
+
+
+def id_rows_config(name: str, words: int, *, ttl_passes: int | None = None) -> TableConfig:
+    """The table config of id-rows table ``name`` (``ids.`` prefixed) of ``words`` uint64 a row;
+    ``ttl_passes``: rows not written for more passes go at the next shrink."""
+    if not is_id_rows(name):
+        raise InvalidInput(f"id-rows table names start with {ID_ROWS_PREFIX!r}, got {name!r}")
+    if not 1 <= words <= MAX_WORDS:
+        raise InvalidInput(f"id-rows table {name!r}: words must be in 1..{MAX_WORDS}, got {words}")
+    return TableConfig(name=name, dim=2 * words, initializer={"kind": "zeros"}, optimizer={"kind": "sgd", "lr": 1.0},
+                       eviction=EvictionConfig(ttl_passes=ttl_passes, budget_order="lru"))
+
+
+class IdRowsTable(SparseTable):
+    def __init__(self, config: TableConfig) -> None:
+        super().__init__(config)
+        self.words = config.dim // 2
+        self.counters.update(appends=0, appended=0, puts=0, put_rows=0)
+
+    def _words(self) -> np.ndarray:
+        return self.state.rows.cols["params"].view(np.uint64)
+
+    # ---------------------------------------------------------------- reads
+    def read(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows uint64 (n, words), found)``: stored rows, zeros for absent keys."""
+        k = as_keys(keys, table=self.name)
+        out = np.zeros((k.shape[0], self.words), np.uint64)
+        with self.lock.mutex:
+            rows = self.state.lookup(k)
+            found = rows >= 0
+            out[found] = self._words()[rows[found]]
+        return out, found
+
+    # ---------------------------------------------------------------- writes
+    def append(self, keys: Any, ids: Any, time_bits: Any) -> None:
+        """Append entry ``(ids[i], time_bits[i])`` to the ring row of ``keys[i]``, in input order
+        (each key's entries oldest first); a key without a row gets one."""
+        k = as_keys(keys, table=self.name)
+        ids, tb = _u64(ids, k.shape[0], "ids", self.name), _u64(time_bits, k.shape[0], "time_bits", self.name)
+        with self.lock.mutex:
+            rows = self._rows_for(k)
+            ring_append(self._words(), rows, ids, tb)
+            self.counters["appends"] += 1
+            self.counters["appended"] += k.shape[0]
+
+    def put(self, keys: Any, values: Any) -> None:
+        """Replace the rows of ``keys`` by ``values`` (uint64 (n, words)); the last of repeated keys wins."""
+        k = as_keys(keys, table=self.name)
+        v = np.ascontiguousarray(values)
+        if v.dtype != np.uint64 or v.shape != (k.shape[0], self.words):
+            raise InvalidInput(f"table {self.name}: values must be uint64 ({k.shape[0]}, {self.words}), "
+                               f"got {v.dtype} {v.shape}")
+        with self.lock.mutex:
+            rows = self._rows_for(k)
+            put_rows(self._words(), rows, v)
+            self.counters["puts"] += 1
+            self.counters["put_rows"] += k.shape[0]
+
+    def _rows_for(self, keys: np.ndarray) -> np.ndarray:
+        """Under the lock: the row of each key (created when absent, -1 when the byte budget refuses
+        it), its pre-image kept for an open save, its last write stamped (eviction, deltas)."""
+        uniq, inv = np.unique(keys, return_inverse=True)
+        st = self.state
+        rows = st.lookup(uniq)
+        miss = np.flatnonzero(rows < 0)
+        if miss.shape[0]:
+            new, limit = self.budget.make_room(uniq, rows, miss)
+            if new.shape[0]:
+                rows[new] = self._create(uniq[new], limit)
+        kept = rows[rows >= 0]
+        if self.lock.snapshot is not None:
+            self.lock.snapshot.protect(st.rows, kept)
+        cols = st.rows.cols
+        ones = np.ones(kept.shape[0], np.float32)
+        touch(cols["show"], cols["click"], cols["last_seen"], cols["mod_epoch"], kept, ones, np.zeros_like(ones),
+              st.pass_id, np.uint32(st.epoch), np.float32(self.config.show_click_decay))
+        return rows[inv.reshape(-1)]
+
+    def push(self, keys: Any, grads: Any, shows: Any = None, clicks: Any = None) -> None:
+        raise InvalidInput(f"table {self.name} holds ids, not embeddings: write it with append or put, not push")
+
+    # ------------------------------------------------------------ persistence
+    def begin_save(self, path: str | Path, mode: Literal["base", "delta"] = "base",
+                   cursor: str = "checkpoint") -> TableSave:
+        # made on first write, maybe after its shard's last base: its first save on a cursor is a base
+        with self.lock.mutex:
+            if mode == "delta" and cursor not in self.state.cursors:
+                mode = "base"
+        return super().begin_save(path, mode, cursor)
+
+
+def _u64(values: Any, n: int, what: str, table: str) -> np.ndarray:
+    a = np.ascontiguousarray(values)
+    if a.dtype != np.uint64 or a.shape != (n,):
+        raise InvalidInput(f"table {table}: {what} must be uint64 ({n},), got {a.dtype} {a.shape}")
+    return a
+
+
+def time_bits(times: np.ndarray) -> np.ndarray:
+    """float64 seconds as the uint64 words a ring row stores."""
+    return np.ascontiguousarray(times, np.float64).view(np.uint64)
