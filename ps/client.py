@@ -39,7 +39,9 @@ from ps.admin import PSAdmin
 from ps.protocol import Flag, Message, Op, check_keys
 from ps.ps_config import ClientConfig
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS, DenseSlice, KeyPlan, place_dense, plan_keys
+from ps.shard_changes import changes_meta, changes_of
 from ps.transport import Transport
+from tables.change_log import Changes
 from tables.table_config import DEFAULT_DENSE_OPTIMIZER, OptimizerConfig
 
 T = TypeVar("T")
@@ -114,6 +116,13 @@ class PSClient:
         plan = plan_keys(check_keys(keys), self.n_shards)
         parts = self._start_pull(table, plan, Flag.EXISTING)
         return Ticket(tuple(parts), partial(_found, plan, list(parts.values())))
+
+    def changes(self, table: str, cursors: Sequence[tuple[int, int]], *, limit: int) -> Ticket[list[Changes]]:
+        """Start reading every shard's changed-keys log of ``table`` after its cursor
+        ``cursors[i]`` = (generation, seq), at most ``limit`` keys each (:mod:`ps.shard_changes`)."""
+        rids = tuple(self._transport.request(s, Op.CHANGES, table, meta=changes_meta(cursors[s], limit))
+                     for s in range(self.n_shards))
+        return Ticket(rids, changes_of)
 
     def push(self, table: str, keys: np.ndarray, grads: np.ndarray, *, shows: np.ndarray | None = None,
              clicks: np.ndarray | None = None, flags: Flag = Flag.NONE) -> Ticket[None]:

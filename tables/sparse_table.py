@@ -28,6 +28,7 @@ from tables.admission import carry_over, make_admission
 from tables.batch_checks import as_counts, as_keys, as_matrix
 from tables.budget import table_bytes
 from tables.byte_budget import TableBudget
+from tables.change_log import ChangeLog
 from tables.dedupe import dedupe, sum_rows, sum_values
 from tables.finite import finite_rows
 from tables.initializers import KIND_CODES, WIDE_SEED_SALT, fill_rows
@@ -55,6 +56,7 @@ class SparseTable:
                   "wide_state": self._wopt.state_width if self._wopt else 0}
         self.state = TableState.empty(widths, config.initial_capacity, make_admission(config.admission, config.seed))
         self.lock = TableLock()
+        self.changes = ChangeLog()  # changed keys for live readers; free until one reads it
         self.counters: dict[str, int] = dict.fromkeys(
             ("pulls", "pulled_keys", "rejected_pulls", "pushes", "pushed_keys", "evicted", "nonfinite_rejected",
              "nonfinite_skipped", "not_admitted", "refused_by_budget", "evicted_by_budget"), 0)
@@ -164,7 +166,10 @@ class SparseTable:
                 keep = rows >= 0
                 if not keep.all():
                     rows, g, s, c = rows[keep], g[keep], s[keep], c[keep]
+                    if self.changes.active:
+                        uniq = uniq[keep]
             self._apply(rows, g, s, c)
+            self.changes.record(uniq)
             self.counters["pushes"] += 1
             self.counters["pushed_keys"] += n
 
@@ -284,4 +289,5 @@ class SparseTable:
         manifest = load_table(self, Path(path))
         with self.lock.mutex:
             self.budget.fit_loaded()
+            self.changes.restart()  # live readers start over: the rows went back to a save
         return manifest
