@@ -17,6 +17,7 @@ from service.errors import install_error_handler
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
 from service.json_rows import rows_json
+from service.live_items import LiveItems
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.model_store import ModelStore
 from service.read_through import ReadThrough
@@ -36,6 +37,16 @@ def _register_gauges(metrics: Metrics, store: ModelStore, job: JobLink) -> None:
     metrics.gauge("training_lag_records", job.training_lag_records)
     metrics.gauge("training_lag_seconds", job.training_lag_seconds)
     metrics.gauge("training_auc", job.auc)
+
+
+def _register_live(metrics: Metrics, live: LiveItems) -> None:
+    """The live path's freshness (push -> item vector in the index) and progress."""
+    metrics.gauge("live_item_freshness_p50_seconds", lambda: live.freshness(0.5))
+    metrics.gauge("live_item_freshness_p95_seconds", lambda: live.freshness(0.95))
+    metrics.gauge("live_reached_timestamp_seconds", lambda: live.reached)
+    metrics.gauge("live_paused", lambda: 0.0 if live.paused_at is None else 1.0)
+    metrics.counter("live_items_refreshed", lambda: live.items_refreshed)
+    metrics.counter("live_item_batches", lambda: live.batches)
 
 
 def create_app(settings: ServiceSettings) -> FastAPI:
@@ -62,11 +73,19 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             rt = app.state.read_through
             metrics.counter("read_through_served", lambda: rt.served)
             metrics.counter("read_through_unavailable", lambda: rt.unavailable)
+        live = settings.read_through is not None and settings.read_through.live_items
+        app.state.live = LiveItems(settings.read_through, store, app.state.read_through) if live else None
+        if app.state.live is not None:
+            _register_live(metrics, app.state.live)
         watcher.start()  # the first poll loads the newest bundle chain; /readyz tells when
         job.start()
+        if app.state.live is not None:
+            app.state.live.start()
         try:
             yield
         finally:
+            if app.state.live is not None:
+                app.state.live.stop()
             watcher.stop()
             job.stop()
             if app.state.read_through is not None:

@@ -275,6 +275,18 @@ class ModelStore:
                     s.items = fresh
         return True
 
+    def replace_items(self, version: int, expected: ItemIndex, fresh: ItemIndex) -> bool:
+        """The live path's swap: ``fresh`` replaces ``expected`` on every side serving ``version``;
+        False (nothing changed) when a bundle or a rebuild replaced the index since it was read."""
+        with self._apply_lock:
+            active = self._active
+            if active is None or active.version != version or active.items is not expected:
+                return False
+            for s in (active, self._standby):
+                if s is not None and s.version == version and s.items is expected:
+                    s.items = fresh
+        return True
+
     def status(self) -> dict[str, Any]:
         side = self._active
         man = side.manifest if side else None

@@ -5,6 +5,8 @@ Shards answer existing-only pulls (``Flag.EXISTING``): stored rows plus a found 
 read-through never invents a row. When the shards do not answer within the (short) timeout
 the lookup serves the bundle's rows and the miss is counted: serving never fails because
 training is busy or down. One PS client, used under a lock (clients are not thread-safe).
+While ``paused`` (the live path saw the shards' tables go back to a save: a rollback, a
+restart, see :mod:`service.live_items`) lookups serve the bundle alone.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class ReadThrough:
         self._lock = threading.Lock()
         self.served = 0  # lookups answered with live rows
         self.unavailable = 0  # lookups that fell back to the bundle
+        self.paused = False  # set by the live path until a newer bundle is served
 
     def rows(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """``(rows, found)`` for ``ids`` from the live shards, or None when they did not answer."""
@@ -43,7 +46,7 @@ class ReadThrough:
     def merge(self, table: str, ids: np.ndarray, found: np.ndarray,
               rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bundle's ``(found, rows of found ids)`` overlaid with live rows where shards have them."""
-        live = self.rows(table, ids)
+        live = None if self.paused else self.rows(table, ids)
         if live is None:
             return found, rows
         live_rows, live_found = live

@@ -49,6 +49,11 @@ class ReadThroughSettings(FrozenModel):
     endpoints: list[str] = Field(min_length=1)  # the shards, in shard order (tcp://host:port)
     timeout_s: float = Field(0.05, gt=0.0)  # past this a lookup serves the bundle's rows
     secret_file: str | None = None  # the shards' HMAC secret, when they require one
+    # the live path (service.live_items): changed items' vectors refreshed in the index between bundles
+    live_items: bool = True
+    items_interval_s: float = Field(0.1, gt=0.0)  # how often the shards' changed-keys logs are read
+    items_batch: int = Field(4096, ge=1)  # items re-embedded and swapped into the index at once
+    changes_limit: int = Field(65536, ge=1, le=1 << 18)  # keys read per shard per poll
 
 
 class LimitSettings(FrozenModel):

@@ -8,7 +8,13 @@ Updates never touch a snapshot someone may be searching: ``upserted`` clones the
 (IndexIDMap2 over flat; IVF holds our ids itself), removes the changed positions and adds the new vectors in one
 batch each, and returns a new snapshot; the caller swaps one reference. IVF is retrained
 (``rebuilt``) once enough items changed since training; HNSW cannot remove ids, so every change
-is a full rebuild.
+a bundle brings is a full rebuild.
+
+The live path (service.live_items) upserts small batches with ``live_upserted``: remove + add
+of the batch on a clone (flat, IVF), all on its one thread. HNSW cannot remove ids and a full
+rebuild per batch is far too slow, so there a live batch only *adds new items*; a changed
+item keeps its bundle vector (in the graph and as its similar-items query) until the next
+bundle rebuilds the index.
 """
 
 from __future__ import annotations
@@ -130,6 +136,31 @@ class ItemIndex:
         index.add_with_ids(vectors, pos)
         return ItemIndex(self.settings, self.dim, index, sorted_ids, sorted_pos, pos_ids, all_vectors,
                          self.trained_on, changed)
+
+    def live_upserted(self, ids: np.ndarray, vectors: np.ndarray) -> tuple[ItemIndex, int]:
+        """A new snapshot for one live batch, and how many of the items were new. HNSW: only the
+        new items are added; changed ones keep their vectors until the next bundle."""
+        ids, vectors = _checked(ids, vectors, self.dim)
+        ids, vectors = _dedupe_last(ids, vectors)
+        idx = np.searchsorted(self.sorted_ids, ids)
+        known = idx < self.size
+        known[known] = self.sorted_ids[idx[known]] == ids[known]
+        added = int((~known).sum())
+        if self.settings.kind != "hnsw" or self.index.ntotal == 0:
+            return self.upserted(ids, vectors), added
+        if not added:
+            return self, 0
+        new_ids, new_vectors = ids[~known], vectors[~known]
+        n0 = self.size
+        pos = np.arange(n0, n0 + added, dtype=np.int64)
+        _one_omp_thread()
+        index = faiss.clone_index(self.index)
+        faiss.downcast_index(index.index).hnsw.efSearch = self.settings.hnsw_ef_search
+        index.add_with_ids(new_vectors, pos)
+        where = idx[~known]
+        return ItemIndex(self.settings, self.dim, index, np.insert(self.sorted_ids, where, new_ids),
+                         np.insert(self.sorted_pos, where, pos), np.concatenate([self.pos_ids, new_ids]),
+                         np.concatenate([self.vectors, new_vectors]), self.trained_on, self.changed + added), added
 
     def needs_rebuild(self) -> bool:
         """IVF: enough items changed since training (or it grew past its stand-in flat index)."""

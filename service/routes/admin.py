@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
@@ -34,8 +34,14 @@ class PolicyUpdate(Strict):
 
 
 @router.get("/status", summary="Job, passes, shards, lag, metrics and the served bundle")
-async def status(store: StoreDep, job: JobDep, watcher: WatcherDep) -> dict[str, Any]:
-    out: dict[str, Any] = {"bundle": store.status(), "watcher": {"polls": watcher.polls},
+async def status(store: StoreDep, job: JobDep, watcher: WatcherDep, request: Request) -> dict[str, Any]:
+    live = request.app.state.live
+    live_status = live.status() if live is not None else None
+    # the served state: a bundle version plus how far the live updates reached (None: bundle only)
+    served = {"version": store.version, "live": None if live_status is None else {
+        k: live_status[k] for k in ("state", "cursors", "reached", "reached_age_s")}}
+    out: dict[str, Any] = {"served": served, "bundle": store.status(), "live": live_status,
+                           "watcher": {"polls": watcher.polls},
                            "job": {"connected": job.connected, "endpoint": job.endpoint}}
     if job.connected:
         try:

@@ -1,0 +1,262 @@
+"""The live path for items: vectors of items that training changed since the served bundle,
+refreshed in the Faiss index in small batches by one thread, without waiting for a pass.
+
+Every ``items_interval_s`` the thread reads each shard's changed-keys log of the item tower's
+table after its cursor (``PSClient.changes``, :mod:`ps.shard_changes`), keeps the ids of the
+item slot, pulls their live rows (existing-only), computes their vectors with the served
+bundle's item tower (its own copy of the model: the request threads' copy keeps its
+activations) and swaps a new index snapshot in (:meth:`ModelStore.replace_items`: remove +
+add of that batch, :meth:`ItemIndex.live_upserted`). New items enter the index the same way.
+
+A served state is a bundle version plus how far the live updates reached (``status()``: the
+version, each shard's log cursor, the push time of the newest change applied). When a new
+bundle is served, the items refreshed live since the previous one are refreshed again on top
+of it (the bundle's vectors are from its pass, the live rows are newer). When a shard's log
+starts a new generation (its tables were loaded from a save: a rollback, a restart), the live
+path stops, read-through included, until a bundle newer than the served one is served: the
+rolled-back model's own export.
+
+Limits: only item towers whose one slot is the item id (the default two-tower model): an item
+slot with other features (category, ...) needs the item catalogue, which the live path does
+not have yet; such models keep bundle-only item vectors (``status()`` says why). Changes of
+rows shared by many items reach them with the next bundle. Freshness here runs from the push
+that changed an item's row (the shard's receipt of the update) to its vector in the index.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import StreamrecError
+from models import build_model
+from models.features import build_features
+from ps.client import PSClient
+from ps.ps_config import ClientConfig
+from service.model_store import ModelStore, Side
+from service.read_through import ReadThrough
+from service.settings import ReadThroughSettings
+from streaming.batch import Batch
+
+log = logging.getLogger("streamrec.service")
+
+FRESHNESS_SAMPLES = 4096  # recent items whose push -> index lag the quantiles cover
+
+
+class _Tower:
+    """The served bundle's item tower, for the item slot alone."""
+
+    def __init__(self, side: Side) -> None:
+        assert side.manifest is not None and side.model is not None
+        self.version = side.version
+        self.model = build_model(side.manifest.model)
+        self.model.params.load(side.dense)
+        self.unsupported: str | None = None
+        self.table = ""
+        self.slot = ""
+        self.slot_id = 0
+        slots = getattr(self.model, "item_slots", ())
+        schema = side.records.schema if side.records is not None else None
+        if not slots:
+            self.unsupported = "the model has no item tower"
+        elif schema is None or schema.item_id is None:
+            self.unsupported = "the bundle carries no schema naming the item field"
+        elif len(slots) != 1 or slots[0].name != schema.item_id:
+            self.unsupported = (f"the item tower reads slots {[s.name for s in slots]}: features beyond the item id "
+                                "need the item catalogue; item vectors come with bundles")
+        else:
+            self.slot = slots[0].name
+            self.slot_id = int(schema.slot_ids()[self.slot])
+            self.table = side.model.table_name(slots[0])
+
+    def items_of(self, keys: np.ndarray) -> np.ndarray:
+        """The item ids among changed ``keys`` of the tower's table (the item slot's feature ids)."""
+        return keys[(keys >> np.uint64(56)) == np.uint64(self.slot_id)]
+
+    def vectors(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        n = ids.shape[0]
+        batch = Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
+                      slots={self.slot: (ids, np.arange(n + 1, dtype=np.int64))}, item_id=ids)
+        f = build_features(self.model.config, batch, self.model.item_slots)
+        order = np.argsort(ids)
+        tables = {}
+        for t, ti in f.tables.items():  # the tower's keys of the item slot: our ids, in its own order
+            tables[t] = rows[order[np.searchsorted(ids, ti.keys, sorter=order)]]
+        return np.ascontiguousarray(self.model.item_vectors(f, tables), np.float32)
+
+
+class LiveItems:
+    """The item refresh thread; ``status()`` and ``freshness()`` tell where it stands."""
+
+    def __init__(self, settings: ReadThroughSettings, store: ModelStore, read_through: ReadThrough | None) -> None:
+        secret = Path(settings.secret_file).read_bytes().strip() if settings.secret_file else None
+        # its own client (clients are not thread-safe), not reporting restarts: generations do
+        self._client = PSClient(list(settings.endpoints), secret=secret, report_restarts=False,
+                                config=ClientConfig(timeout_s=max(1.0, settings.timeout_s), retries=0))
+        self.settings = settings
+        self.store = store
+        self.read_through = read_through
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-items", daemon=True)
+        self._tower: _Tower | None = None
+        self._tower_changed = False  # a new bundle since the last poll
+        self._cursors: list[tuple[int, int]] | None = None
+        self._since_bundle: set[int] = set()  # items refreshed live since the served bundle
+        self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
+        self.paused_at: int | None = None  # the bundle version served when a shard's log restarted
+        self.reached: float | None = None  # push time of the newest change applied
+        self.items_refreshed = 0
+        self.items_added = 0
+        self.batches = 0
+        self.lost = 0  # reads whose cursor had fallen out of a shard's ring
+        self.errors = 0
+
+    def start(self) -> LiveItems:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self._client.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.items_interval_s):
+            try:
+                self.poll_once()
+            except StreamrecError as err:  # shards busy or gone: try again next time
+                self.errors += 1
+                log.debug("live items: %s", err.message)
+            except Exception:
+                self.errors += 1
+                log.exception("live item refresh failed")
+
+    # ------------------------------------------------------------------ one poll
+    def poll_once(self) -> int:
+        """Read the changes once and apply them; returns the items refreshed."""
+        version = self.store.version
+        if version is None:
+            return 0
+        if self.paused_at is not None:
+            if version <= self.paused_at:
+                return 0
+            self._resume()
+        tower = self._tower_for(version)
+        if tower is None or tower.unsupported:
+            return 0
+        if self._cursors is None:
+            self._cursors = [(0, 0)] * self._client.n_shards
+        changes = self._client.wait(self._client.changes(tower.table, self._cursors,
+                                                         limit=self.settings.changes_limit))
+        restarted = [c.reset and self._cursors[i][0] not in (0, c.generation) for i, c in enumerate(changes)]
+        if any(restarted):
+            self._pause(version)
+            return 0
+        self.lost += sum(c.reset and self._cursors[i][0] != 0 for i, c in enumerate(changes))
+        self._cursors = [(c.generation, c.seq) for c in changes]
+        keys = np.concatenate([c.keys for c in changes]) if changes else np.empty(0, np.uint64)
+        times = np.concatenate([c.times for c in changes]) if changes else np.empty(0)
+        sel = (keys >> np.uint64(56)) == np.uint64(tower.slot_id)
+        redo = np.fromiter(self._since_bundle, np.uint64, len(self._since_bundle)) if self._tower_changed else None
+        self._tower_changed = False
+        done = 0
+        if redo is not None and redo.size:  # a new bundle: the live vectors go on top of it again
+            self._since_bundle = set()
+            done += self._refresh(tower, redo, np.full(redo.shape[0], np.nan))
+        if sel.any():
+            ids, first = np.unique(keys[sel], return_index=True)
+            done += self._refresh(tower, ids, times[sel][first])
+        return done
+
+    def _tower_for(self, version: int) -> _Tower | None:
+        if self._tower is not None and self._tower.version == version:
+            return self._tower
+        with self.store.read() as side:
+            self._tower = _Tower(side) if side.manifest is not None else None
+        self._tower_changed = True
+        return self._tower
+
+    def _refresh(self, tower: _Tower, ids: np.ndarray, pushed: np.ndarray) -> int:
+        done = 0
+        step = self.settings.items_batch
+        for start in range(0, ids.shape[0], step):
+            if self._stop.is_set():
+                break
+            done += self._refresh_batch(tower, ids[start : start + step], pushed[start : start + step])
+        return done
+
+    def _refresh_batch(self, tower: _Tower, ids: np.ndarray, pushed: np.ndarray) -> int:
+        rows, found = self._client.wait(self._client.pull_existing(tower.table, ids))
+        ids, rows, pushed = ids[found], rows[found], pushed[found]
+        if not ids.size:
+            return 0
+        vectors = tower.vectors(ids, rows)
+        while True:
+            with self.store.read() as side:
+                if side.version != tower.version:
+                    return 0  # a new bundle: the next poll refreshes these on top of it
+                current = side.items
+            if current is None:
+                return 0
+            fresh, added = current.live_upserted(ids, vectors)
+            if self.store.replace_items(tower.version, current, fresh):
+                break  # else the index changed meanwhile (an IVF rebuild): redo on the new one
+        now = time.time()
+        self._since_bundle.update(ids.tolist())
+        stamped = pushed[np.isfinite(pushed)]
+        self._lags.extend((now - stamped).tolist())
+        if stamped.size:
+            self.reached = max(self.reached or 0.0, float(stamped.max()))
+        self.items_refreshed += int(ids.shape[0])
+        self.items_added += added
+        self.batches += 1
+        return int(ids.shape[0])
+
+    def _pause(self, version: int) -> None:
+        log.warning("live path stopped: a shard's tables were loaded from a save (rollback or restart); "
+                    "serving bundle %d until a newer bundle arrives", version)
+        self.paused_at = version
+        self._cursors = None
+        self._since_bundle = set()
+        if self.read_through is not None:
+            self.read_through.paused = True
+
+    def _resume(self) -> None:
+        log.info("live path resumed on bundle %s", self.store.version)
+        self.paused_at = None
+        if self.read_through is not None:
+            self.read_through.paused = False
+
+    # ---------------------------------------------------------------- reports
+    def freshness(self, q: float) -> float | None:
+        """Quantile ``q`` (0..1) of push -> index seconds over the recent refreshed items."""
+        if not self._lags:
+            return None
+        return float(np.quantile(np.fromiter(self._lags, np.float64, len(self._lags)), q))
+
+    def status(self) -> dict[str, Any]:
+        tower = self._tower
+        return {
+            "state": "stopped (shard log restarted: rollback or restart)" if self.paused_at is not None else "live",
+            "paused_at_version": self.paused_at,
+            "bundle_version": tower.version if tower else None,
+            "items": "off: " + tower.unsupported if tower and tower.unsupported else ("on" if tower else None),
+            "table": tower.table if tower else None,
+            "cursors": [list(c) for c in self._cursors] if self._cursors else None,
+            "reached": self.reached,
+            "reached_age_s": None if self.reached is None else round(time.time() - self.reached, 3),
+            "items_refreshed": self.items_refreshed, "items_added": self.items_added, "batches": self.batches,
+            "lost_reads": self.lost, "errors": self.errors,
+            "item_freshness_p50_s": _round(self.freshness(0.5)), "item_freshness_p95_s": _round(self.freshness(0.95)),
+        }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)

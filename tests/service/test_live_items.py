@@ -1,0 +1,115 @@
+"""The live path (service.live_items): items that training changes between bundles reach the
+index (changed ones re-embedded from live rows with the bundle's item tower, new ones added)
+without a new bundle; a shard whose tables go back to a save stops the live path, read-through
+included, until a newer bundle is served. Plus the index's live batches per kind (HNSW: only
+new items). Real shard processes, real app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exports.predictor import Predictor
+from service.settings import IndexSettings, ReadThroughSettings
+from service.vector_index import ItemIndex
+from streaming.batch import Batch
+from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from tests.ps.ps_harness import shard_processes
+
+from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
+
+SCHEMA = SchemaConfig(
+    format="json", label="label", user_id="user", item_id="item",
+    slots=(SlotConfig(name="user", kind=SlotKind.SPARSE, hash=HashKind.INT, slot_id=1),
+           SlotConfig(name="item", kind=SlotKind.SPARSE, hash=HashKind.INT, slot_id=2)))
+MODEL = {"type": "two_tower", "slots": [{"name": "user", "dim": 8, "tower": "user"},
+                                        {"name": "item", "dim": 8, "tower": "item"}],
+         "mlp": [16], "tower_dim": 8, "seed": 3}
+ITEMS = np.arange(1, 41, dtype=np.uint64) | np.uint64(2 << 56)
+USERS = np.arange(1, 11, dtype=np.uint64) | np.uint64(1 << 56)
+
+
+def _vectors(b: BundleBuilder, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The item tower's vectors of ``ids`` whose (only) rows are ``rows``."""
+    by_id = {int(i): r for i, r in zip(ids, rows, strict=True)}
+    p = Predictor(b.model.model_dump(mode="json"), b.dense,
+                  lambda t, keys: np.stack([by_id[int(k)] for k in keys]))
+    n = ids.shape[0]
+    batch = Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
+                  slots={"item": (ids, np.arange(n + 1, dtype=np.int64))}, item_id=ids)
+    return p.item_vectors(batch)
+
+
+def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live_path(tmp_path: Path) -> None:
+    b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
+    b.push("user", USERS)
+    b.push("item", ITEMS[:30])
+    rng = np.random.default_rng(1)
+    b.export("base", items=(ITEMS[:30], rng.standard_normal((30, 8)).astype(np.float32)))
+    table = b.table_of("item")
+    config = next(c for c in b.model.table_configs() if c.name == table)
+    (tmp_path / "ps").mkdir()
+    with shard_processes(tmp_path / "ps", [config.model_dump(mode="json")], n=2) as shards, shards.client() as ps:
+        rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=2.0, items_interval_s=0.02)
+        with started(make_settings(b.root, read_through=rt)) as client:
+            live, store = client.app.state.live, client.app.state.store
+            wait_until(lambda: live.status()["cursors"] is not None, what="the live path following the shards")
+            changed, new = ITEMS[:3], ITEMS[35:]
+            ids = np.concatenate([changed, new, USERS[:2]])  # user keys share the table: not items
+            ps.wait(ps.push(table, ids, np.full((ids.shape[0], config.width), 0.25, np.float32)))
+            wait_until(lambda: live.items_refreshed >= 8, what="the live refresh")
+            rows, found = ps.wait(ps.pull_existing(table, np.concatenate([changed, new])))
+            assert found.all()
+            want = _vectors(b, np.concatenate([changed, new]), rows)
+            with store.read() as side:
+                assert side.version == 1, "no new bundle: the live path alone"
+                got = side.items.vectors[[side.items.position_of(int(i)) for i in np.concatenate([changed, new])]]
+                assert side.items.size == 35 and USERS[0] not in side.items.sorted_ids
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            r = client.get(f"/v1/items/{int(new[0])}/similar?k=3")
+            assert r.status_code == 200 and len(r.json()["items"]) == 3, "a new item is searchable at once"
+            status = client.get("/admin/status", headers={"Authorization": "Bearer test-admin-token-5f2b"}).json()
+            assert status["served"]["version"] == 1 and status["served"]["live"]["state"] == "live"
+            assert status["live"]["items_added"] == 5 and status["live"]["reached"] is not None
+            assert "streamrec_live_item_freshness_p95_seconds" in client.get("/metrics").text
+
+            # shard 0 restarts empty: its log starts a new generation -> the live path stops
+            shards.kill(0)
+            shards.start(0)
+            shards.wait_healthy()
+            wait_until(lambda: live.paused_at == 1, what="the live path stopping")
+            assert client.app.state.read_through.paused
+            body = client.post("/v1/embeddings:lookup", json={"slot": "item", "ids": [int(new[0])]}).json()
+            assert body["missing"] == [int(new[0])], "stopped: lookups serve the bundle, which lacks the new item"
+            b.export("base", items=(ITEMS[:30], rng.standard_normal((30, 8)).astype(np.float32)))
+            wait_until(lambda: live.paused_at is None, what="the live path resuming on a newer bundle")
+            assert not client.app.state.read_through.paused and store.version == 2
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+def test_live_batches_replace_changed_items_except_on_hnsw_and_add_new_ones(kind: str) -> None:
+    rng = np.random.default_rng(0)
+    ids, vecs = random_items(rng, 400, 8, clusters=8)
+    base = ItemIndex.build(IndexSettings(kind=kind, nlist=4, nprobe=4), ids, vecs)
+    changed = ids[:5]
+    new_ids = np.array([12345, 67890], np.uint64)
+    new_ids = new_ids[~np.isin(new_ids, ids)]
+    moved = rng.standard_normal((5 + new_ids.shape[0], 8)).astype(np.float32) * 10
+    before = base.vectors.copy()
+    fresh, added = base.live_upserted(np.concatenate([changed, new_ids]), moved)
+    assert added == new_ids.shape[0] and fresh.size == base.size + added
+    np.testing.assert_array_equal(base.vectors, before)
+    for i, item in enumerate(new_ids):
+        top, _ = fresh.search(moved[5 + i : 6 + i], 1)
+        assert int(top[0][0]) == int(item), "a new item is found by its own vector"
+    pos = fresh.position_of(int(changed[0]))
+    if kind == "hnsw":  # HNSW cannot remove ids: a changed item keeps its bundle vector until the next bundle
+        np.testing.assert_array_equal(fresh.vectors[pos], base.vectors[base.position_of(int(changed[0]))])
+    else:
+        np.testing.assert_array_equal(fresh.vectors[pos], moved[0])
+        top, _ = fresh.search(moved[:1], 1)
+        assert int(top[0][0]) == int(changed[0]), "the changed item is found by its new vector"
+        assert fresh.index.ntotal == fresh.size, "removed before re-added: no duplicate entries"
+    assert base.size == 400 and base.index.ntotal == 400, "the searched snapshot is never changed"
