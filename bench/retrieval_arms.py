@@ -1,0 +1,92 @@
+"""The streamrec YAML of each arm of ``bench/retrieval.py``: one base config per data set (the
+schema of its records, a two_tower model over its user and item fields, `up` with 2 shards and 2
+trainers), and the ablation arms as variations of ``train.model`` only.
+
+An arm is a list of alternative ``train.model`` overrides; the first one the config schema accepts
+is run. An arm none of whose alternatives validates (its option does not exist in this checkout)
+is reported as not available, with the validation error: never run as something else.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from bench.retrieval_data import Interactions
+from deploy.system_config import StreamrecConfig
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    alternatives: tuple[dict[str, Any], ...]  # train.model overrides, tried in order
+    what: str
+
+
+# train.model.retrieval (models.model_config.RetrievalConfig) picks the loss and logQ; the user
+# history is a user-tower slot fed from the stream (models.model_config: `history`).
+_HISTORY = {"history": {"length": 50}}
+
+
+def _loss(kind: str, **more: Any) -> dict[str, Any]:
+    return {"retrieval": {"loss": kind, **more}}
+
+
+ARMS: tuple[Arm, ...] = (
+    Arm("default", ({},), "train.model as the model's defaults give it (what a user gets)"),
+    Arm("pointwise", (_loss("pointwise"),), "logistic loss on the rated pairs"),
+    Arm("softmax", (_loss("softmax", logq=False),), "in-batch softmax, no logQ correction"),
+    Arm("softmax+logQ", (_loss("softmax", logq=True),), "in-batch softmax with the logQ correction"),
+    Arm("pointwise+history", ({**_loss("pointwise"), **_HISTORY},), "pointwise, user history in the user tower"),
+    Arm("softmax+logQ+history", ({**_loss("softmax", logq=True), **_HISTORY},),
+        "softmax with logQ, user history in the user tower"),
+)
+ARM_NAMES = tuple(a.name for a in ARMS)
+
+
+def base_config(log: Interactions, *, seed: int = 0) -> dict[str, Any]:
+    """The streamrec YAML (as a mapping) for replaying ``log``'s records through `up`."""
+    slots: list[dict[str, Any]] = [{"name": "user_id", "kind": "sparse", "hash": "int"},
+                                   {"name": "item_id", "kind": "sparse", "hash": "int"}]
+    slots += [{"name": f, "kind": "sparse", "hash": "fnv1a"} for f in (*log.user_fields, *log.item_fields)]
+    lists = {f for f in log.item_fields if any(isinstance(a.get(f), list) for a in log.item_attrs.values())}
+    model_slots = [{"name": "user_id", "tower": "user"}, *({"name": f, "tower": "user"} for f in log.user_fields),
+                   {"name": "item_id", "tower": "item"},
+                   *({"name": f, "tower": "item", **({"pooling": "mean"} if f in lists else {})}
+                     for f in log.item_fields)]
+    return {
+        "kafka": {"partitions": 2},
+        "schema": {"format": "json", "label": "label", "event_time": "timestamp", "user_id": "user_id",
+                   "item_id": "item_id", "slots": slots},
+        "train": {"model": {"type": "two_tower", "n_dense": 0, "embedding_dim": 16, "mlp": [64], "tower_dim": 32,
+                            "seed": seed, "slots": model_slots}},
+        "up": {"shards": 2, "workers": 2, "commit_on_exit": False},
+    }
+
+
+def arm_config(base: dict[str, Any], arm: Arm) -> tuple[dict[str, Any] | None, str]:
+    """(the arm's config, "") for the first alternative that validates, else (None, why not)."""
+    why = ""
+    for overrides in arm.alternatives:
+        config = copy.deepcopy(base)
+        _merge(config["train"]["model"], copy.deepcopy(overrides))
+        try:
+            StreamrecConfig.model_validate(config)
+        except ValidationError as err:
+            first = err.errors()[0]
+            why = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            continue
+        return config, ""
+    return None, why
+
+
+def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Nested update: a mapping in ``overrides`` updates the mapping it meets, anything else replaces."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value

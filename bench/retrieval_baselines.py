@@ -1,0 +1,94 @@
+"""Baselines of ``bench/retrieval.py``, trained on the train part's positives of the same split:
+the most popular items, item-kNN (cosine, K neighbours) and ALS and BPR from ``implicit`` (bench
+extra only, never a runtime dependency).
+
+Every list excludes the user's train items (of any label) and is cut to ``k``
+(:func:`bench.retrieval_metrics.cut_excluding`: implicit 0.7.3's item-kNN returns N + len(F) ids
+when given ``filter_items``). A holdout user unknown to the train part gets the popularity list:
+these baselines have nothing else for them (streamrec has the user's attributes); a list shorter
+than ``k`` (a user without train positives, items without neighbours) is padded with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from bench.retrieval_data import Split
+from bench.retrieval_metrics import cut_excluding
+
+Lists = dict[int, list[int]]
+
+
+def popularity(split: Split, k: int = 10) -> Lists:
+    """The train part's most liked items, less each user's own."""
+    order = [i for i, _ in Counter(split.train.item[split.train.label == 1].tolist()).most_common()]
+    return {u: cut_excluding(order, split.seen.get(u, ()), k) for u in split.truth}
+
+
+class Matrix:
+    """The train positives as a users x items CSR matrix over dense indices."""
+
+    def __init__(self, split: Split) -> None:
+        from scipy.sparse import csr_matrix
+
+        pos = split.train.label == 1
+        self.users = np.unique(split.train.user)
+        self.items = split.catalogue
+        rows = np.searchsorted(self.users, split.train.user[pos])
+        cols = np.searchsorted(self.items, split.train.item[pos])
+        self.csr = csr_matrix((np.ones(len(rows), np.float32), (rows, cols)),
+                              shape=(len(self.users), len(self.items)))
+        self.csr.sum_duplicates()
+        self.csr.data[:] = 1.0
+
+    def row_of(self, user: int) -> int | None:
+        r = int(np.searchsorted(self.users, user))
+        return r if r < len(self.users) and self.users[r] == user else None
+
+
+def _implicit_lists(split: Split, model: object, matrix: Matrix, k: int, fallback: Lists) -> Lists:
+    lists: Lists = {}
+    known = [(u, r) for u in split.truth if (r := matrix.row_of(u)) is not None]
+    for u in split.truth:
+        lists[u] = fallback[u]
+    if not known:
+        return lists
+    rows = np.array([r for _, r in known])
+    n = min(len(matrix.items), k + max(len(split.seen.get(u, ())) for u, _ in known))
+    ids, _ = model.recommend(rows, matrix.csr[rows], N=n, filter_already_liked_items=False)  # type: ignore[attr-defined]
+    for (u, _), row in zip(known, np.atleast_2d(ids), strict=True):
+        raw = [int(matrix.items[i]) for i in row if 0 <= i < len(matrix.items)]
+        # a short list (no positive in train, no neighbours) is padded with the popular items
+        lists[u] = cut_excluding(raw + fallback[u], split.seen.get(u, ()), k)
+    return lists
+
+
+def implicit_models(seed: int = 0) -> dict[str, Callable[[], object]]:
+    from implicit.cpu.als import AlternatingLeastSquares
+    from implicit.cpu.bpr import BayesianPersonalizedRanking
+    from implicit.nearest_neighbours import CosineRecommender
+
+    return {
+        "item-kNN (cosine, K=50)": lambda: CosineRecommender(K=50),
+        "ALS (implicit, 32 factors)": lambda: AlternatingLeastSquares(factors=32, regularization=0.05, iterations=15,
+                                                                      random_state=seed, num_threads=1),
+        "BPR (implicit, 64 factors)": lambda: BayesianPersonalizedRanking(factors=64, iterations=100,
+                                                                          random_state=seed, num_threads=1),
+    }
+
+
+def baseline_lists(split: Split, k: int = 10, seed: int = 0) -> dict[str, Lists]:
+    """Every baseline's lists for the holdout users of ``split``."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # implicit warns (and slows) with threaded BLAS
+    pop = popularity(split, k)
+    out: dict[str, Lists] = {"popularity": pop}
+    matrix = Matrix(split)
+    for name, make in implicit_models(seed).items():
+        model = make()
+        model.fit(matrix.csr, show_progress=False)  # type: ignore[attr-defined]
+        out[name] = _implicit_lists(split, model, matrix, k, pop)
+    return out

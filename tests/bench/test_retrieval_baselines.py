@@ -1,0 +1,41 @@
+"""The baselines of bench/retrieval.py, and implicit 0.7.3's item-kNN returning N + len(F) ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.retrieval_data import PlantedSpec, planted, time_split
+from bench.retrieval_metrics import cut_excluding
+
+implicit = pytest.importorskip("implicit")
+
+
+def test_item_knn_filter_items_list_is_cut_to_n():
+    from implicit.nearest_neighbours import CosineRecommender
+    from scipy.sparse import csr_matrix
+
+    rng = np.random.default_rng(0)
+    matrix = csr_matrix((rng.random((30, 20)) < 0.3).astype(np.float32))
+    model = CosineRecommender(K=10)
+    model.fit(matrix, show_progress=False)
+    banned = [0, 1, 2]
+    ids, _ = model.recommend(0, matrix[0], N=5, filter_items=banned, filter_already_liked_items=False)
+    assert len(ids) >= 5  # 0.7.3 returns up to N + len(F): never score past N
+    cut = cut_excluding(ids, banned, 5)
+    assert len(cut) == 5 and not set(cut) & set(banned) and cut == [i for i in ids.tolist() if i not in banned][:5]
+
+
+def test_baselines_give_k_unseen_items_to_every_holdout_user():
+    from bench.retrieval_baselines import baseline_lists
+
+    split = time_split(planted(PlantedSpec(events=6_000, users=200, items=150, seed=1)))
+    lists = baseline_lists(split, k=10)
+    assert set(lists) == {"popularity", "item-kNN (cosine, K=50)", "ALS (implicit, 32 factors)",
+                          "BPR (implicit, 64 factors)"}
+    for per_user in lists.values():
+        assert set(per_user) == set(split.truth)
+        for user, items in per_user.items():
+            assert len(items) == 10 and len(set(items)) == 10
+            assert not set(items) & split.seen.get(user, set())
+            assert set(items) <= set(split.catalogue.tolist())

@@ -1,0 +1,61 @@
+"""The planted log, the time split and the arms' configs of bench/retrieval.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from bench.retrieval_arms import ARMS, Arm, arm_config, base_config
+from bench.retrieval_data import PlantedSpec, oracle_lists, planted, time_split
+from bench.retrieval_metrics import cut_excluding, score_lists
+
+
+@pytest.fixture(scope="module")
+def log():
+    return planted(PlantedSpec(events=20_000, users=400, items=300, seed=3))
+
+
+def test_planted_log_is_in_time_order_with_attributes(log):
+    assert len(log) == 20_000 and np.all(np.diff(log.time) > 0)
+    rec = log.record(0)
+    assert set(rec) == {"user_id", "age", "gender", "region", "item_id", "genre", "tags", "label", "timestamp"}
+    assert isinstance(rec["tags"], list) and rec["label"] in (0, 1)
+    counts = Counter(log.item.tolist()).most_common()
+    assert counts[0][1] > 5 * counts[len(counts) // 2][1]  # popularity skew
+    assert 0.2 < log.label.mean() < 0.9
+
+
+def test_time_split_holds_out_the_last_tenth(log):
+    split = time_split(log)
+    assert len(split.test) == 2_000 and split.train.time.max() < split.test.time.min()
+    for user, items in split.truth.items():
+        assert items and not items & split.seen.get(user, set())  # train items are never relevant
+        test_pos = set(split.test.item[(split.test.user == user) & (split.test.label == 1)].tolist())
+        assert items <= test_pos
+
+
+def test_oracle_beats_popularity(log):
+    split = time_split(log)
+    pop = [i for i, _ in Counter(split.train.item[split.train.label == 1].tolist()).most_common()]
+    popular = {u: cut_excluding(pop, split.seen.get(u, ()), 10) for u in split.truth}
+    oracle = oracle_lists(log, split)
+    assert all(not set(oracle[u]) & split.seen.get(u, set()) for u in oracle)
+    o = score_lists(oracle, split.truth, catalogue=len(split.catalogue))["recall"]
+    p = score_lists(popular, split.truth, catalogue=len(split.catalogue))["recall"]
+    assert o > 1.5 * p
+
+
+def test_arms_are_model_variations_or_not_available(log):
+    base = base_config(log)
+    config, why = arm_config(base, ARMS[0])  # default: the base as it is
+    assert why == "" and config == base
+    assert {s["name"] for s in base["train"]["model"]["slots"] if s["tower"] == "user"} == {
+        "user_id", "age", "gender", "region"}
+    config, why = arm_config(base, Arm("nope", ({"no_such_option": 1},), "an option no model has"))
+    assert config is None and "no_such_option" in why
+    for arm in ARMS:
+        config, _ = arm_config(base, arm)
+        if config is not None:  # an arm changes train.model only
+            assert {k: v for k, v in config.items() if k != "train"} == {k: v for k, v in base.items() if k != "train"}
