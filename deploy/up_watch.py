@@ -5,6 +5,8 @@ restarts and last exit codes.
 
 On a terminal, a live rich console redrawn every ``up.console_refresh_s``; elsewhere (tests,
 `--plain`, a pipe) one progress line every 10 s. Either way the roles are checked every turn.
+Both show the service's live path (service.live_items) when it runs: its state and the p50/p95
+freshness of item vectors (push -> index).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from deploy.up_roles import UpRoles
 from deploy.up_status import StatusCollector
@@ -31,10 +33,25 @@ class Watch:
     say: Callable[[str], None]
 
 
+def live_line(status: dict[str, Any] | None) -> str:
+    """``live: on, items p50 0.21 s p95 0.40 s, 1,234 refreshed`` from /admin/status; '' without a live path."""
+    live = (status or {}).get("live")
+    if not live:
+        return ""
+
+    def sec(v: float | None) -> str:
+        return "–" if v is None else f"{v:.2f} s"
+
+    state = "on" if live.get("state") == "live" else "stopped until a newer bundle (rollback/restart)"
+    return (f"live: {state}, items p50 {sec(live.get('item_freshness_p50_s'))} "
+            f"p95 {sec(live.get('item_freshness_p95_s'))}, {live.get('items_refreshed', 0):,} refreshed")
+
+
 def watch_live(w: Watch, *, run_dir: str, started: float, refresh_s: float) -> int:
     """The live console; returns 1 once a role failed."""
-    from rich.console import Console
+    from rich.console import Console, Group
     from rich.live import Live
+    from rich.text import Text
 
     from deploy.console import render
 
@@ -42,7 +59,9 @@ def watch_live(w: Watch, *, run_dir: str, started: float, refresh_s: float) -> i
         while True:
             snap = w.collector.collect()
             snap.roles = w.roles.states()
-            live.update(render(snap, run_dir=run_dir, started=started))
+            extra = live_line(w.collector.admin_status())
+            view = render(snap, run_dir=run_dir, started=started)
+            live.update(Group(view, Text(extra)) if extra else view)
             reason = w.roles.tend(w.say)
             if reason:
                 w.say(f"failed: {reason}")
@@ -68,6 +87,7 @@ def watch_plain(w: Watch) -> int:
             return 1
         if time.monotonic() - last >= _PLAIN_EVERY_S:
             snap = w.collector.collect()
-            w.say(plain_line(snap) + _restarted(w.roles))
+            extra = live_line(w.collector.admin_status())
+            w.say(plain_line(snap) + (f"  {extra}" if extra else "") + _restarted(w.roles))
             last = time.monotonic()
         time.sleep(_PLAIN_POLL_S)

@@ -108,6 +108,7 @@ class LiveItems:
         self._tower_changed = False  # a new bundle since the last poll
         self._cursors: list[tuple[int, int]] | None = None
         self._since_bundle: set[int] = set()  # items refreshed live since the served bundle
+        self._retry: dict[int, float] = {}  # items whose batch met a bundle swap: id -> push time
         self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
         self.paused_at: int | None = None  # the bundle version served when a shard's log restarted
         self.reached: float | None = None  # push time of the newest change applied
@@ -170,9 +171,15 @@ class LiveItems:
         if redo is not None and redo.size:  # a new bundle: the live vectors go on top of it again
             self._since_bundle = set()
             done += self._refresh(tower, redo, np.full(redo.shape[0], np.nan))
-        if sel.any():
-            ids, first = np.unique(keys[sel], return_index=True)
-            done += self._refresh(tower, ids, times[sel][first])
+        if self._retry:
+            keys = np.concatenate([keys[sel], np.fromiter(self._retry, np.uint64, len(self._retry))])
+            times = np.concatenate([times[sel], np.fromiter(self._retry.values(), np.float64, len(self._retry))])
+            self._retry = {}
+        else:
+            keys, times = keys[sel], times[sel]
+        if keys.size:
+            ids, first = np.unique(keys, return_index=True)
+            done += self._refresh(tower, ids, times[first])
         return done
 
     def _tower_for(self, version: int) -> _Tower | None:
@@ -200,8 +207,9 @@ class LiveItems:
         vectors = tower.vectors(ids, rows)
         while True:
             with self.store.read() as side:
-                if side.version != tower.version:
-                    return 0  # a new bundle: the next poll refreshes these on top of it
+                if side.version != tower.version:  # a new bundle: the next poll does these on top of it
+                    self._retry.update(zip(ids.tolist(), pushed.tolist(), strict=True))
+                    return 0
                 current = side.items
             if current is None:
                 return 0
