@@ -1,16 +1,17 @@
 """The streamrec YAML of each arm of ``bench/retrieval.py``: one base config per data set (the
 schema of its records, a two_tower model over its user and item fields, `up` with 2 shards and 2
-trainers), and the ablation arms as variations of ``train.model`` only.
+trainers), and the ablation arms as variations of it: ``train.model`` overrides (the loss and
+logQ: ``train.model.retrieval``) and, for the history arms, the schema's ``history`` (the users'
+recent positive items, joined from the stream) with its list slot in the user tower.
 
-An arm is a list of alternative ``train.model`` overrides; the first one the config schema accepts
-is run. An arm none of whose alternatives validates (its option does not exist in this checkout)
-is reported as not available, with the validation error: never run as something else.
+An arm whose config the schema refuses (its option does not exist in this checkout) is reported
+as not available, with the validation error: never run as something else.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,17 +19,15 @@ from pydantic import ValidationError
 from bench.retrieval_data import Interactions
 from deploy.system_config import StreamrecConfig
 
+HISTORY_LENGTH = 50
+
 
 @dataclass(frozen=True)
 class Arm:
     name: str
-    alternatives: tuple[dict[str, Any], ...]  # train.model overrides, tried in order
-    what: str
-
-
-# train.model.retrieval (models.model_config.RetrievalConfig) picks the loss and logQ; the user
-# history is a user-tower slot fed from the stream (models.model_config: `history`).
-_HISTORY = {"history": {"length": 50}}
+    model: dict[str, Any] = field(default_factory=dict)  # train.model overrides (nested mappings merge)
+    history: bool = False  # schema.history + its slot in the user tower
+    what: str = ""
 
 
 def _loss(kind: str, **more: Any) -> dict[str, Any]:
@@ -36,13 +35,12 @@ def _loss(kind: str, **more: Any) -> dict[str, Any]:
 
 
 ARMS: tuple[Arm, ...] = (
-    Arm("default", ({},), "train.model as the model's defaults give it (what a user gets)"),
-    Arm("pointwise", (_loss("pointwise"),), "logistic loss on the rated pairs"),
-    Arm("softmax", (_loss("softmax", logq=False),), "in-batch softmax, no logQ correction"),
-    Arm("softmax+logQ", (_loss("softmax", logq=True),), "in-batch softmax with the logQ correction"),
-    Arm("pointwise+history", ({**_loss("pointwise"), **_HISTORY},), "pointwise, user history in the user tower"),
-    Arm("softmax+logQ+history", ({**_loss("softmax", logq=True), **_HISTORY},),
-        "softmax with logQ, user history in the user tower"),
+    Arm("default", {}, False, "train.model as the model's defaults give it (what a user gets)"),
+    Arm("pointwise", _loss("pointwise"), False, "logistic loss on the rated pairs"),
+    Arm("softmax", _loss("softmax", logq=False), False, "softmax over in-batch negatives, no logQ correction"),
+    Arm("softmax+logQ", _loss("softmax", logq=True), False, "softmax with the logQ correction"),
+    Arm("pointwise+history", _loss("pointwise"), True, "pointwise, user history pooled in the user tower"),
+    Arm("softmax+logQ+history", _loss("softmax", logq=True), True, "softmax with logQ, user history"),
 )
 ARM_NAMES = tuple(a.name for a in ARMS)
 
@@ -68,19 +66,19 @@ def base_config(log: Interactions, *, seed: int = 0) -> dict[str, Any]:
 
 
 def arm_config(base: dict[str, Any], arm: Arm) -> tuple[dict[str, Any] | None, str]:
-    """(the arm's config, "") for the first alternative that validates, else (None, why not)."""
-    why = ""
-    for overrides in arm.alternatives:
-        config = copy.deepcopy(base)
-        _merge(config["train"]["model"], copy.deepcopy(overrides))
-        try:
-            StreamrecConfig.model_validate(config)
-        except ValidationError as err:
-            first = err.errors()[0]
-            why = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-            continue
-        return config, ""
-    return None, why
+    """(the arm's config, "") when the config schema accepts it, else (None, why not)."""
+    config = copy.deepcopy(base)
+    model = config["train"]["model"]
+    _merge(model, copy.deepcopy(arm.model))
+    if arm.history:
+        config["schema"]["history"] = {"slot": "history", "length": HISTORY_LENGTH}
+        model["slots"].append({"name": "history", "tower": "user", "pooling": "mean"})
+    try:
+        StreamrecConfig.model_validate(config)
+    except ValidationError as err:
+        first = err.errors()[0]
+        return None, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return config, ""
 
 
 def _merge(into: dict[str, Any], overrides: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ def test_arms_are_model_variations_or_not_available(log):
     assert why == "" and config == base
     assert {s["name"] for s in base["train"]["model"]["slots"] if s["tower"] == "user"} == {
         "user_id", "age", "gender", "region"}
-    config, why = arm_config(base, Arm("nope", ({"no_such_option": 1},), "an option no model has"))
+    config, why = arm_config(base, Arm("nope", {"no_such_option": 1}))
     assert config is None and "no_such_option" in why
     for arm in ARMS:
         config, _ = arm_config(base, arm)
