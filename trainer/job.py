@@ -17,8 +17,11 @@ and its lifecycle; the protocols live beside it:
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -48,6 +51,14 @@ from trainer.rank_claim import EpochMoved, RankLease
 from trainer.recovery import Recovery, dense_optimizer_state
 from trainer.rendezvous import Rendezvous
 from trainer.worker import Prepared, Worker, prepare
+
+log = logging.getLogger(__name__)
+_END = object()  # the prefetcher ran out: the stream's source ended
+RECOVERY_ATTEMPTS = 5  # a recovery met by new losses this many times in a row fails the worker
+
+
+def _what(err: BaseException) -> str:
+    return getattr(err, "message", None) or type(err).__name__
 
 
 def _check_geo(tables: Any) -> None:
@@ -99,7 +110,7 @@ class StreamingJob:
         self.commit_stall_s: list[float] = []
         tt = self.model.config.type is ModelType.TWO_TOWER
         item_slots = tuple(s.name for s in getattr(self.model, "item_slots", ()))
-        self.catalog = ItemCatalog(item_slots) if tt else None
+        self.catalog = ItemCatalog(item_slots, client=self.client) if tt else None  # the job's, in the PS
         self.worker: Worker | None = None  # made by run() once the shards hold the restored pass
         self.stream: JobStream | None = None  # made by run(), seeked to the restored offsets
         self._peer_look_at = 0.0
@@ -114,8 +125,10 @@ class StreamingJob:
         self.committer = PassCommitter(ctx, model=self.model, catalog=self.catalog, offsets=self._committable_offsets,
                                        on_committed=None if self.group_offsets is None else self._commit_to_group)
         self.recovery = Recovery(ctx, self.committer)
-        self.loop_calls = LoopCalls({LoopOp.CHECKPOINT: self._checkpoint, LoopOp.EXPORT: self.committer.export_now,
-                                     LoopOp.SHRINK: self._shrink, LoopOp.ROLLBACK: self._rollback})
+        self._lost: BaseException | None = None  # met by a job-control call: the loop recovers from it
+        self.loop_calls = LoopCalls({op: self._noting_loss(fn) for op, fn in (
+            (LoopOp.CHECKPOINT, self._checkpoint), (LoopOp.EXPORT, self.committer.export_now),
+            (LoopOp.SHRINK, self._shrink), (LoopOp.ROLLBACK, self._rollback))})
 
     # ------------------------------------------------------------------ setup
     def _start(self) -> None:
@@ -143,6 +156,15 @@ class StreamingJob:
 
     # ------------------------------------------------------------------- loop
     def run(self) -> dict[str, Any]:
+        """Train until the stream ends or the job stops; returns :meth:`status`. A fatal error is
+        logged with its traceback before it propagates (the CLI prints only its message)."""
+        try:
+            return self._run()
+        except Exception:
+            log.exception("worker %d stops on a fatal error", self.rank)
+            raise
+
+    def _run(self) -> dict[str, Any]:
         self._start()
         assert self.worker is not None and self.stream is not None
         stream = self.stream
@@ -177,23 +199,26 @@ class StreamingJob:
 
     def _loop(self, items: Prefetcher, idle_since: float) -> float:
         """Train until the stream ends, the job stops or the stream must be re-seeked; returns
-        when the stream was last not idle."""
+        when the stream was last not idle. A lost shard or a moved epoch is met here wherever
+        it shows: taking the next batch (its prefetched pull), a step, a commit, a job-control
+        call (see :meth:`_recover`)."""
         assert self.worker is not None
-        for item in items:
-            self.loop_calls.serve()
-            while self.paused.is_set() and not self.stopping.is_set():
-                time.sleep(0.05)
-                self.loop_calls.serve()
-            if self.progress.reseek is not None:
-                return time.monotonic()
-            # idle means no record since idle_since: a batch that arrives late (a slow start on a
-            # busy machine) is trained, not taken for the end of the stream
-            done = (self.max_records is not None and self.records_run >= self.max_records) or (
-                item is None and self.max_idle_s is not None and time.monotonic() - idle_since >= self.max_idle_s)
-            # the chief stays while others train: it commits their passes
-            active = self.progress.active
-            leaving = done and (not self.chief or active == [self.rank])
+        batches = iter(items)
+        while True:
             try:
+                item = next(batches, _END)
+                if item is _END:
+                    return idle_since
+                self._serve_calls()
+                if self.progress.reseek is not None:
+                    return time.monotonic()
+                # idle means no record since idle_since: a batch that arrives late (a slow start on a
+                # busy machine) is trained, not taken for the end of the stream
+                done = (self.max_records is not None and self.records_run >= self.max_records) or (
+                    item is None and self.max_idle_s is not None and time.monotonic() - idle_since >= self.max_idle_s)
+                # the chief stays while others train: it commits their passes
+                active = self.progress.active
+                leaving = done and (not self.chief or active == [self.rank])
                 if self.rendezvous.epoch_moved():
                     raise EpochMoved
                 if item is not None:
@@ -206,19 +231,45 @@ class StreamingJob:
                     self.commit(leaving=leaving)
                     if not leaving:  # a commit's stall (slower on an object store) is not idleness of the stream
                         idle_since = time.monotonic()
-            except EpochMoved:
-                self.recovery.regroup(self.worker, shard_lost=self.rendezvous.new_lease_table())
-                return time.monotonic()
-            except (NotFound, Unavailable):
-                if self.lease is None and self.spec.num_workers != 1:
-                    raise  # several workers: the job fails and is restarted, every worker from the last pass
-                self.recovery.shard_lost(self.worker)  # leased ranks regroup, a single worker reloads
+            except (EpochMoved, NotFound, Unavailable) as err:
+                self._recover(err)
                 return time.monotonic()  # the wait for the shard is not idleness of the stream
             if leaving or self.rank not in self.progress.active:
                 self.stopping.set()
             if self.stopping.is_set():
-                break
-        return idle_since
+                return idle_since
+
+    def _serve_calls(self) -> None:
+        """Job-control operations, also while paused; one that met a lost shard (its caller got
+        the error) leaves the recovery to the loop: the restart was reported to it only."""
+        self.loop_calls.serve()
+        while self.paused.is_set() and not self.stopping.is_set():
+            time.sleep(0.05)
+            self.loop_calls.serve()
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            raise lost
+
+    def _recover(self, err: BaseException) -> None:
+        """Back to the newest complete pass after ``err`` (a moved epoch, a lost or restarted
+        shard), in this process. A shard that restarts (again) during the recovery starts it
+        over; only fixed ranks with several workers fail the job (every worker restarts)."""
+        assert self.worker is not None
+        for attempt in range(RECOVERY_ATTEMPTS):
+            try:
+                if isinstance(err, EpochMoved):
+                    self.recovery.regroup(self.worker, shard_lost=self.rendezvous.new_lease_table())
+                elif self.lease is None and self.spec.num_workers != 1:
+                    raise err  # several workers: the job fails and is restarted, every worker from the last pass
+                else:
+                    self.recovery.shard_lost(self.worker)  # leased ranks regroup, a single worker reloads
+                return
+            except (EpochMoved, NotFound, Unavailable) as again:
+                if again is err or self.stopping.is_set() or attempt == RECOVERY_ATTEMPTS - 1:
+                    raise
+                log.warning("worker %d: %s during the recovery from %s; starting it over", self.rank,
+                            _what(again), _what(err))
+                err = again
 
     def _peer_committing(self) -> bool:
         """Another worker ended this pass (its part is written): end it here too, so every
@@ -269,6 +320,18 @@ class StreamingJob:
         """Run ``op`` on the training thread between steps (thread-safe entry for the control server)."""
         return self.loop_calls.call(op, **args)
 
+    def _noting_loss(self, op: Callable[..., Any]) -> Callable[..., Any]:
+        """``op`` on the training thread; a lost or restarted shard it meets goes to its caller
+        and, as the client reports a restart once, to the loop too (:meth:`_serve_calls`)."""
+        @functools.wraps(op)
+        def noted(**args: Any) -> Any:
+            try:
+                return op(**args)
+            except (EpochMoved, NotFound, Unavailable) as err:
+                self._lost = err
+                raise
+        return noted
+
     def _checkpoint(self) -> dict[str, Any]:
         self.commit()
         return self.committer.finish_wait()  # asked for a checkpoint: answered when it is complete
@@ -293,5 +356,8 @@ class StreamingJob:
                 # records not yet consumed on this worker's partitions (rank 0's when asked through job control)
                 "lag": sum(lag.values()), "lag_partitions": lag,
                 "commit_stall_s": list(self.commit_stall_s[-20:]),
+                # an idle pass commits nothing: the last look that found no record (trainer.passes)
+                "heartbeat": {"idle_checks": progress.clock.idle_checks, "idle_at": progress.clock.idle_at,
+                              "pass_records": progress.clock.count},
                 "last_commit": {k: v for k, v in committer.last_commit.items() if k != "files"},
                 "last_export": committer.last_export}

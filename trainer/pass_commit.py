@@ -218,6 +218,10 @@ class PassCommitter:
         except Exception:
             self.force_base = True  # some shards may have advanced their chain: restart it with a base
             raise
+        restarted = self.ctx.client.take_restart()
+        if restarted is not None:  # a reply came from a new incarnation: its save holds what it reloaded
+            self.force_base = True
+            raise restarted  # no pass is committed on it; the worker regroups
         self.force_base = False
         export = None
         if self.exporter is not None:  # the dense weights of the snapshot point: nobody pushed since
@@ -264,10 +268,15 @@ class PassCommitter:
             self.last_export = self.exporter.wait() or self.last_export
 
     def settle(self) -> None:
-        """Before the shards load a pass: a pass still committing completes (or not), then its export."""
+        """Before the shards load a pass: a pass still committing completes (or not), then its
+        export. A failed export is dropped (logged): the load that follows is what counts, and
+        the next bundle is a base (:meth:`rebase_exports`)."""
         self.finish_wait(ignore_failure=True)
         if self.exporter is not None:
-            self.exporter.wait()
+            try:
+                self.last_export = self.exporter.wait() or self.last_export
+            except Exception as err:  # e.g. a shard lost under the export: the bundle fails alone
+                log.warning("the bundle being exported failed before a load: %s", getattr(err, "message", err))
 
     def export_now(self) -> dict[str, Any]:
         """A bundle of the newest committed pass, now (job control); returns the export's result."""
@@ -309,6 +318,8 @@ class PassCommitter:
 
     def background_client(self) -> PSClient:
         """A client for a background thread (a client is not thread-safe). No resends: a lost shard
-        fails the bundle (or the commit) instead of holding the next one."""
+        fails the bundle (or the commit) instead of holding the next one. It does not report a
+        shard's restart: the training client does, once, and the worker regroups."""
         return PSClient(self.ctx.spec.shard_endpoints, secret=self.ctx.spec.secret(),
-                        config=ClientConfig(timeout_s=self.ctx.client.config.timeout_s, retries=0))
+                        config=ClientConfig(timeout_s=self.ctx.client.config.timeout_s, retries=0),
+                        report_restarts=False)

@@ -1,5 +1,12 @@
 """When a pass ends: every N records or T seconds, whichever comes first (separate from the step);
-where a worker stands between passes."""
+where a worker stands between passes.
+
+A pass holds records: T seconds with none on this worker end no pass (no save, no export, no
+bundle: an idle system writes nothing to its run directory). That look is the worker's
+heartbeat (``idle_checks``, ``idle_at``, shown in its status) and starts the clock over, so
+the first records after an idle spell commit T seconds later. A worker with nothing of its
+own still joins a pass another worker ends (trainer.job), so every record is committed on
+the cadence while records flow."""
 
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ class PassClock:
         self.pass_id = 0
         self.count = 0
         self.started = time.monotonic()
+        self.idle_checks = 0  # T-second looks that found no record in the pass (the heartbeat)
+        self.idle_at: float | None = None  # wall time of the last one
 
     def add(self, n: int) -> None:
         self.count += n
@@ -24,7 +33,14 @@ class PassClock:
     def due(self) -> bool:
         if self.records is not None and self.count >= self.records:
             return True
-        return self.seconds is not None and time.monotonic() - self.started >= self.seconds
+        if self.seconds is None or time.monotonic() - self.started < self.seconds:
+            return False
+        if self.count:
+            return True
+        self.idle_checks += 1  # nothing changed since the last pass: a heartbeat, not a pass
+        self.idle_at = time.time()
+        self.started = time.monotonic()
+        return False
 
     def next_pass(self, pass_id: int) -> None:
         self.pass_id = pass_id

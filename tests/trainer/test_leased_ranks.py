@@ -139,3 +139,26 @@ def test_sigterm_releases_the_rank_at_once(broker, cluster, procs, tmp_path: Pat
     # still starting (143), or stopped at the rendezvous (2: "stopped while waiting"): not a finished job
     assert wait_exit(lone, 60) in (2, 143), procs.log_of(lone)[-2000:]
     assert job.holders() == {}  # released on the way out, not after the 600 s ttl
+
+
+def test_a_shard_restart_under_training_and_commits_is_a_regroup_not_an_exit(broker, cluster, procs,
+                                                                            tmp_path: Path) -> None:
+    """#12: shard 1 (not the lease holder) frozen (SIGSTOP) while the trainers work through a
+    backlog, a pass every 200 records per worker: its pulls, pushes and a commit's drain,
+    end_pass and save wait on it. It is killed and restarted under them: their requests are
+    resent to the new incarnation, whose replies report the restart (also to a commit's control
+    calls: no pass is committed on the reloaded shard), and both trainers regroup in-process."""
+    job = _Job(broker, cluster, procs, tmp_path)
+    first = job.start_two()  # the first pass is committed; most of the backlog is still ahead
+    job.produce_rest()
+    shard = job.cluster.shards[1]
+    shard.send_signal(signal.SIGSTOP)
+    procs.kill(shard)
+    job.cluster.shards[1] = job.cluster.start_shard(1)
+    for p in first.values():
+        assert wait_exit(p, 240) == 0, procs.log_of(p)[-3000:]
+    for p in first.values():
+        log = procs.log_of(p)
+        assert "Traceback" not in log and "stops on a fatal error" not in log, log[-3000:]
+        assert _final_status(procs, p)["regroups"] >= 1
+    job.check_every_record_counted_once()
