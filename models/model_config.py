@@ -34,6 +34,42 @@ class Tower(StrEnum):
     ITEM = "item"
 
 
+class RetrievalLossKind(StrEnum):
+    """What trains the two towers: the click logit (pointwise), the softmax over candidates, or both."""
+
+    POINTWISE = "pointwise"
+    SOFTMAX = "softmax"
+    BOTH = "both"
+
+
+class RetrievalConfig(FrozenModel):
+    """Two-tower only: how the towers learn retrieval (``models/retrieval_loss.py``).
+
+    The click logit ``scale * <u, v> + b`` (``scale`` = 1/temperature when normalised, else 1)
+    always serves /v1/predict; with ``loss: softmax`` only its bias learns from the clicks, the
+    towers from the softmax; ``both`` adds ``pointwise_weight`` x the click loss to the towers.
+    """
+
+    loss: RetrievalLossKind = RetrievalLossKind.POINTWISE
+    pointwise_weight: float = Field(1.0, ge=0.0)
+    temperature: float = Field(0.05, gt=0.0, le=100.0)
+    normalize: bool = False  # L2-normalised tower outputs (cosine scores, also in the served vectors)
+    logq: bool = True  # subtract log(expected count) of each candidate (Yi et al. 2019)
+    negatives: int = Field(0, ge=0, le=65536)  # items sampled per step from the catalogue, besides in-batch
+    catalogue_size: int = Field(1 << 16, ge=1)  # items kept to sample from (power of two)
+    catalogue_max_ids: int = Field(16, ge=1, le=1024)  # ids kept per item slot of a kept item
+    frequency_buckets: int = Field(1 << 18, ge=1)  # per hash of the streaming estimate (power of two)
+    frequency_hashes: int = Field(2, ge=1, le=8)
+    frequency_alpha: float = Field(0.01, gt=0.0, le=1.0)  # the estimate's moving-average rate
+
+    @model_validator(mode="after")
+    def _powers_of_two(self) -> RetrievalConfig:
+        for name, v in (("catalogue_size", self.catalogue_size), ("frequency_buckets", self.frequency_buckets)):
+            if v & (v - 1):
+                raise ValueError(f"{name} must be a power of two, got {v}")
+        return self
+
+
 class SlotSpec(FrozenModel):
     name: str = Field(min_length=1)
     dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
@@ -56,6 +92,7 @@ class ModelConfig(FrozenModel):
     # (bench/auc_sweep.py, bench/train.py's data: test AUC 0.7096-0.7101 at 0.05, 0.7103-0.7118 at 0.01)
     wide_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.01)
     init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
+    retrieval: RetrievalConfig = RetrievalConfig()  # two_tower only
     seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")

@@ -1,16 +1,55 @@
 """Two-tower retrieval: a user tower (user slots + dense inputs) and an item tower (item
-slots), each an MLP over pooled embeddings; the click logit is their dot product plus a bias.
-The item tower alone gives the vectors the service indexes; the user tower the queries."""
+slots), each an MLP over pooled embeddings (L2-normalised when ``retrieval.normalize``). The
+click logit is ``scale * <u, v> + b`` (scale: 1/temperature when normalised, else 1); the
+item tower alone gives the vectors the service indexes, the user tower the queries.
+
+Training (``config.retrieval``): ``forward`` gives the click logits the worker scores and
+takes the click loss of; ``backward(dlogits)`` adds the softmax loss of each positive's user
+over the batch's positive items and any sampled negatives (:mod:`models.retrieval_loss`),
+so the worker stays the same for every model. The training-only state lives here: the
+streaming item-frequency estimate of the logQ correction (:mod:`models.item_frequency`,
+updated by ``backward`` from the positives) and the pool of trained items the negatives are
+drawn from (:mod:`models.negative_pool`, filled by ``backward``; ``features`` draws from it,
+so a model that never trained, e.g. the service's, draws none).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from models.base import Model
 from models.embedding import EmbeddingBlock
-from models.features import Features
+from models.features import Features, build_features
+from models.item_frequency import ItemFrequency
 from models.layers import MLP
-from models.model_config import ModelConfig, Tower
+from models.model_config import ModelConfig, RetrievalLossKind, Tower
+from models.negative_pool import NegativePool
+from models.retrieval_loss import item_hashes, softmax_loss, unit_rows, unit_rows_backward
+from streaming.batch import Batch, Ragged
+from tables.dedupe import dedupe
+
+
+@dataclass
+class TwoTowerFeatures(Features):
+    """Features plus the item tower's input: the n records' items, then ``n_sampled`` negatives.
+
+    items:      item-slot tables over the same keys as ``tables`` (the negatives' keys appended there)
+    item_ids:   the batch's item slots as parsed (what the pool of negatives keeps)
+    item_hash:  uint64[n + n_sampled] identity of each candidate item
+    pool_size:  items the negatives were drawn from (their expected count is n_sampled / pool_size)
+    """
+
+    items: Features
+    item_ids: dict[str, Ragged]
+    item_hash: np.ndarray
+    n_sampled: int
+    pool_size: int
+
+
+def _concat_ragged(a: Ragged, b: Ragged) -> Ragged:
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1][1:] + a[1][-1]])
 
 
 class TwoTower(Model):
@@ -25,30 +64,126 @@ class TwoTower(Model):
         rng = np.random.default_rng(config.seed)
         self.user_mlp.init(self.params, rng)
         self.item_mlp.init(self.params, rng)
-        self._u = self._v = np.empty(0, np.float32)
+        r = config.retrieval
+        self.scale = np.float32(1.0 / r.temperature if r.normalize else 1.0)
+        self._sample_rng = np.random.default_rng(config.seed + 1)
+        # training state, made by the first backward (the service's model never allocates it)
+        self.frequency: ItemFrequency | None = None
+        self.pool: NegativePool | None = None
+        self.last_softmax_loss = float("nan")
+        self._u = self._v = self._un = self._vn = np.empty(0, np.float32)
 
-    def user_vectors(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+    # -- features ---------------------------------------------------------------------------------
+
+    def features(self, batch: Batch) -> TwoTowerFeatures:
+        f = build_features(self.config, batch)
+        n = f.n
+        names = [s.name for s in self.item_slots]
+        item_ids = {s: batch.slots.get(s, (np.empty(0, np.uint64), np.zeros(n + 1, np.int64))) for s in names}
+        hashes = item_hashes(batch, names)
+        pool, k = self.pool, self.config.retrieval.negatives
+        if pool is None or pool.size == 0 or k == 0:
+            return TwoTowerFeatures(**vars(f), items=f, item_ids=item_ids, item_hash=hashes, n_sampled=0,
+                                    pool_size=0)
+        size = pool.size
+        sampled, sampled_hash = pool.sample(k, self._sample_rng)
+        slots = {s: _concat_ragged(item_ids[s], sampled.slots[s]) for s in names}
+        both = Batch(labels=np.zeros(n + k, np.float32), dense=np.zeros((n + k, 0), np.float32), slots=slots)
+        items = build_features(self.config, both, self.item_slots)
+        tables = dict(f.tables)
+        for t, ti in items.tables.items():
+            base = f.tables[t]
+            u = base.keys.shape[0]
+            keys, idx = dedupe(np.concatenate([base.keys, ti.keys]))  # base keys first: they keep their indices
+            pad = np.zeros(keys.shape[0] - u, np.float32)  # negatives were not shown: no show or click counts
+            tables[t] = replace(base, keys=keys, shows=np.concatenate([base.shows, pad]),
+                                clicks=np.concatenate([base.clicks, pad]))
+            items.tables[t] = replace(ti, keys=keys, idx=idx[u:][ti.idx], shows=tables[t].shows,
+                                      clicks=tables[t].clicks)
+        return TwoTowerFeatures(n=n, labels=f.labels, dense=f.dense, tables=tables, items=items, item_ids=item_ids,
+                                item_hash=np.concatenate([hashes, sampled_hash]), n_sampled=k, pool_size=size)
+
+    # -- towers -----------------------------------------------------------------------------------
+
+    def _user_out(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
         x = np.empty((f.n, self.user_emb.width + self.config.n_dense), np.float32)
         self.user_emb.forward(f, rows, out=x)
         x[:, self.user_emb.width :] = f.dense
         return self.user_mlp.forward(self.params, x)
 
-    def item_vectors(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+    def _item_out(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
         return self.item_mlp.forward(self.params, self.item_emb.forward(f, rows))
+
+    def _unit(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.config.retrieval.normalize:
+            return unit_rows(x)
+        return x, np.ones(x.shape[0], np.float32)
+
+    def user_vectors(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+        return self._unit(self._user_out(f, rows))[0]
+
+    def item_vectors(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+        return self._unit(self._item_out(f, rows))[0]
+
+    # -- training ---------------------------------------------------------------------------------
 
     def forward(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
         self._f = f
-        self._u, self._v = self.user_vectors(f, rows), self.item_vectors(f, rows)
-        return (self._u * self._v).sum(axis=1) + self.params.value["score.b"][0]
+        items = f.items if isinstance(f, TwoTowerFeatures) else f
+        self._u, self._un = self._unit(self._user_out(f, rows))
+        self._v, self._vn = self._unit(self._item_out(items, rows))
+        return self.scale * np.einsum("ij,ij->i", self._u, self._v[: f.n]) + self.params.value["score.b"][0]
 
     def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
         grads = self._sparse_grads()
         f = self._f
         assert f is not None
+        r = self.config.retrieval
+        n = f.n
         d = np.ascontiguousarray(dlogits, np.float32)[:, None]
         self.params.grad["score.b"][0] = dlogits.sum()
-        dxu = self.user_mlp.backward(self.params, d * self._v)
-        dxi = self.item_mlp.backward(self.params, d * self._u)
+        du = np.zeros_like(self._u)
+        dv = np.zeros_like(self._v)
+        # the click loss reaches the towers unless the softmax alone trains them (then only the bias learns from it)
+        weight = {RetrievalLossKind.POINTWISE: 1.0, RetrievalLossKind.SOFTMAX: 0.0,
+                  RetrievalLossKind.BOTH: r.pointwise_weight}[r.loss]
+        if weight:
+            g = d * (self.scale * np.float32(weight))
+            du += g * self._v[:n]
+            dv[:n] += g * self._u
+        if r.loss is not RetrievalLossKind.POINTWISE and isinstance(f, TwoTowerFeatures):
+            self._softmax_backward(f, du, dv)
+        if r.normalize:
+            du = unit_rows_backward(du, self._u, self._un)
+            dv = unit_rows_backward(dv, self._v, self._vn)
+        dxu = self.user_mlp.backward(self.params, du)
         self.user_emb.backward(f, dxu, grads)
-        self.item_emb.backward(f, np.ascontiguousarray(dxi), grads)
+        items = f.items if isinstance(f, TwoTowerFeatures) else f
+        dxi = self.item_mlp.backward(self.params, dv)
+        self.item_emb.backward(items, np.ascontiguousarray(dxi), grads)
         return grads
+
+    def _softmax_backward(self, f: TwoTowerFeatures, du: np.ndarray, dv: np.ndarray) -> None:
+        """Add the softmax loss's gradients to ``du``/``dv``; update the frequency estimate and the pool."""
+        r = self.config.retrieval
+        if self.frequency is None:
+            self.frequency = ItemFrequency(r.frequency_buckets, r.frequency_hashes, r.frequency_alpha)
+        if self.pool is None and r.negatives:
+            self.pool = NegativePool([s.name for s in self.item_slots], capacity=r.catalogue_size,
+                                     max_ids=r.catalogue_max_ids, n_dense=0)
+        pos = np.flatnonzero(f.labels > 0.5)
+        cols = np.concatenate([pos, f.n + np.arange(f.n_sampled)])
+        col_hash = f.item_hash[cols]
+        self.frequency.update(f.item_hash[pos])
+        if r.logq:
+            expected = self.frequency.expected_count(col_hash)
+            if f.n_sampled:
+                expected += np.float32(f.n_sampled / f.pool_size)
+            logq = np.log(expected)
+        else:
+            logq = np.zeros(cols.shape[0], np.float32)
+        self.last_softmax_loss, dq, dc = softmax_loss(self._u[pos], self._v[cols], col_hash, logq, r.temperature)
+        du[pos] += dq
+        dv[cols] += dc  # cols are distinct rows of v
+        if self.pool is not None:
+            self.pool.add(f.item_ids, f.item_hash, np.arange(f.n))

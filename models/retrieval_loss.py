@@ -1,0 +1,83 @@
+"""The retrieval loss of the two towers: a softmax of each positive's user over candidate items.
+
+Rows are the batch's positive records; columns are the same records' items (in-batch
+negatives: every other positive's item) and then any items sampled from the catalogue. A
+column holding the row's own item again (another record of the same item, or a sampled
+copy of it) is masked out: it is not a negative. The logit of row i and column j is
+
+    s_ij = <u_i, v_j> / temperature - logq_j
+
+with ``logq_j`` the log of item j's expected count among the candidates (Yi et al., RecSys
+2019: the correction that keeps popular items, which are more often in-batch negatives,
+from being pushed down for it). The loss is the mean over rows of ``logsumexp_j s_ij - s_ii``.
+
+Also here: L2 normalisation of tower outputs and its backward, and the item identity of a
+record (a hash of its item-tower ids) that decides which columns are the same item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+
+from streaming.batch import Batch
+from tables.hashmap import mix64
+
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+_EPS = np.float32(1e-12)
+
+
+def softmax_loss(users: np.ndarray, items: np.ndarray, item_hash: np.ndarray, logq: np.ndarray,
+                 temperature: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """Mean softmax loss of ``users`` (p, d) over ``items`` (c >= p, d), row i's positive in column i.
+
+    Returns the loss and its gradients for ``users`` and ``items`` (float32).
+    """
+    p = users.shape[0]
+    inv_t = np.float32(1.0 / temperature)
+    s = (users @ items.T) * inv_t - logq[None, :].astype(np.float32)
+    same = item_hash[None, :] == item_hash[:p, None]
+    same[np.arange(p), np.arange(p)] = False
+    s[same] = -np.inf
+    s -= s.max(axis=1, keepdims=True)
+    e = np.exp(s)
+    total = e.sum(axis=1, keepdims=True)
+    loss = float(np.mean(np.log(total[:, 0]) - s[np.arange(p), np.arange(p)])) if p else 0.0
+    ds = e / total
+    ds[np.arange(p), np.arange(p)] -= np.float32(1.0)
+    ds *= np.float32(1.0 / max(p, 1)) * inv_t
+    return loss, (ds @ items).astype(np.float32), (ds.T @ users).astype(np.float32)
+
+
+def unit_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows scaled to unit L2 norm, and the norms (for the backward)."""
+    norm = np.sqrt(np.einsum("ij,ij->i", x, x)).astype(np.float32) + _EPS
+    return (x / norm[:, None]).astype(np.float32), norm
+
+
+def unit_rows_backward(dy: np.ndarray, y: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """d/dx of y = x / |x|: (dy - y <y, dy>) / |x|."""
+    dot = np.einsum("ij,ij->i", y, dy)
+    return ((dy - y * dot[:, None]) / norm[:, None]).astype(np.float32)
+
+
+@njit(**_JIT)
+def _hash_slot(values, offsets, salt, out):
+    """out[i] = mix(out[i] + sum of mix(id ^ salt) over record i's ids): order-free within a slot."""
+    for i in range(offsets.shape[0] - 1):
+        acc = np.uint64(0)
+        for j in range(offsets[i], offsets[i + 1]):
+            acc += mix64(values[j] ^ salt)
+        out[i] = mix64(out[i] ^ acc)
+
+
+def item_hashes(batch: Batch, slots: Sequence[str]) -> np.ndarray:
+    """uint64[n]: one hash of each record's ids in the item slots (same item-tower input, same hash)."""
+    out = np.zeros(len(batch), np.uint64)
+    for k, name in enumerate(slots):
+        got = batch.slots.get(name)
+        if got is not None:
+            _hash_slot(got[0], got[1], np.uint64(0x9E3779B97F4A7C15 * (k + 1) & 0xFFFFFFFFFFFFFFFF), out)
+    return out

@@ -1,0 +1,121 @@
+"""The two-tower retrieval loss: its gradients against a slow reference, in every option."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from models import build_model
+from models.features import build_features
+from models.layers import bce_with_logits
+from models.two_tower import TwoTower, TwoTowerFeatures
+from tests.models.helpers import random_batch, small_config
+
+CASES = {
+    "both, normalised, logQ, sampled": {"loss": "both", "pointwise_weight": 0.5, "temperature": 0.2,
+                                         "normalize": True, "logq": True, "negatives": 4},
+    "softmax, normalised, logQ, sampled": {"loss": "softmax", "temperature": 0.1, "normalize": True,
+                                           "logq": True, "negatives": 3},
+    "softmax, raw dot, no logQ, in-batch": {"loss": "softmax", "temperature": 2.0, "normalize": False,
+                                            "logq": False, "negatives": 0},
+}
+
+
+def _reference(model: TwoTower, f: TwoTowerFeatures, rows: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(mean click loss, mean softmax loss) with loops in float64: what backward must differentiate."""
+    r = model.config.retrieval
+    u = model.user_vectors(f, rows).astype(np.float64)
+    v = model.item_vectors(f.items, rows).astype(np.float64)
+    scale = 1.0 / r.temperature if r.normalize else 1.0
+    b = float(model.params.value["score.b"][0])
+    click = 0.0
+    for i in range(f.n):
+        z = scale * float(u[i] @ v[i]) + b
+        click += max(z, 0.0) - z * f.labels[i] + math.log1p(math.exp(-abs(z)))
+    pos = [i for i in range(f.n) if f.labels[i] > 0.5]
+    cols = pos + [f.n + k for k in range(f.n_sampled)]
+    soft = 0.0
+    for row, i in enumerate(pos):
+        logits = []
+        for c, j in enumerate(cols):
+            if c != row and f.item_hash[j] == f.item_hash[i]:
+                continue  # the row's own item again: not a negative
+            s = float(u[i] @ v[j]) / r.temperature
+            if r.logq:
+                q = float(model.frequency.expected_count(f.item_hash[[j]])[0])
+                q += f.n_sampled / f.pool_size if f.n_sampled else 0.0
+                s -= math.log(q)
+            logits.append((s, c == row))
+        top = max(s for s, _ in logits)
+        lse = top + math.log(sum(math.exp(s - top) for s, _ in logits))
+        soft += lse - next(s for s, own in logits if own)
+    return click / f.n, soft / max(len(pos), 1)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_softmax_loss_gradients_match_a_slow_reference(case: str) -> None:
+    options = CASES[case]
+    model = build_model(small_config("two_tower", retrieval={**options, "catalogue_size": 8}))
+    assert isinstance(model, TwoTower)
+    rng = np.random.default_rng(8)
+
+    def rows_for(f):
+        return {t: rng.normal(0, 0.5, (ti.keys.shape[0], model.row_width[t])).astype(np.float32)
+                for t, ti in f.tables.items()}
+
+    warm = random_batch(10, seed=5, vocab=40)  # a first step: the pool of negatives and the frequencies fill
+    f0 = model.features(warm)
+    model.forward(f0, rows_for(f0))
+    model.backward(bce_with_logits(model.forward(f0, rows_for(f0)), f0.labels)[2])
+
+    batch = random_batch(12, seed=1)
+    batch.labels[:] = 0.0
+    batch.labels[[0, 2, 3, 5, 8, 9, 11]] = 1.0
+    for name in ("c", "d"):  # record 3 holds record 0's item: the same item twice among the positives
+        values, offsets = batch.slots[name]
+        own = values[offsets[0]:offsets[1]]
+        keep = np.concatenate([values[:offsets[3]], own, values[offsets[4]:]])
+        new_offsets = offsets.copy()
+        new_offsets[4:] += own.shape[0] - (offsets[4] - offsets[3])
+        batch.slots[name] = (keep, new_offsets)
+    f = model.features(batch)
+    assert f.n_sampled == options["negatives"]
+    assert f.item_hash[0] == f.item_hash[3] and len(set(f.item_hash[:f.n].tolist())) == f.n - 1
+    rows = rows_for(f)
+    model.params.values[...] += rng.normal(0, 0.05, model.params.values.shape).astype(np.float32)
+    _, _, dlogits = bce_with_logits(model.forward(f, rows), f.labels)
+    sparse = model.backward(dlogits)
+    dense = model.params.grads.copy()
+    click_weight = {"pointwise": 1.0, "softmax": 0.0, "both": options.get("pointwise_weight", 1.0)}[options["loss"]]
+    names = list(model.params.shapes)
+    head_at = sum(int(np.prod(model.params.shapes[n])) for n in names[: names.index("score.b")])
+    head = range(head_at, model.params.values.size)  # the click bias: it learns from the click loss alone
+    eps = 1e-4  # a ReLU kink sits 2-3e-4 from one of the picked weights: larger steps straddle it
+
+    def numeric(arr: np.ndarray, i: int, tower: bool) -> float:
+        old = arr.flat[i]
+        out = []
+        for x in (old + eps, old - eps):
+            arr.flat[i] = x
+            click, soft = _reference(model, f, rows)
+            out.append(soft + click_weight * click if tower else click)
+        arr.flat[i] = old
+        return (out[0] - out[1]) / (2 * eps)
+
+    picks = [*head, *rng.choice(head_at, 30, replace=False).tolist()]
+    want = np.array([numeric(model.params.values, int(i), tower=int(i) not in head) for i in picks])
+    np.testing.assert_allclose(dense[picks], want, rtol=3e-2, atol=2e-3)
+    for t, g in sparse.items():
+        want = np.array([numeric(rows[t], i, tower=True) for i in range(g.size)]).reshape(g.shape)
+        np.testing.assert_allclose(g, want, rtol=3e-2, atol=2e-3, err_msg=f"table {t}")
+        assert np.abs(g).sum() > 0
+    if options["negatives"]:  # keys only the sampled negatives hold were appended, pulled and get gradients
+        plain = build_features(model.config, batch)
+        extra = {t: f.tables[t].keys.shape[0] - plain.tables[t].keys.shape[0] for t in f.tables}
+        assert sum(extra.values()) > 0
+        for t, k in extra.items():
+            np.testing.assert_array_equal(f.tables[t].keys[: plain.tables[t].keys.shape[0]], plain.tables[t].keys)
+            assert k == 0 or np.abs(sparse[t][-k:]).sum() > 0
+            assert not f.tables[t].shows[plain.tables[t].keys.shape[0]:].any()
