@@ -30,6 +30,7 @@ import numpy as np
 from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
 from ps import protocol
 from ps.protocol import Flag, Message, Op
+from ps.shard_id_rows import adopt_saved
 from ps.shard_requests import Outbox, ok
 from ps.shard_saves import (
     commit_managed,
@@ -242,6 +243,7 @@ class ShardSaveRuns:
         """Replay ``save_dirs`` (oldest first) from their newest base on, once every file of
         the chain verified (a corrupt one raises CorruptData naming it, nothing loaded)."""
         plan = restore_plan(save_dirs)
+        adopt_saved(self._tables, plan)  # id-rows tables exist once written: make those the saves hold
         verify_plan(plan, set(self._tables.sparse))
         for save_dir, man in plan:
             for name in man["sparse"]:

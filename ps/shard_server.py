@@ -40,7 +40,7 @@ from ps.protocol import Flag, Message, Op
 from ps.ps_config import PSConfig
 from ps.rank_leases import RankLeases
 from ps.replay_cache import ReplayCache
-from ps.shard_changes import changes_reply
+from ps.shard_id_rows import ShardIdRows
 from ps.shard_policy import policy_reply
 from ps.shard_requests import Outbox, RefusalLog, ok
 from ps.shard_save_runs import ShardSaveRuns
@@ -72,6 +72,7 @@ class ShardServer:
         self.incarnation = int.from_bytes(os.urandom(8), "little") or 1  # 0 means "not said"
         self.max_frame_bytes = config.max_frame_bytes()
         self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes)
+        self.id_rows = ShardIdRows(self.tables)
         # made before the restore: requests signed before this process started are refused
         self._verifier = None if secret is None else Verifier(
             secret, max_skew_s=config.auth.max_skew_s, capacity=config.auth.replay_capacity)
@@ -90,6 +91,8 @@ class ShardServer:
             Op.INIT_DENSE: lambda ident, msg: self.tables.init_dense(msg),
             Op.PULL_DENSE: lambda ident, msg: self.tables.pull_dense(msg),
             Op.PUSH_DENSE: lambda ident, msg: self.tables.push_dense(msg),
+            Op.ID_ROWS_WRITE: lambda ident, msg: self.id_rows.write(msg),
+            Op.ID_ROWS_READ: lambda ident, msg: self.id_rows.read(msg),
             Op.BARRIER: self._barrier,
             Op.SAVE: self.saves.start,
             Op.SAVE_WAIT: lambda ident, msg: self.saves.wait(self._loop_outbox(), ident, msg),
@@ -97,7 +100,6 @@ class ShardServer:
             Op.SHRINK: lambda ident, msg: self.tables.shrink(msg),
             Op.POLICY: self._policy,
             Op.END_PASS: lambda ident, msg: self.tables.end_pass(msg),
-            Op.CHANGES: lambda ident, msg: changes_reply(self.tables.table(msg.table), msg),
             Op.LEASE: lambda ident, msg: ok(msg, meta=self.rank_leases.handle(msg.meta)),
             Op.STATS: lambda ident, msg: ok(msg, meta=self.stats()),
             Op.HEALTH: lambda ident, msg: ok(msg, meta={"ok": True, "index": self.index, "pid": os.getpid(),
