@@ -75,7 +75,7 @@ from bench.chaos_parts import (  # noqa: E402
     service_errors,
 )
 from core.errors import StreamrecError  # noqa: E402
-from deploy.system_config import UpSection, load_config, resolve_root  # noqa: E402
+from deploy.system_config import load_config, resolve_root  # noqa: E402
 from deploy.up_kafka import TopicEnd  # noqa: E402
 from ps.auth import read_secret  # noqa: E402
 from ps.client import PSClient  # noqa: E402
@@ -92,11 +92,10 @@ _TICK_S = 0.25
 
 
 def up_config(rate: float, seed: int) -> dict[str, Any]:
-    """2 shards, 2 trainers, the replay at ``rate`` (``up.replay.rate`` where `up` has it; before,
-    a replay ran at the generator's rate)."""
-    up: dict[str, Any] = {"shards": 2, "workers": 2, "generator": {"rate": rate, "seed": seed}}
-    if "replay" in UpSection.model_fields:
-        up["replay"] = {"rate": rate}
+    """2 shards, 2 trainers, the replay at ``rate`` records/s: set explicitly (``up.replay.rate``,
+    and ``--replay-rate`` on the command line), as a replay is unthrottled by default."""
+    up: dict[str, Any] = {"shards": 2, "workers": 2, "generator": {"rate": rate, "seed": seed},
+                          "replay": {"rate": rate}}
     return {"kafka": {"partitions": 2, "batch_size": 256, "batch_timeout_ms": 100},
             "service": {"poll_seconds": 0.5}, "up": up}
 
@@ -134,7 +133,8 @@ class Run:
         config = self.base / "streamrec.yaml"
         config.write_text(yaml.safe_dump(up_config(self.args.rate, self.args.seed)))
         argv = [sys.executable, "-m", "deploy.cli", "up", "--plain", "--config", str(config), "--run-dir",
-                str(self.run_dir), "--port", str(self.port), "--replay", str(self.stream), "--replay-format", "json"]
+                str(self.run_dir), "--port", str(self.port), "--replay", str(self.stream), "--replay-format", "json",
+                "--replay-rate", f"{self.args.rate:g}"]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                          cwd=_REPO)
