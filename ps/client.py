@@ -40,7 +40,9 @@ from ps.id_rows_wire import IdRows, rows_of, write_parts
 from ps.protocol import Flag, Message, Op, check_keys
 from ps.ps_config import ClientConfig
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS, DenseSlice, KeyPlan, place_dense, plan_keys
+from ps.shard_changes import changes_meta, changes_of
 from ps.transport import Transport
+from tables.change_log import Changes
 from tables.table_config import DEFAULT_DENSE_OPTIMIZER, OptimizerConfig
 
 T = TypeVar("T")
@@ -116,6 +118,12 @@ class PSClient:
         parts = self._start_pull(table, plan, Flag.EXISTING)
         return Ticket(tuple(parts), partial(_found, plan, list(parts.values())))
 
+    def changes(self, table: str, cursors: Sequence[tuple[int, int]], *, limit: int) -> Ticket[list[Changes]]:
+        """Start reading every shard's changed-keys log of ``table`` after its cursor
+        ``cursors[i]`` = (generation, seq), at most ``limit`` keys each (:mod:`ps.shard_changes`)."""
+        rids = tuple(self._transport.request(s, Op.CHANGES, table, meta=changes_meta(cursors[s], limit))
+                     for s in range(self.n_shards))
+        return Ticket(rids, changes_of)
     def write_id_rows(self, table: str, keys: np.ndarray, columns: Sequence[np.ndarray], *, mode: str, words: int,
                       ttl_passes: int | None = None) -> Ticket[None]:
         """Start writing id-rows table ``table`` (:mod:`ps.shard_id_rows`): ``mode`` 'append' with

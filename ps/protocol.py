@@ -66,6 +66,7 @@ class Op(enum.IntEnum):
     END_PASS = 13
     POLICY = 14  # meta {table, admission?, eviction?, dry_run}: read, dry-run or change a table's policy
     SAVE_WAIT = 15  # meta {save?}: reply when that save (or, without one, any running save) is written
+    CHANGES = 16  # meta {generation, since, limit}: a table's changed keys after a cursor (ps.shard_changes)
     ID_ROWS_WRITE = 17  # meta {mode: append|put, words, ttl_passes?}: id-rows tables (ps.shard_id_rows)
     ID_ROWS_READ = 18  # meta {words}: stored id rows and a found mask (ps.shard_id_rows)
     # worker-rank leases (ps.rank_leases), kept on shard 0; numbered apart from the data ops

@@ -40,6 +40,7 @@ from ps.protocol import Flag, Message, Op
 from ps.ps_config import PSConfig
 from ps.rank_leases import RankLeases
 from ps.replay_cache import ReplayCache
+from ps.shard_changes import changes_reply
 from ps.shard_id_rows import ShardIdRows
 from ps.shard_policy import policy_reply
 from ps.shard_requests import Outbox, RefusalLog, ok
@@ -100,6 +101,7 @@ class ShardServer:
             Op.SHRINK: lambda ident, msg: self.tables.shrink(msg),
             Op.POLICY: self._policy,
             Op.END_PASS: lambda ident, msg: self.tables.end_pass(msg),
+            Op.CHANGES: lambda ident, msg: changes_reply(self.tables.table(msg.table), msg),
             Op.LEASE: lambda ident, msg: ok(msg, meta=self.rank_leases.handle(msg.meta)),
             Op.STATS: lambda ident, msg: ok(msg, meta=self.stats()),
             Op.HEALTH: lambda ident, msg: ok(msg, meta={"ok": True, "index": self.index, "pid": os.getpid(),
