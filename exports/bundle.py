@@ -92,6 +92,13 @@ def shard_save_template(root: str | Path | Store, version: int) -> str:
     return store.url(f"{_stage(store, version)}/shard-{{shard}}")
 
 
+def stage_shard_dirs(root: str | Path | Store, version: int, num_shards: int) -> list[str]:
+    """Where each shard saved its part of bundle ``version`` before ``publish``, relative to the
+    store (what the exporter reads back, e.g. the item catalogue)."""
+    store = open_store(root)
+    return [f"{_stage(store, version)}/shard-{i}" for i in range(num_shards)]
+
+
 def clear_stage(root: str | Path | Store, version: int) -> None:
     """Remove what an earlier try at bundle ``version`` left in its build directory."""
     store = open_store(root)

@@ -5,7 +5,9 @@ Every shard saves its tables on cursor "export" straight into the staging dir: a
 exports and whenever a shard has no export base since it started or loaded, a base. If
 the shards disagree (one fell back to a base) the save is redone as a base everywhere, so a
 bundle is one kind. Then the dense weights, the two-tower item vectors and the manifest (with
-the job's record schema, so the service can hash raw field values as ingestion does).
+the job's record schema, so the service can hash raw field values as ingestion does). The item
+vectors are those of the job's catalogue as the shards just saved it (trainer.item_catalog):
+every item any worker saw in a base, the items written since the previous bundle in a delta.
 
 The export runs in a background thread with its own PS client and model copy, after the
 pass is committed and the workers were released: it does not stall training. The next
@@ -20,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from core.errors import StreamrecError
-from exports.bundle import clear_stage, discard_staging, list_versions, publish, shard_save_template
+from exports.bundle import (
+    clear_stage,
+    discard_staging,
+    list_versions,
+    publish,
+    shard_save_template,
+    stage_shard_dirs,
+)
 from models import build_model
 from models.features import build_features
 from models.model_config import ModelConfig
@@ -85,9 +94,9 @@ class Exporter:
             entries = self._save(version, "base")
         self.model.params.load(dense)
         items = None
-        if catalog is not None:
-            ids = catalog.all_ids() if base else catalog.touched_ids()
-            items = (ids, self._item_vectors(catalog, ids))
+        if catalog is not None:  # the job's catalogue as the shards saved it: all items, or those written since
+            ids, rows = catalog.read_saved_items(self.root, stage_shard_dirs(self.root, version, self.client.n_shards))
+            items = (ids, self._item_vectors(catalog, ids, rows))
         man = publish(self.root, version=version, kind="base" if base else "delta",
                       parent_version=None if base else self.last_version, pass_id=pass_id,
                       num_shards=self.client.n_shards, tables=[t.name for t in self.model.tables],
@@ -98,11 +107,11 @@ class Exporter:
         self.exports += 1
         return {"version": version, "kind": man.kind, "pass": pass_id, "items": 0 if items is None else len(items[0])}
 
-    def _item_vectors(self, catalog: ItemCatalog, ids: np.ndarray) -> np.ndarray:
+    def _item_vectors(self, catalog: ItemCatalog, ids: np.ndarray, catalog_rows: np.ndarray) -> np.ndarray:
         m = self.model
         if not ids.size:
             return np.zeros((0, m.config.tower_dim), np.float32)
-        f = build_features(m.config, catalog.batch_of(ids), m.item_slots)  # type: ignore[attr-defined]
+        f = build_features(m.config, catalog.batch_of(ids, catalog_rows), m.item_slots)  # type: ignore[attr-defined]
         rows = {t: self.client.wait(self.client.pull(t, ti.keys)) for t, ti in f.tables.items()}
         return np.ascontiguousarray(m.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
 

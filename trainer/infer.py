@@ -33,20 +33,20 @@ def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, p
         data = FileDataset(list(paths), config.records, batch_size=batch_size)
         two_tower = model.config.type is ModelType.TWO_TOWER
         catalog = ItemCatalog(tuple(s.name for s in model.item_slots)) if two_tower else None  # type: ignore[attr-defined]
-        metrics, scored = Metrics(), []
+        metrics, scored, seen = Metrics(), [], []
         for batch in data:
             p = worker.score(batch)
             metrics.add(batch.labels, p)
             if predictions is not None:
                 scored.append(p)
             if catalog is not None:
-                catalog.observe(batch)
+                seen.append(catalog.encode(batch))
         if predictions is not None:
             np.savetxt(predictions, np.concatenate(scored) if scored else np.zeros(0), fmt="%.6f")
         items = 0
         if catalog is not None and items_out is not None:
-            ids = catalog.all_ids()
-            f = build_features(model.config, catalog.batch_of(ids), model.item_slots)  # type: ignore[attr-defined]
+            ids, item_rows = _last_rows(seen, catalog.words)
+            f = build_features(model.config, catalog.batch_of(ids, item_rows), model.item_slots)  # type: ignore[attr-defined]
             rows = {t: ps.client.wait(ps.client.pull(t, ti.keys)) for t, ti in f.tables.items()}
             vectors = np.ascontiguousarray(model.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
             write_bytes(items_out, encode_arrays({"ids": ids, "vectors": vectors}))
@@ -54,3 +54,14 @@ def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, p
         return {**metrics.summary(), "rejected": dict(data.dead_letters.counts), "items": items}
     finally:
         ps.close()
+
+
+def _last_rows(seen: list[tuple[np.ndarray, np.ndarray]], words: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each item once, with its row from the last batch that held it."""
+    if not seen:
+        return np.empty(0, np.uint64), np.empty((0, words), np.uint64)
+    ids = np.concatenate([i for i, _ in seen])
+    rows = np.concatenate([r for _, r in seen])
+    _, last = np.unique(ids[::-1], return_index=True)
+    keep = np.sort(ids.shape[0] - 1 - last)
+    return ids[keep], rows[keep]

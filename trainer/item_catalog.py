@@ -1,63 +1,119 @@
-"""The items a two-tower job has seen, with the item-slot ids that describe each one.
+"""The job's one item catalogue: every item any trainer saw, with its item-slot ids, in the PS.
 
-The item tower needs an item's features (its ids in the item slots) to compute its vector;
-the catalogue keeps the latest seen per item id, and which items were touched since the
-last export (a delta bundle upserts only those vectors).
+The item tower needs an item's features (its ids in the item slots) to compute its vector.
+Each trainer puts, after each batch, the item-slot ids of every item the batch holds (its
+last record's) into the id-rows table ``ids.items`` on the shards (:mod:`tables.id_rows_table`),
+so the catalogue is one for the job, saved, restored and exported with every pass like any
+table. The exporter reads the catalogue rows of the bundle's own shard saves
+(:func:`read_saved_items`): all of them in a base, those written since the previous bundle in a
+delta, so an item any worker saw is in the next bundle's item vectors.
+
+Row layout (uint64 words): per item slot ``[n, id_0 .. id_{K-1}]`` with ``K = ids_per_slot``;
+a longer list keeps its first ``K`` ids (an item's slot lists are short: id, category, tags).
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
+import numpy as np
+from numba import njit
+
+from core.errors import CorruptData
+from ps.client import PSClient
+from stores.store import Store
 from streaming.batch import Batch
+from tables.hashmap import JIT
+from tables.id_rows_files import decode_saved_rows
+
+CATALOG_TABLE = "ids.items"
+IDS_PER_SLOT = 15
+
+
+@njit(**JIT)
+def _encode_slot(values: np.ndarray, offsets: np.ndarray, records: np.ndarray, out: np.ndarray, col0: int,
+                 k: int) -> None:
+    for i in range(records.shape[0]):
+        r = records[i]
+        a, b = offsets[r], offsets[r + 1]
+        n = min(b - a, k)
+        out[i, col0] = n
+        for j in range(k):
+            out[i, col0 + 1 + j] = values[a + j] if j < n else np.uint64(0)
 
 
 class ItemCatalog:
-    def __init__(self, item_slots: tuple[str, ...]) -> None:
-        self.item_slots = item_slots
-        self._features: dict[int, tuple[tuple[int, ...], ...]] = {}
-        self._touched: set[int] = set()
+    """The catalogue's layout for the job's item slots; ``client``: where :meth:`observe` writes
+    (the training thread's), None for a copy that only encodes and decodes (the exporter's)."""
 
-    def __len__(self) -> int:
-        return len(self._features)
+    def __init__(self, item_slots: tuple[str, ...], *, client: PSClient | None = None,
+                 ids_per_slot: int = IDS_PER_SLOT) -> None:
+        self.item_slots = item_slots
+        self.client = client
+        self.k = ids_per_slot
+        self.words = len(item_slots) * (1 + ids_per_slot)
+
+    def encode(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's items (non-zero item ids, each once) and their rows, from each item's last record."""
+        if batch.item_id is None or not len(batch):
+            return np.empty(0, np.uint64), np.empty((0, self.words), np.uint64)
+        ids = batch.item_id
+        _, last = np.unique(ids[::-1], return_index=True)
+        records = ids.shape[0] - 1 - last
+        records = records[ids[records] != 0].astype(np.int64)
+        out = np.zeros((records.shape[0], self.words), np.uint64)
+        for s, name in enumerate(self.item_slots):
+            if name in batch.slots:
+                values, offsets = batch.slots[name]
+                _encode_slot(values, offsets, records, out, s * (1 + self.k), self.k)
+        return ids[records].astype(np.uint64), out
 
     def observe(self, batch: Batch) -> None:
-        if batch.item_id is None:
-            return
-        ids = batch.item_id
-        # the last record of each item in the batch describes it
-        _, last = np.unique(ids[::-1], return_index=True)
-        rows = ids.shape[0] - 1 - last
-        for r in rows.tolist():
-            item = int(ids[r])
-            if item == 0:
-                continue
-            self._features[item] = tuple(tuple(batch.slot_ids(s, r).tolist()) if s in batch.slots else ()
-                                         for s in self.item_slots)
-            self._touched.add(item)
-
-    def all_ids(self) -> np.ndarray:
-        return np.fromiter(self._features, np.uint64, len(self._features))
-
-    def touched_ids(self) -> np.ndarray:
-        return np.fromiter(self._touched, np.uint64, len(self._touched))
+        """Put the batch's items into the PS catalogue (waited: the pass's save must hold them)."""
+        assert self.client is not None, "a catalogue copy without a client cannot write"
+        ids, rows = self.encode(batch)
+        if ids.shape[0]:
+            self.client.wait(self.client.write_id_rows(CATALOG_TABLE, ids, [rows], mode="put", words=self.words))
 
     def snapshot(self) -> ItemCatalog:
-        """A copy for the export thread; the touched set starts over here."""
-        copy = ItemCatalog(self.item_slots)
-        copy._features, copy._touched = dict(self._features), self._touched
-        self._touched = set()
-        return copy
+        """What the export thread gets: the layout, no client (it has its own)."""
+        return ItemCatalog(self.item_slots, ids_per_slot=self.k)
 
-    def batch_of(self, ids: np.ndarray) -> Batch:
-        """A batch of the given items' item-slot features (labels and dense zero)."""
+    def batch_of(self, ids: np.ndarray, rows: np.ndarray) -> Batch:
+        """A batch of items ``ids`` with catalogue ``rows`` (labels and dense zero)."""
         n = ids.shape[0]
         slots = {}
-        for k, s in enumerate(self.item_slots):
-            parts = [self._features[int(i)][k] for i in ids.tolist()]
+        for s, name in enumerate(self.item_slots):
+            c0 = s * (1 + self.k)
+            lengths = np.minimum(rows[:, c0].astype(np.int64), self.k)
+            held = np.arange(self.k) < lengths[:, None]
             offsets = np.zeros(n + 1, np.int64)
-            np.cumsum([len(p) for p in parts], out=offsets[1:])
-            values = np.fromiter((v for p in parts for v in p), np.uint64, int(offsets[-1]))
-            slots[s] = (values, offsets)
+            np.cumsum(lengths, out=offsets[1:])
+            slots[name] = (np.ascontiguousarray(rows[:, c0 + 1 : c0 + 1 + self.k][held]), offsets)
         return Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32), slots=slots,
                      item_id=ids.astype(np.uint64))
+
+    def read_saved_items(self, store: Store, shard_dirs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The catalogue rows the shard saves in ``shard_dirs`` (relative to ``store``) hold: ids
+        and rows. A shard that never got an item has no catalogue table, hence no rows."""
+        ids, rows = [np.empty(0, np.uint64)], [np.empty((0, self.words), np.uint64)]
+        for d in shard_dirs:
+            rel = f"{d}/sparse/{CATALOG_TABLE}"
+            mrel = f"{rel}/{CATALOG_TABLE}.manifest.json"
+            if not store.exists(mrel):
+                continue
+            man = store.read_json(mrel)
+            keys, words = decode_saved_rows(store.read_verified(rel, _rows_entry(man, mrel)), man, store.url(rel))
+            if words.shape[1] != self.words:
+                raise CorruptData(f"{store.url(rel)}: catalogue rows of {words.shape[1]} words, the model's "
+                                  f"item slots need {self.words}")
+            ids.append(keys)
+            rows.append(words)
+        return np.concatenate(ids), np.concatenate(rows)
+
+
+def _rows_entry(man: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return dict(man["files"]["rows"])
+    except (KeyError, TypeError) as exc:
+        raise CorruptData(f"{where}: no rows file entry ({exc!r})") from None

@@ -15,9 +15,9 @@ from core.errors import NotFound
 from exports import bundle
 from exports.predictor import Predictor
 from jobcontrol.channel import ControlClient
+from streaming.batch import Batch
 from streaming.stream_config import SchemaConfig
 from trainer import checkpoints
-from trainer.item_catalog import ItemCatalog
 from trainer.job_config import load_job_config
 
 from .test_streaming_job import produce, wait_exit
@@ -82,8 +82,7 @@ def test_control_ops_on_a_running_two_tower_job(broker, cluster, tmp_path: Path)
         for name, t in tables.items():
             t.load(m.shard_dir(exports, 0) / "sparse" / name)
     pred = Predictor(man.model, bundle.load_dense(exports, man), lambda name, keys: tables[name].pull(keys))
-    catalog = ItemCatalog(("C2",))
-    some = ids[:20]
-    for i in some.tolist():  # the item tower of this model reads only the item id slot
-        catalog._features[int(i)] = ((int(i),),)
-    np.testing.assert_allclose(pred.item_vectors(catalog.batch_of(some)), vectors[:20], rtol=1e-4, atol=1e-5)
+    some = ids[:20]  # the item tower of this model reads only the item id slot
+    items = Batch(labels=np.zeros(20, np.float32), dense=np.zeros((20, 0), np.float32),
+                  slots={"C2": (some, np.arange(21, dtype=np.int64))}, item_id=some)
+    np.testing.assert_allclose(pred.item_vectors(items), vectors[:20], rtol=1e-4, atol=1e-5)
