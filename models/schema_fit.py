@@ -36,8 +36,13 @@ def misfits(model: ModelConfig, schema: SchemaConfig) -> list[tuple[str, str]]:
                                f"{dense[:5]}{'...' if len(dense) > 5 else ''}: set n_dense: {len(dense)} "
                                "or leave it out (it defaults to the schema's count)"))
     sparse = [s.name for s in schema.sparse_slots]
+    history = None if schema.history is None else schema.history.slot  # a list slot made from the stream
     for i, slot in enumerate(model.slots):
-        if slot.name not in sparse:
+        if slot.name == history:
+            if model.type is ModelType.TWO_TOWER and slot.tower is not Tower.USER:
+                out.append((f"slots.{i}.tower", f"'{slot.name}' is the users' history: it belongs in the user "
+                                                "tower (tower: user)"))
+        elif slot.name not in sparse:
             out.append((f"slots.{i}.name", f"'{slot.name}' is not a sparse slot of the schema "
                                            f"(its sparse slots: {sparse[:8]}{'...' if len(sparse) > 8 else ''})"))
     if model.type is ModelType.TWO_TOWER:

@@ -57,6 +57,24 @@ class SlotConfig(FrozenModel):
         return self
 
 
+class HistoryConfig(FrozenModel):
+    """User behaviour history computed from the stream (#11, :mod:`trainer.history_join`): per
+    user (the schema's ``user_id``), the last ``length`` items (``item_id``) of its records whose
+    label is above ``positive_above``, with their event times, kept in the PS (the id-rows table
+    ``ids.history``, evicted after ``ttl_passes`` passes without a new entry when set). Each record
+    gets, as list slot ``slot`` (declare it in the model's user tower; it is no record field), the
+    user's history as it stood strictly before the record's event time. ``embeddings``: the history
+    ids read the item ids' own rows (``item``: shared with the item tower) or rows of their own
+    (``own``: the ids re-keyed under the slot id ``slot_id``, by default the lowest one free)."""
+
+    slot: str = Field("history", min_length=1)
+    length: int = Field(50, ge=1, le=127)  # an id-rows row holds at most 1 + 2 x 127 words
+    positive_above: float = 0.5
+    embeddings: Literal["item", "own"] = "item"
+    slot_id: int | None = Field(default=None, ge=0, le=MAX_SLOT_ID)
+    ttl_passes: int | None = Field(default=None, ge=0)
+
+
 class SchemaConfig(FrozenModel):
     """The record layout: a label, dense fields, sparse slots, optional event time and user/item ids.
 
@@ -76,6 +94,7 @@ class SchemaConfig(FrozenModel):
     # a file's own header row, when present, maps its columns instead.
     delimiter: str = Field(default=",", min_length=1, max_length=1)
     columns: tuple[str, ...] = ()
+    history: HistoryConfig | None = None  # the users' recent positive items as a list slot (HistoryConfig)
 
     @model_validator(mode="after")
     def _check(self) -> SchemaConfig:
@@ -97,6 +116,11 @@ class SchemaConfig(FrozenModel):
             ref = getattr(self, role)
             if ref is not None and ref not in sparse:
                 raise ValueError(f"{role} '{ref}' is not a declared sparse slot")
+        if self.history is not None:
+            if self.user_id is None or self.item_id is None:
+                raise ValueError("history needs user_id and item_id")
+            if self.history.slot in names:
+                raise ValueError(f"history slot '{self.history.slot}' is made from the stream, not a record field")
         if self.format == "criteo" and (
             len(self.dense_names) != CRITEO_DENSE or len(self.sparse_slots) != CRITEO_SPARSE
         ):
@@ -116,6 +140,14 @@ class SchemaConfig(FrozenModel):
         taken = {s.slot_id for s in self.sparse_slots if s.slot_id is not None}
         free = (i for i in range(MAX_SLOT_ID + 1) if i not in taken)
         return {s.name: s.slot_id if s.slot_id is not None else next(free) for s in self.sparse_slots}
+
+    def history_slot_id(self) -> int:
+        """The slot id under which ``history.embeddings: own`` keys the history ids."""
+        assert self.history is not None
+        if self.history.slot_id is not None:
+            return self.history.slot_id
+        taken = set(self.slot_ids().values())
+        return next(i for i in range(MAX_SLOT_ID + 1) if i not in taken)
 
     @classmethod
     def criteo(cls, *, user_id: str | None = None, item_id: str | None = None) -> SchemaConfig:

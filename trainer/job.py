@@ -35,6 +35,7 @@ from ps.ps_config import PSConfig, load_ps_config
 from stores.store import open_store
 from streaming.group_offsets import GroupOffsets
 from trainer import checkpoints
+from trainer.history_join import open_history
 from trainer.item_catalog import ItemCatalog
 from trainer.job_config import JobConfig
 from trainer.job_context import JobContext
@@ -173,12 +174,14 @@ class StreamingJob:
             # its pulls only prefetch: the training client's waits report a shard restart
             pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret(), report_restarts=False)
         pull = None if pull_client is None else lambda t, k: pull_client.wait(pull_client.pull(t, k))
+        history = open_history(self.config.records, self.spec)  # each batch joined with its users' history (#11)
         idle_since = time.monotonic()
         try:
             while not self.stopping.is_set():  # once, unless a rollback re-seeks the stream
                 self.progress.reseek = None
                 items = Prefetcher(stream.minibatches(),
-                                   lambda m: None if m is None else (prepare(self.model, m.batch, pull), m), depth=2)
+                                   lambda m: None if m is None else (prepare(self.model, history.join(m.batch), pull),
+                                                                     m), depth=2)
                 try:
                     idle_since = self._loop(items, idle_since)
                 finally:
@@ -191,6 +194,7 @@ class StreamingJob:
             self.stopping.set()
             if pull_client is not None:
                 pull_client.close()
+            history.close()
             self.committer.close()
             if self.group_offsets is not None:
                 self.group_offsets.close()
