@@ -29,6 +29,48 @@ _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _EPS = np.float32(1e-12)
 
 
+@njit(**_JIT)
+def _softmax_rows(users, items, item_hash, logq, inv_t, du, dv):
+    """Sum over rows of the loss; du, dv (zeroed) get the gradients of that sum, without the 1/p.
+
+    One thread, no BLAS: the p x c products are small, and a threaded GEMM next to other busy
+    processes waits for its threads far longer than the arithmetic takes.
+    """
+    p, c, d = users.shape[0], items.shape[0], users.shape[1]
+    s = np.empty(c, np.float32)
+    total = 0.0
+    for i in range(p):
+        u = users[i]
+        top = np.float32(-np.inf)
+        for j in range(c):
+            if j != i and item_hash[j] == item_hash[i]:
+                s[j] = np.float32(-np.inf)  # the row's own item again: not a negative
+                continue
+            acc = np.float32(0.0)
+            for k in range(d):
+                acc += u[k] * items[j, k]
+            s[j] = acc * inv_t - logq[j]
+            if s[j] > top:
+                top = s[j]
+        own = s[i]
+        z = np.float32(0.0)
+        for j in range(c):
+            s[j] = np.exp(s[j] - top)
+            z += s[j]
+        total += np.log(z) + top - own
+        for j in range(c):
+            g = s[j] / z
+            if j == i:
+                g -= np.float32(1.0)
+            if g == np.float32(0.0):
+                continue
+            g *= inv_t
+            for k in range(d):
+                du[i, k] += g * items[j, k]
+                dv[j, k] += g * u[k]
+    return total
+
+
 def softmax_loss(users: np.ndarray, items: np.ndarray, item_hash: np.ndarray, logq: np.ndarray,
                  temperature: float) -> tuple[float, np.ndarray, np.ndarray]:
     """Mean softmax loss of ``users`` (p, d) over ``items`` (c >= p, d), row i's positive in column i.
@@ -36,19 +78,13 @@ def softmax_loss(users: np.ndarray, items: np.ndarray, item_hash: np.ndarray, lo
     Returns the loss and its gradients for ``users`` and ``items`` (float32).
     """
     p = users.shape[0]
-    inv_t = np.float32(1.0 / temperature)
-    s = (users @ items.T) * inv_t - logq[None, :].astype(np.float32)
-    same = item_hash[None, :] == item_hash[:p, None]
-    same[np.arange(p), np.arange(p)] = False
-    s[same] = -np.inf
-    s -= s.max(axis=1, keepdims=True)
-    e = np.exp(s)
-    total = e.sum(axis=1, keepdims=True)
-    loss = float(np.mean(np.log(total[:, 0]) - s[np.arange(p), np.arange(p)])) if p else 0.0
-    ds = e / total
-    ds[np.arange(p), np.arange(p)] -= np.float32(1.0)
-    ds *= np.float32(1.0 / max(p, 1)) * inv_t
-    return loss, (ds @ items).astype(np.float32), (ds.T @ users).astype(np.float32)
+    du = np.zeros(users.shape, np.float32)
+    dv = np.zeros(items.shape, np.float32)
+    total = _softmax_rows(np.ascontiguousarray(users, np.float32), np.ascontiguousarray(items, np.float32),
+                          np.ascontiguousarray(item_hash, np.uint64), np.ascontiguousarray(logq, np.float32),
+                          np.float32(1.0 / temperature), du, dv)
+    scale = np.float32(1.0 / max(p, 1))
+    return float(total) * float(scale), du * scale, dv * scale
 
 
 def unit_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

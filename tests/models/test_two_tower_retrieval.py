@@ -36,17 +36,17 @@ def _reference(model: TwoTower, f: TwoTowerFeatures, rows: dict[str, np.ndarray]
         click += max(z, 0.0) - z * f.labels[i] + math.log1p(math.exp(-abs(z)))
     pos = [i for i in range(f.n) if f.labels[i] > 0.5]
     cols = pos + [f.n + k for k in range(f.n_sampled)]
+    logq = np.zeros(len(cols))
+    if r.logq:
+        q = model.frequency.expected_count(f.item_hash[cols]).astype(np.float64)
+        logq = np.log(q + (f.n_sampled / f.pool_size if f.n_sampled else 0.0))
     soft = 0.0
     for row, i in enumerate(pos):
         logits = []
         for c, j in enumerate(cols):
             if c != row and f.item_hash[j] == f.item_hash[i]:
                 continue  # the row's own item again: not a negative
-            s = float(u[i] @ v[j]) / r.temperature
-            if r.logq:
-                q = float(model.frequency.expected_count(f.item_hash[[j]])[0])
-                q += f.n_sampled / f.pool_size if f.n_sampled else 0.0
-                s -= math.log(q)
+            s = float(u[i] @ v[j]) / r.temperature - logq[c]
             logits.append((s, c == row))
         top = max(s for s, _ in logits)
         lse = top + math.log(sum(math.exp(s - top) for s, _ in logits))

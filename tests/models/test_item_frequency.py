@@ -1,0 +1,65 @@
+"""The streaming item-frequency estimate (Yi et al. 2019, Algorithm 1) against exact counts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.item_frequency import ItemFrequency
+
+
+def _stream(steps: int, per_step: int, n_items: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = 1.0 / (np.arange(n_items) + 3.0) ** 1.1
+    p /= p.sum()
+    items = rng.choice(n_items, size=(steps, per_step), p=p).astype(np.uint64) * np.uint64(7919) + np.uint64(11)
+    return items, p
+
+
+def test_estimate_matches_exact_counts_on_a_stationary_stream() -> None:
+    items, _ = _stream(steps=3000, per_step=64, n_items=400)
+    est = ItemFrequency(buckets=1 << 12, hashes=2, alpha=0.02)
+    for step in items:
+        est.update(step)
+    keys, counts = np.unique(items, return_counts=True)
+    exact = counts / items.shape[0]  # occurrences per step, counted
+    got = est.expected_count(keys)
+    frequent = exact > 0.2  # seen 600+ times: the moving average has had many gaps
+    rel = np.abs(got[frequent] / exact[frequent] - 1)
+    assert frequent.sum() > 50
+    assert np.median(rel) < 0.12 and rel.max() < 0.5, (np.median(rel), rel.max())
+    assert got[0 if exact[0] > exact[-1] else -1] > got[-1 if exact[0] > exact[-1] else 0]
+    # rare items: the order of magnitude (a few gaps only)
+    rare = exact < 0.02
+    assert np.median(got[rare] / exact[rare]) < 3.0 and np.median(got[rare] / exact[rare]) > 0.3
+    # an item never seen counts as once in all the steps so far
+    assert est.expected_count(np.array([123456789], np.uint64))[0] < 2.0 / items.shape[0]
+
+
+def test_memory_is_bounded_and_collisions_only_raise_estimates() -> None:
+    items, _ = _stream(steps=1500, per_step=64, n_items=400, seed=1)
+    small = ItemFrequency(buckets=1 << 6, hashes=2, alpha=0.02)  # 64 buckets for 400 items
+    large = ItemFrequency(buckets=1 << 12, hashes=2, alpha=0.02)
+    for step in items:
+        small.update(step)
+        large.update(step)
+    assert small.nbytes == 2 * 64 * 12
+    keys, counts = np.unique(items, return_counts=True)
+    top = np.argsort(-counts)[:20]
+    # sharing a bucket shortens the gaps seen: estimates go up, never far down, and the max over hashes
+    # keeps the most frequent items close
+    ratio = small.expected_count(keys[top]) / large.expected_count(keys[top])
+    assert ratio.min() > 0.8 and np.median(ratio) < 1.6, ratio
+
+
+def test_state_round_trip() -> None:
+    items, _ = _stream(steps=200, per_step=32, n_items=100, seed=2)
+    a = ItemFrequency(buckets=1 << 8)
+    for step in items:
+        a.update(step)
+    b = ItemFrequency(buckets=1 << 8)
+    b.load_state(a.state())
+    probe = np.unique(items)
+    np.testing.assert_array_equal(a.expected_count(probe), b.expected_count(probe))
+    a.update(items[0])
+    b.update(items[0])
+    np.testing.assert_array_equal(a.expected_count(probe), b.expected_count(probe))
