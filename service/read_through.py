@@ -43,6 +43,17 @@ class ReadThrough:
         self.served += 1
         return rows, found
 
+    def id_rows(self, table: str, keys: np.ndarray, words: int) -> np.ndarray | None:
+        """Stored rows of id-rows table ``table`` (zeros when absent), or None when the shards did not answer."""
+        if self.paused:
+            return None
+        try:
+            with self._lock:
+                return self._client.wait(self._client.read_id_rows(table, keys, words=words)).rows
+        except StreamrecError:
+            self.unavailable += 1
+            return None
+
     def merge(self, table: str, ids: np.ndarray, found: np.ndarray,
               rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bundle's ``(found, rows of found ids)`` overlaid with live rows where shards have them."""

@@ -26,16 +26,14 @@ import time
 import numpy as np
 from numba import njit
 
+from exports.history_table import HISTORY_TABLE, history_words, slot_ids
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from streaming.batch import Batch
 from streaming.stream_config import HistoryConfig, SchemaConfig
 from tables.hashmap import JIT
-from tables.id_rows_kernels import ring_unroll, ring_words
+from tables.id_rows_kernels import ring_unroll
 from tables.id_rows_table import time_bits
-
-HISTORY_TABLE = "ids.history"
-LOW56 = np.uint64((1 << 56) - 1)
 
 
 @njit(**JIT)
@@ -94,11 +92,10 @@ class HistoryJoin:
 
     def __init__(self, schema: SchemaConfig, client: PSClient) -> None:
         assert schema.history is not None
+        self.schema = schema
         self.config: HistoryConfig = schema.history
         self.client = client
-        self.words = ring_words(self.config.length)
-        self.prefix = (np.uint64(schema.history_slot_id()) << np.uint64(56)
-                       if self.config.embeddings == "own" else None)
+        self.words = history_words(schema)
 
     def join(self, batch: Batch) -> Batch:
         """``batch`` with the history slot added; its positives appended to the PS history."""
@@ -118,8 +115,7 @@ class HistoryJoin:
         order = np.lexsort((times, user))  # by user, then time; stable
         values, offsets = point_in_time(user, times, positive, items, order, stored_ids, stored_times, stored_len,
                                         self.config.length)
-        if self.prefix is not None:
-            values = (values & LOW56) | self.prefix
+        values = slot_ids(self.schema, values)
         self.append(users, items, times, positive)
         return dataclasses.replace(batch, slots={**batch.slots, self.config.slot: (values, offsets)})
 

@@ -1,7 +1,8 @@
 """Recommendations: the two-tower user vector, then the top-k items by inner product.
 
 The user is hashed ids or the user's own field values (see service.routes.predict); ``exclude``
-takes item ids, or with ``exclude_values`` the item field's own values.
+takes item ids, or with ``exclude_values`` the item field's own values. When the job keeps
+user histories, a request without one is served with the user's latest (service.user_history).
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Depends, Response
 from pydantic import Field, StrictInt, StrictStr
 
 from service.deps import LimitsDep, StoreDep
 from service.routes.items import check_k, item_ids_of, items_of, run_search
 from service.routes.predict import batch_of, finite_or_fail, predictor_of
 from service.schemas import ERROR_RESPONSES, U64, ItemsResponse, Record, Strict, json_response, scored
+from service.user_history import UserHistory, user_history_of
 
 router = APIRouter(tags=["recommend"], responses=ERROR_RESPONSES)
 
@@ -38,13 +40,15 @@ RECOMMEND_EXAMPLES: dict[str, Any] = {
 
 @router.post("/v1/recommend", response_model=ItemsResponse, summary="Top-k items for a user")
 async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECOMMEND_EXAMPLES)], store: StoreDep,
-                    limits: LimitsDep) -> Response:
+                    limits: LimitsDep, history: Annotated[UserHistory, Depends(user_history_of)]) -> Response:
     # one user's tower is ~0.1 ms of numpy: inline; the search moves off the loop only when slow
     check_k(body.k, limits)
     with store.read() as side:
         items = items_of(side.items, side.version)
         predictor = predictor_of(side)
-        user = finite_or_fail(predictor.user_vectors(batch_of(side, [body.user], ["user"])), "user vector")
+        # a known user's latest behaviour, unless the request sent its history (service.user_history)
+        user_batch = history.complete(side, batch_of(side, [body.user], ["user"]))
+        user = finite_or_fail(predictor.user_vectors(user_batch), "user vector")
         exclude = np.array(body.exclude, np.uint64)
         if body.exclude_values:
             exclude = np.concatenate([exclude, item_ids_of(side, body.exclude_values, "exclude_values")])
