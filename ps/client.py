@@ -118,10 +118,12 @@ class PSClient:
         parts = self._start_pull(table, plan, Flag.EXISTING)
         return Ticket(tuple(parts), partial(_found, plan, list(parts.values())))
 
-    def changes(self, table: str, cursors: Sequence[tuple[int, int]], *, limit: int) -> Ticket[list[Changes]]:
+    def changes(self, table: str, cursors: Sequence[tuple[int, int]], *, limit: int,
+                slot: int | None = None) -> Ticket[list[Changes]]:
         """Start reading every shard's changed-keys log of ``table`` after its cursor
-        ``cursors[i]`` = (generation, seq), at most ``limit`` keys each (:mod:`ps.shard_changes`)."""
-        rids = tuple(self._transport.request(s, Op.CHANGES, table, meta=changes_meta(cursors[s], limit))
+        ``cursors[i]`` = (generation, seq), at most ``limit`` keys each, only those of ``slot``
+        when given (-1: none, the generation only) (:mod:`ps.shard_changes`)."""
+        rids = tuple(self._transport.request(s, Op.CHANGES, table, meta=changes_meta(cursors[s], limit, slot))
                      for s in range(self.n_shards))
         return Ticket(rids, changes_of)
     def write_id_rows(self, table: str, keys: np.ndarray, columns: Sequence[np.ndarray], *, mode: str, words: int,

@@ -18,7 +18,9 @@ rolled-back model's own export.
 
 Limits: only item towers whose one slot is the item id (the default two-tower model): an item
 slot with other features (category, ...) needs the item catalogue, which the live path does
-not have yet; such models keep bundle-only item vectors (``status()`` says why). Changes of
+not have yet; such models keep bundle-only item vectors (``status()`` says why) and the thread
+only watches the logs' generations (to stop read-through on a rollback). Items evicted on the
+shards stay in the index until the next bundle. Changes of
 rows shared by many items reach them with the next bundle. Freshness here runs from the push
 that changed an item's row (the shard's receipt of the update) to its vector in the index.
 """
@@ -58,9 +60,9 @@ class _Tower:
         self.model = build_model(side.manifest.model)
         self.model.params.load(side.dense)
         self.unsupported: str | None = None
-        self.table = ""
+        self.table = sorted(side.tables)[0] if side.tables else ""  # watched for its generation only
         self.slot = ""
-        self.slot_id = 0
+        self.slot_id = -1  # the shards send no keys, only where their logs stand
         slots = getattr(self.model, "item_slots", ())
         schema = side.records.schema if side.records is not None else None
         if not slots:
@@ -74,10 +76,6 @@ class _Tower:
             self.slot = slots[0].name
             self.slot_id = int(schema.slot_ids()[self.slot])
             self.table = side.model.table_name(slots[0])
-
-    def items_of(self, keys: np.ndarray) -> np.ndarray:
-        """The item ids among changed ``keys`` of the tower's table (the item slot's feature ids)."""
-        return keys[(keys >> np.uint64(56)) == np.uint64(self.slot_id)]
 
     def vectors(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         n = ids.shape[0]
@@ -150,11 +148,12 @@ class LiveItems:
                 return 0
             self._resume()
         tower = self._tower_for(version)
-        if tower is None or tower.unsupported:
+        if tower is None or not tower.table:
             return 0
         if self._cursors is None:
             self._cursors = [(0, 0)] * self._client.n_shards
-        changes = self._client.wait(self._client.changes(tower.table, self._cursors,
+        # only the item slot's keys travel; without item refresh only the logs' generations
+        changes = self._client.wait(self._client.changes(tower.table, self._cursors, slot=tower.slot_id,
                                                          limit=self.settings.changes_limit))
         restarted = [c.reset and self._cursors[i][0] not in (0, c.generation) for i, c in enumerate(changes)]
         if any(restarted):
@@ -162,9 +161,10 @@ class LiveItems:
             return 0
         self.lost += sum(c.reset and self._cursors[i][0] != 0 for i, c in enumerate(changes))
         self._cursors = [(c.generation, c.seq) for c in changes]
+        if tower.unsupported:
+            return 0
         keys = np.concatenate([c.keys for c in changes]) if changes else np.empty(0, np.uint64)
         times = np.concatenate([c.times for c in changes]) if changes else np.empty(0)
-        sel = (keys >> np.uint64(56)) == np.uint64(tower.slot_id)
         redo = np.fromiter(self._since_bundle, np.uint64, len(self._since_bundle)) if self._tower_changed else None
         self._tower_changed = False
         done = 0
@@ -172,11 +172,9 @@ class LiveItems:
             self._since_bundle = set()
             done += self._refresh(tower, redo, np.full(redo.shape[0], np.nan))
         if self._retry:
-            keys = np.concatenate([keys[sel], np.fromiter(self._retry, np.uint64, len(self._retry))])
-            times = np.concatenate([times[sel], np.fromiter(self._retry.values(), np.float64, len(self._retry))])
+            keys = np.concatenate([keys, np.fromiter(self._retry, np.uint64, len(self._retry))])
+            times = np.concatenate([times, np.fromiter(self._retry.values(), np.float64, len(self._retry))])
             self._retry = {}
-        else:
-            keys, times = keys[sel], times[sel]
         if keys.size:
             ids, first = np.unique(keys, return_index=True)
             done += self._refresh(tower, ids, times[first])

@@ -52,3 +52,12 @@ def test_changes_op_lists_keys_per_shard_after_the_cursor(tmp_path: Path) -> Non
         assert all(x.times.shape == x.keys.shape for x in got)
         again = c.wait(c.changes("emb", [(x.generation, x.seq) for x in got], limit=100))
         assert sum(x.keys.size for x in again) == 0
+        mixed = np.concatenate([keys | np.uint64(1 << 56), keys[:10] | np.uint64(2 << 56)])
+        c.wait(c.push("emb", mixed, np.ones((50, 4), np.float32)))
+        cursors = [(x.generation, x.seq) for x in again]
+        items = c.wait(c.changes("emb", cursors, limit=100, slot=2))
+        want = sorted((keys[:10] | np.uint64(2 << 56)).tolist())
+        assert sorted(np.concatenate([x.keys for x in items]).tolist()) == want
+        assert sum(x.seq - cur[1] for x, cur in zip(items, cursors, strict=True)) == 50, "past the other slots' keys"
+        watch = c.wait(c.changes("emb", cursors, limit=1, slot=-1))
+        assert all(x.keys.size == 0 and x.seq == y.seq for x, y in zip(watch, items, strict=True)), "watch: to the end"
