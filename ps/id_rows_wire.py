@@ -22,7 +22,11 @@ class IdRows(NamedTuple):
 def write_parts(keys: np.ndarray, columns: Sequence[np.ndarray], n_shards: int,
                 max_keys: int) -> Iterator[tuple[int, list[np.ndarray]]]:
     """(shard, [keys, *columns] of its part) per request. Unlike a push nothing is merged: a
-    shard gets its keys in input order (a stable sort), repeats kept, at most ``max_keys`` a request."""
+    shard gets its keys in input order (a stable sort), repeats kept. A request holds at most
+    ``max_keys`` keys' worth of bytes (8 a key): a shard refuses frames bigger than its widest
+    table's rows of that many keys, and an id row may be wider than any embedding."""
+    row_bytes = 8 + sum(c.dtype.itemsize * (c.shape[1] if c.ndim == 2 else 1) for c in columns)
+    max_keys = max(1, max_keys * 8 // row_bytes)
     shards = shard_of(keys, n_shards)
     order = np.argsort(shards, kind="stable")
     bounds = np.searchsorted(shards[order], np.arange(n_shards + 1))
