@@ -18,7 +18,10 @@ Passes and serving hand-off
   recovery.py      newest complete pass -> shards load, offsets, optimizer state; Recovery: regroup,
                    recover shards, rollback
   rendezvous.py    the pass barriers; leased ranks: rendezvous named after the membership epoch
-  export.py        bundles (exports.bundle) in a background thread; item_catalog.py for two-tower
+  export.py        bundles (exports.bundle) in a background thread; item_catalog.py: the job's one
+                   item catalogue in the PS (two-tower), what the bundle's item vectors cover
+  history_join.py  users' history (schema.history): each batch joined point in time with the
+                   users' rings in the PS, its positives appended
   job.py           the streaming job: the step loop and its lifecycle (job_context.py: what it shares)
   job_stream.py    a worker's partitions as mini-batches (minibatch.py), offsets marked pushed, lag
   job_control.py   its control handler (jobcontrol.channel); loop_calls.py runs ops between steps
