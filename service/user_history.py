@@ -16,6 +16,7 @@ tables already loaded).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 from fastapi import Request
 
+from core.errors import StreamrecError
 from exports.bundle import BundleManifest, read_manifest
 from exports.history_table import HISTORY_TABLE, history_words, slot_ids
 from ps.routing import shard_of
@@ -32,6 +34,8 @@ from streaming.batch import Batch
 from streaming.stream_config import SchemaConfig
 from tables.id_rows_kernels import ring_unroll
 from tables.id_rows_table import IdRowsTable, id_rows_config
+
+log = logging.getLogger(__name__)
 
 
 class UserHistory:
@@ -44,6 +48,7 @@ class UserHistory:
         self._tables: list[IdRowsTable] = []
         self.live_reads = 0
         self.bundle_reads = 0
+        self.last_error: str | None = None
 
     def complete(self, side: Side, batch: Batch) -> Batch:
         """``batch`` (one user) with the history slot filled, unless there is none to fill or it was sent."""
@@ -69,7 +74,13 @@ class UserHistory:
                 self.live_reads += 1
                 return live
         self.bundle_reads += 1
-        tables = self._bundle_tables(side, words)
+        try:
+            tables = self._bundle_tables(side, words)
+        except StreamrecError as err:  # e.g. a pruned parent bundle: serve without history, say why once
+            if self.last_error != err.message:
+                log.warning("user history from bundle %s unavailable: %s", side.version, err.message)
+            self.last_error = err.message
+            tables = []
         if not tables:
             return np.zeros((user.shape[0], words), np.uint64)
         return tables[int(shard_of(user[:1], len(tables))[0])].read(user)[0]
@@ -104,7 +115,8 @@ class UserHistory:
             return tables
 
     def status(self) -> dict[str, Any]:
-        return {"live_reads": self.live_reads, "bundle_reads": self.bundle_reads, "bundle_version": self._version}
+        return {"live_reads": self.live_reads, "bundle_reads": self.bundle_reads, "bundle_version": self._version,
+                "last_error": self.last_error}
 
 
 def _ids(batch: Batch, slot: str) -> np.ndarray:
