@@ -3,7 +3,8 @@
 Writes a stream of planted-model events to a file (``--rate`` records/s for the startup
 allowance plus ``--minutes``, so the record count is known exactly) and runs it twice through
 ``streamrec up --replay`` (2 shards, 2 trainers, the service, the embedded broker, the replay
-at ``--rate``), in this one invocation, each in a fresh run directory:
+at ``--rate``, set explicitly: ``up.replay.rate`` and ``--replay-rate``, as a replay is unthrottled
+by default), in this one invocation, each in a fresh run directory:
 
 - **chaos**: once a bundle is served and a pass committed, for ``--minutes`` a kill -9 of a
   random role (a random shard, the chief = the holder of rank 0, the other trainer = rank 1,
@@ -33,7 +34,10 @@ pass) and reports:
 - served requests: a client thread sends ``/v1/embeddings:lookup`` (the 20 most frequent
   users) and ``/readyz`` every 0.2 s; a failure is a 5xx or no answer. Failures are excused
   before the first bundle and from a service kill until ``/readyz`` answers again.
-- final progressive AUC (the final pass's cumulative ``auc_total``) of both runs.
+- final progressive AUC (the final pass's cumulative ``auc_total``) of both runs. The AUC also
+  moves with timing alone (async steps, mini-batches cut by time, pass boundaries): with
+  ``--baselines N`` (N >= 2) the stream is run N times without kills, their spread is printed and
+  the chaos run is compared with their mean.
 - processes left after `up` exits: those tagged with the run (``STREAMREC_UP_RUN_DIR``) or in
   any process group the run had.
 
@@ -70,6 +74,7 @@ from bench.chaos_parts import (  # noqa: E402
     PassWatcher,
     ProcessLedger,
     ServiceProbe,
+    auc_comparison,
     first_ready,
     run_pids,
     service_errors,
@@ -349,15 +354,9 @@ def popular_users(seed: int, n: int = 20) -> list[str]:
     return [f"{int(x):08x}" for x in PlantedModel(seed=seed).raw_ids(USER_SLOT, np.arange(n))]
 
 
-def auc_difference(chaos: dict[str, Any], calm: dict[str, Any]) -> float | None:
-    if chaos["final_auc"] is None or calm["final_auc"] is None:
-        return None
-    return round(chaos["final_auc"] - calm["final_auc"], 4)
-
-
-def targets(chaos: dict[str, Any], calm: dict[str, Any]) -> dict[str, bool]:
+def targets(chaos: dict[str, Any], auc: dict[str, Any]) -> dict[str, bool]:
     rate = chaos["error_rate_outside_restarts"]
-    diff = auc_difference(chaos, calm)
+    diff = auc["difference"]
     auc_ok = diff is not None and abs(diff) <= AUC_TOLERANCE
     return {"all_kills_survived": chaos["kills_survived"] == chaos["kills"] > 0,
             "zero_lost": (chaos["lost"] == 0 and chaos["not_reached"] == 0
@@ -396,6 +395,9 @@ def main() -> int:
     ap.add_argument("--recovery-timeout", type=float, default=240.0)
     ap.add_argument("--startup-timeout", type=float, default=300.0)
     ap.add_argument("--stall", type=float, default=90.0, help="end a run when records stop moving this long")
+    ap.add_argument("--baselines", type=int, default=1,
+                    help="no-kill runs of the same stream: with 2 or more, their spread shows how much the final AUC "
+                    "moves from timing alone, and the chaos run is compared with their mean")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")
     args = ap.parse_args()
@@ -404,11 +406,15 @@ def main() -> int:
     stream = Path(tempfile.mkdtemp(prefix="streamrec-chaos-stream-")) / "events.jsonl"
     write_dataset(stream, PlantedModel(seed=args.seed), records, fmt="json")
     chaos = Run("chaos", stream, records, args, random.Random(args.seed)).execute()
-    calm = Run("no-kills", stream, records, args, None).execute()
-    met = targets(chaos, calm)
-    auc_diff = auc_difference(chaos, calm)
+    calms = [Run("no-kills" if i == 0 else f"no-kills-{i + 1}", stream, records, args, None).execute()
+             for i in range(args.baselines)]
+    calm = calms[0]
+    auc = auc_comparison(chaos["final_auc"], [c["final_auc"] for c in calms])
+    met = targets(chaos, auc)
+    auc_diff = auc["difference"]
     result = {"minutes": args.minutes, "rate": args.rate, "seed": args.seed, "chaos": chaos, "no_kills": calm,
-              "auc_difference": auc_diff, "targets_met": met, "all_targets_met": all(met.values())}
+              "more_no_kills": calms[1:], "auc": auc, "auc_difference": auc_diff, "targets_met": met,
+              "all_targets_met": all(met.values())}
     if args.save:
         Path(args.save).write_text(json.dumps(result, indent=1))
     if args.json:
@@ -418,13 +424,16 @@ def main() -> int:
     print(f"{'':<38}{'chaos':>22}{'no kills':>22}")
     for label, cell in ROWS:
         print(f"{label:<38}{cell(chaos):>22}{cell(calm):>22}")
-    print(f"AUC chaos - no kills: {auc_diff} (target within {AUC_TOLERANCE})")
+    if len(calms) > 1:
+        print(f"no-kill runs' final AUC: {', '.join(str(a) for a in auc['no_kills_aucs'])} (mean "
+              f"{auc['no_kills_mean']}, spread {auc['no_kills_spread']})")
+    print(f"AUC chaos - no kills{' (mean)' if len(calms) > 1 else ''}: {auc_diff} (target within {AUC_TOLERANCE})")
     for k in chaos["kill_log"]:
         took = f"not within {args.recovery_timeout:g} s" if k["recovery_s"] is None else f"{k['recovery_s']:.1f} s"
         print(f"  kill {k['victim']:<8} pid {k['pid']:<7} recovery {took}")
     for name, ok in met.items():
         print(f"target {name}: {'met' if ok else 'NOT met'}")
-    print(f"logs: {chaos['log']} {calm['log']}")
+    print(f"logs: {' '.join(r['log'] for r in [chaos, *calms])}")
     return 0
 
 

@@ -214,3 +214,17 @@ def first_ready(probes: list[Probe], after: float) -> float | None:
     with contextlib.suppress(StopIteration):
         return next(p.t for p in probes if p.path == "/readyz" and p.status == 200 and p.t >= after)
     return None
+
+
+# ----------------------------------------------------------------------------- AUC of the runs
+
+
+def auc_comparison(chaos_auc: float | None, calm_aucs: list[float | None]) -> dict[str, Any]:
+    """The chaos run's final AUC against the no-kill runs': the difference from their mean, and
+    their spread (max - min, None with one run): how much the AUC moves with no kill at all,
+    from timing alone (async steps, mini-batches cut by time, pass boundaries)."""
+    known = [a for a in calm_aucs if a is not None]
+    mean = sum(known) / len(known) if known else None
+    return {"no_kills_aucs": calm_aucs, "no_kills_mean": None if mean is None else round(mean, 4),
+            "no_kills_spread": round(max(known) - min(known), 4) if len(known) > 1 else None,
+            "difference": None if chaos_auc is None or mean is None else round(chaos_auc - mean, 4)}

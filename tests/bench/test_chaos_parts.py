@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.chaos_parts import PassWatcher, Probe, service_errors
+from bench.chaos_parts import PassWatcher, Probe, auc_comparison, service_errors
 from core.atomic_files import write_json
 from trainer import checkpoints
 
@@ -41,3 +41,11 @@ def test_service_failures_are_excused_only_inside_the_windows() -> None:
     assert got["requests"] == 7 and got["requests_outside_restarts"] == 3
     assert got["errors_outside_restarts"] == 1 and got["errors_during_restarts"] == 2
     assert got["client_errors_4xx"] == 1
+
+
+def test_the_chaos_auc_is_compared_with_the_mean_of_the_no_kill_runs() -> None:
+    one = auc_comparison(0.61, [0.6])
+    assert one["difference"] == 0.01 and one["no_kills_spread"] is None and one["no_kills_mean"] == 0.6
+    two = auc_comparison(0.6, [0.59, 0.63, None])
+    assert two["no_kills_mean"] == 0.61 and two["no_kills_spread"] == 0.04 and two["difference"] == -0.01
+    assert auc_comparison(None, [0.6])["difference"] is None and auc_comparison(0.6, [None])["difference"] is None
