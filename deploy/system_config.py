@@ -42,8 +42,9 @@ def default_model() -> ModelConfig:
     enough for a laptop, and it exports item vectors, so `similar` works from the first pass."""
     slots = [{"name": "user_id", "tower": "user"}, {"name": "item_id", "tower": "item"}]
     slots += [{"name": f"C{i}", "tower": "user"} for i in range(3, 9)]
-    return ModelConfig.model_validate({"type": "two_tower", "slots": slots, "embedding_dim": 8,
-                                       "mlp": [32], "tower_dim": 16})
+    # the generator's stream is a click stream (items drawn independently of users): the click loss learns it
+    return ModelConfig.model_validate({"type": "two_tower", "slots": slots, "embedding_dim": 8, "mlp": [32],
+                                       "tower_dim": 16, "retrieval": {"loss": "pointwise", "normalize": False}})
 
 
 # The job's own kafka and records sections come from the root's kafka and schema (shared with

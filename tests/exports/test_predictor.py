@@ -38,7 +38,7 @@ def test_predictor_scores_like_the_trained_model(kind: str) -> None:
     np.testing.assert_allclose(pred.predict(batch), want, rtol=1e-5)
     if kind == "two_tower":
         u, v = pred.user_vectors(batch), pred.item_vectors(batch)
-        z = (u * v).sum(1) + model.params.value["score.b"][0]
+        z = model.scale * (u * v).sum(1) + model.params.value["score.b"][0]
         np.testing.assert_allclose(1 / (1 + np.exp(-z)), want, rtol=1e-4)
     else:
         with pytest.raises(InvalidInput, match="two_tower"):
