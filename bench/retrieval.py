@@ -43,7 +43,8 @@ from bench.retrieval_arms import ARM_NAMES, ARMS, arm_config, base_config  # noq
 from bench.retrieval_baselines import baseline_lists  # noqa: E402
 from bench.retrieval_data import Interactions, PlantedSpec, Split, movielens, oracle_lists, planted, time_split  # noqa: E402
 from bench.retrieval_metrics import auc, score_lists  # noqa: E402
-from bench.retrieval_up import run_arm  # noqa: E402
+from bench.retrieval_up import ArmResult, run_arm  # noqa: E402
+from deploy.system_config import StreamrecConfig  # noqa: E402
 
 K = 10
 TARGET_VS_BASELINE = 1.2
@@ -67,6 +68,13 @@ def item_rate_scores(split: Split, prior: float = 10.0) -> np.ndarray:
     at = np.searchsorted(items, split.test.item)
     known = (at < len(items)) & (items[np.minimum(at, len(items) - 1)] == split.test.item)
     return np.where(known, rate[np.minimum(at, len(items) - 1)], mean)
+
+
+def effective_retrieval(config: dict[str, Any]) -> dict[str, Any] | None:
+    """``train.model.retrieval`` with its defaults filled in (what the arm really trained)."""
+    model = StreamrecConfig.model_validate(config).train.model
+    retrieval = getattr(model, "retrieval", None)
+    return None if retrieval is None else retrieval.model_dump(mode="json")
 
 
 def load(dataset: str, args: argparse.Namespace) -> Interactions:
@@ -101,29 +109,48 @@ def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict
         if config is None:
             out["arms"][arm.name] = {"available": False, "why": why, "what": arm.what}
             continue
-        print(f"[{dataset}] arm {arm.name}: streamrec up --replay {len(split.train)} records", file=sys.stderr,
-              flush=True)
-        try:
-            res = run_arm(f"{dataset}-{arm.name}", config, train_file, split, k=K, timeout_s=args.arm_timeout,
-                          seed=args.seed)
-        except RuntimeError as err:
-            out["arms"][arm.name] = {"available": True, "failed": str(err), "what": arm.what}
-            continue
-        lat = np.array(res.latencies_ms) if res.latencies_ms else np.array([np.nan])
-        scores = res.predict_scores if res.predict_scores is not None else np.full(len(split.test), np.nan)
-        ok = ~np.isnan(scores)
-        out["arms"][arm.name] = {
-            "available": True, "what": arm.what, "model": config["train"]["model"], **metrics(res.lists, split),
-            "predict_auc": auc(split.test.label[ok], scores[ok]) if ok.any() else float("nan"),
-            "train_seconds": round(res.train_seconds, 1), "records_per_s": round(res.records_per_s),
-            "recommend_p50_ms": round(float(np.percentile(lat, 50)), 2),
-            "recommend_p99_ms": round(float(np.percentile(lat, 99)), 2),
-            "items_in_index": res.items_in_index, "items_checked": res.items_checked, "index_size": res.index_size,
-            "served_version": res.served_version, "errors": res.errors[:5], "error_count": len(res.errors),
-            "log": res.log,
-        }
+        runs = []
+        for rep in range(args.repeats):
+            print(f"[{dataset}] arm {arm.name} (run {rep + 1}/{args.repeats}): streamrec up --replay "
+                  f"{len(split.train)} records", file=sys.stderr, flush=True)
+            try:
+                res = run_arm(f"{dataset}-{arm.name}", config, train_file, split, k=K,
+                              timeout_s=args.arm_timeout, seed=args.seed)
+            except RuntimeError as err:
+                runs.append({"failed": str(err)})
+                continue
+            runs.append(arm_run(res, split))
+        done = [r for r in runs if "failed" not in r]
+        entry: dict[str, Any] = {"available": True, "what": arm.what, "model": config["train"]["model"],
+                                 "effective_retrieval": effective_retrieval(config), "runs": runs}
+        if not done:
+            entry["failed"] = runs[-1]["failed"]
+        else:  # the means over the runs that finished; the spread of recall beside them
+            entry.update({key: float(np.mean([r[key] for r in done])) for key, v in done[0].items()
+                          if isinstance(v, int | float) and not isinstance(v, bool)})
+            entry.update({"recall_min": min(r["recall"] for r in done), "recall_max": max(r["recall"] for r in done),
+                          "runs_done": len(done), "error_count": sum(r["error_count"] for r in done),
+                          "errors": [e for r in done for e in r["errors"]][:5]})
+        out["arms"][arm.name] = entry
     out["targets"] = targets(out)
     return out
+
+
+def arm_run(res: ArmResult, split: Split) -> dict[str, Any]:
+    """The figures of one `up` run of an arm."""
+    lat = np.array(res.latencies_ms) if res.latencies_ms else np.array([np.nan])
+    scores = res.predict_scores if res.predict_scores is not None else np.full(len(split.test), np.nan)
+    ok = ~np.isnan(scores)
+    return {
+        **metrics(res.lists, split),
+        "predict_auc": auc(split.test.label[ok], scores[ok]) if ok.any() else float("nan"),
+        "train_seconds": round(res.train_seconds, 1), "records_per_s": round(res.records_per_s),
+        "recommend_p50_ms": round(float(np.percentile(lat, 50)), 2),
+        "recommend_p99_ms": round(float(np.percentile(lat, 99)), 2),
+        "items_in_index": res.items_in_index, "items_checked": res.items_checked, "index_size": res.index_size,
+        "served_version": res.served_version, "errors": res.errors[:5], "error_count": len(res.errors),
+        "log": res.log,
+    }
 
 
 def targets(out: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +196,8 @@ def print_dataset(out: dict[str, Any]) -> None:
     if "streamrec_over_oracle" in t:
         print(f"streamrec [default] recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
               f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
-    print(f"ablation (each arm one `streamrec up --replay` run; item-rate predict AUC {_f(out['item_rate_auc'])}):")
+    print(f"ablation (each arm its own `streamrec up --replay` runs, their mean; item-rate predict AUC "
+          f"{_f(out['item_rate_auc'])}):")
     print(f"{'arm':<24}{'recall@10':>10}{'hit@10':>8}{'NDCG@10':>9}{'cov':>7}{'pred AUC':>9}{'train s':>9}"
           f"{'rec/s':>7}{'p50/p99 ms':>13}{'in index':>11}")
     for name, a in out["arms"].items():
@@ -178,10 +206,12 @@ def print_dataset(out: dict[str, Any]) -> None:
         elif "failed" in a:
             print(f"{name:<24}FAILED: {a['failed']}")
         else:
+            spread = (f" ({_f(a['recall_min'])}-{_f(a['recall_max'])} over {a['runs_done']} runs)"
+                      if a["runs_done"] > 1 else "")
             print(f"{name:<24}{_f(a['recall']):>10}{_f(a['hit_rate']):>8}{_f(a['ndcg']):>9}{_f(a['coverage'], 2):>7}"
-                  f"{_f(a['predict_auc']):>9}{a['train_seconds']:>9.0f}{a['records_per_s']:>7}"
+                  f"{_f(a['predict_auc']):>9}{a['train_seconds']:>9.0f}{a['records_per_s']:>7.0f}"
                   f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
-                  f"{a['items_in_index']:>5}/{a['items_checked']:<5}"
+                  f"{a['items_in_index']:>5.0f}/{a['items_checked']:<5.0f}{spread}"
                   + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
 
 
@@ -192,6 +222,7 @@ def main() -> int:
     ap.add_argument("--movielens-events", type=int, default=None, help="the first N MovieLens ratings (default all)")
     ap.add_argument("--arms", default=",".join(ARM_NAMES), help=f"comma-separated, of {', '.join(ARM_NAMES)}")
     ap.add_argument("--arm-timeout", type=float, default=1800.0, help="seconds for one arm's replay")
+    ap.add_argument("--repeats", type=int, default=1, help="`up` runs per arm (the table shows their mean)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")

@@ -129,6 +129,8 @@ class PlantedSpec:
     pop_skew: float = 0.5  # item bias = -pop_skew * log(rank): Zipf-like popularity
     activity_skew: float = 0.6  # user weight ~ rank^-activity_skew
     drift: float = 1.2  # radians the users' interests rotate over the whole stream
+    late_users: float = 0.1  # share of users who arrive only in the last ``late_from`` of the stream
+    late_from: float = 0.9
     like_scale: float = 4.0
     like_bias: float = -1.0
     seed: int = 0
@@ -161,8 +163,11 @@ def planted(spec: PlantedSpec = PlantedSpec()) -> Interactions:
     user_ids = np.arange(1, spec.users + 1, dtype=np.int64)
     item_ids = np.arange(1, spec.items + 1, dtype=np.int64)
     n = spec.events
-    users = rng.choice(spec.users, size=n, p=activity)
     frac = np.arange(n) / max(n - 1, 1)
+    late = rng.random(spec.users) < spec.late_users
+    early_activity = np.where(late, 0.0, activity)
+    users = np.where(frac < spec.late_from, rng.choice(spec.users, size=n, p=early_activity / early_activity.sum()),
+                     rng.choice(spec.users, size=n, p=activity))
     picks = np.empty(n, np.int64)
     likes = np.empty(n, np.int8)
     for a in range(0, n, 4096):
