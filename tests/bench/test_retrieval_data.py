@@ -57,5 +57,12 @@ def test_arms_are_model_variations_or_not_available(log):
     assert config is None and "no_such_option" in why
     for arm in ARMS:
         config, _ = arm_config(base, arm)
-        if config is not None:  # an arm changes train.model only
-            assert {k: v for k, v in config.items() if k != "train"} == {k: v for k, v in base.items() if k != "train"}
+        if config is None:
+            continue
+        # an arm changes train.model, and a history arm the schema's history (and nothing else)
+        schema = dict(config["schema"])
+        schema.pop("history", None)
+        assert schema == base["schema"]
+        assert arm.history == ("history" in config["schema"])
+        assert {k: v for k, v in config.items() if k not in ("train", "schema")} == {
+            k: v for k, v in base.items() if k not in ("train", "schema")}
