@@ -163,6 +163,18 @@ class TwoTower(Model):
         self.item_emb.backward(items, np.ascontiguousarray(dxi), grads)
         return grads
 
+    def train_state(self) -> dict[str, np.ndarray]:
+        """The streaming frequency estimate (the pool of negatives refills within a few steps: not kept)."""
+        return {} if self.frequency is None else {f"frequency.{k}": v for k, v in self.frequency.state().items()}
+
+    def load_train_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Resume from ``train_state()``: the logQ correction goes on from the estimate, not from nothing."""
+        mine = {k.removeprefix("frequency."): v for k, v in arrays.items() if k.startswith("frequency.")}
+        if mine:
+            r = self.config.retrieval
+            self.frequency = ItemFrequency(r.frequency_buckets, r.frequency_hashes, r.frequency_alpha)
+            self.frequency.load_state(mine)
+
     def _softmax_backward(self, f: TwoTowerFeatures, du: np.ndarray, dv: np.ndarray) -> None:
         """Add the softmax loss's gradients to ``du``/``dv``; update the frequency estimate and the pool."""
         r = self.config.retrieval

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.retrieval_loss import model_config, model_scores, planted_stream, recall_at_k, train
+from bench.retrieval_loss import model_config, model_scores, planted_stream, recall_at_k, to_batch, train
+from models import build_model
+from models.retrieval_loss import item_hashes
+from models.two_tower import TwoTower
 
 
 def test_softmax_recalls_the_planted_preference_better_than_pointwise() -> None:
@@ -22,3 +25,18 @@ def test_softmax_recalls_the_planted_preference_better_than_pointwise() -> None:
     assert recall["softmax"] > 1.5 * recall["pointwise"], recall
     assert recall["softmax"] > recall["popularity"], recall
     assert recall["softmax"] < recall["oracle"], recall
+
+
+def test_frequency_state_resumes_training_where_it_stopped() -> None:
+    stream = planted_stream(3_000, n_users=50, n_items=40, seed=3)
+    config = model_config({"loss": "softmax", "frequency_buckets": 1 << 10})
+    model, _, _ = train(stream, config)
+    state = model.train_state()
+    assert set(state) == {"frequency.last", "frequency.gap", "frequency.step"}
+    fresh = build_model(config)
+    assert isinstance(fresh, TwoTower) and fresh.train_state() == {}
+    fresh.load_train_state(state)
+    probe = item_hashes(to_batch(np.zeros(40, np.int64), np.arange(40), np.zeros(40), stream.categories),
+                        ["item_id", "category"])
+    np.testing.assert_array_equal(fresh.frequency.expected_count(probe), model.frequency.expected_count(probe))
+    assert fresh.frequency.step == model.frequency.step > 0
