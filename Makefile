@@ -5,8 +5,11 @@ STAMP := $(VENV)/.installed
 # The TensorFlow baseline of bench/train.py lives in its own venv: never a test dependency.
 BASE_VENV := .venv-baselines
 BASE_STAMP := $(BASE_VENV)/.installed
+# The TorchRec baseline too (~5.5 GB: torch from PyPI brings its CUDA libraries; never a test dependency).
+TORCHREC_VENV := .venv-torchrec
+TORCHREC_STAMP := $(TORCHREC_VENV)/.installed
 
-.PHONY: test lint up bench-tables bench-freshness bench-train bench-baselines
+.PHONY: test lint up bench-tables bench-freshness bench-train bench-baselines bench-torchrec
 
 # numba's on-disk cache checks only the file that defines a kernel, not the modules it calls:
 # after an edit to tables/hashmap.py a cached kernel of another module kept the old hashing
@@ -43,8 +46,21 @@ $(BASE_STAMP):
 	$(BASE_VENV)/bin/python -m pip install --quiet tensorflow-cpu numpy
 	touch $(BASE_STAMP)
 
-bench-baselines: $(BASE_STAMP)
+# torchrec 1.9.2 wants torch 2.14.1 and fbgemm-gpu-cpu 1.9.0; pip also pulls the CUDA fbgemm-gpu, which
+# shares the fbgemm_gpu/ package and fails to load without libnvidia-ml: both out, the CPU one back alone.
+$(TORCHREC_STAMP):
+	test -x $(TORCHREC_VENV)/bin/python || python3 -m venv $(TORCHREC_VENV)
+	$(TORCHREC_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TORCHREC_VENV)/bin/python -m pip install --quiet torch==2.14.1 torchrec==1.9.2 fbgemm-gpu-cpu==1.9.0 numpy pandas
+	$(TORCHREC_VENV)/bin/python -m pip uninstall --quiet -y fbgemm-gpu fbgemm-gpu-cpu
+	$(TORCHREC_VENV)/bin/python -m pip install --quiet --no-deps fbgemm-gpu-cpu==1.9.0
+	$(TORCHREC_VENV)/bin/python -c "import torchrec, fbgemm_gpu"
+	touch $(TORCHREC_STAMP)
 
-# streamrec train-files and the TensorFlow wide&deep on the same files, in one run.
-bench-train: $(STAMP) $(BASE_STAMP)
-	$(PY) bench/train.py --baseline-python $(BASE_VENV)/bin/python
+bench-torchrec: $(TORCHREC_STAMP)
+
+bench-baselines: $(BASE_STAMP) $(TORCHREC_STAMP)
+
+# streamrec train-files, the TensorFlow and the TorchRec wide&deep on the same files, in one run.
+bench-train: $(STAMP) $(BASE_STAMP) $(TORCHREC_STAMP)
+	$(PY) bench/train.py --baseline-python $(BASE_VENV)/bin/python --torchrec-python $(TORCHREC_VENV)/bin/python

@@ -9,11 +9,22 @@ seen-id ceiling (the true logits without the ids that never occur in training: w
 learner that knew every seen id's weight exactly would reach). Job: wide&deep, dim 9, MLP
 400-400-400, batch 512, Adam 1e-3, 1 shard, 2 workers (all configurable).
 
-Baseline: bench/baselines/tf_wide_deep.py (the same model, one pass, same files; its
+Baselines: bench/baselines/tf_wide_deep.py (the same model, one pass, same files; its
 sparse optimizer is in its output) runs in the TensorFlow virtualenv given by
---baseline-python, else ``.venv-baselines`` when present (``make bench-baselines``); the
-ratios ours/theirs are printed. Without it the issue's TensorFlow ParameterServerStrategy
-and TorchRec figures are shown, marked as quoted (measured earlier, NOT re-run).
+--baseline-python, else ``.venv-baselines`` when present (``make bench-baselines``);
+bench/baselines/torchrec_wide_deep.py (EmbeddingBagCollection under DistributedModelParallel,
+gloo on CPU, fused rowwise Adagrad; 1 and 2 ranks, --torchrec-ranks) in --torchrec-python, else
+``.venv-torchrec`` when present (``make bench-torchrec``). The ratios ours/theirs are printed,
+and the issue's targets (>= 2x TorchRec's best samples/s with its data loading, >= 3x
+TensorFlow ParameterServerStrategy, test AUC no lower, peak RSS no higher). Without any
+baseline the issue's figures are shown, marked as quoted (measured earlier, NOT re-run).
+
+Compute limit (bench/compute_limit.py): the machine's numpy float32 512x400x400 matmul
+GFLOP/s, single-threaded in one process per worker at once (as the workers compute), measured
+just before and just after streamrec's training; the MLP's matmul FLOPs per sample; their
+quotient is the samples/s the matmuls alone allow. Printed: samples/s as a fraction of it, and
+every worker's seconds per phase (prepare, pull, forward, backward, push; the rest of its wall
+time is waiting for the prefetch stage) with the shard's CPU seconds.
 
 Dense update: ``--dense-update local`` (each worker runs Adam and merges its changes
 through the PS every --dense-sync-steps steps) or ``ps`` (workers push dense gradients every
@@ -48,22 +59,38 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.auc_ceiling import make_planted
+from bench.compute_limit import limit, matmul_gflops, mlp_flops_per_sample
 
-QUOTED = {"tensorflow_ps": {"samples_per_s": 22_000, "test_auc": "0.763-0.765", "peak_rss_gb": "2.9-6.9"},
-          "torchrec_2_ranks": {"samples_per_s": 28_000, "test_auc": "0.763-0.765", "peak_rss_gb": "2.9-6.9"}}
-TARGETS = {"samples_per_s": 50_000, "peak_rss_mb": 1536, "pass_commit_stall_s": 2.0}
+QUOTED = {"tensorflow_ps": {"samples_per_s": "8.9k-9.9k", "test_auc": "0.762-0.764", "peak_rss_gb": "2.8"},
+          "torchrec_2_ranks": {"samples_per_s": "14.5k", "test_auc": "0.7656", "peak_rss_gb": "6.8"}}
+TARGETS = {"samples_per_s": 50_000, "peak_rss_mb": 1536, "pass_commit_stall_s": 2.0, "over_torchrec_best": 2.0,
+           "over_tensorflow_ps": 3.0, "compute_fraction": 0.70}
 
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE_SCRIPT = ROOT / "bench" / "baselines" / "tf_wide_deep.py"
+TORCHREC_SCRIPT = ROOT / "bench" / "baselines" / "torchrec_wide_deep.py"
 
 
-def baseline_python(given: str | None) -> Path | None:
-    """The TensorFlow virtualenv's python: --baseline-python, else .venv-baselines when it exists."""
+def baseline_python(given: str | None, venv: str = ".venv-baselines") -> Path | None:
+    """A baseline virtualenv's python: the one given, else ``venv``'s when it exists."""
     if given:
         return Path(given)
-    found = ROOT / ".venv-baselines" / "bin" / "python"
+    found = ROOT / venv / "bin" / "python"
     return found if found.is_file() else None
+
+
+def run_torchrec(python: Path, args: argparse.Namespace, train: Path, test: Path, ranks: int) -> dict:
+    """bench/baselines/torchrec_wide_deep.py on the same files, with the same model and batch."""
+    import subprocess
+
+    argv = [str(python), str(TORCHREC_SCRIPT), "--train", str(train), "--test", str(test), "--dim", str(args.dim),
+            "--mlp", args.mlp, "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--ranks", str(ranks),
+            *args.torchrec_args.split()]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"torchrec baseline failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_baseline(python: Path, args: argparse.Namespace, train: Path, test: Path, strategy: str) -> dict:
@@ -80,7 +107,8 @@ def run_baseline(python: Path, args: argparse.Namespace, train: Path, test: Path
 
 
 def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, dense_update: str) -> dict:
-    """`streamrec train-files --json` as its own process: its RSS sum is the job's, not this script's."""
+    """`streamrec train-files --json` as its own process: its RSS sum is the job's, not this script's.
+    The job's full result (every worker's phases, the shard's CPU) is read from its work dir."""
     import shutil
     import subprocess
 
@@ -94,7 +122,9 @@ def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, 
     done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     if done.returncode != 0:
         raise SystemExit(f"train-files failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    full = json.loads((work / "job" / "results" / "result.json").read_text())
+    return json.loads(done.stdout.strip().splitlines()[-1]) | {
+        "workers": full.get("workers", []), "shard_cpu_s": full.get("shard_cpu_s", [])}
 
 
 def _push_latencies(client, name: str, width: int, rows: int, *, count: int | None = None,
@@ -269,40 +299,71 @@ def main() -> int:
     ap.add_argument("--stall-delta-rows", type=int, default=1_000_000)
     ap.add_argument("--skip-stall", action="store_true")
     ap.add_argument("--baseline-python", help="python of the TensorFlow venv (default: .venv-baselines if present)")
+    ap.add_argument("--torchrec-python", help="python of the TorchRec venv (default: .venv-torchrec if present)")
     ap.add_argument("--no-baseline", action="store_true", help="show the issue's quoted figures instead")
     ap.add_argument("--baseline-strategies", default="local,ps", help="tf_wide_deep.py --strategy values to run")
     ap.add_argument("--baseline-args", default="", help="extra tf_wide_deep.py arguments, e.g. '--sparse-lr 0.1'")
+    ap.add_argument("--torchrec-ranks", default="1,2", help="torchrec_wide_deep.py --ranks values to run")
+    ap.add_argument("--torchrec-args", default="", help="extra torchrec_wide_deep.py arguments")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
     python = None if args.no_baseline else baseline_python(args.baseline_python)
+    torchrec = None if args.no_baseline else baseline_python(args.torchrec_python, ".venv-torchrec")
     strategies = [x for x in args.baseline_strategies.split(",") if x]
     with tempfile.TemporaryDirectory(prefix="streamrec-bench-train-") as tmp:
         work = Path(tmp)
         data = make_planted(work, args.train_rows, args.test_rows, args.seed)
         if args.compare_dense:
             return compare_dense(args, data.train, data.test, data.bayes_auc, work)
+        gflops_before = matmul_gflops(args.workers)
         result = run_training(args, data.train, data.test, work, args.dense_update)
+        gflops_after = matmul_gflops(args.workers)
         baselines = {} if python is None else {
             f"tensorflow_{s}": run_baseline(python, args, data.train, data.test, s) for s in strategies}
+        if torchrec is not None:
+            for r in (int(x) for x in args.torchrec_ranks.split(",") if x):
+                baselines[f"torchrec_{r}_rank{'s' if r > 1 else ''}"] = run_torchrec(
+                    torchrec, args, data.train, data.test, r)
         stall = None if args.skip_stall else commit_stall(args.stall_rows, args.stall_delta_rows, work)
     # the workers wait for the base's consistent point (the worst pass: every K-th one)
     stall_s = None if stall is None else stall["base_stall_s"]
     bayes, auc = data.bayes_auc, result["test_auc"]
+    sizes = [26 * args.dim + 13, *[int(h) for h in args.mlp.split(",")], 1]
+    flops = mlp_flops_per_sample(sizes)
+    gflops = max(gflops_before["gflops"], gflops_after["gflops"])  # the faster: the stricter limit
+    cap = limit(gflops, flops)
+    # the workers' CPU during their training loops (their set-up left out); the shard's whole life
+    job_cpu = sum(w.get("loop_cpu_s", w["cpu_s"]) for w in result["workers"]) + sum(result["shard_cpu_s"])
+    compute = {"matmul_gflops": round(gflops, 1), "matmul_before": gflops_before, "matmul_after": gflops_after,
+               "mlp_flops_per_sample": flops, "limit_samples_per_s": round(cap, 1),
+               "fraction": round(result["samples_per_s"] / cap, 3), "job_cpu_s": round(job_cpu, 2),
+               "cores_used": round(job_cpu / result["train_seconds"], 2),
+               "cpu_efficiency": round(result["train_rows"] * flops / (job_cpu * gflops / args.workers * 1e9), 3),
+               "phases": [{"rank": w["rank"], "seconds": round(w["seconds"], 2),
+                           "loop_cpu_s": round(w.get("loop_cpu_s", w["cpu_s"]), 2),
+                           "main_cpu_s": round(w.get("main_cpu_s", 0.0), 2),
+                           **{k: round(v, 2) for k, v in w["phases"].items()},
+                           "cpu": {k: round(v, 2) for k, v in w.get("phase_cpu", {}).items()}}
+                          for w in result["workers"]],
+               "shard_cpu_s": result["shard_cpu_s"]}
     out = {"samples_per_s": result["samples_per_s"], "test_auc": round(auc, 4),
            "bayes_auc": round(bayes, 4), "seen_id_ceiling_auc": round(data.seen_id_ceiling_auc, 4),
            "seen_id_ceiling_min10_auc": round(data.seen_id_ceiling_min10_auc, 4),
            "peak_rss_mb": result["peak_rss_mb"], "pass_commit_stall_s": stall_s,
            "train_rows": result["train_rows"], "train_seconds": result["train_seconds"],
            "test_logloss": round(result["test_logloss"], 4), "auc_gap_to_bayes": round(bayes - auc, 4),
-           "rss_breakdown_mb": result.get("rss_mb"),
+           "rss_breakdown_mb": result.get("rss_mb"), "compute": compute,
            "commit": stall, "setup": setup(args, "dense_update")}
     for b in baselines.values():
         b["auc_gap_to_bayes"] = round(bayes - b["test_auc"], 4)
+        b["compute_fraction"] = round(b["samples_per_s"] / cap, 3)
         b["ratio"] = {"samples_per_s": round(result["samples_per_s"] / b["samples_per_s"], 3),
-                      "test_auc": round(auc / b["test_auc"], 4), "test_auc_diff": round(auc - b["test_auc"], 4)}
+                      "test_auc": round(auc / b["test_auc"], 4), "test_auc_diff": round(auc - b["test_auc"], 4),
+                      "peak_rss": round(result["peak_rss_mb"] / b["peak_rss_mb"], 3)}
     if baselines:
         out["baselines"] = baselines
+        out["targets"] = targets(out, baselines)
     else:
         out["quoted_not_rerun"] = QUOTED
     if args.json:
@@ -312,34 +373,75 @@ def main() -> int:
     return 0
 
 
+def targets(out: dict, baselines: dict) -> dict:
+    """The issue's targets against the baselines of this run: each with its measured ratio and met or not."""
+    res: dict = {}
+    tr = [b for n, b in baselines.items() if n.startswith("torchrec")]
+    if tr:
+        best = max(tr, key=lambda b: b["samples_per_s"])
+        x = out["samples_per_s"] / best["samples_per_s"]
+        res["over_torchrec_best"] = {"ratio": round(x, 2), "target": TARGETS["over_torchrec_best"],
+                                     "met": x >= TARGETS["over_torchrec_best"], "best": best["strategy"]}
+    if "tensorflow_ps" in baselines:
+        x = out["samples_per_s"] / baselines["tensorflow_ps"]["samples_per_s"]
+        res["over_tensorflow_ps"] = {"ratio": round(x, 2), "target": TARGETS["over_tensorflow_ps"],
+                                     "met": x >= TARGETS["over_tensorflow_ps"]}
+    worst_auc = max(b["test_auc"] for b in baselines.values())
+    res["test_auc_no_lower"] = {"diff_to_best_peer": round(out["test_auc"] - worst_auc, 4),
+                                "met": out["test_auc"] >= worst_auc}
+    least_rss = min(b["peak_rss_mb"] for b in baselines.values())
+    res["peak_rss_no_higher"] = {"ratio_to_least": round(out["peak_rss_mb"] / least_rss, 3),
+                                 "met": out["peak_rss_mb"] <= least_rss}
+    frac = out["compute"]["fraction"]
+    res["compute_fraction"] = {"fraction": frac, "target": TARGETS["compute_fraction"],
+                               "met": frac >= TARGETS["compute_fraction"]}
+    return res
+
+
 def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dict | None) -> None:
     print(f"streamrec train-files: {job_line(args)}, dense_update {args.dense_update}, "
           f"{out['train_rows']:,} train rows, {args.test_rows:,} test rows")
     print(f"references from the hidden model: Bayes AUC {out['bayes_auc']:.4f}; seen-id ceiling "
           f"{out['seen_id_ceiling_auc']:.4f} (ids seen >= 10 times: {out['seen_id_ceiling_min10_auc']:.4f})")
-    stall_text = "skipped" if stall is None else (
-        f"{out['pass_commit_stall_s']:.3f} s base of {args.stall_rows:,} rows; {stall['delta_stall_s']:.3f} s delta "
-        f"of {args.stall_delta_rows:,}")
-    if baselines:
-        heads = [f"{n} (this run)" for n in baselines]
-        theirs = [[f"{b['samples_per_s']:,.0f} (ours x{b['ratio']['samples_per_s']:.2f})",
-                   f"{b['test_auc']:.4f} (ours {b['ratio']['test_auc_diff']:+.4f})", f"{b['test_logloss']:.4f}",
-                   f"{b['peak_rss_mb']:,.0f} MB", ""] for b in baselines.values()]
-    else:
-        heads = ["TF PS / TorchRec (quoted from the issue, not re-run)"]
-        theirs = [["22,000 / 28,000", "0.763-0.765", "", "2.9-6.9 GB", ""]]
-    rows = [("samples/s", f"{out['samples_per_s']:,.0f}", f">= {TARGETS['samples_per_s']:,}"),
-            ("test AUC", f"{out['test_auc']:.4f} (gap to Bayes {out['auc_gap_to_bayes']:.4f})", ">= theirs"),
-            ("test logloss", f"{out['test_logloss']:.4f}", ""),
-            ("peak RSS, all processes", f"{out['peak_rss_mb']:,.0f} MB", f"<= {TARGETS['peak_rss_mb']} MB"),
-            ("pass commit stall", stall_text, f"<= {TARGETS['pass_commit_stall_s']} s")]
-    print(f"{'metric':<25}{'streamrec':<64}{'target':<16}" + "".join(f"{h:<34}" for h in heads))
-    for i, r in enumerate(rows):
-        print(f"{r[0]:<25}{r[1]:<64}{r[2]:<16}" + "".join(f"{t[i]:<34}" for t in theirs))
+    c = out["compute"]
+    print(f"{'system (this run)':<22}{'samples/s':>11}{'loop only':>11}{'ours x':>8}{'of limit':>10}{'test AUC':>10}"
+          f"{'ours -':>9}{'logloss':>9}{'peak RSS MB':>13}{'ours x':>8}")
+    print(f"{'streamrec':<22}{out['samples_per_s']:>11,.0f}{'':>11}{'':>8}{c['fraction']:>10.1%}"
+          f"{out['test_auc']:>10.4f}{'':>9}{out['test_logloss']:>9.4f}{out['peak_rss_mb']:>13,.0f}")
     for name, b in baselines.items():
-        print(f"{name}: sparse optimizer {b['sparse_optimizer']} lr {b['sparse_lr']}"
+        loop = f"{b['loop_samples_per_s']:,.0f}" if b.get("loop_samples_per_s") else ""
+        r = b["ratio"]
+        print(f"{name:<22}{b['samples_per_s']:>11,.0f}{loop:>11}{r['samples_per_s']:>8.2f}"
+              f"{b['compute_fraction']:>10.1%}{b['test_auc']:>10.4f}{r['test_auc_diff']:>+9.4f}{b['test_logloss']:>9.4f}"
+              f"{b['peak_rss_mb']:>13,.0f}{r['peak_rss']:>8.2f}")
+    if not baselines:
+        print("no baseline venv: the issue's figures, quoted and NOT re-run: " + json.dumps(QUOTED))
+    for name, b in baselines.items():
+        extra = f", row width {b['row_width']}, {b['sharding'][:60]}" if b.get("row_width") else ""
+        print(f"  {name}: {b['framework']}, sparse {b['sparse_optimizer']} lr {b['sparse_lr']}"
               + (f" (initial accumulator {b['adagrad_init_acc']})" if b.get("adagrad_init_acc") is not None else "")
-              + f", dense {b['dense_optimizer']}, {b['buckets']:,} hash buckets, {b['workers']} worker(s)")
+              + f", dense {b['dense_optimizer']}, {b['buckets']:,} hash buckets, {b['workers']} worker(s){extra}")
+    for key, t in out.get("targets", {}).items():
+        shown = json.dumps({k: v for k, v in t.items() if k != "met"})
+        print(f"target {key}: {'met' if t['met'] else 'NOT met'} {shown}")
+    b, a = c["matmul_before"], c["matmul_after"]
+    print(f"\ncompute limit: numpy float32 512x400x400 matmul, {args.workers} single-threaded processes at once, "
+          f"GFLOP/s per CPU second before {b['per_cpu_second']} (load {b['load_avg_1m']}, wall {b['wall_gflops']}) "
+          f"and after {a['per_cpu_second']} (load {a['load_avg_1m']}, wall {a['wall_gflops']}): "
+          f"{c['matmul_gflops']:.1f} GFLOP/s; MLP {c['mlp_flops_per_sample'] / 1e6:.2f} MFLOP/sample "
+          f"-> limit {c['limit_samples_per_s']:,.0f} samples/s")
+    print(f"streamrec at {c['fraction']:.1%} of the limit (target {TARGETS['compute_fraction']:.0%}); the job used "
+          f"{c['job_cpu_s']:.1f} CPU s ({c['cores_used']:.2f} cores of its wall time), "
+          f"{c['cpu_efficiency']:.1%} of it in MLP matmuls at the probe's rate")
+    print("seconds per phase, wall (CPU of the training thread); waiting = for the prefetch stage; "
+          "prefetch CPU = the loop's process CPU - the training thread's")
+    print(f"{'worker':<8}{'wall s':>8}" + "".join(f"{p:>15}" for p in PHASES) + f"{'waiting':>10}{'prefetch CPU':>14}")
+    for w in c["phases"]:
+        busy = sum(w.get(p, 0.0) for p in PHASES)
+        cells = "".join(f"{w.get(p, 0.0):>7.2f} ({w['cpu'].get(p, 0.0):>5.2f})" for p in PHASES)
+        print(f"{w['rank']:<8}{w['seconds']:>8.2f}{cells}{w['seconds'] - busy:>10.2f}"
+              f"{w['loop_cpu_s'] - w['main_cpu_s']:>14.2f}")
+    print(f"shard CPU seconds (its whole life): {c['shard_cpu_s']}")
     if stall is not None:
         print(f"\ncommit stall, two-phase vs synchronous save (baseline, same run, same shard of {args.stall_rows:,} "
               "rows):")
@@ -350,6 +452,8 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
         print(f"  10k-key push p99 during the base's background write: {stall['push_10k_p99_ms_during_base_write']} ms "
               f"({stall['pushes_during_base_write']} pushes); with no save: {stall['push_10k_p99_ms_no_save']} ms")
 
+
+PHASES = ("prepare", "pull", "forward", "backward", "push")
 
 if __name__ == "__main__":
     sys.exit(main())
