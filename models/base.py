@@ -22,6 +22,9 @@ class Model:
         self.tables: tuple[TableConfig, ...] = config.table_configs()
         self.row_width = {t.name: t.width for t in self.tables}
         self._f: Features | None = None
+        # Set by a training loop that owns the model (one step at a time, never a concurrent forward,
+        # outputs not kept past the next step): the layers then reuse their buffers per batch size.
+        self.reuse_buffers = False
 
     def features(self, batch: Any) -> Features:
         return build_features(self.config, batch)

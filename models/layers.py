@@ -54,12 +54,22 @@ def glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
 
 
 class MLP:
-    """Linear layers with ReLU between them (none after the last). Parameters ``<prefix>.<i>.w/b``."""
+    """Linear layers with ReLU between them (none after the last). Parameters ``<prefix>.<i>.w/b``.
+
+    A training step allocates nothing here once a batch size has been seen: ``forward(...,
+    reuse=True)`` writes the layers' outputs into buffers kept per batch size (the last few sizes),
+    and ``backward`` the input gradients into its own. Bias and ReLU are one pass after each
+    matmul; backward masks through the ReLU and sums the bias gradient of the layer below in one
+    pass too.
+    """
+
+    _KEEP_SIZES = 4  # batch sizes whose buffers are kept (training size, a last short batch, ...)
 
     def __init__(self, prefix: str, sizes: Sequence[int]) -> None:
         self.prefix = prefix
         self.sizes = list(sizes)
         self._acts: list[np.ndarray] = []
+        self._outs: dict[int, list[np.ndarray]] = {}
         self._n = -1
         self._dx: list[np.ndarray] = []
 
@@ -73,13 +83,24 @@ class MLP:
         for i, (a, b) in enumerate(zip(self.sizes[:-1], self.sizes[1:], strict=True)):
             params.value[f"{self.prefix}.{i}.w"][...] = glorot(rng, a, b)
 
-    def forward(self, params: ParamSet, x: np.ndarray) -> np.ndarray:
-        # fresh outputs (not reused buffers): inference callers may run concurrently and keep them
+    def _out_buffers(self, n: int) -> list[np.ndarray]:
+        bufs = self._outs.get(n)
+        if bufs is None:
+            if len(self._outs) >= self._KEEP_SIZES:
+                self._outs.clear()
+            bufs = self._outs[n] = [np.empty((n, b), np.float32) for b in self.sizes[1:]]
+        return bufs
+
+    def forward(self, params: ParamSet, x: np.ndarray, *, reuse: bool = False) -> np.ndarray:
+        """The last layer's output. Without ``reuse`` every output is fresh (inference callers may
+        run concurrently and keep them); with it they live in this MLP's buffers until the next
+        forward of the same batch size (a training step that is done with them by then)."""
         acts = [x]
         last = len(self.sizes) - 2
+        outs = self._out_buffers(x.shape[0]) if reuse else None
         for i in range(last + 1):
             w, b = params.value[f"{self.prefix}.{i}.w"], params.value[f"{self.prefix}.{i}.b"]
-            y = np.matmul(acts[-1], w)
+            y = np.matmul(acts[-1], w) if outs is None else np.matmul(acts[-1], w, out=outs[i])
             if i < last:
                 bias_relu(y, b)  # y > 0 is the mask in backward
             else:
@@ -89,21 +110,22 @@ class MLP:
         return acts[-1]
 
     def backward(self, params: ParamSet, dy: np.ndarray) -> np.ndarray:
-        """Write parameter gradients into ``params.grad`` (zeroed by the caller); returns the input
-        gradient (valid until the next backward with the same batch size: training only)."""
+        """Write parameter gradients into ``params.grad`` (each is written, not added: the caller
+        zeroed them or does not need the old values); returns the input gradient (valid until the
+        next backward with the same batch size: training only)."""
         acts = self._acts
         n = dy.shape[0]
         if self._n != n:  # the input gradients of every layer, allocated once per batch size
             self._n = n
             self._dx = [np.empty((n, a), np.float32) for a in self.sizes[:-1]]
-        for i in range(len(self.sizes) - 2, -1, -1):
+        top = len(self.sizes) - 2
+        np.sum(dy, axis=0, out=params.grad[f"{self.prefix}.{top}.b"])
+        for i in range(top, -1, -1):
             w = params.value[f"{self.prefix}.{i}.w"]
-            # each parameter is used once per step and its gradient was zeroed: write, don't add
             np.matmul(acts[i].T, dy, out=params.grad[f"{self.prefix}.{i}.w"])
-            np.sum(dy, axis=0, out=params.grad[f"{self.prefix}.{i}.b"])
             dx = np.matmul(dy, w.T, out=self._dx[i])
-            if i > 0:
-                relu_grad(dx, acts[i])  # through the ReLU of the layer below
+            if i > 0:  # through the ReLU of the layer below, and that layer's bias gradient, in one pass
+                relu_grad_bias(dx, acts[i], params.grad[f"{self.prefix}.{i - 1}.b"])
             dy = dx
         return dy
 
@@ -120,14 +142,18 @@ def bias_relu(y, b):
 
 
 @njit(**_JIT)
-def relu_grad(dx, act):
-    """dx = 0 where the ReLU output ``act`` was not positive, in place."""
+def relu_grad_bias(dx, act, db):
+    """dx = 0 where the ReLU output ``act`` was not positive, in place, and db = dx's column sums
+    (the bias gradient of the ReLU's layer), in one pass."""
     n, m = dx.shape
+    for j in range(m):
+        db[j] = _F0
     for i in range(n):
         d, a = dx[i], act[i]
         for j in range(m):
-            if a[j] <= _F0:
-                d[j] = _F0
+            v = d[j] if a[j] > _F0 else _F0
+            d[j] = v
+            db[j] += v
 
 
 def bce_with_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -141,8 +167,10 @@ def bce_with_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.n
 
 
 @njit(**_JIT)
-def pool_forward(rows, idx, offs, c0, dim, mean, out, col0):
-    """out[i, col0 + s*dim : ...] = sum (or mean) of rows[idx[j], c0:c0+dim] for j in slot s of record i."""
+def pool_forward(rows, idx, offs, c0, dim, mean, out, col0, wide, with_wide):
+    """out[i, col0 + s*dim : ...] = sum (or mean) of rows[idx[j], c0:c0+dim] for j in slot s of record i:
+    gathered and pooled straight into the next layer's input. With ``with_wide`` also wide[i] +=
+    the wide weights (column 0) of those ids, in the same pass over them."""
     n_slots, n = offs.shape[0], offs.shape[1] - 1
     for s in range(n_slots):
         base = col0 + s * dim
@@ -151,10 +179,14 @@ def pool_forward(rows, idx, offs, c0, dim, mean, out, col0):
             o = out[i]
             for k in range(dim):
                 o[base + k] = _F0
+            acc = _F0
             for j in range(a, b):
                 r = rows[idx[j]]
+                acc += r[0]
                 for k in range(dim):
                     o[base + k] += r[c0 + k]
+            if with_wide:
+                wide[i] += acc
             if mean[s] and b - a > 1:
                 scale = _F1 / np.float32(b - a)
                 for k in range(dim):
@@ -162,8 +194,9 @@ def pool_forward(rows, idx, offs, c0, dim, mean, out, col0):
 
 
 @njit(**_JIT)
-def pool_backward(dout, idx, offs, c0, dim, mean, grad, col0):
-    """Scatter-add the pooled gradient back to the unique rows (the adjoint of pool_forward)."""
+def pool_backward(dout, idx, offs, c0, dim, mean, grad, col0, dwide, with_wide):
+    """Scatter-add the pooled gradient back to the unique rows (the adjoint of pool_forward), and
+    with ``with_wide`` dwide[i] to the wide weight of every id of record i."""
     n_slots, n = offs.shape[0], offs.shape[1] - 1
     for s in range(n_slots):
         base = col0 + s * dim
@@ -171,8 +204,11 @@ def pool_backward(dout, idx, offs, c0, dim, mean, grad, col0):
             a, b = offs[s, i], offs[s, i + 1]
             scale = _F1 / np.float32(b - a) if mean[s] and b - a > 1 else _F1
             d = dout[i]
+            dz = dwide[i] if with_wide else _F0
             for j in range(a, b):
                 g = grad[idx[j]]
+                if with_wide:
+                    g[0] += dz
                 for k in range(dim):
                     g[c0 + k] += d[base + k] * scale
 

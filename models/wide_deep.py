@@ -1,5 +1,10 @@
 """Wide & Deep (Cheng et al. 2016): per-id wide weights plus an MLP over pooled embeddings
-and the dense inputs; the logit is their sum."""
+and the dense inputs; the logit is their sum.
+
+The embeddings are gathered and pooled straight into the MLP's input buffer, the wide weights
+summed in the same pass over the ids (and their gradients scattered in the pooling's backward
+pass); the MLP fuses bias and ReLU (:class:`models.layers.MLP`).
+"""
 
 from __future__ import annotations
 
@@ -20,11 +25,11 @@ class WideDeep(Model):
         self.mlp.init(self.params, np.random.default_rng(config.seed))
         self._x = np.empty((0, self.emb.width + config.n_dense), np.float32)
 
-    def _input(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+    def _input(self, f: Features, rows: dict[str, np.ndarray], wide: np.ndarray) -> np.ndarray:
         if self._x.shape[0] != f.n:  # reused across steps of the same batch size
             self._x = np.empty((f.n, self.emb.width + self.config.n_dense), np.float32)
         x = self._x
-        self.emb.forward(f, rows, out=x)
+        self.emb.forward(f, rows, out=x, wide=wide)
         x[:, self.emb.width :] = f.dense
         return x
 
@@ -36,10 +41,10 @@ class WideDeep(Model):
 
     def forward(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
         self._f = f
-        x = self._input(f, rows)
-        z = self.mlp.forward(self.params, x)[:, 0].copy()
+        wide = np.zeros(f.n, np.float32)
+        x = self._input(f, rows, wide)  # the block covers every slot: it sums the wide weights too
+        z = self.mlp.forward(self.params, x, reuse=self.reuse_buffers)[:, 0] + wide  # a fresh array
         self._extra_forward(x, z)
-        self._add_wide(f, rows, z)
         return z
 
     def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
@@ -49,6 +54,5 @@ class WideDeep(Model):
         dlogits = np.ascontiguousarray(dlogits, np.float32)
         dx = self.mlp.backward(self.params, dlogits[:, None])
         self._extra_backward(dlogits, dx)
-        self.emb.backward(f, dx, grads)
-        self._wide_grads(f, dlogits, grads)
+        self.emb.backward(f, dx, grads, dwide=dlogits)
         return grads

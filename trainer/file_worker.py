@@ -98,16 +98,20 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         batches.close()
         raise
-    start = time.perf_counter()
+    start, main_cpu, loop_cpu = time.perf_counter(), time.thread_time(), time.process_time()
     try:
         for p in batches:
             worker.step(p)
     finally:
         batches.close()
     seconds = time.perf_counter() - start
+    # loop_cpu_s: this process's CPU during the loop (cpu_s adds its set-up: imports, kernels, model);
+    # main_cpu_s: the loop's own thread of it, the rest is the prefetch stage's (thread prefetch)
     result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": batches.result or {},
               "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
-              "phases": dict(worker.phase_seconds), "progressive": worker.metrics.total.summary()}
+              "loop_cpu_s": time.process_time() - loop_cpu, "main_cpu_s": time.thread_time() - main_cpu,
+              "phases": dict(worker.phase_seconds),
+              "phase_cpu": dict(worker.phase_cpu_seconds), "progressive": worker.metrics.total.summary()}
     results = Path(job["results"])
     result["prefetch_rss_mb"] = batches.stats.get("peak_rss_mb", 0.0)  # a prefetch process's memory counts too
     result["peak_rss_mb"] = peak_rss_mb() + result["prefetch_rss_mb"]

@@ -53,24 +53,28 @@ class Worker:
     def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None,
                  dense_sync_steps: int = 1, dense_update: DenseUpdate = DenseUpdate.LOCAL) -> None:
         self.model = model
+        model.reuse_buffers = True  # this worker runs its model's steps one at a time
         self.store = store
         self.metrics = metrics or WindowedMetrics()
         self.dense = make_dense(dense_update, model.params.values, model.config.dense_optimizer,
                                 sync_steps=dense_sync_steps)
         self.dense.start(store)
         self.phase_seconds: dict[str, float] = defaultdict(float)
+        # this thread's CPU seconds per phase: beside the wall seconds they tell computing from waiting
+        self.phase_cpu_seconds: dict[str, float] = defaultdict(float)
         self.steps = 0
         self.records = 0
         self.loss_sum = 0.0
 
-    def _timed(self, phase: str, t0: float) -> float:
-        t1 = time.perf_counter()
-        self.phase_seconds[phase] += t1 - t0
+    def _timed(self, phase: str, t0: tuple[float, float]) -> tuple[float, float]:
+        t1 = (time.perf_counter(), time.thread_time())
+        self.phase_seconds[phase] += t1[0] - t0[0]
+        self.phase_cpu_seconds[phase] += t1[1] - t0[1]
         return t1
 
     def step(self, item: Batch | Prepared) -> float:
         """Train on one batch; returns its mean loss (measured before the update)."""
-        t = time.perf_counter()
+        t = (time.perf_counter(), time.thread_time())
         p = item if isinstance(item, Prepared) else prepare(self.model, item)
         t = self._timed("prepare", t)
         f = p.features

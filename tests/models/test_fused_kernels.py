@@ -1,0 +1,115 @@
+"""The fused training kernels against slow numpy references: pooling with the wide sum, its
+adjoint, the ReLU mask with the bias gradient, and an MLP step with reused buffers against a
+fresh one (the numerical gradient checks of every model are in test_gradients.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models import build_model
+from models.layers import MLP, ParamSet, pool_backward, pool_forward, relu_grad_bias
+from tests.models.helpers import random_batch, small_config
+
+
+def _ragged(rng: np.random.Generator, n_slots: int, n: int, u: int) -> tuple[np.ndarray, np.ndarray]:
+    lengths = rng.integers(0, 4, (n_slots, n))
+    offs = np.zeros((n_slots, n + 1), np.int64)
+    np.cumsum(lengths, axis=1, out=offs[:, 1:])
+    offs[1:] += np.cumsum(offs[:-1, -1])[:, None]
+    return rng.integers(0, u, offs[-1, -1]).astype(np.int64), offs
+
+
+def test_pool_forward_and_backward_with_the_wide_sum_match_a_slow_reference() -> None:
+    rng = np.random.default_rng(0)
+    n_slots, n, u, dim, col0 = 3, 7, 5, 4, 2
+    idx, offs = _ragged(rng, n_slots, n, u)
+    mean = np.array([False, True, False])
+    rows = rng.normal(size=(u, 1 + dim)).astype(np.float32)
+    out = np.full((n, col0 + n_slots * dim + 1), 9.0, np.float32)
+    wide = rng.normal(size=n).astype(np.float32)
+    want_out, want_wide = out.copy(), wide.copy()
+    for s in range(n_slots):
+        for i in range(n):
+            ids = idx[offs[s, i] : offs[s, i + 1]]
+            pooled = rows[ids, 1:].sum(axis=0)
+            if mean[s] and len(ids) > 1:
+                pooled /= len(ids)
+            want_out[i, col0 + s * dim : col0 + (s + 1) * dim] = pooled
+            want_wide[i] += rows[ids, 0].sum()
+    pool_forward(rows, idx, offs, 1, dim, mean, out, col0, wide, True)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(wide, want_wide, rtol=1e-5, atol=1e-6)
+
+    dout = rng.normal(size=out.shape).astype(np.float32)
+    dwide = rng.normal(size=n).astype(np.float32)
+    grad = np.zeros_like(rows)
+    want = np.zeros_like(rows)
+    for s in range(n_slots):
+        for i in range(n):
+            ids = idx[offs[s, i] : offs[s, i + 1]]
+            scale = 1.0 / len(ids) if mean[s] and len(ids) > 1 else 1.0
+            for j in ids:
+                want[j, 1:] += dout[i, col0 + s * dim : col0 + (s + 1) * dim] * scale
+                want[j, 0] += dwide[i]
+    pool_backward(dout, idx, offs, 1, dim, mean, grad, col0, dwide, True)
+    np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-5)
+    # without the wide part the wide column is neither read into wide nor written
+    grad2 = np.zeros_like(rows)
+    pool_backward(dout, idx, offs, 1, dim, mean, grad2, col0, np.zeros(0, np.float32), False)
+    assert not grad2[:, 0].any()
+    np.testing.assert_allclose(grad2[:, 1:], want[:, 1:], rtol=1e-5, atol=1e-5)
+
+
+def test_relu_grad_bias_masks_and_sums_columns() -> None:
+    rng = np.random.default_rng(1)
+    dx = rng.normal(size=(33, 17)).astype(np.float32)
+    act = np.maximum(rng.normal(size=dx.shape), 0).astype(np.float32)
+    want = np.where(act > 0, dx, 0)
+    db = np.full(17, 5.0, np.float32)
+    relu_grad_bias(dx, act, db)
+    np.testing.assert_array_equal(dx, want)
+    np.testing.assert_allclose(db, want.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_with_reused_buffers_computes_what_fresh_outputs_do() -> None:
+    mlp = MLP("m", [6, 8, 5, 2])
+    params = ParamSet(mlp.specs())
+    rng = np.random.default_rng(2)
+    mlp.init(params, rng)
+    params.values[...] += rng.normal(0, 0.1, params.values.shape).astype(np.float32)
+    x = rng.normal(size=(11, 6)).astype(np.float32)
+    dy = rng.normal(size=(11, 2)).astype(np.float32)
+    fresh = mlp.forward(params, x).copy()
+    dx_fresh = mlp.backward(params, dy).copy()
+    g_fresh = params.grads.copy()
+    params.grads[...] = 7.0  # backward writes every gradient: stale values must not survive
+    for _ in range(2):  # the second step reuses the first one's buffers
+        y = mlp.forward(params, x, reuse=True)
+        np.testing.assert_allclose(y, fresh, rtol=1e-6)
+        np.testing.assert_allclose(mlp.backward(params, dy), dx_fresh, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(params.grads, g_fresh, rtol=1e-5, atol=1e-6)
+    assert mlp.forward(params, x, reuse=True) is y  # the same buffer, no allocation
+    assert mlp.forward(params, x) is not y
+
+
+def test_wide_deep_training_and_inference_paths_agree() -> None:
+    """A model whose worker reuses buffers gives the logits and gradients of a fresh model, and
+    its returned logits survive the next step."""
+    fresh, reused = build_model(small_config("wide_deep")), build_model(small_config("wide_deep"))
+    reused.reuse_buffers = True
+    rng = np.random.default_rng(3)
+    batches = [random_batch(9, seed=s) for s in (4, 5)]
+    for b in batches:
+        f = fresh.features(b)
+        rows = {t: rng.normal(0, 0.5, (ti.keys.shape[0], fresh.row_width[t])).astype(np.float32)
+                for t, ti in f.tables.items()}
+        z1, z2 = fresh.forward(f, rows), reused.forward(f, rows)
+        np.testing.assert_allclose(z2, z1, rtol=1e-5, atol=1e-6)
+        d = (z1 - f.labels).astype(np.float32)
+        g1, g2 = fresh.backward(d), reused.backward(d)
+        for t in g1:
+            np.testing.assert_allclose(g2[t], g1[t], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(reused.params.grads, fresh.params.grads, rtol=1e-5, atol=1e-6)
+        kept = z2.copy()
+        reused.forward(f, rows)
+        np.testing.assert_array_equal(z2, kept)
