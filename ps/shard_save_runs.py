@@ -150,6 +150,7 @@ class ShardSaveRuns:
                dense: dict[str, tuple[DenseTable, dict[str, Any]]], dense_meta: dict[str, dict[str, Any]]) -> None:
         """The save thread: write what the consistent point holds, then tell the loop."""
         save_dir, mode, cursor = run.target.local, run.mode, run.cursor
+        saved = sorted(points)  # the tables of the consistent point (an id-rows table may be made since)
         try:
             try:
                 save_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +162,7 @@ class ShardSaveRuns:
             for name, (table, snap) in dense.items():
                 table.write_snapshot(save_dir / "dense" / name, snap)
             entry = write_save_manifest(save_dir, {"shard": self._index, "mode": mode, "cursor": cursor,
-                                                   "sparse": sorted(self._tables.sparse), "dense": dense_meta})
+                                                   "sparse": saved, "dense": dense_meta})
             run.target.upload()
             if managed is None and cursor == "checkpoint" and self._checkpoint_root is not None \
                     and run.target.remote is None:
