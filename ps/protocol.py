@@ -115,38 +115,49 @@ class Message:
     incarnation: int = 0  # the replying shard's (0 in requests)
 
 
+_DESCS = tuple(struct.Struct("<BB" + "Q" * k) for k in range(MAX_NDIM + 1))  # code, ndim, dims
+_SHAPES = tuple(struct.Struct("<" + "Q" * k) for k in range(MAX_NDIM + 1))
+# Flags as plain ints on the hot path: IntFlag's | & ~ run as Python code and cost microseconds each.
+_AUTH_BIT = int(Flag.AUTH)
+_dump_meta = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode(msg: Message, *, auth: bool = False) -> list[Any]:
     """Frames of ``msg`` (without the auth frame, which the caller appends when ``auth``);
     arrays are passed as memoryviews."""
-    if len(msg.arrays) > MAX_ARRAYS:
-        raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, got {len(msg.arrays)}")
+    arrays = msg.arrays
+    if len(arrays) > MAX_ARRAYS:
+        raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, got {len(arrays)}")
     name = msg.table.encode()
-    meta = json.dumps(msg.meta, separators=(",", ":")).encode() if msg.meta else b""
-    flags = (msg.flags | Flag.AUTH) if auth else (msg.flags & ~Flag.AUTH)
-    parts = [HEADER.pack(MAGIC, VERSION, int(msg.op), int(flags), msg.status, len(msg.arrays), len(name),
-                         len(meta), msg.request_id, msg.incarnation), name]
+    meta = _dump_meta(msg.meta).encode() if msg.meta else b""
+    flags = int(msg.flags) | _AUTH_BIT if auth else int(msg.flags) & ~_AUTH_BIT
+    parts: list[Any] = [b"", name]  # the fixed header goes first, packed once the sizes are known
     frames: list[Any] = []
     inline: list[bytes] = []
-    for arr in msg.arrays:
+    for arr in arrays:
         code = _CODES.get(arr.dtype)
         if code is None:
             raise InvalidInput(f"dtype {arr.dtype} cannot be sent; use one of {sorted(str(d) for d in _CODES)}")
-        if arr.ndim > MAX_NDIM:
-            raise InvalidInput(f"arrays have at most {MAX_NDIM} dims, got {arr.ndim}")
-        data = np.ascontiguousarray(arr)
-        if data.nbytes <= INLINE_MAX_BYTES:
+        shape = arr.shape
+        if len(shape) > MAX_NDIM:
+            raise InvalidInput(f"arrays have at most {MAX_NDIM} dims, got {len(shape)}")
+        if arr.nbytes <= INLINE_MAX_BYTES:
             code |= _INLINE
-            inline.append(data.tobytes())
+            inline.append(arr.tobytes())  # C order whatever the strides
         else:
-            frames.append(memoryview(data).cast("B"))
-        parts.append(struct.pack("<BB", code, arr.ndim))
-        parts.extend(_DIM.pack(d) for d in arr.shape)
+            frames.append(memoryview(np.ascontiguousarray(arr)).cast("B"))
+        parts.append(_DESCS[len(shape)].pack(code, len(shape), *shape))
+    parts[0] = HEADER.pack(MAGIC, VERSION, msg.op, flags, msg.status, len(arrays), len(name), len(meta),
+                           msg.request_id, msg.incarnation)
     parts.append(meta)
-    parts.extend(inline)
+    parts += inline
     return [b"".join(parts), *frames]
 
 
-def _frame_bytes(frame: Any) -> memoryview:
+def _frame_bytes(frame: Any) -> Any:
+    """A buffer of ``frame`` (bytes as they are, a ``zmq.Frame``'s memoryview, no copy)."""
+    if type(frame) is bytes:
+        return frame
     return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
 
 
@@ -159,74 +170,80 @@ def decode(frames: list[Any]) -> Message:
     if not frames:
         raise InvalidInput("empty message")
     head = _frame_bytes(frames[0])
-    if len(head) < HEADER.size:
-        raise InvalidInput(f"truncated header: {len(head)} bytes, need at least {HEADER.size}")
+    size = len(head)
+    if size < HEADER.size:
+        raise InvalidInput(f"truncated header: {size} bytes, need at least {HEADER.size}")
     magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id, incarnation = \
         HEADER.unpack_from(head, 0)
     if magic != MAGIC:
         raise InvalidInput(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION:
         raise InvalidInput(f"protocol version {version} is not supported; this peer speaks version {VERSION}")
-    if op not in _OPS or (op == Op.UNKNOWN and status != STATUS_ERROR):
+    op_member = _OPS.get(op)
+    if op_member is None or (op == 0 and status != STATUS_ERROR):
         raise InvalidInput(f"unknown op {op}")
-    op = _OPS[op]
     if n_arrays > MAX_ARRAYS:
         raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, header says {n_arrays}")
-    pos = HEADER.size
-    if len(head) < pos + name_len:
+    pos = HEADER.size + name_len
+    if size < pos:
         raise InvalidInput("truncated header: table name cut off")
     try:
-        table = bytes(head[pos : pos + name_len]).decode()
+        table = str(head[HEADER.size : pos], "utf-8") if name_len else ""
     except UnicodeDecodeError:
         raise InvalidInput("table name is not valid UTF-8") from None
-    pos += name_len
     layout = []
+    n_frames = 0
     for i in range(n_arrays):
-        if len(head) < pos + 2:
+        if size < pos + 2:
             raise InvalidInput(f"truncated header: array {i} descriptor cut off")
         code, ndim = head[pos], head[pos + 1]
-        pos += 2
         dtype = _DTYPES.get(code & ~_INLINE)
         if dtype is None:
             raise InvalidInput(f"array {i}: unknown dtype code {code & ~_INLINE}")
-        if ndim > MAX_NDIM or len(head) < pos + 8 * ndim:
+        if ndim > MAX_NDIM or size < pos + 2 + 8 * ndim:
             raise InvalidInput(f"array {i}: bad or truncated shape (ndim {ndim})")
-        shape = tuple(_DIM.unpack_from(head, pos + 8 * k)[0] for k in range(ndim))
-        pos += 8 * ndim
-        layout.append((dtype, shape, math.prod(shape) * dtype.itemsize, bool(code & _INLINE)))
-    n_frames = sum(not is_inline for *_, is_inline in layout)
-    n_auth = 1 if flags & Flag.AUTH else 0
+        shape = _SHAPES[ndim].unpack_from(head, pos + 2)
+        pos += 2 + 8 * ndim
+        is_inline = code & _INLINE
+        n_frames += not is_inline
+        layout.append((dtype, shape, is_inline))
+    n_auth = 1 if flags & _AUTH_BIT else 0
     if len(frames) != 1 + n_frames + n_auth:
         raise InvalidInput(
             f"header announces {n_frames} array frames{' and auth' if n_auth else ''} but the message has "
             f"{len(frames) - 1} frames after it"
         )
     meta_end = pos + meta_len
+    if meta_end > size:
+        raise InvalidInput(f"truncated header: {size} bytes, its fields and meta make {meta_end}")
     inline_at, frame_at = meta_end, 1
     arrays = []
-    for i, (dtype, shape, nbytes, is_inline) in enumerate(layout):
+    for i, (dtype, shape, is_inline) in enumerate(layout):
+        count = math.prod(shape)
+        nbytes = count * dtype.itemsize
         if is_inline:
-            buf = head[inline_at : inline_at + nbytes]
+            buf, offset = head, inline_at
+            got = min(nbytes, size - inline_at)
             inline_at += nbytes
         else:
-            buf = _frame_bytes(frames[frame_at])
+            buf, offset = _frame_bytes(frames[frame_at]), 0
+            got = len(buf) if type(buf) is bytes else buf.nbytes
             frame_at += 1
-        if len(buf) != nbytes:
-            raise InvalidInput(f"array {i}: shape {shape} of {dtype} needs {nbytes} bytes, got {len(buf)}")
-        arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape))
-    if inline_at != len(head):
-        raise InvalidInput(f"header is {len(head)} bytes, its fields, meta and inline arrays make {inline_at}")
-    meta_raw = bytes(head[pos:meta_end])
+        if got != nbytes:
+            raise InvalidInput(f"array {i}: shape {shape} of {dtype} needs {nbytes} bytes, got {got}")
+        arr = np.frombuffer(buf, dtype, count, offset)
+        arrays.append(arr if len(shape) == 1 else arr.reshape(shape))
+    if inline_at != size:
+        raise InvalidInput(f"header is {size} bytes, its fields, meta and inline arrays make {inline_at}")
     meta: dict[str, Any] = {}
-    if meta_raw:
+    if meta_len:
         try:
-            meta = json.loads(meta_raw)
+            meta = json.loads(bytes(head[pos:meta_end]))
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise InvalidInput("meta frame is not valid JSON") from None
         if not isinstance(meta, dict):
             raise InvalidInput("meta frame must be a JSON object")
-    return Message(op=op, request_id=request_id, table=table, arrays=arrays, meta=meta,
-                   flags=_FLAGS[flags & _FLAG_BITS], status=status, incarnation=incarnation)
+    return Message(op_member, request_id, table, arrays, meta, _FLAGS[flags & _FLAG_BITS], status, incarnation)
 
 
 def check_keys(keys: Any) -> np.ndarray:

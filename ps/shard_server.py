@@ -53,6 +53,20 @@ from tables.sparse_table import SparseTable
 log = logging.getLogger(__name__)
 
 Handler = Callable[[bytes, Message], "Message | None"]  # (client identity, request) -> reply, or None: deferred
+_OP_NAMES = {op: op.name.lower() for op in Op}  # the requests counter's keys (Enum.name is a slow property)
+_AUTH_BIT = int(Flag.AUTH)  # IntFlag's & runs as Python code
+
+
+def _recv_request(sock: zmq.Socket) -> tuple[bytes, list[zmq.Frame]]:
+    """The client identity the ROUTER put first (copied: a small key) and the request's frames
+    (uncopied: a push's gradients are read in place)."""
+    ident = sock.recv()
+    frame = sock.recv(copy=False)
+    body = [frame]
+    while frame.more:
+        frame = sock.recv(copy=False)
+        body.append(frame)
+    return ident, body
 
 
 class ShardServer:
@@ -144,23 +158,22 @@ class ShardServer:
 
         self.saves.notify_written = notify_written
         outbox = self._outbox = Outbox(sock, self.incarnation)
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(done_rx, zmq.POLLIN)
-        poller.register(monitor, zmq.POLLIN)
+        # zmq_poll on a fixed list (zmq.Poller rebuilds a list per call): it answers in this
+        # order, so a written save and a closed connection are seen before the next request
+        poll_items = [(done_rx, zmq.POLLIN), (monitor, zmq.POLLIN), (sock, zmq.POLLIN)]
         log.info("shard %d serving %s on %s", self.index, sorted(self.sparse), self.endpoint)
         try:
             running = True
             while running:
-                ready = dict(poller.poll())
-                if done_rx in ready:
-                    done_rx.recv()
-                    self.saves.written(outbox)
-                if monitor in ready:
-                    recv_monitor_message(monitor)
-                    self.connections_closed += 1
-                if sock in ready:
-                    running = self._handle(outbox, sock.recv_multipart(copy=False))
+                for ready, _ in zmq.zmq_poll(poll_items):
+                    if ready is sock:
+                        running = self._handle(outbox, *_recv_request(sock))
+                    elif ready is done_rx:
+                        done_rx.recv()
+                        self.saves.written(outbox)
+                    else:
+                        recv_monitor_message(monitor)
+                        self.connections_closed += 1
         finally:
             self.saves.join()
             sock.disable_monitor()
@@ -168,15 +181,14 @@ class ShardServer:
                 s.close(linger=1000)
             ctx.term()
 
-    def _handle(self, outbox: Outbox, frames: list[Any]) -> bool:
-        """Answer one request; False once it was STOP."""
-        ident, body = frames[0].bytes, frames[1:]
-        op, flags, rid = protocol.peek(body)
+    def _handle(self, outbox: Outbox, ident: bytes, body: list[Any]) -> bool:
+        """Answer one request from client ``ident``; False once it was STOP."""
         try:
             if self._verifier is not None:
-                self._verifier.verify(body, has_tag=bool(flags & Flag.AUTH), identity=ident)
+                _, flags, _ = protocol.peek(body)
+                self._verifier.verify(body, has_tag=bool(int(flags) & _AUTH_BIT), identity=ident)
             msg = protocol.decode(body)
-            self.requests[msg.op.name.lower()] += 1
+            self.requests[_OP_NAMES[msg.op]] += 1
             if self._replay.applied(ident, msg):
                 outbox.reply(ident, Message(msg.op, msg.request_id, msg.table, meta={"replayed": True}))
                 return True
@@ -190,8 +202,10 @@ class ShardServer:
             return msg.op != Op.STOP
         except StreamrecError as err:
             self._count_error(err)
+            op, _, rid = protocol.peek(body)
             outbox.error(ident, op, rid, err)
         except Exception as exc:  # a bug must not take the shard down; it is logged and counted
+            op, _, rid = protocol.peek(body)
             log.exception("shard %d: internal error on op %d", self.index, op)
             err = StreamrecError(f"internal error in shard {self.index}: {type(exc).__name__}: {exc}")
             self._count_error(err)

@@ -39,7 +39,7 @@ from ps.protocol import Flag, Message, Op
 from ps.ps_config import ClientConfig
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     shard: int
     msg: Message
@@ -62,7 +62,7 @@ class Transport:
         self._identity = b"c" + os.urandom(8)
         self._ctx = zmq.Context()
         self._socks = [self._connect(i) for i in range(len(self.endpoints))]
-        self._poller = self._make_poller()
+        self._poll_items = self._make_poll_items()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}  # insertion order is send order: resends keep it
         self._done: dict[int, Message] = {}
@@ -76,21 +76,23 @@ class Transport:
     def request(self, shard: int, op: Op, table: str = "", arrays: Sequence[np.ndarray] = (),
                 meta: dict[str, Any] | None = None, flags: Flag = Flag.NONE, timeout_s: float | None = None) -> int:
         """Send one request to ``shard``; returns its request id for :meth:`collect`."""
-        msg = Message(op, next(self._ids), table, list(arrays), meta or {}, flags)
+        rid = next(self._ids)
+        msg = Message(op, rid, table, list(arrays), meta or {}, flags)
         timeout = timeout_s or self.config.timeout_s
-        self._pending[msg.request_id] = _Pending(shard, msg, time.monotonic() + timeout, timeout)
+        self._pending[rid] = _Pending(shard, msg, time.monotonic() + timeout, timeout)
         self._transmit(shard, msg)
-        return msg.request_id
+        return rid
 
     def collect(self, request_ids: Sequence[int], *, report_restart: bool = True) -> list[Message]:
         """Replies for ``request_ids`` in order; raises the first error reply as its error class.
         ``report_restart``: raise a shard restart seen since the last report, once every reply arrived."""
+        pending, done = self._pending, self._done
         try:
-            lost = [rid for rid in request_ids if rid not in self._pending and rid not in self._done]
+            lost = [rid for rid in request_ids if rid not in pending and rid not in done]
             if lost:  # e.g. a ticket waited for again after its wait raised
                 raise Unavailable(f"requests {lost} were abandoned when an earlier wait on them failed; "
                                   "start them again", detail={"request_ids": lost})
-            self._receive(set(request_ids))
+            self._receive(request_ids)
             if report_restart and self._restarted is not None:
                 restarted, self._restarted = self._restarted, None
                 raise restarted
@@ -99,9 +101,9 @@ class Transport:
                 self._pending.pop(rid, None)
                 self._done.pop(rid, None)
             raise
-        replies = [self._done.pop(rid) for rid in request_ids]
+        replies = [done.pop(rid) for rid in request_ids]
         for rid, reply in zip(request_ids, replies, strict=True):
-            if reply.status != protocol.STATUS_OK:
+            if reply.status:  # not STATUS_OK
                 err = error_from_code(reply.meta.get("code", "internal_error"), reply.meta.get("message", "?"),
                                       reply.meta.get("detail"))
                 err.detail.setdefault("request_id", rid)
@@ -134,11 +136,9 @@ class Transport:
         sock.connect(self.endpoints[shard])
         return sock
 
-    def _make_poller(self) -> zmq.Poller:
-        poller = zmq.Poller()
-        for sock in self._socks:
-            poller.register(sock, zmq.POLLIN)
-        return poller
+    def _make_poll_items(self) -> list[tuple[zmq.Socket, int]]:
+        # zmq_poll on a ready list: zmq.Poller.poll rebuilds it (and a dict) on every call
+        return [(sock, zmq.POLLIN) for sock in self._socks]
 
     def _transmit(self, shard: int, msg: Message) -> None:
         frames = protocol.encode(msg, auth=self._secret is not None)
@@ -146,7 +146,10 @@ class Transport:
             frames.append(sign(self._secret, frames, identity=self._identity))
         # no connection to the shard right now: the request times out and is resent
         with contextlib.suppress(zmq.Again):
-            self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=len(frames) == 1)
+            if len(frames) == 1:  # a small request: one copied frame, no multipart loop
+                self._socks[shard].send(frames[0], zmq.NOBLOCK)
+            else:
+                self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
 
     def _retry_or_fail(self, shard: int) -> None:
         """A request to ``shard`` timed out: rebuild its socket and resend, or give up."""
@@ -154,7 +157,7 @@ class Transport:
         # a fresh socket drops requests queued for a dead peer, so none is delivered after we gave up
         self._socks[shard].close(linger=0)
         self._socks[shard] = self._connect(shard)
-        self._poller = self._make_poller()
+        self._poll_items = self._make_poll_items()
         attempts = max(p.attempts for p in stuck)
         if attempts > self.config.retries:
             for p in stuck:
@@ -171,19 +174,20 @@ class Transport:
             p.deadline = now + p.timeout_s
             self._transmit(shard, p.msg)
 
-    def _receive(self, wanted: set[int]) -> None:
+    def _receive(self, wanted: Sequence[int]) -> None:
         """Receive until every request id in ``wanted`` has a reply in ``self._done``."""
-        while not wanted.issubset(self._done):
+        done, pending = self._done, self._pending
+        missing = [rid for rid in wanted if rid not in done]
+        while missing:
             now = time.monotonic()
-            waiting = [self._pending[rid] for rid in wanted - self._done.keys()]
-            late = [p.shard for p in waiting if p.deadline <= now]
-            if late:
-                self._retry_or_fail(late[0])
+            first = min(pending[rid].deadline for rid in missing)
+            if first <= now:
+                self._retry_or_fail(next(pending[rid].shard for rid in missing if pending[rid].deadline <= now))
                 continue
-            timeout_ms = max(1, int((min(p.deadline for p in waiting) - now) * 1000) + 1)
-            for sock, _ in self._poller.poll(timeout_ms):
+            for sock, _ in zmq.zmq_poll(self._poll_items, int((first - now) * 1000) + 1):
                 # one message per readiness: cheaper than draining until zmq.Again is raised
-                self._accept(sock.recv_multipart(copy=False))
+                self._accept(_recv_frames(sock))
+            missing = [rid for rid in missing if rid not in done]
 
     def _accept(self, frames: list[Any]) -> None:
         try:
@@ -193,8 +197,9 @@ class Transport:
         pending = self._pending.pop(msg.request_id, None)
         if pending is None:  # replies to requests already answered (duplicates after a retry) are dropped
             return
-        self._note_incarnation(pending.shard, msg.incarnation)
-        detail = msg.meta.get("detail") if msg.status != protocol.STATUS_OK else None
+        if msg.incarnation != self.incarnations.get(pending.shard):
+            self._note_incarnation(pending.shard, msg.incarnation)
+        detail = msg.meta.get("detail") if msg.status else None  # an error reply's
         if isinstance(detail, dict) and detail.get("resign") and not pending.resigned:
             pending.resigned = True
             pending.msg.flags |= Flag.RETRY
@@ -214,3 +219,14 @@ class Transport:
                 f"shard {shard} at {self.endpoints[shard]} restarted (incarnation {known:x} -> {incarnation:x}): "
                 "its tables came back from its last save; regroup from the last committed pass",
                 detail={"shard": shard, "endpoint": self.endpoints[shard], "old": known, "new": incarnation})
+
+
+def _recv_frames(sock: zmq.Socket) -> list[zmq.Frame]:
+    """One whole message, frames uncopied (a pull's rows are read in place); reading ``more``
+    off each frame spares recv_multipart's getsockopt per frame."""
+    frame = sock.recv(copy=False)
+    frames = [frame]
+    while frame.more:
+        frame = sock.recv(copy=False)
+        frames.append(frame)
+    return frames
