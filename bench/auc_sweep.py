@@ -4,9 +4,18 @@ Each setting overrides the wide&deep job of bench/train.py (dim 9, MLP 400-400-4
 512, dense Adam 1e-3, 1 shard, 2 workers); the baseline is the same job with the defaults
 (trainer/job_config.py), run first in the same process. Settings are JSON objects with any of
 ``slr``/``wlr`` (sparse/wide learning rate), ``sopt``/``wopt`` (more optimizer keys, e.g.
-``{"initial_accumulator": 1e-5}``), ``init`` (init_scale), ``model`` (e.g. ``"lr"``).
+``{"initial_accumulator": 1e-5}``), ``init`` (init_scale), ``model`` (e.g. ``"lr"``),
+``admission`` (the tables' admission policy, e.g. ``{"policy": "count", "min_count": 2}``: an
+id gets a row from its second occurrence on), ``label`` (shown instead of the setting).
 
-Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}, {"slr": 0.02, "wlr": 0.02}]' [--json]``.
+``--study``: what the peers do that streamrec does not, one change at a time against the
+defaults (``STUDY``): TensorFlow's/Keras' embedding initialisation scale (0.05) and a smaller
+one, Keras' Adagrad accumulator start (0.1) and a small one, one learning rate for the wide
+weight and the embedding (TorchRec's rowwise Adagrad shares the row), and admission of ids
+seen once (count admission, min 2). Per-slot learning rates are not in the model config.
+
+Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}, {"slr": 0.02, "wlr": 0.02}]' [--json]`` or
+``python bench/auc_sweep.py --study --train-rows 300000``.
 """
 
 from __future__ import annotations
@@ -21,7 +30,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.auc_ceiling import make_planted
 from models.model_config import ModelConfig
+from tables.table_config import TableConfig
 from trainer.file_job import FileJob, criteo_model, run_file_job
+
+STUDY = [
+    {"label": "init uniform 0.05 (Keras/TF)", "init": 0.05},
+    {"label": "init uniform 0.001", "init": 0.001},
+    {"label": "Adagrad accumulator starts at 0.1 (Keras)", "sopt": {"initial_accumulator": 0.1},
+     "wopt": {"initial_accumulator": 0.1}},
+    {"label": "Adagrad accumulator starts at 1e-4", "sopt": {"initial_accumulator": 1e-4},
+     "wopt": {"initial_accumulator": 1e-4}},
+    {"label": "one lr for wide and embedding (0.05)", "wlr": 0.05},
+    {"label": "one lr for wide and embedding (0.02)", "slr": 0.02, "wlr": 0.02},
+    {"label": "ids seen once get no row (count admission, min 2)", "admission": {"policy": "count", "min_count": 2}},
+]
 
 
 def model_for(setting: dict) -> ModelConfig:
@@ -39,24 +61,35 @@ def model_for(setting: dict) -> ModelConfig:
     return ModelConfig.model_validate({**base.model_dump(), **update})
 
 
+def tables_for(setting: dict, model: ModelConfig) -> tuple[TableConfig, ...] | None:
+    """The shards' tables when the setting changes them (admission), else None (the model's)."""
+    if "admission" not in setting:
+        return None
+    return tuple(TableConfig.model_validate({**t.model_dump(), "admission": setting["admission"]})
+                 for t in model.table_configs())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("settings", help="JSON list of settings (the defaults run first as the baseline)")
+    ap.add_argument("settings", nargs="?", default="[]",
+                    help="JSON list of settings (the defaults run first as the baseline)")
+    ap.add_argument("--study", action="store_true", help="run the STUDY settings (after any given)")
     ap.add_argument("--train-rows", type=int, default=1_000_000)
     ap.add_argument("--test-rows", type=int, default=200_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    settings = [{}, *json.loads(args.settings)]
+    settings = [{}, *json.loads(args.settings), *(STUDY if args.study else [])]
     runs = []
     with tempfile.TemporaryDirectory(prefix="streamrec-auc-sweep-") as tmp:
         data = make_planted(Path(tmp), args.train_rows, args.test_rows, seed=0)
         for setting in settings:
-            job = FileJob(train=(str(data.train),), test=str(data.test), model=model_for(setting), batch_size=512,
-                          servers=1, workers=args.workers)
+            model = model_for(setting)
+            job = FileJob(train=(str(data.train),), test=str(data.test), model=model, batch_size=512,
+                          servers=1, workers=args.workers, tables=tables_for(setting, model))
             with open("/dev/null", "w") as quiet:
                 r = run_file_job(job, log=quiet)
-            runs.append({"setting": setting or "defaults", "test_auc": round(r["test_auc"], 4),
+            runs.append({"setting": setting.get("label", setting) or "defaults", "test_auc": round(r["test_auc"], 4),
                          "test_logloss": round(r["test_logloss"], 4), "samples_per_s": r["samples_per_s"]})
     base = runs[0]["test_auc"]
     for r in runs:

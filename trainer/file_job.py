@@ -23,6 +23,7 @@ from core.errors import ConfigError, StreamrecError, Unavailable
 from models.model_config import ModelConfig
 from ps.ps_config import PSConfig
 from streaming.stream_config import SchemaConfig
+from tables.table_config import TableConfig
 from trainer.job_config import DenseUpdate
 from trainer.prefetch import PrefetchKind
 from trainer.process_stats import peak_rss_mb
@@ -43,6 +44,7 @@ class FileJob:
     dense_sync_steps: int = 64  # async: local merges each worker's dense model every k steps, ps pulls it
     prefetch: PrefetchKind = "thread"  # where the next batches are parsed and pulled (trainer.prefetch)
     schema: SchemaConfig | None = None  # the record schema (None: Criteo TSV); files of any format it fits
+    tables: tuple[TableConfig, ...] | None = None  # the shards' tables (None: the model's), e.g. another admission
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
@@ -62,7 +64,8 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
         root = Path(work_dir or tmp)
         root.mkdir(parents=True, exist_ok=True)
         ps_yaml = root / "ps.yaml"
-        ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=job.model.table_configs()).model_dump(mode="json")))
+        tables = job.model.table_configs() if job.tables is None else job.tables
+        ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=tables).model_dump(mode="json")))
         results = root / "results"
         results.mkdir(exist_ok=True)
         spec_path = root / "job.json"
