@@ -2,7 +2,8 @@
 
 A ring row of capacity ``N`` is ``N`` + ``N`` + 1 words: ``[count, ids[N], times[N]]``.
 ``count`` is how many entries were ever appended; entry ``j`` (0-based, oldest first) sits at
-``j % N``, so the newest ``min(count, N)`` entries are kept. Times are float64 seconds stored
+``j % N``, so the newest ``min(count, N)`` entries are kept; an entry already kept is not
+appended twice. Times are float64 seconds stored
 as their bits. A put row is whatever the caller encoded: the table does not read it.
 """
 
@@ -26,16 +27,27 @@ def ring_capacity(words: int) -> int:
 @njit(**JIT)
 def ring_append(words: np.ndarray, rows: np.ndarray, ids: np.ndarray, time_bits: np.ndarray) -> None:
     """Append ``(ids[i], time_bits[i])`` to ring row ``rows[i]`` of ``words`` (uint64 (n, W)), in
-    input order (a key's events must arrive oldest first); rows < 0 are skipped."""
+    input order (a key's events must arrive oldest first); rows < 0 are skipped. An entry the
+    ring already holds (same id and time) is not appended again: events trained twice (a
+    rollback, a restarted worker re-reading its partition) leave the history as it was."""
     cap = np.uint64((words.shape[1] - 1) // 2)
+    n_cap = np.int64(cap)
     for i in range(rows.shape[0]):
         r = rows[i]
         if r < 0:
             continue
         c = words[r, 0]
+        held = np.int64(min(c, cap))
+        seen = False
+        for k in range(held):
+            if words[r, 1 + k] == ids[i] and words[r, 1 + n_cap + k] == time_bits[i]:
+                seen = True
+                break
+        if seen:
+            continue
         pos = np.int64(c % cap)
         words[r, 1 + pos] = ids[i]
-        words[r, 1 + np.int64(cap) + pos] = time_bits[i]
+        words[r, 1 + n_cap + pos] = time_bits[i]
         words[r, 0] = c + np.uint64(1)
 
 

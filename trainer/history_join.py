@@ -36,6 +36,16 @@ from tables.id_rows_kernels import ring_unroll
 from tables.id_rows_table import time_bits
 
 
+@njit(inline="always", **JIT)
+def _in_batch(order: np.ndarray, a: int, p: int, positive: np.ndarray, items: np.ndarray, times: np.ndarray,
+              item: np.uint64, t: np.float64) -> bool:
+    for q in range(a, p):
+        e = order[q]
+        if positive[e] and items[e] == item and times[e] == t:
+            return True
+    return False
+
+
 @njit(**JIT)
 def point_in_time(user: np.ndarray, times: np.ndarray, positive: np.ndarray, items: np.ndarray,
                   order: np.ndarray, stored_ids: np.ndarray, stored_times: np.ndarray, stored_len: np.ndarray,
@@ -45,7 +55,8 @@ def point_in_time(user: np.ndarray, times: np.ndarray, positive: np.ndarray, ite
     ``user[i]``: record i's row in the ``stored_*`` arrays (newest first), -1 for none;
     ``order``: the records sorted by (user, time), stable. A record gets its user's positives
     strictly earlier in time, the batch's and the stored ones merged newest first (on equal
-    times the batch's first), at most ``cap``."""
+    times the batch's first; a stored entry the batch holds too, a replayed event, once), at
+    most ``cap``."""
     n = user.shape[0]
     counts = np.zeros(n, np.int64)
     buf = np.zeros((n, cap), np.uint64)
@@ -71,8 +82,11 @@ def point_in_time(user: np.ndarray, times: np.ndarray, positive: np.ndarray, ite
                         buf[r, m] = items[order[q]]
                         q -= 1
                     elif k < stored_len[u]:
-                        buf[r, m] = stored_ids[u, k]
+                        sid, st = stored_ids[u, k], stored_times[u, k]
                         k += 1
+                        if _in_batch(order, a, p, positive, items, times, sid, st):
+                            continue  # a replayed event: the batch holds it already
+                        buf[r, m] = sid
                     else:
                         break
                     m += 1

@@ -11,10 +11,12 @@ from tables.id_rows_table import IdRowsTable, id_rows_config, time_bits
 
 
 def _reference(keys, ids, times, cap):
-    """key -> list of (id, time), newest first, at most cap."""
+    """key -> list of (id, time), newest first, at most cap; an entry among the kept ones is not added again."""
     hist: dict[int, list[tuple[int, float]]] = {}
     for k, i, t in zip(keys.tolist(), ids.tolist(), times.tolist(), strict=True):
-        hist.setdefault(k, []).append((i, t))
+        kept = hist.setdefault(k, [])
+        if (i, t) not in kept[-cap:]:
+            kept.append((i, t))
     return {k: list(reversed(v))[:cap] for k, v in hist.items()}
 
 
@@ -42,6 +44,9 @@ def test_ring_append_matches_reference(cap):
         ids = rng.integers(0, 2**64, n, dtype=np.uint64)
         times = t0 + np.arange(n) * 0.25
         t0 += n
+        if n > 20 and rng.random() < 0.5:  # some events again (a replay): kept ones are not appended twice
+            again = rng.integers(0, n, 10)
+            keys, ids, times = np.r_[keys, keys[again]], np.r_[ids, ids[again]], np.r_[times, times[again]]
         table.append(keys, ids, time_bits(times))
         all_keys.append(keys), all_ids.append(ids), all_times.append(times)
     ref = _reference(np.concatenate(all_keys), np.concatenate(all_ids), np.concatenate(all_times), cap)

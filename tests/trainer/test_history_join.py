@@ -94,3 +94,17 @@ def test_own_embeddings_rekey_the_history_ids() -> None:
     values, offsets = join.join(batch).slots["history"]
     assert offsets.tolist() == [0, 0, 1] and values.tolist() == [(schema.history_slot_id() << 56) | 5]
     assert schema.history_slot_id() == 2  # the lowest slot id the record slots leave free
+
+
+def test_a_replayed_batch_sees_no_label_of_its_own_and_leaves_the_history_as_it_was() -> None:
+    client = TableClient()
+    join = HistoryJoin(_schema(), client)  # type: ignore[arg-type]
+    users = np.array([7, 7, 7], np.uint64)
+    batch = Batch(labels=np.ones(3, np.float32), dense=np.zeros((3, 0), np.float32), slots={},
+                  event_time=np.array([1.0, 2.0, 3.0]), user_id=users, item_id=np.array([11, 12, 13], np.uint64))
+    first = join.join(batch).slots["history"]
+    stored = client.table.read(users[:1])[0].copy()  # type: ignore[union-attr]
+    again = join.join(batch).slots["history"]  # trained again after a rollback: the PS already holds it
+    for (v1, o1), (v2, o2) in ((first, again),):
+        assert o1.tolist() == o2.tolist() == [0, 0, 1, 3] and v1.tolist() == v2.tolist() == [11, 12, 11]
+    np.testing.assert_array_equal(client.table.read(users[:1])[0], stored)  # type: ignore[union-attr]
