@@ -7,8 +7,15 @@ vectors, served with the --index Faiss index. Load comes from separate processes
 with --concurrency connections, latencies (p99) with --latency-concurrency connections.
 Then a delta of --delta rows (and as many item vectors) is published while single lookups
 run: its apply time and the p99 during it.
-Run: ``python bench/serve.py [--items 1000000] [--rows 10000000] [--json]`` (with --json the
-table goes to stderr and stdout holds one JSON object).
+With ``--live-rate N`` the service also reads through to two live shard processes (and runs
+the live item path, service.live_items; the bundle then carries a schema and item ids of its
+item slot) and the p99 runs are repeated while a pusher changes N rows a second on the shards
+(9 in 10 user rows, 1 in 10 item rows, some of them new items), against this service and
+against a second one on the same bundle without the live path (the pass-bundle path), taking
+turns (--rounds each, medians): the ratio is what the live path costs serving while updates
+flow (the pushes load the machine for both).
+Run: ``python bench/serve.py [--items 1000000] [--rows 10000000] [--live-rate 20000] [--json]``
+(with --json the table goes to stderr and stdout holds one JSON object).
 """
 
 from __future__ import annotations
@@ -47,17 +54,18 @@ def free_port() -> int:
 class Exporter:
     """The trainer's side: real tables saved as export bundles (exports.bundle format)."""
 
-    def __init__(self, root: Path, rows: int, dim: int, shards: int) -> None:
+    def __init__(self, root: Path, rows: int, dim: int, shards: int, schema: dict[str, Any] | None = None) -> None:
         from models import build_model
         from models.model_config import ModelConfig
         from tables.sparse_table import SparseTable
 
-        self.root, self.shards, self.rows = root, shards, rows
+        self.root, self.shards, self.rows, self.schema = root, shards, rows, schema
         self.model = ModelConfig.model_validate({
             "type": "two_tower", "n_dense": 0, "mlp": [64], "tower_dim": dim, "embedding_dim": dim,
             "slots": [{"name": "user", "tower": "user"}, {"name": "item", "tower": "item"}]})
         (cfg,) = self.model.table_configs()
         cfg = cfg.model_copy(update={"initial_capacity": max(1024, rows // shards + rows // 8)})
+        self.config = cfg
         self.tables = [SparseTable(cfg) for _ in range(shards)]
         self.dense = build_model(self.model).params.as_dict()
         self.version = 0
@@ -80,15 +88,25 @@ class Exporter:
         publish(self.root, version=self.version, kind=kind, parent_version=None if kind == "base" else self.version - 1,
                 pass_id=self.version, num_shards=self.shards, tables=[self.tables[0].name],
                 model=self.model.model_dump(mode="json"), dense=self.dense, items=items, items_full=items_full,
-                newest_record_time=time.time())
+                newest_record_time=time.time(), schema=self.schema)
 
 
-def build_base(ex: Exporter, n_items: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+# the live runs' schema: users keep slot 0 (ids 1..rows), items get slot 2 (what the live path follows)
+LIVE_SCHEMA = {"format": "json", "label": "label", "user_id": "user", "item_id": "item",
+               "slots": [{"name": "user", "kind": "sparse", "hash": "int", "slot_id": 0},
+                         {"name": "item", "kind": "sparse", "hash": "int", "slot_id": 2}]}
+ITEM_SLOT = np.uint64(2 << 56)
+
+
+def build_base(ex: Exporter, n_items: int, dim: int, rng: np.random.Generator, *, item_slot: bool = False
+               ) -> np.ndarray:
     chunk = 1 << 20
     for a in range(0, ex.rows, chunk):
         keys = np.arange(a + 1, min(a + chunk, ex.rows) + 1, dtype=np.uint64)
         ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
     item_ids = np.unique(rng.integers(0, np.iinfo(np.uint64).max, n_items, dtype=np.uint64, endpoint=True))
+    if item_slot:  # ids of the schema's item slot
+        item_ids = np.unique((item_ids & np.uint64((1 << 56) - 1)) | ITEM_SLOT)
     vectors = rng.standard_normal((item_ids.shape[0], dim), dtype=np.float32)
     ex.export("base", (item_ids, vectors), items_full=True)
     return item_ids
@@ -162,6 +180,66 @@ def bare_server(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, workers=1)
 
 
+# ------------------------------------------------------------------------ the live shards
+def start_shards(work: Path, config: Any, n: int) -> tuple[list[subprocess.Popen], list[str]]:
+    """``n`` shard processes serving the bundle's table (empty: the pusher fills them)."""
+    from ps.client import PSClient
+    from ps.ps_config import ClientConfig
+
+    ps_yaml = work / "ps.yaml"
+    ps_yaml.write_text(json.dumps({"tables": [config.model_dump(mode="json")]}))
+    ports = [free_port() for _ in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(ps_yaml), "--index",
+                               str(i), "--port", str(p)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for i, p in enumerate(ports)]
+    endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
+    with PSClient(endpoints, config=ClientConfig(timeout_s=60, retries=0)) as client:
+        client.admin.stats()  # waits until every shard answers
+    return procs, endpoints
+
+
+class Pusher:
+    """Changes ``rate`` rows a second on the shards from a thread: 9 in 10 user rows, 1 in 10 item
+    rows (a tenth of those new items), every 50 ms."""
+
+    def __init__(self, endpoints: list[str], table: str, width: int, rate: float, rows: int,
+                 item_ids: np.ndarray) -> None:
+        import threading
+
+        self.endpoints, self.table, self.width, self.rate = endpoints, table, width, rate
+        self.rows, self.item_ids = rows, item_ids
+        self.pushed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Pusher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        from ps.client import PSClient
+
+        rng = np.random.default_rng(5)
+        n = max(10, int(self.rate * 0.05))
+        n_items = n // 10
+        with PSClient(self.endpoints) as client:
+            start = time.monotonic()
+            k = 0
+            while not self._stop.is_set():
+                new = (rng.integers(0, 1 << 56, n_items // 10, dtype=np.uint64) | ITEM_SLOT)
+                keys = np.concatenate([rng.integers(1, self.rows + 1, n - n_items).astype(np.uint64),
+                                       rng.choice(self.item_ids, n_items - new.shape[0]), new])
+                grads = rng.standard_normal((keys.shape[0], self.width), dtype=np.float32) * 0.01
+                client.wait(client.push(self.table, keys, grads))
+                self.pushed += keys.shape[0]
+                k += 1
+                self._stop.wait(max(0.0, start + k * 0.05 - time.monotonic()))
+
+
 # --------------------------------------------------------------------------------- main
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -179,6 +257,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating bare/lookup rate rounds (median kept)")
     ap.add_argument("--latency-concurrency", type=int, default=4, help="connections for the p99 runs")
     ap.add_argument("--workdir", help="where the bundles go (default: a temp dir, removed)")
+    ap.add_argument("--live-rate", type=float, default=0.0,
+                    help="rows/s changed on live shards the service reads through to (0: no live path)")
+    ap.add_argument("--live-interval", type=float, default=0.1, help="the live item refresh's read interval (s)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--bare-server", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -203,17 +284,32 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     rng = np.random.default_rng(0)
     loadavg_start = os.getloadavg()[0]  # the machine is shared: say how busy it was
     t0 = time.perf_counter()
-    ex = Exporter(exports, args.rows, args.dim, args.shards)
-    item_ids = build_base(ex, args.items, args.dim, rng)
+    live = args.live_rate > 0
+    ex = Exporter(exports, args.rows, args.dim, args.shards, schema=LIVE_SCHEMA if live else None)
+    item_ids = build_base(ex, args.items, args.dim, rng, item_slot=live)
     log(f"base bundle: {args.rows} rows, {item_ids.shape[0]} items in {time.perf_counter() - t0:.1f}s")
     cfg = work / "service.yaml"
-    cfg.write_text(json.dumps({"exports_dir": str(exports), "poll_seconds": 0.1,
-                               "index": {"kind": args.index, "nlist": args.nlist, "nprobe": args.nprobe}}))
+    service_cfg: dict[str, Any] = {"exports_dir": str(exports), "poll_seconds": 0.1,
+                                   "index": {"kind": args.index, "nlist": args.nlist, "nprobe": args.nprobe}}
+    endpoints: list[str] = []
+    base_port = free_port()
+    if live:
+        shard_procs, endpoints = start_shards(work, ex.config, 2)
+        procs.extend(shard_procs)
+        base_cfg = work / "service-pass-bundle.yaml"
+        base_cfg.write_text(json.dumps(service_cfg))
+        procs.append(start([sys.executable, "-m", "deploy.cli", "serve", "--config", str(base_cfg), "--port",
+                            str(base_port), "--log-level", "warning"], base_port, "/readyz", 3600,
+                           env={**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN}))
+        wait_settled(base_port)
+        service_cfg["read_through"] = {"endpoints": endpoints, "items_interval_s": args.live_interval}
+    cfg.write_text(json.dumps(service_cfg))
     port, bare_port = free_port(), free_port()
     t0 = time.perf_counter()
-    procs.append(start([sys.executable, "-m", "deploy.cli", "serve", "--config", str(cfg), "--port", str(port),
-                        "--log-level", "warning"], port, "/readyz", 3600,
-                       env={**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN}))
+    service_proc = start([sys.executable, "-m", "deploy.cli", "serve", "--config", str(cfg), "--port", str(port),
+                          "--log-level", "warning"], port, "/readyz", 3600,
+                         env={**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN})
+    procs.append(service_proc)
     log(f"service ready in {time.perf_counter() - t0:.1f}s")
     wait_settled(port)  # the first bundle also loads into the standby side, after /readyz
     log(f"both store sides loaded after {time.perf_counter() - t0:.1f}s")
@@ -242,8 +338,27 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
         res[name] = load(p, reqs, lc, d)
         log(f"{name}: p99 {res[name]['p99_ms']:.2f} ms")
 
+    live_res: dict[str, Any] = {}
+    if live:  # the same p99 runs while the pusher changes rows on the shards
+        with Pusher(endpoints, ex.config.name, ex.config.width, args.live_rate, args.rows, item_ids) as pusher:
+            time.sleep(2.0)
+            t_live = time.monotonic()
+            p99s: dict[str, list[float]] = {}
+            for _ in range(args.rounds):  # taking turns, medians kept: the machine is shared
+                for name, reqs in (("lookup_lat", single), ("similar", similar), ("recommend", rec)):
+                    for key, p in ((name, port), ("base_" + name, base_port)):
+                        p99s.setdefault(key, []).append(load(p, reqs, lc, d)["p99_ms"])
+                    log(f"{name} while live updates flow: p99 {p99s[name][-1]:.2f} ms live path, "
+                        f"{p99s['base_' + name][-1]:.2f} ms pass-bundle path")
+            live_res |= {k: {"p99_ms": float(np.median(v))} for k, v in p99s.items()}
+            pushed_rate = pusher.pushed / (time.monotonic() - t_live + 2.0)
+        status = httpx.get(f"http://127.0.0.1:{port}/admin/status", headers={"Authorization": f"Bearer {TOKEN}"},
+                           timeout=10).json()["live"]
+        live_res["status"] = status
+        live_res["pushed_rate"] = pushed_rate
+        log(f"live path: {status}")
     log_server_side(port)
-    rss_gib = rss_of(procs[0].pid) / 2**30
+    rss_gib = rss_of(service_proc.pid) / 2**30
     # a delta of --delta changed rows (and as many item vectors) published while single lookups run
     keys = rng.choice(args.rows, args.delta, replace=False).astype(np.uint64) + np.uint64(1)
     ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
@@ -278,6 +393,15 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
              "bare_p99_ms": round(res["bare_lat"]["p99_ms"], 3), "lookup_p50_ms": round(res["lookup_lat"]["p50_ms"], 3),
              "delta_visible_s": round(t_vis - t_pub, 3), "service_rss_gib": round(rss_gib, 2),
              "during_apply_requests": int(during.size)}
+    if live:
+        st = live_res["status"]
+        for k in ("lookup_lat", "similar", "recommend"):
+            out[f"live_{k}_p99_ms"] = round(live_res[k]["p99_ms"], 3)
+            out[f"pushes_{k}_p99_ms"] = round(live_res["base_" + k]["p99_ms"], 3)
+        extra |= {"live_rate": args.live_rate, "live_pushed_rate": round(live_res["pushed_rate"], 1),
+                  "live_items_refreshed": st["items_refreshed"], "live_items_added": st["items_added"],
+                  "live_item_freshness_p50_s": st["item_freshness_p50_s"],
+                  "live_item_freshness_p95_s": st["item_freshness_p95_s"]}
     print_table(out, extra, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))
@@ -338,6 +462,15 @@ def print_table(out: dict[str, Any], extra: dict[str, Any], stream: Any) -> None
           f"{extra['latency_concurrency']}; {extra['duration_s']:.0f}s per scenario; 1-min load average "
           f"{extra['loadavg_start']:.1f} at start, {extra['loadavg_end']:.1f} at end ({os.cpu_count()} cores); "
           f"service RSS {extra['service_rss_gib']:.2f} GiB (two copies of the tables)", file=stream)
+    if "live_lookup_lat_p99_ms" in out:
+        for label, k in (("lookup p99", "lookup_lat"), ("similar p99", "similar"), ("recommend p99", "recommend")):
+            live_ms, base_ms = out[f"live_{k}_p99_ms"], out[f"pushes_{k}_p99_ms"]
+            rows.append((f"{label}, pushes flowing", f"{live_ms:.2f} ms", f"pass-bundle path {base_ms:.2f} ms",
+                         f"{live_ms / base_ms:.2f}x the pass-bundle path (target ~1x)"))
+        rows.append(("live path", f"{extra['live_pushed_rate']:.0f} rows/s",
+                     f"{extra['live_items_refreshed']} items refreshed",
+                     f"item freshness p50 {extra['live_item_freshness_p50_s']} s, "
+                     f"p95 {extra['live_item_freshness_p95_s']} s (push -> index)"))
     for r in rows:
         print(f"  {r[0]:<32} {r[1]:>14}   {r[2]:<26} {r[3]}", file=stream)
 
