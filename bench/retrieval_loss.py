@@ -14,8 +14,9 @@ next event is a liked rating of the item (the ceiling); popularity by liked trai
 Each variant trains the two_tower model in-process (``trainer.worker.Worker`` over a
 ``LocalStore``: the very step the streaming trainer runs), one pass in time order, batch
 256, same seed. Variants: pointwise (the click loss, raw dot product: what two_tower did
-before #11), softmax over in-batch negatives with and without the logQ correction, with
-sampled negatives, and both losses.
+before #11), softmax over in-batch negatives with and without the logQ correction, on the
+dot product (temperature 0.05 unless named) or on L2-normalised towers (cosine), with 64
+sampled negatives, both losses, and the config's default.
 
 Run: ``python bench/retrieval_loss.py [--events 200000] [--json]``.
 """
@@ -47,14 +48,14 @@ USER_BASE, ITEM_BASE, CATEGORY_BASE = 1, 1 << 40, 2 << 40
 
 VARIANTS: dict[str, dict] = {
     "pointwise (before #11)": {"loss": "pointwise", "normalize": False},
-    "softmax in-batch": {"loss": "softmax", "logq": False},
-    "softmax + logQ": {"loss": "softmax", "logq": True},
-    "softmax + logQ + 64 sampled": {"loss": "softmax", "logq": True, "negatives": 64},
-    "both + logQ": {"loss": "both", "logq": True},
-    "both (click loss x 0.3) + logQ": {"loss": "both", "logq": True, "pointwise_weight": 0.3},
-    "both (click loss x 3) + logQ": {"loss": "both", "logq": True, "pointwise_weight": 3.0},
-    "softmax + logQ, T 0.1": {"loss": "softmax", "logq": True, "temperature": 0.1},
-    "softmax + logQ, T 0.2": {"loss": "softmax", "logq": True, "temperature": 0.2},
+    "softmax, dot": {"loss": "softmax", "logq": False, "normalize": False},
+    "softmax + logQ, dot": {"loss": "softmax", "logq": True, "normalize": False},
+    "softmax + logQ, dot, T 0.1": {"loss": "softmax", "logq": True, "normalize": False, "temperature": 0.1},
+    "softmax + logQ, dot, 64 sampled": {"loss": "softmax", "logq": True, "normalize": False, "negatives": 64},
+    "softmax + logQ, cosine, T 0.05": {"loss": "softmax", "logq": True, "normalize": True, "temperature": 0.05},
+    "softmax + logQ, cosine, T 0.2": {"loss": "softmax", "logq": True, "normalize": True, "temperature": 0.2},
+    "both + logQ, dot": {"loss": "both", "logq": True, "normalize": False},
+    "both (click x 0.3) + logQ, dot": {"loss": "both", "logq": True, "normalize": False, "pointwise_weight": 0.3},
     "default": {},
 }
 
@@ -167,7 +168,7 @@ def main() -> int:
     ap.add_argument("--users", type=int, default=2000)
     ap.add_argument("--items", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--variants", help="comma-separated names (default: all)")
+    ap.add_argument("--variants", help="names separated by semicolons (default: all)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     stream = planted_stream(args.events, args.users, args.items, seed=args.seed)
@@ -175,7 +176,7 @@ def main() -> int:
     popularity = np.bincount(stream.items[: stream.split][train_liked], minlength=args.items).astype(np.float64)
     rows = [{"name": "oracle (true scores)", "recall@10": recall_at_k(stream, lambda us: stream.truth[us])},
             {"name": "popularity", "recall@10": recall_at_k(stream, lambda us: np.tile(popularity, (len(us), 1)))}]
-    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    names = args.variants.split(";") if args.variants else list(VARIANTS)
     for name in names:
         model, store, secs = train(stream, model_config(VARIANTS[name], seed=args.seed))
         rows.append({"name": name, "retrieval": model.config.retrieval.model_dump(mode="json"),

@@ -49,18 +49,19 @@ class RetrievalConfig(FrozenModel):
     always serves /v1/predict; with ``loss: softmax`` only its bias learns from the clicks, the
     towers from the softmax; ``both`` adds ``pointwise_weight`` x the click loss to the towers.
 
-    Defaults from bench/retrieval_loss.py (planted interaction stream, 200k events): softmax +
-    logQ, normalised, temperature 0.05 had recall@10 6.3x the click loss's and 2.5x popularity's
-    (0.55 of the oracle); temperature 0.1/0.2, 64 sampled negatives and ``both`` did not do
-    better by more than the noise, and ``both`` lowered the click AUC. On a click stream whose
-    items are drawn independently of the user (the built-in generator's), the softmax has no
-    choice to learn and the click AUC stays near 0.5: use ``loss: pointwise`` there.
+    Defaults from bench/retrieval_loss.py (planted interaction stream, 200k events, seed 0):
+    softmax + logQ on the dot product, temperature 0.05, had recall@10 6.3x the click loss's and
+    2.5x popularity's (0.55 of the oracle); without logQ 3.3x; temperature 0.1 and 64 sampled
+    negatives were no better; L2-normalised towers lost (0.79-0.87x of it); ``both`` was within
+    the noise and lowered the click AUC. On a click stream whose items are drawn independently
+    of the user (the built-in generator's), the softmax has no choice to learn and the click
+    AUC stays near 0.5: use ``loss: pointwise`` there.
     """
 
     loss: RetrievalLossKind = RetrievalLossKind.SOFTMAX
     pointwise_weight: float = Field(1.0, ge=0.0)
     temperature: float = Field(0.05, gt=0.0, le=100.0)
-    normalize: bool = True  # L2-normalised tower outputs (cosine scores, also in the served vectors)
+    normalize: bool = False  # L2-normalised tower outputs (cosine scores, also in the served vectors)
     logq: bool = True  # subtract log(expected count) of each candidate (Yi et al. 2019)
     negatives: int = Field(0, ge=0, le=65536)  # items sampled per step from the catalogue, besides in-batch
     catalogue_size: int = Field(1 << 16, ge=1)  # items kept to sample from (power of two)
