@@ -5,6 +5,7 @@
   features.py      Batch -> per-table unique keys (deduplicated across slots) and indices
   base.py          Model: features -> forward -> backward, checked against numerical gradients
   lr.py, wide_deep.py, deepfm.py, two_tower.py (embedding.py: the slots' pooled embeddings)
+  retrieval_loss.py, item_frequency.py, negative_pool.py  two_tower's softmax, its logQ estimate, its negatives
 """
 
 from __future__ import annotations
