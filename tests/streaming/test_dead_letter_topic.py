@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
@@ -127,3 +129,32 @@ def test_huge_message_is_dead_lettered_truncated_and_ingestion_goes_on(
     headers = dict(letter.headers)
     assert headers["reason"] == b"oversized" and int(headers["truncated_from"]) == len(huge)
     assert huge.startswith(letter.value) and len(letter.value) == 512 * 1024
+
+
+def test_a_batch_polled_in_pieces_is_the_parse_of_its_records_and_names_each_reject(
+    broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig], read_topic: Callable[..., list[Any]]
+) -> None:
+    # batch_size 2048: polled in pieces of 512 records, each parsed while the next is polled
+    config = kafka_config(partitions=1, batch_size=2048, batch_timeout_ms=1000)
+    good = criteo_lines(PlantedModel(seed=5).sample(2000))
+    bad = b"7\t" + good[0].split(b"\t", 1)[1]  # a bad label
+    stream = [*good[:300], bad, *good[300:900], bad, *good[900:1700], bad, *good[1700:]]
+    bootstrap = [broker.bootstrap]
+    with RecordProducer(config, client_options(config, bootstrap)) as producer:
+        producer.send_all(stream)
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as consumer:
+        batches = _consume_all(consumer, len(good), 3)
+        assert consumer.reject_counts == {"bad_label": 3}
+        whole, _ = consumer.parser.parse(good)
+    assert sum(map(len, batches)) == len(good)
+    assert batches[0].positions[0][0] == 0 and batches[-1].positions[0][1] == len(stream) - 1
+    labels = np.concatenate([b.labels for b in batches])
+    np.testing.assert_array_equal(labels, whole.labels)
+    np.testing.assert_array_equal(np.concatenate([b.dense for b in batches]), whole.dense)
+    for name, (values, offsets) in whole.slots.items():
+        np.testing.assert_array_equal(np.concatenate([b.slots[name][0] for b in batches]), values)
+        lengths = np.concatenate([np.diff(b.slots[name][1]) for b in batches])
+        np.testing.assert_array_equal(lengths, np.diff(offsets))
+    sources = sorted(int(dict(r.headers)["source"].decode().rsplit("/", 1)[1]) for r in read_topic(
+        config.dead_letter_topic, 3))
+    assert sources == [300, 901, 1702]  # each reject named by its own offset
