@@ -44,7 +44,8 @@ class IndexSettings(FrozenModel):
 
 
 class ReadThroughSettings(FrozenModel):
-    """Optional read-through to live PS shards for embedding lookups (fresher than bundles)."""
+    """Optional live path to the PS shards: read-through for embedding lookups and the item vectors
+    of changed and new items refreshed in the index between bundles (service.live_items)."""
 
     endpoints: list[str] = Field(min_length=1)  # the shards, in shard order (tcp://host:port)
     timeout_s: float = Field(0.05, gt=0.0)  # past this a lookup serves the bundle's rows
