@@ -60,7 +60,8 @@ class ShardIdRows:
         table = self.tables.sparse.get(name)
         if table is None:
             _check_name(name)
-            table = self.tables.sparse[name] = IdRowsTable(id_rows_config(name, words, ttl_passes=ttl_passes))
+            table = IdRowsTable(id_rows_config(name, words, ttl_passes=ttl_passes))
+            self.tables.add_sparse(table)  # its share of the shard's byte budget too
         _check_kind(table, words)
         return table  # type: ignore[return-value]
 
@@ -95,4 +96,4 @@ def adopt_saved(tables: ShardTables, plan: list[tuple[Path, dict[str, Any]]]) ->
                 dim = int(read_json(mpath)["layout"]["dim"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise CorruptData(f"{mpath}: no layout dim ({exc!r})", detail={"file": str(mpath)}) from None
-            tables.sparse[name] = IdRowsTable(id_rows_config(name, dim // 2))
+            tables.add_sparse(IdRowsTable(id_rows_config(name, dim // 2)))

@@ -31,10 +31,17 @@ class ShardTables:
     def __init__(self, configs: Sequence[TableConfig], *, index: int, max_bytes: int | None = None) -> None:
         self.index = index
         self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t) for t in configs}
+        self.max_bytes = max_bytes
         share_shard_budget(list(self.sparse.values()), max_bytes)  # the PS config's shard.max_bytes
         self.dense: dict[str, DenseTable] = {}
         self.dense_meta: dict[str, dict[str, Any]] = {}  # name -> {size, optimizer}: what a save records
         self.sync = SyncSteps()
+
+    def add_sparse(self, table: SparseTable) -> None:
+        """A table made after start (an id-rows table, by its first write, ps.shard_id_rows): the
+        shard's ``max_bytes`` is shared again over all of them."""
+        self.sparse[table.name] = table
+        share_shard_budget(list(self.sparse.values()), self.max_bytes)
 
     def table(self, name: str) -> SparseTable:
         table = self.sparse.get(name)

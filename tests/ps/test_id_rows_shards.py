@@ -1,5 +1,6 @@
 """Id-rows tables on real shard processes: routed writes keep each key's order, a killed
-shard restores them from its saves (tables it only knew from writes), a retried write applies once."""
+shard restores them from its saves (tables it only knew from writes); a table made by a write
+gets its share of the shard's byte budget."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import pytest
 
 from core.errors import Conflict, ShardRestarted
 from ps.admin import SaveMode
+from ps.protocol import Message, Op
 from ps.routing import shard_of
+from ps.shard_id_rows import ShardIdRows
+from ps.shard_tables import ShardTables
 from tables.id_rows_kernels import ring_unroll, ring_words
 from tables.id_rows_table import time_bits
+from tables.table_config import TableConfig
 
 from .ps_harness import shard_processes
 
@@ -68,3 +73,13 @@ def test_history_and_catalogue_rows_survive_a_killed_shard(tmp_path: Path) -> No
         with pytest.raises(Conflict):  # one layout per table
             c.wait(c.read_id_rows("ids.items", items, words=4))
 
+
+
+def test_an_id_rows_table_made_by_a_write_gets_its_share_of_the_shard_budget() -> None:
+    tables = ShardTables([TableConfig(name="emb", dim=4)], index=0, max_bytes=1 << 24)
+    alone = tables.sparse["emb"].stats()["max_bytes"]
+    keys = np.arange(3, dtype=np.uint64)
+    msg = Message(Op.ID_ROWS_WRITE, 1, "ids.items", [keys, np.ones((3, 3), np.uint64)], {"mode": "put", "words": 3})
+    ShardIdRows(tables).write(msg)
+    shares = [t.stats()["max_bytes"] for t in tables.sparse.values()]
+    assert None not in shares and shares[0] < alone and sum(shares) <= 1 << 24
