@@ -12,13 +12,19 @@ missing values), CSV lines (a header row, empty fields for missing values) and P
 in-memory file, snappy, read in record batches through pyarrow without threads, then parsed
 column by column: the time includes Parquet decoding). ``--parse-only`` skips the broker.
 
-Targets: ingest >= 0.6 x raw and >= 100k records/s; parse alone >= 300k records/s per format.
+Beside each rate the process's CPU time per record (every thread: kafka-python's network
+thread, our parse worker) is printed: on a loaded shared machine the wall-clock ratio moves
+with the load, the CPU per record much less.
+
+Targets: ingest >= 0.9 x raw (issue #16) and >= 100k records/s; parse alone >= 300k records/s
+per format.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,6 +33,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import io  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
@@ -43,6 +50,14 @@ from streaming.stream_config import KafkaConfig, SchemaConfig  # noqa: E402
 from streaming.topics import ensure_topics  # noqa: E402
 
 BATCH = 8192
+RATIO_TARGET = 0.9
+
+
+def timed(fn: Callable[[int], float], n: int) -> tuple[float, float]:
+    """(records/s, CPU us per record of the whole process) of ``fn(n)``, which returns records/s."""
+    cpu = time.process_time()
+    rate = fn(n)
+    return rate, (time.process_time() - cpu) * 1e6 / n
 
 
 def make_lines(n: int, seed: int) -> list[bytes]:
@@ -199,18 +214,23 @@ def main(argv: list[str] | None = None) -> int:
         with RecordProducer(config, options) as producer:
             producer.send_all(lines)
         raw, ours = [], []
-        for _ in range(args.repeats):
-            raw.append(raw_consume(config, bootstrap, args.records))
-            ours.append(ingest(config, bootstrap, args.records))
+        for _ in range(args.repeats):  # interleaved: a noisy moment hits both alike
+            raw.append(timed(lambda n: raw_consume(config, bootstrap, n), args.records))
+            ours.append(timed(lambda n: ingest(config, bootstrap, n), args.records))
+    best_raw, best_ours = max(raw), max(ours)
     result = {
         "records": args.records,
         "avg_message_bytes": round(avg_bytes, 1),
-        "raw_consume_per_s": round(max(raw)),
-        "ingest_per_s": round(max(ours)),
-        "ingest_vs_raw": round(max(ours) / max(raw), 3),
+        "raw_consume_per_s": round(best_raw[0]),
+        "ingest_per_s": round(best_ours[0]),
+        "ingest_vs_raw": round(best_ours[0] / best_raw[0], 3),
+        "raw_cpu_us_per_record": round(min(c for _, c in raw), 2),
+        "ingest_cpu_us_per_record": round(min(c for _, c in ours), 2),
+        "runs_per_s": {"raw": [round(r) for r, _ in raw], "ingest": [round(r) for r, _ in ours]},
+        "load_average": round(os.getloadavg()[0], 2),
     } | {k: round(v) for k, v in formats.items()}
     result["targets_met"] = bool(
-        result["ingest_vs_raw"] >= 0.6 and result["ingest_per_s"] >= 100_000
+        result["ingest_vs_raw"] >= RATIO_TARGET and result["ingest_per_s"] >= 100_000
         and all(v >= 300_000 for v in formats.values())
     )
     print(json.dumps(result) if args.json else _format_table(result, args))
@@ -222,13 +242,18 @@ def _format_table(result: dict, args: argparse.Namespace) -> str:
             f"bytes), best of {args.repeats}" + ("" if args.parse_only else ", embedded tansu broker"),
             f"{'measurement':<44}{'records/s':>12}{'target':>16}"]
     if not args.parse_only:
-        rows += [f"{'raw kafka-python consume (baseline)':<44}{result['raw_consume_per_s']:>12,}{'':>16}",
-                 f"{'streamrec consume + parse + batch':<44}{result['ingest_per_s']:>12,}{'>= 100,000':>16}",
-                 f"{'ratio ingest / raw':<44}{result['ingest_vs_raw']:>12.2f}{'>= 0.60':>16}"]
+        rows += [f"{'raw kafka-python consume (baseline)':<44}{result['raw_consume_per_s']:>12,}{'':>16}"
+                 f"   CPU {result['raw_cpu_us_per_record']:.2f} us/record",
+                 f"{'streamrec consume + parse + batch':<44}{result['ingest_per_s']:>12,}{'>= 100,000':>16}"
+                 f"   CPU {result['ingest_cpu_us_per_record']:.2f} us/record",
+                 f"{'ratio ingest / raw':<44}{result['ingest_vs_raw']:>12.2f}{f'>= {RATIO_TARGET:.2f}':>16}"
+                 f"   CPU raw/ingest {result['raw_cpu_us_per_record'] / result['ingest_cpu_us_per_record']:.2f}",
+                 f"{'runs (records/s)':<44}raw {result['runs_per_s']['raw']}, ingest {result['runs_per_s']['ingest']}"]
     for key, what in (("parse_per_s", "Criteo TSV"), ("parse_json_per_s", "JSON lines"),
                       ("parse_csv_per_s", "CSV lines"), ("parse_parquet_per_s", "Parquet (decode + parse)")):
         rows.append(f"{'parse alone, 1 core: ' + what:<44}{result[key]:>12,}{'>= 300,000':>16}")
-    rows.append(f"targets met: {'yes' if result['targets_met'] else 'NO'}")
+    machine = "" if args.parse_only else f"; machine: {os.cpu_count()} cores, load average {result['load_average']}"
+    rows.append(f"targets met: {'yes' if result['targets_met'] else 'NO'}{machine}")
     return "\n".join(rows)
 
 

@@ -146,7 +146,7 @@ def _scalar_end(buf: np.ndarray, p: int, e: int) -> int:
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the consumer parses one piece while kafka-python decodes the next
 def scan_json(  # one pass over the bytes; splitting it up would cost a call per token
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int,
     key_buf: np.ndarray, key_bounds: np.ndarray, role: np.ndarray, col: np.ndarray,
