@@ -355,12 +355,17 @@ def main() -> int:
            "test_logloss": round(result["test_logloss"], 4), "auc_gap_to_bayes": round(bayes - auc, 4),
            "rss_breakdown_mb": result.get("rss_mb"), "compute": compute,
            "commit": stall, "setup": setup(args, "dense_update")}
+    out["samples_per_cpu_s"] = round(result["train_rows"] / job_cpu, 1)
     for b in baselines.values():
         b["auc_gap_to_bayes"] = round(bayes - b["test_auc"], 4)
         b["compute_fraction"] = round(b["samples_per_s"] / cap, 3)
+        if b.get("train_cpu_s"):
+            b["samples_per_cpu_s"] = round(b["train_rows"] / b["train_cpu_s"], 1)
         b["ratio"] = {"samples_per_s": round(result["samples_per_s"] / b["samples_per_s"], 3),
                       "test_auc": round(auc / b["test_auc"], 4), "test_auc_diff": round(auc - b["test_auc"], 4),
                       "peak_rss": round(result["peak_rss_mb"] / b["peak_rss_mb"], 3)}
+        if b.get("samples_per_cpu_s"):
+            b["ratio"]["samples_per_cpu_s"] = round(out["samples_per_cpu_s"] / b["samples_per_cpu_s"], 3)
     if baselines:
         out["baselines"] = baselines
         out["targets"] = targets(out, baselines)
@@ -404,16 +409,22 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
     print(f"references from the hidden model: Bayes AUC {out['bayes_auc']:.4f}; seen-id ceiling "
           f"{out['seen_id_ceiling_auc']:.4f} (ids seen >= 10 times: {out['seen_id_ceiling_min10_auc']:.4f})")
     c = out["compute"]
-    print(f"{'system (this run)':<22}{'samples/s':>11}{'loop only':>11}{'ours x':>8}{'of limit':>10}{'test AUC':>10}"
-          f"{'ours -':>9}{'logloss':>9}{'peak RSS MB':>13}{'ours x':>8}")
+    print(f"{'system (this run)':<22}{'samples/s':>11}{'loop only':>11}{'ours x':>8}{'of limit':>10}{'per CPU s':>11}"
+          f"{'ours x':>8}{'test AUC':>10}{'ours -':>9}{'logloss':>9}{'peak RSS MB':>13}{'ours x':>8}")
     print(f"{'streamrec':<22}{out['samples_per_s']:>11,.0f}{'':>11}{'':>8}{c['fraction']:>10.1%}"
-          f"{out['test_auc']:>10.4f}{'':>9}{out['test_logloss']:>9.4f}{out['peak_rss_mb']:>13,.0f}")
+          f"{out['samples_per_cpu_s']:>11,.0f}{'':>8}{out['test_auc']:>10.4f}{'':>9}{out['test_logloss']:>9.4f}"
+          f"{out['peak_rss_mb']:>13,.0f}")
     for name, b in baselines.items():
         loop = f"{b['loop_samples_per_s']:,.0f}" if b.get("loop_samples_per_s") else ""
         r = b["ratio"]
+        per_cpu = f"{b['samples_per_cpu_s']:,.0f}" if b.get("samples_per_cpu_s") else ""
+        cpu_x = f"{r['samples_per_cpu_s']:.2f}" if r.get("samples_per_cpu_s") else ""
         print(f"{name:<22}{b['samples_per_s']:>11,.0f}{loop:>11}{r['samples_per_s']:>8.2f}"
-              f"{b['compute_fraction']:>10.1%}{b['test_auc']:>10.4f}{r['test_auc_diff']:>+9.4f}{b['test_logloss']:>9.4f}"
-              f"{b['peak_rss_mb']:>13,.0f}{r['peak_rss']:>8.2f}")
+              f"{b['compute_fraction']:>10.1%}{per_cpu:>11}{cpu_x:>8}{b['test_auc']:>10.4f}{r['test_auc_diff']:>+9.4f}"
+              f"{b['test_logloss']:>9.4f}{b['peak_rss_mb']:>13,.0f}{r['peak_rss']:>8.2f}")
+    print("per CPU s: training samples per CPU second of all the system's processes and threads (streamrec: its "
+          "workers' loops and its shard's whole life; the baselines' training loops) - on a loaded "
+          "machine a process with more threads takes more of the cores, so compare this column too")
     if not baselines:
         print("no baseline venv: the issue's figures, quoted and NOT re-run: " + json.dumps(QUOTED))
     for name, b in baselines.items():

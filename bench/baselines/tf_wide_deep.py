@@ -203,7 +203,7 @@ def in_process_cluster(workers: int) -> tf.distribute.cluster_resolver.ClusterRe
     return tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, rpc_layer="grpc")
 
 
-def train_ps(args: argparse.Namespace) -> tuple[Trainer, int, float]:
+def train_ps(args: argparse.Namespace) -> tuple[Trainer, int, float, float]:
     strategy = tf.distribute.ParameterServerStrategy(in_process_cluster(args.workers))
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
@@ -217,12 +217,17 @@ def train_ps(args: argparse.Namespace) -> tuple[Trainer, int, float]:
         return strategy.run(lambda x: trainer.train_step(*parse_lines(x)), args=(lines,))
 
     rows = 0
-    t = time.perf_counter()
+    t, cpu0 = time.perf_counter(), _cpu_s()
     for lines in tf.data.TextLineDataset(args.train).batch(args.batch_size).prefetch(4):
         coordinator.schedule(worker_step, args=(lines,))
         rows += int(lines.shape[0])
     coordinator.join()
-    return trainer, rows, time.perf_counter() - t
+    return trainer, rows, time.perf_counter() - t, _cpu_s() - cpu0
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def main() -> int:
@@ -245,17 +250,19 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     tf.random.set_seed(args.seed)
+    # cpu_s: every thread of this process (the in-process servers' too) during the training loop
     if args.strategy == "ps":
-        trainer, rows, seconds = train_ps(args)
+        trainer, rows, seconds, cpu_s = train_ps(args)
     else:
         trainer = Trainer(WideDeep(args), args)
-        t = time.perf_counter()
+        t, cpu0 = time.perf_counter(), _cpu_s()
         rows = train_local(trainer, args)
-        seconds = time.perf_counter() - t
+        seconds, cpu_s = time.perf_counter() - t, _cpu_s() - cpu0
     auc, logloss, test_rows = evaluate(trainer, args.test)
     out = {"framework": f"tensorflow {tf.__version__}", "strategy": args.strategy,
            "workers": args.workers if args.strategy == "ps" else 1, "train_rows": rows,
            "train_seconds": round(seconds, 3), "samples_per_s": round(rows / seconds, 1), "test_rows": test_rows,
+           "train_cpu_s": round(cpu_s, 2),
            "test_auc": auc, "test_logloss": logloss,
            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
            "sparse_optimizer": args.sparse_optimizer, "sparse_lr": args.sparse_lr,

@@ -188,7 +188,7 @@ def run_rank(args: argparse.Namespace) -> dict:
     rows, loop_s = 0, 0.0
     source = chunks(args.train, args.batch_size, args.rank, args.ranks, args.buckets)
     dist.barrier()
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     for _ in range(n_rounds):
         got = next(source, None)
         weight = 1.0 if got is not None else 0.0
@@ -201,7 +201,7 @@ def run_rank(args: argparse.Namespace) -> dict:
         dense_opt.zero_grad()
         loop_s += time.perf_counter() - t
         rows += int(labels.shape[0]) if got is not None else 0
-    seconds = time.perf_counter() - start
+    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu0
 
     dmp.eval()
     scores, ys = [], []
@@ -214,7 +214,7 @@ def run_rank(args: argparse.Namespace) -> dict:
             if got is not None:
                 scores.append(p.astype(np.float64))
                 ys.append(labels)
-    out = {"rank": args.rank, "rows": rows, "seconds": seconds, "loop_seconds": loop_s,
+    out = {"rank": args.rank, "rows": rows, "seconds": seconds, "loop_seconds": loop_s, "cpu_s": cpu_s,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "labels": np.concatenate(ys).tolist() if ys else [],
            "scores": np.concatenate(scores).tolist() if scores else [],
@@ -264,7 +264,8 @@ def launch(args: argparse.Namespace, argv: list[str]) -> dict:
     return {"framework": f"torchrec (torch {ranks[0]['torch']})", "strategy": f"dmp-{args.ranks}",
             "workers": args.ranks, "ranks": args.ranks, "train_rows": rows, "train_seconds": round(seconds, 3),
             "samples_per_s": round(rows / seconds, 1), "loop_seconds": round(loop, 3),
-            "loop_samples_per_s": round(rows / loop, 1), "test_rows": int(y.shape[0]), "test_auc": roc_auc(y, p),
+            "loop_samples_per_s": round(rows / loop, 1), "train_cpu_s": round(sum(r["cpu_s"] for r in ranks), 2),
+            "test_rows": int(y.shape[0]), "test_auc": roc_auc(y, p),
             "test_logloss": float(-(y * np.log(pc) + (1 - y) * np.log1p(-pc)).mean()),
             "peak_rss_mb": round(sum(r["peak_rss_mb"] for r in ranks)
                                  + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
