@@ -16,12 +16,14 @@ starts a new generation (its tables were loaded from a save: a rollback, a resta
 path stops, read-through included, until a bundle newer than the served one is served: the
 rolled-back model's own export.
 
-Limits: only item towers whose one slot is the item id (the default two-tower model): an item
-slot with other features (category, ...) needs the item catalogue, which the live path does
-not have yet; such models keep bundle-only item vectors (``status()`` says why) and the thread
-only watches the logs' generations (to stop read-through on a rollback). Items evicted on the
-shards stay in the index until the next bundle. Changes of
-rows shared by many items reach them with the next bundle. Freshness here runs from the push
+An item tower with more slots than the item id (category, tags) reads each item's ids in them
+from the job's item catalogue in the PS (``ids.items``, trainer.item_catalog), as the exporter
+does; an item whose catalogue row is not written yet (the trainer writes it after the step
+that pushed the item's row) is tried again on the next polls. A tower without the item id slot
+cannot tell a changed item from its rows: it keeps bundle-only item vectors (``status()`` says
+why) and the thread only watches the logs' generations (to stop read-through on a rollback).
+Limits: items evicted on the shards stay in the index until the next bundle; a change of a row
+shared by many items (a category's) reaches them with the next bundle. Freshness here runs from the push
 that changed an item's row (the shard's receipt of the update) to its vector in the index.
 """
 
@@ -36,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import StreamrecError
+from core.errors import NotFound, StreamrecError
 from models import build_model
 from models.features import build_features
 from ps.client import PSClient
@@ -45,14 +47,17 @@ from service.model_store import ModelStore, Side
 from service.read_through import ReadThrough
 from service.settings import ReadThroughSettings
 from streaming.batch import Batch
+from trainer.item_catalog import CATALOG_TABLE, ItemCatalog
 
 log = logging.getLogger("streamrec.service")
 
 FRESHNESS_SAMPLES = 4096  # recent items whose push -> index lag the quantiles cover
+MAX_CATALOGUE_TRIES = 50  # polls an item waits for its catalogue row (5 s at the default interval)
 
 
 class _Tower:
-    """The served bundle's item tower, for the item slot alone."""
+    """The served bundle's item tower; its item-slot features from the PS catalogue when it
+    reads more slots than the item id."""
 
     def __init__(self, side: Side) -> None:
         assert side.manifest is not None and side.model is not None
@@ -69,15 +74,37 @@ class _Tower:
             self.unsupported = "the model has no item tower"
         elif schema is None or schema.item_id is None:
             self.unsupported = "the bundle carries no schema naming the item field"
-        elif len(slots) != 1 or slots[0].name != schema.item_id:
-            self.unsupported = (f"the item tower reads slots {[s.name for s in slots]}: features beyond the item id "
-                                "need the item catalogue; item vectors come with bundles")
+        elif schema.item_id not in [s.name for s in slots]:
+            self.unsupported = (f"the item tower reads slots {[s.name for s in slots]}, not the item id "
+                                f"{schema.item_id!r}: a changed item cannot be told from its rows")
         else:
-            self.slot = slots[0].name
+            spec = next(s for s in slots if s.name == schema.item_id)
+            self.slot = spec.name
             self.slot_id = int(schema.slot_ids()[self.slot])
-            self.table = side.model.table_name(slots[0])
+            self.table = side.model.table_name(spec)
+        # more item slots than the id: each item's ids in them come from the job's catalogue in the PS
+        self.catalog = ItemCatalog(tuple(s.name for s in slots)) if len(slots) > 1 else None
 
-    def vectors(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def computed(self, client: PSClient, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids computed, their vectors, ids to try again: not in the catalogue yet). Rows come
+        from the live shards; an item whose id row is not there is left out."""
+        if self.catalog is None:
+            rows, found = client.wait(client.pull_existing(self.table, ids))
+            return ids[found], self._from_id_rows(ids[found], rows[found]), ids[:0]
+        try:
+            cat = client.wait(client.read_id_rows(CATALOG_TABLE, ids, words=self.catalog.words))
+        except NotFound:  # no item written to a shard yet: its catalogue table does not exist
+            return ids[:0], np.empty((0, 0), np.float32), ids
+        done = ids[cat.found]
+        if not done.size:
+            return done, np.empty((0, 0), np.float32), ids
+        # as the exporter computes them: catalogue features, every table's rows from the shards
+        f = build_features(self.model.config, self.catalog.batch_of(done, cat.rows[cat.found]), self.model.item_slots)
+        rows = {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
+        vectors = np.ascontiguousarray(self.model.item_vectors(f, rows), np.float32)
+        return done, vectors, ids[~cat.found]
+
+    def _from_id_rows(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         n = ids.shape[0]
         batch = Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
                       slots={self.slot: (ids, np.arange(n + 1, dtype=np.int64))}, item_id=ids)
@@ -106,7 +133,8 @@ class LiveItems:
         self._tower_changed = False  # a new bundle since the last poll
         self._cursors: list[tuple[int, int]] | None = None
         self._since_bundle: set[int] = set()  # items refreshed live since the served bundle
-        self._retry: dict[int, float] = {}  # items whose batch met a bundle swap: id -> push time
+        self._retry: dict[int, float] = {}  # items to do next poll (bundle swap, catalogue): id -> push time
+        self._tries: dict[int, int] = {}  # items not in the catalogue yet: polls tried
         self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
         self.paused_at: int | None = None  # the bundle version served when a shard's log restarted
         self.reached: float | None = None  # push time of the newest change applied
@@ -198,11 +226,22 @@ class LiveItems:
         return done
 
     def _refresh_batch(self, tower: _Tower, ids: np.ndarray, pushed: np.ndarray) -> int:
-        rows, found = self._client.wait(self._client.pull_existing(tower.table, ids))
-        ids, rows, pushed = ids[found], rows[found], pushed[found]
+        done, vectors, later = tower.computed(self._client, ids)
+        if later.size:  # the trainer writes an item's catalogue row after the step that pushed it
+            when = dict(zip(ids.tolist(), pushed.tolist(), strict=True))
+            for i in later.tolist():
+                tries = self._tries.get(i, 0) + 1
+                if tries <= MAX_CATALOGUE_TRIES:
+                    self._tries[i] = tries
+                    self._retry[i] = when[i]
+                else:  # never catalogued: it comes with the next bundle
+                    self._tries.pop(i, None)
+        pushed = pushed[np.isin(ids, done)]  # done keeps the order of ids
+        ids = done
+        for i in ids.tolist():
+            self._tries.pop(i, None)
         if not ids.size:
             return 0
-        vectors = tower.vectors(ids, rows)
         while True:
             with self.store.read() as side:
                 if side.version != tower.version:  # a new bundle: the next poll does these on top of it

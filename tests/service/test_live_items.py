@@ -2,7 +2,7 @@
 index (changed ones re-embedded from live rows with the bundle's item tower, new ones added)
 without a new bundle; a shard whose tables go back to a save stops the live path, read-through
 included, until a newer bundle is served. Plus the index's live batches per kind (HNSW: only
-new items). Real shard processes, real app."""
+new items); a tower with more item slots reads them from the catalogue. Real shard processes, real app."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from service.vector_index import ItemIndex
 from streaming.batch import Batch
 from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from tests.ps.ps_harness import shard_processes
+from trainer.item_catalog import CATALOG_TABLE, ItemCatalog
 
 from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
 
@@ -113,3 +114,38 @@ def test_live_batches_replace_changed_items_except_on_hnsw_and_add_new_ones(kind
         assert int(top[0][0]) == int(changed[0]), "the changed item is found by its new vector"
         assert fresh.index.ntotal == fresh.size, "removed before re-added: no duplicate entries"
     assert base.size == 400 and base.index.ntotal == 400, "the searched snapshot is never changed"
+
+
+def test_an_item_tower_with_more_slots_reads_item_features_from_the_catalogue(tmp_path: Path) -> None:
+    schema = SchemaConfig(
+        format="json", label="label", user_id="user", item_id="item",
+        slots=(*SCHEMA.slots, SlotConfig(name="genre", kind=SlotKind.SPARSE, hash=HashKind.INT, slot_id=3)))
+    model = {**MODEL, "slots": [*MODEL["slots"], {"name": "genre", "dim": 8, "tower": "item"}]}
+    b = BundleBuilder(tmp_path / "exports", model, schema=schema.model_dump(mode="json"))
+    b.push("item", ITEMS[:30])
+    b.export("base", items=(ITEMS[:30], np.random.default_rng(2).standard_normal((30, 8)).astype(np.float32)))
+    table = b.table_of("item")
+    config = next(c for c in b.model.table_configs() if c.name == table)
+    new = ITEMS[35:38]
+    genres = np.array([1, 2, 1], np.uint64) | np.uint64(3 << 56)
+    catalog = ItemCatalog(("item", "genre"))
+    batch = Batch(labels=np.zeros(3, np.float32), dense=np.zeros((3, 0), np.float32), item_id=new,
+                  slots={"item": (new, np.arange(4, dtype=np.int64)), "genre": (genres, np.arange(4, dtype=np.int64))})
+    (tmp_path / "ps").mkdir()
+    with shard_processes(tmp_path / "ps", [config.model_dump(mode="json")], n=2) as shards, shards.client() as ps:
+        rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=2.0, items_interval_s=0.02)
+        with started(make_settings(b.root, read_through=rt)) as client:
+            live, store = client.app.state.live, client.app.state.store
+            wait_until(lambda: live.status()["cursors"] is not None, what="the live path following the shards")
+            keys = np.concatenate([new, genres])
+            ps.wait(ps.push(table, keys, np.full((keys.shape[0], config.width), 0.5, np.float32)))
+            ids, rows = catalog.encode(batch)  # written after the push, as the trainer does
+            ps.wait(ps.write_id_rows(CATALOG_TABLE, ids, [rows], mode="put", words=catalog.words))
+            wait_until(lambda: live.items_added == 3, what="the new items, once catalogued")
+            tower_rows = {int(k): r for k, r in zip(keys, ps.wait(ps.pull(table, keys)), strict=True)}
+            p = Predictor(b.model.model_dump(mode="json"), b.dense,
+                          lambda t, k: np.stack([tower_rows[int(x)] for x in k]))
+            want = p.item_vectors(batch)
+            with store.read() as side:
+                got = side.items.vectors[[side.items.position_of(int(i)) for i in new]]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
