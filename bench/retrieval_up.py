@@ -120,7 +120,7 @@ class UpRun:
         """Block until a committed pass covers every record; (its pass id, seconds since start)."""
         started = time.monotonic()
         watcher = PassWatcher(self.run_dir / "checkpoints")
-        last, moved = -1, time.monotonic()
+        last, moved = 0, started  # a run whose trainers never commit a readable pass stalls too
         while True:
             self._alive()
             time.sleep(_TICK_S)
@@ -132,7 +132,7 @@ class UpRun:
             total = newest.records_total if newest else 0
             if total != last:
                 last, moved = total, now
-            if now - started > self.timeout_s or (newest is not None and now - moved > self.stall_s):
+            if now - started > self.timeout_s or now - moved > self.stall_s:
                 raise RuntimeError(f"{self.name}: {total} of {self.n_train} records trained after "
                                    f"{now - started:.0f} s; see {self.log}")
 
@@ -160,7 +160,7 @@ class UpRun:
 
 
 def run_arm(name: str, config: dict[str, Any], train_file: Path, split: Split, *, k: int = 10,
-            timeout_s: float = 1800.0, stall_s: float = 180.0, index_sample: int = 2000, seed: int = 0) -> ArmResult:
+            timeout_s: float = 1800.0, stall_s: float = 240.0, index_sample: int = 2000, seed: int = 0) -> ArmResult:
     run = UpRun(name, config, train_file, len(split.train), timeout_s=timeout_s, stall_s=stall_s)
     result = ArmResult(log=str(run.log))
     run.start()
