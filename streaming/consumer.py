@@ -6,11 +6,6 @@ the topic through a consumer group (``Membership.GROUP``), or a trainer reads an
 of partitions (``Membership.ASSIGN``). Offsets follow the rule of :mod:`streaming.offsets`:
 the trainer calls ``tracker.mark_pushed(batch)`` after pushing gradients and checkpoints
 ``committable()``; on restart ``seek_to(offsets)`` resumes exactly there.
-
-Decoding Kafka records is Python (kafka-python, in the polling thread); parsing is a numba
-kernel that releases the GIL. So a batch is polled in pieces and each piece is parsed on a
-worker thread while the next piece is decoded: the parse hides behind the decode, and the
-pieces are joined once at the end (the batch holds the records of this poll only, as before).
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from enum import StrEnum
 from typing import Any
 
@@ -29,19 +23,14 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from core.errors import Unavailable
-from streaming.batch import Batch, concat_batches
+from streaming.batch import Batch
 from streaming.connection import client_options
 from streaming.dead_letter import DeadLetters
 from streaming.isolated_parse import parse_isolating
 from streaming.log_bounds import past_the_end
 from streaming.offsets import OffsetTracker
 from streaming.parsers import Parser, make_parser
-from streaming.rejects import Rejected
 from streaming.stream_config import KafkaConfig, SchemaConfig
-
-Chunk = tuple[TopicPartition, list[Any]]  # the records of one partition that one Kafka poll returned
-PIECES = 4  # a batch is polled in about this many pieces, each parsed while the next is decoded
-MIN_PIECE = 512  # records: smaller pieces cost more in fixed per-parse work than they hide
 
 
 class Membership(StrEnum):
@@ -97,10 +86,6 @@ class StreamConsumer:
         self._restore: dict[int, int] = {}
         self.records_delivered = 0
         self.batches_delivered = 0
-        # one worker: pieces are parsed in order, by one thread at a time (parsers keep no state
-        # between calls, but one thread is all the overlap needs)
-        self._parse_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamrec-parse")
-        self._piece = max(MIN_PIECE, config.batch_size // PIECES)
         self._consumer = KafkaConsumer(
             **options,
             client_id=client_id,
@@ -135,19 +120,19 @@ class StreamConsumer:
         batch whose records were all rejected is issued and marked pushed at once (nothing to
         train), so its offsets still advance.
         """
-        chunks, parsed = self._collect()
+        chunks = self._collect()
         if not chunks:
             return None
+        values: list[bytes] = []
         positions: dict[int, tuple[int, int]] = {}
         starts: list[int] = []
-        n = 0
         for tp, recs in chunks:
-            starts.append(n)
-            n += len(recs)
+            starts.append(len(values))
+            values.extend([r.value or b"" for r in recs])
             lo, hi = recs[0].offset, recs[-1].offset
             old = positions.get(tp.partition)
             positions[tp.partition] = (lo, hi) if old is None else (old[0], hi)
-        batch, rejected = _join(parsed)
+        batch, rejected = parse_isolating(self.parser, values)
         batch = dataclasses.replace(batch, positions=positions)
         if rejected:
             sources = []
@@ -164,48 +149,29 @@ class StreamConsumer:
         self.batches_delivered += 1
         return batch
 
-    def _parse(self, chunks: list[Chunk]) -> Future[tuple[Batch, list[Rejected]]]:
-        """Parse the records of ``chunks`` (in order) on the worker thread."""
-        values = [r.value or b"" for _, recs in chunks for r in recs]
-        return self._parse_pool.submit(parse_isolating, self.parser, values)
-
-    def _collect(self) -> tuple[list[Chunk], list[tuple[int, Future[tuple[Batch, list[Rejected]]]]]]:
-        """The chunks of one batch, and (first record's index, parse of it) per piece, in order."""
+    def _collect(self) -> list[tuple[TopicPartition, list[Any]]]:
         size = self.config.batch_size
         deadline = time.monotonic() + self.config.batch_timeout_ms / 1000
-        chunks: list[Chunk] = []
-        parsed: list[tuple[int, Future[tuple[Batch, list[Rejected]]]]] = []
-        count = done = 0  # records polled, records handed to the parser
+        chunks: list[tuple[TopicPartition, list[Any]]] = []
+        count = 0
         while count < size:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
                 break
             try:
-                got = self._consumer.poll(timeout_ms=remaining_ms, max_records=min(size - count, self._piece),
-                                          update_offsets=True)
+                got = self._consumer.poll(timeout_ms=remaining_ms, max_records=size - count, update_offsets=True)
             except KafkaError as err:
-                for _, future in parsed:  # nothing of this batch is delivered; its parses are let finish
-                    future.cancel()
                 raise Unavailable(f"Kafka poll failed: {err}") from None
-            first = len(chunks)
             for tp, recs in got.items():
                 if recs:
                     chunks.append((tp, recs))
                     count += len(recs)
-            if len(chunks) > first:
-                parsed.append((done, self._parse(chunks[first:])))
-                done = count
         if self.membership is Membership.GROUP and chunks:
             # A rebalance between two polls may have taken partitions away: their new owner
             # re-reads these records from the handed-off offset, so they are dropped here.
             mine = self._consumer.assignment()
-            kept = [(tp, recs) for tp, recs in chunks if tp in mine]
-            if len(kept) < len(chunks):
-                for _, future in parsed:
-                    future.cancel()
-                chunks = kept
-                parsed = [(0, self._parse(chunks))] if chunks else []
-        return chunks, parsed
+            chunks = [(tp, recs) for tp, recs in chunks if tp in mine]
+        return chunks
 
     def batches(self, *, max_idle_s: float | None = None) -> Iterator[Batch]:
         """Yield micro-batches; stop after ``max_idle_s`` seconds without a good record (None: never)."""
@@ -287,7 +253,6 @@ class StreamConsumer:
     def close(self) -> None:
         """Leave the group (handing off pushed offsets), then flush and close the dead-letter producer."""
         try:
-            self._parse_pool.shutdown(wait=True, cancel_futures=True)
             self._consumer.close(autocommit=False)
         finally:
             self.dead_letters.flush()
@@ -299,12 +264,3 @@ class StreamConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _join(parsed: list[tuple[int, Future[tuple[Batch, list[Rejected]]]]]) -> tuple[Batch, list[Rejected]]:
-    """One batch from the parsed pieces; rejected indexes count from the first piece's first record."""
-    results = [(start, future.result()) for start, future in parsed]
-    rejected = [r if start == 0 else dataclasses.replace(r, index=r.index + start)
-                for start, (_, piece_rejected) in results for r in piece_rejected]
-    batches = [batch for _, (batch, _) in results]
-    return (batches[0] if len(batches) == 1 else concat_batches(batches)), rejected

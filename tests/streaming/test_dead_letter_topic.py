@@ -131,10 +131,10 @@ def test_huge_message_is_dead_lettered_truncated_and_ingestion_goes_on(
     assert huge.startswith(letter.value) and len(letter.value) == 512 * 1024
 
 
-def test_a_batch_polled_in_pieces_is_the_parse_of_its_records_and_names_each_reject(
+def test_a_batch_is_the_parse_of_its_records_and_names_each_reject_by_its_offset(
     broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig], read_topic: Callable[..., list[Any]]
 ) -> None:
-    # batch_size 2048: polled in pieces of 512 records, each parsed while the next is polled
+    # rejects spread over a batch of ~2000 records: each dead letter must name its own offset
     config = kafka_config(partitions=1, batch_size=2048, batch_timeout_ms=1000)
     good = criteo_lines(PlantedModel(seed=5).sample(2000))
     bad = b"7\t" + good[0].split(b"\t", 1)[1]  # a bad label
