@@ -142,7 +142,8 @@ def test_listening_off_loopback_needs_a_secret() -> None:
 
 def test_killed_shard_raises_a_clear_error_then_comes_back_from_its_checkpoint(tmp_path: Path) -> None:
     keys = np.arange(1000, dtype=np.uint64)
-    with shard_processes(tmp_path, [EMB]) as shards, shards.client(timeout_s=1.0, retries=1) as c:
+    # a 1 s timeout failed live requests on a loaded 2-core machine: the kill is the only silence here
+    with shard_processes(tmp_path, [EMB]) as shards, shards.client(timeout_s=6.0, retries=0) as c:
         c.wait(c.push("emb", keys, np.ones((1000, 8), np.float32)))
         c.admin.save(mode=SaveMode.BASE)
         c.wait(c.push("emb", keys, np.ones((1000, 8), np.float32)))
