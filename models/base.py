@@ -35,6 +35,14 @@ class Model:
     def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
+    def train_state(self) -> dict[str, np.ndarray]:
+        """What training keeps besides parameters and optimizer state (e.g. a streaming
+        estimate): written with the worker's part of every pass, so a restart goes on from it."""
+        return {}
+
+    def load_train_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Resume from ``train_state()`` (empty: nothing was kept, start afresh)."""
+
     def _sparse_grads(self) -> dict[str, np.ndarray]:
         f = self._f
         assert f is not None, "backward before forward"

@@ -49,7 +49,7 @@ from trainer.passes import PassProgress
 from trainer.prefetch import Prefetcher
 from trainer.ps_worker import PSWorker
 from trainer.rank_claim import EpochMoved, RankLease
-from trainer.recovery import Recovery, dense_optimizer_state
+from trainer.recovery import Recovery, dense_optimizer_state, model_train_state
 from trainer.rendezvous import Rendezvous
 from trainer.worker import Prepared, Worker, prepare
 
@@ -140,6 +140,7 @@ class StreamingJob:
         opt_state = dense_optimizer_state(restored.worker_arrays)
         if opt_state:
             self.worker.dense.load_state(opt_state)
+        self.model.load_train_state(model_train_state(restored.worker_arrays))
         self.progress.records_total = restored.records_total
         self.progress.at_pass(restored.pass_id)
         self.stream = JobStream(self.config, self.spec, self.bootstrap, progress=self.progress,

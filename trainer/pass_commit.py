@@ -187,6 +187,7 @@ class PassCommitter:
         offsets = self.offsets()
         arrays = {f"opt.{k}": v for k, v in worker.dense.state().items()}
         arrays |= {f"metrics.{k}": v for k, v in worker.metrics.total.to_arrays().items()}
+        arrays |= {f"model.{k}": v for k, v in worker.model.train_state().items()}
         checkpoints.write_worker_part(self.ctx.root, n, self.ctx.rank, arrays, {
             "rank": self.ctx.rank, "offsets": {str(p): o for p, o in offsets.items()}, "records": progress.clock.count,
             "newest_record_time": progress.newest_time, "leaving": leaving, "lag": progress.lag})

@@ -109,6 +109,11 @@ def dense_optimizer_state(worker_arrays: dict[str, np.ndarray]) -> dict[str, np.
     return {k[4:]: v for k, v in worker_arrays.items() if k.startswith("opt.")}
 
 
+def model_train_state(worker_arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model's training state in a worker part's arrays (their ``model.`` entries)."""
+    return {k[6:]: v for k, v in worker_arrays.items() if k.startswith("model.")}
+
+
 def partitions_of(spec: ClusterSpec, partitions: int) -> list[int]:
     """The stream partitions worker ``spec.rank`` of ``spec.num_workers`` reads: ``p % W == r``."""
     return [p for p in range(partitions) if p % spec.num_workers == spec.rank]
@@ -177,6 +182,7 @@ class Recovery:
         opt_state = dense_optimizer_state(restored.worker_arrays)
         if opt_state:
             worker.dense.load_state(opt_state)
+        worker.model.load_train_state(model_train_state(restored.worker_arrays))
         worker.dense.start(self.ctx.store)
         worker.metrics = WindowedMetrics(self.ctx.config.metric_window)
         self.ctx.progress.records_total = restored.records_total
@@ -228,6 +234,7 @@ class Recovery:
         man = checkpoints.read_pass(self.ctx.root, pass_id)
         _, arrays = checkpoints.read_worker_part(self.ctx.root, pass_id, self.ctx.rank)
         worker.dense.load_state(dense_optimizer_state(arrays))
+        worker.model.load_train_state(model_train_state(arrays))
         worker.dense.start(self.ctx.store)
         self.ctx.progress.records_total = int(man.get("records_total", 0))
         self.ctx.progress.at_pass(pass_id)

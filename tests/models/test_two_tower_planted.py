@@ -3,12 +3,16 @@ with logQ ranks the held-out liked items far better than the click loss alone (r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from bench.retrieval_loss import model_config, model_scores, planted_stream, recall_at_k, to_batch, train
 from models import build_model
 from models.retrieval_loss import item_hashes
 from models.two_tower import TwoTower
+from trainer import checkpoints
+from trainer.recovery import model_train_state
 
 
 def test_softmax_recalls_the_planted_preference_better_than_pointwise() -> None:
@@ -28,15 +32,19 @@ def test_softmax_recalls_the_planted_preference_better_than_pointwise() -> None:
     assert recall["softmax"] < recall["oracle"], recall
 
 
-def test_frequency_state_resumes_training_where_it_stopped() -> None:
+def test_frequency_state_resumes_training_where_it_stopped(tmp_path: Path) -> None:
     stream = planted_stream(3_000, n_users=50, n_items=40, seed=3)
     config = model_config({"loss": "softmax", "frequency_buckets": 1 << 10})
     model, _, _ = train(stream, config)
     state = model.train_state()
     assert set(state) == {"frequency.last", "frequency.gap", "frequency.step"}
+    # the way a pass keeps it: in the worker's part, beside the optimizer state, read back on restore
+    checkpoints.write_worker_part(tmp_path, 1, 0, {"opt.t": np.zeros(1)} | {f"model.{k}": v for k, v in state.items()},
+                                  {"rank": 0, "offsets": {}, "records": 1})
+    _, arrays = checkpoints.read_worker_part(tmp_path, 1, 0)
     fresh = build_model(config)
     assert isinstance(fresh, TwoTower) and fresh.train_state() == {}
-    fresh.load_train_state(state)
+    fresh.load_train_state(model_train_state(arrays))
     probe = item_hashes(to_batch(np.zeros(40, np.int64), np.arange(40), np.zeros(40), stream.categories),
                         ["item_id", "category"])
     np.testing.assert_array_equal(fresh.frequency.expected_count(probe), model.frequency.expected_count(probe))
