@@ -138,12 +138,16 @@ def test_freshness_is_recorded_per_bundle(client) -> None:
 
 def test_manifest_missing_fields_is_rejected_by_name_not_a_500(client, builder: BundleBuilder) -> None:
     builder.push("user", USER_IDS[:10])
+    # made beside the watched root and moved in broken: the watcher (0.05 s) must never see it whole
+    served, builder.root = builder.root, builder.root / "aside"
     builder.export("delta")  # version 2
-    path = bundle_dir(builder.root, 2) / "bundle.json"
+    builder.root = served
+    path = bundle_dir(served / "aside", 2) / "bundle.json"
     manifest = json.loads(path.read_text())
     del manifest["files"]["dense"]
     manifest["tables"] = "user"
     path.write_text(json.dumps(manifest))
+    path.parent.rename(bundle_dir(served, 2))
     reload = client.post("/admin/reload", headers=auth())
     assert reload.status_code == 200 and reload.json()["version"] == 1
     rejected = client.app.state.store.rejected[2]
