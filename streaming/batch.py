@@ -26,6 +26,8 @@ class Batch:
     user_id:    uint64[n] id of the schema's user slot (0 = absent), or None
     item_id:    uint64[n] id of the schema's item slot (0 = absent), or None
     positions:  partition -> (first offset, last offset) covered, or {} for file data
+    received_at: the newest Kafka timestamp of the batch's records (seconds since the epoch: when
+                the system received them, a replayed log's too), or None for file data
     """
 
     labels: np.ndarray
@@ -35,6 +37,7 @@ class Batch:
     user_id: np.ndarray | None = None
     item_id: np.ndarray | None = None
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    received_at: float | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -55,6 +58,7 @@ class Batch:
             user_id=None if self.user_id is None else self.user_id[rows],
             item_id=None if self.item_id is None else self.item_id[rows],
             positions=dict(self.positions),
+            received_at=self.received_at,
         )
 
 
@@ -101,4 +105,5 @@ def concat_batches(batches: list[Batch]) -> Batch:
         user_id=opt("user_id"),
         item_id=opt("item_id"),
         positions=positions,
+        received_at=max((b.received_at for b in batches if b.received_at is not None), default=None),
     )

@@ -133,7 +133,9 @@ class StreamConsumer:
             old = positions.get(tp.partition)
             positions[tp.partition] = (lo, hi) if old is None else (old[0], hi)
         batch, rejected = parse_isolating(self.parser, values)
-        batch = dataclasses.replace(batch, positions=positions)
+        # a partition's last record is its newest (append order): no per-record look at timestamps
+        stamps = [recs[-1].timestamp for _, recs in chunks if recs[-1].timestamp is not None and recs[-1].timestamp > 0]
+        batch = dataclasses.replace(batch, positions=positions, received_at=max(stamps) / 1000.0 if stamps else None)
         if rejected:
             sources = []
             for r in rejected:

@@ -301,11 +301,12 @@ class StreamingJob:
         self.progress.clock.add(n)
         self.records_run += n
         self.progress.records_total += n
-        if batch.event_time is not None and batch.event_time.size:
+        t = batch.received_at
+        if t is None and batch.event_time is not None and batch.event_time.size:
             t = float(np.nanmax(batch.event_time)) if np.isfinite(batch.event_time).any() else None
-            if t is not None:
-                newest = self.progress.newest_time
-                self.progress.newest_time = t if newest is None else max(newest, t)
+        if t is not None:
+            newest = self.progress.newest_time
+            self.progress.newest_time = t if newest is None else max(newest, t)
         if self.catalog is not None:
             self.catalog.observe(batch)
 

@@ -55,7 +55,9 @@ class PassProgress:
         self.clock = PassClock(config, workers=workers)  # the pass being trained (clock.pass_id)
         self.pass_id = 0  # the newest pass committed, restored or rolled back to (0: none yet)
         self.records_total = 0  # records of every worker up to here, as the passes' manifests count them
-        self.newest_time: float | None = None  # the newest event time this worker trained on
+        # when the newest record this worker trained on was received (its Kafka timestamp), else its
+        # event time (file data): freshness counts from receipt, so a replayed old log is fresh
+        self.newest_time: float | None = None
         self.lag: int | None = None  # records not yet consumed on this worker's partitions (last look)
         self.active = list(range(workers))  # ranks still training (a worker whose stream ended leaves)
         # set by a rollback or a regroup: the loop re-seeks the stream to these offsets
