@@ -37,6 +37,7 @@ import numpy as np
 import yaml
 from fastapi.testclient import TestClient
 
+from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.model_config import ModelConfig
 from ps.client import PSClient
@@ -49,7 +50,6 @@ from streaming.stream_config import HistoryConfig, SchemaConfig, SlotConfig, Slo
 from tables.id_rows_kernels import ring_unroll
 from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
-from trainer.item_catalog import ItemCatalog
 
 REPO = Path(__file__).resolve().parents[1]
 LENGTH = 50

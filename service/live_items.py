@@ -17,7 +17,7 @@ path stops, read-through included, until a bundle newer than the served one is s
 rolled-back model's own export.
 
 An item tower with more slots than the item id (category, tags) reads each item's ids in them
-from the job's item catalogue in the PS (``ids.items``, trainer.item_catalog), as the exporter
+from the job's item catalogue in the PS (``ids.items``, exports.item_catalog), as the exporter
 does; an item whose catalogue row is not written yet (the trainer writes it after the step
 that pushed the item's row) is tried again on the next polls. A tower without the item id slot
 cannot tell a changed item from its rows: it keeps bundle-only item vectors (``status()`` says
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import NotFound, StreamrecError
+from exports.item_catalog import CATALOG_TABLE, ItemCatalog
 from models import build_model
 from models.features import build_features
 from ps.client import PSClient
@@ -47,7 +48,6 @@ from service.model_store import ModelStore, Side
 from service.read_through import ReadThrough
 from service.settings import ReadThroughSettings
 from streaming.batch import Batch
-from trainer.item_catalog import CATALOG_TABLE, ItemCatalog
 
 log = logging.getLogger("streamrec.service")
 

@@ -18,8 +18,8 @@ Passes and serving hand-off
   recovery.py      newest complete pass -> shards load, offsets, optimizer state; Recovery: regroup,
                    recover shards, rollback
   rendezvous.py    the pass barriers; leased ranks: rendezvous named after the membership epoch
-  export.py        bundles (exports.bundle) in a background thread; item_catalog.py: the job's one
-                   item catalogue in the PS (two-tower), what the bundle's item vectors cover
+  export.py        bundles (exports.bundle) in a background thread; their item vectors cover the
+                   job's one item catalogue in the PS (exports.item_catalog, two-tower)
   history_join.py  users' history (schema.history): each batch joined point in time with the
                    users' rings in the PS, its positives appended
   job.py           the streaming job: the step loop and its lifecycle (job_context.py: what it shares)

@@ -6,7 +6,7 @@ exports and whenever a shard has no export base since it started or loaded, a ba
 the shards disagree (one fell back to a base) the save is redone as a base everywhere, so a
 bundle is one kind. Then the dense weights, the two-tower item vectors and the manifest (with
 the job's record schema, so the service can hash raw field values as ingestion does). The item
-vectors are those of the job's catalogue as the shards just saved it (trainer.item_catalog):
+vectors are those of the job's catalogue as the shards just saved it (exports.item_catalog):
 every item any worker saw in a base, the items written since the previous bundle in a delta.
 
 The export runs in a background thread with its own PS client and model copy, after the
@@ -30,6 +30,7 @@ from exports.bundle import (
     shard_save_template,
     stage_shard_dirs,
 )
+from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.features import build_features
 from models.model_config import ModelConfig
@@ -37,7 +38,6 @@ from ps.admin import SaveMode
 from ps.client import PSClient
 from stores.store import open_store
 from streaming.stream_config import SchemaConfig
-from trainer.item_catalog import ItemCatalog
 
 SAVE_TIMEOUT_S = 120.0
 

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 
 from core.atomic_files import encode_arrays, write_bytes
+from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.features import build_features
 from models.model_config import ModelType
 from ps.cluster import ClusterSpec
 from ps.ps_config import PSConfig, load_ps_config
 from streaming.file_dataset import FileDataset
-from trainer.item_catalog import ItemCatalog
 from trainer.job_config import JobConfig
 from trainer.metrics import Metrics
 from trainer.params import PSStore

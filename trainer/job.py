@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConfigError, NotFound, Unavailable
+from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.model_config import ModelType
 from ps.client import PSClient
@@ -36,7 +37,6 @@ from stores.store import open_store
 from streaming.group_offsets import GroupOffsets
 from trainer import checkpoints
 from trainer.history_join import open_history
-from trainer.item_catalog import ItemCatalog
 from trainer.job_config import JobConfig
 from trainer.job_context import JobContext
 from trainer.job_stream import JobStream

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import Conflict, StreamrecError
+from exports.item_catalog import ItemCatalog
 from models.base import Model
 from ps.admin import SaveMode
 from ps.client import PSClient
@@ -43,7 +44,6 @@ from ps.ps_config import ClientConfig
 from stores.store import Store
 from trainer import checkpoints, pass_history
 from trainer.export import SAVE_TIMEOUT_S, Exporter
-from trainer.item_catalog import ItemCatalog
 from trainer.job_context import JobContext
 from trainer.metrics import Metrics, WindowedMetrics
 from trainer.worker import Worker

@@ -102,7 +102,9 @@ def _serve_and_ask(up_line: str, api: list[str], checks: list[Callable[[dict[str
             _until(up, log, cmd, lambda a, check=check: check(a, item_slot), cwd, env)
         up.send_signal(signal.SIGINT)  # Ctrl-C: a final pass, then every role stops
         assert up.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
-        assert "final pass committed" in log.read_text(errors="replace")
+        # the replay may be trained and committed already: an idle job commits no further pass
+        assert re.search(r"final pass (committed|skipped: nothing trained since pass [1-9])",
+                         log.read_text(errors="replace"))
     finally:
         if up.poll() is None:
             with contextlib.suppress(ProcessLookupError):

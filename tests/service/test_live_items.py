@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from exports.item_catalog import CATALOG_TABLE, ItemCatalog
 from exports.predictor import Predictor
 from service.settings import IndexSettings, ReadThroughSettings
 from service.vector_index import ItemIndex
 from streaming.batch import Batch
 from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from tests.ps.ps_harness import shard_processes
-from trainer.item_catalog import CATALOG_TABLE, ItemCatalog
 
 from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
+from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.model_config import ModelConfig
 from streaming.batch import Batch
 from streaming.stream_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
-from trainer.item_catalog import ItemCatalog
 
 from ..ps.ps_harness import shard_processes
 from .service_support import make_settings, started

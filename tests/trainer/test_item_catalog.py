@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 
 from exports import bundle
+from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.model_config import ModelConfig
 from streaming.batch import Batch
 from trainer.export import Exporter
-from trainer.item_catalog import ItemCatalog
 
 from ..ps.ps_harness import shard_processes
-from ..service.service_support import SMALL_MODEL, make_settings, started
+from ..service.service_support import SMALL_MODEL, make_settings, started, wait_until
 
 ITEM = np.uint64(2 << 56)
 
@@ -69,7 +69,8 @@ def test_items_seen_only_by_a_non_chief_worker_are_exported_and_searchable(tmp_p
             assert man.kind == "delta" and bundle.load_items(root, man)[0].tolist() == late.tolist()
         finally:
             exporter.close()
-    with started(make_settings(root)) as client:
+    with started(make_settings(root)) as client:  # ready at the first bundle: the delta comes after
+        wait_until(lambda: client.get("/readyz").json().get("version") == second["version"], what="the delta")
         for item in (int(other_items[7]), int(late[0]), int(chief_items[0])):
             r = client.get(f"/v1/items/{item}/similar", params={"k": 5})
             assert r.status_code == 200, r.text
