@@ -44,6 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+from rank_auc import roc_auc  # beside this script: the baseline venvs lack streamrec
 
 N_DENSE, N_SPARSE = 13, 26
 _SERVERS: list[tf.distribute.Server] = []  # the in-process cluster's servers, alive until exit
@@ -150,18 +151,6 @@ class Trainer(tf.Module):
         rows = tf.gather(self.model.table, self.model.ids(keys))
         return tf.sigmoid(self.model.logits(dense, rows, mask))
 
-
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """AUC by ranks, ties count one half (the same definition streamrec reports)."""
-    labels = labels.astype(bool)
-    order = np.argsort(scores, kind="mergesort")
-    s = scores[order]
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    ends = np.r_[starts[1:], s.shape[0]]
-    ranks = np.empty(s.shape[0])
-    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
-    n_pos = int(labels.sum())
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * (labels.shape[0] - n_pos)))
 
 
 def evaluate(trainer: Trainer, path: str) -> tuple[float, float, int]:

@@ -51,6 +51,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from rank_auc import roc_auc  # beside this script: the baseline venvs lack streamrec
 
 N_DENSE, N_SPARSE = 13, 26
 SLOTS = [f"C{s + 1}" for s in range(N_SPARSE)]
@@ -223,18 +224,6 @@ def run_rank(args: argparse.Namespace) -> dict:
     dist.destroy_process_group()
     return out
 
-
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """AUC by ranks, ties count one half (the same definition streamrec reports)."""
-    labels = labels.astype(bool)
-    order = np.argsort(scores, kind="mergesort")
-    s = scores[order]
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    ends = np.r_[starts[1:], s.shape[0]]
-    ranks = np.empty(s.shape[0])
-    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
-    n_pos = int(labels.sum())
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * (labels.shape[0] - n_pos)))
 
 
 def free_port() -> int:
