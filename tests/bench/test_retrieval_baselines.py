@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
+from implicit.nearest_neighbours import CosineRecommender  # the bench extra, installed by make test
+from scipy.sparse import csr_matrix
 
 from bench.retrieval_data import PlantedSpec, planted, time_split
 from bench.retrieval_metrics import cut_excluding
 
-implicit = pytest.importorskip("implicit")
-
 
 def test_item_knn_filter_items_list_is_cut_to_n():
-    from implicit.nearest_neighbours import CosineRecommender
-    from scipy.sparse import csr_matrix
-
     rng = np.random.default_rng(0)
     matrix = csr_matrix((rng.random((30, 20)) < 0.3).astype(np.float32))
     model = CosineRecommender(K=10)
