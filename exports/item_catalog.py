@@ -20,6 +20,8 @@ import numpy as np
 from numba import njit
 
 from core.errors import CorruptData
+from models.base import Model
+from models.features import build_features
 from ps.client import PSClient
 from stores.store import Store
 from streaming.batch import Batch
@@ -92,6 +94,15 @@ class ItemCatalog:
             slots[name] = (np.ascontiguousarray(rows[:, c0 + 1 : c0 + 1 + self.k][held]), offsets)
         return Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32), slots=slots,
                      item_id=ids.astype(np.uint64))
+
+    def item_vectors(self, model: Model, client: PSClient, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The item tower's vectors of items ``ids`` with catalogue ``rows``: features from the
+        catalogue, every table's rows from the shards (the exporter's and the live path's)."""
+        if not ids.size:
+            return np.zeros((0, model.config.tower_dim), np.float32)
+        f = build_features(model.config, self.batch_of(ids, rows), model.item_slots)  # type: ignore[attr-defined]
+        pulled = {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
+        return np.ascontiguousarray(model.item_vectors(f, pulled), np.float32)  # type: ignore[attr-defined]
 
     def read_saved_items(self, store: Store, shard_dirs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The catalogue rows the shard saves in ``shard_dirs`` (relative to ``store``) hold: ids

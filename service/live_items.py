@@ -96,12 +96,7 @@ class _Tower:
         except NotFound:  # no item written to a shard yet: its catalogue table does not exist
             return ids[:0], np.empty((0, 0), np.float32), ids
         done = ids[cat.found]
-        if not done.size:
-            return done, np.empty((0, 0), np.float32), ids
-        # as the exporter computes them: catalogue features, every table's rows from the shards
-        f = build_features(self.model.config, self.catalog.batch_of(done, cat.rows[cat.found]), self.model.item_slots)
-        rows = {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
-        vectors = np.ascontiguousarray(self.model.item_vectors(f, rows), np.float32)
+        vectors = self.catalog.item_vectors(self.model, client, done, cat.rows[cat.found])  # as the exporter does
         return done, vectors, ids[~cat.found]
 
     def _from_id_rows(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:

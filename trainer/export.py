@@ -32,7 +32,6 @@ from exports.bundle import (
 )
 from exports.item_catalog import ItemCatalog
 from models import build_model
-from models.features import build_features
 from models.model_config import ModelConfig
 from ps.admin import SaveMode
 from ps.client import PSClient
@@ -96,7 +95,7 @@ class Exporter:
         items = None
         if catalog is not None:  # the job's catalogue as the shards saved it: all items, or those written since
             ids, rows = catalog.read_saved_items(self.root, stage_shard_dirs(self.root, version, self.client.n_shards))
-            items = (ids, self._item_vectors(catalog, ids, rows))
+            items = (ids, catalog.item_vectors(self.model, self.client, ids, rows))
         man = publish(self.root, version=version, kind="base" if base else "delta",
                       parent_version=None if base else self.last_version, pass_id=pass_id,
                       num_shards=self.client.n_shards, tables=[t.name for t in self.model.tables],
@@ -106,14 +105,6 @@ class Exporter:
         self.last_version = version
         self.exports += 1
         return {"version": version, "kind": man.kind, "pass": pass_id, "items": 0 if items is None else len(items[0])}
-
-    def _item_vectors(self, catalog: ItemCatalog, ids: np.ndarray, catalog_rows: np.ndarray) -> np.ndarray:
-        m = self.model
-        if not ids.size:
-            return np.zeros((0, m.config.tower_dim), np.float32)
-        f = build_features(m.config, catalog.batch_of(ids, catalog_rows), m.item_slots)  # type: ignore[attr-defined]
-        rows = {t: self.client.wait(self.client.pull(t, ti.keys)) for t, ti in f.tables.items()}
-        return np.ascontiguousarray(m.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
 
     def _save(self, version: int, mode: str) -> list[dict[str, Any]]:
         clear_stage(self.root, version)

@@ -6,7 +6,10 @@ new items); a tower with more item slots reads them from the catalogue. Real sha
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from service.settings import IndexSettings, ReadThroughSettings
 from service.vector_index import ItemIndex
 from streaming.batch import Batch
 from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from tables.table_config import TableConfig
 from tests.ps.ps_harness import shard_processes
 
 from .service_support import BundleBuilder, make_settings, random_items, started, wait_until
@@ -43,6 +47,19 @@ def _vectors(b: BundleBuilder, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return p.item_vectors(batch)
 
 
+@contextmanager
+def _live_service(tmp_path: Path, b: BundleBuilder, config: TableConfig) -> Iterator[tuple[Any, Any, Any]]:
+    """Two shard processes of ``config``'s table, and the app serving ``b``'s bundles with its live
+    path following them: (shards, a PS client, the test client)."""
+    (tmp_path / "ps").mkdir()
+    with shard_processes(tmp_path / "ps", [config.model_dump(mode="json")], n=2) as shards, shards.client() as ps:
+        rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=2.0, items_interval_s=0.02)
+        with started(make_settings(b.root, read_through=rt)) as client:
+            live = client.app.state.live
+            wait_until(lambda: live.status()["cursors"] is not None, what="the live path following the shards")
+            yield shards, ps, client
+
+
 def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live_path(tmp_path: Path) -> None:
     b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
     b.push("user", USERS)
@@ -51,42 +68,38 @@ def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live
     b.export("base", items=(ITEMS[:30], rng.standard_normal((30, 8)).astype(np.float32)))
     table = b.table_of("item")
     config = next(c for c in b.model.table_configs() if c.name == table)
-    (tmp_path / "ps").mkdir()
-    with shard_processes(tmp_path / "ps", [config.model_dump(mode="json")], n=2) as shards, shards.client() as ps:
-        rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=2.0, items_interval_s=0.02)
-        with started(make_settings(b.root, read_through=rt)) as client:
-            live, store = client.app.state.live, client.app.state.store
-            wait_until(lambda: live.status()["cursors"] is not None, what="the live path following the shards")
-            changed, new = ITEMS[:3], ITEMS[35:]
-            ids = np.concatenate([changed, new, USERS[:2]])  # user keys share the table: not items
-            ps.wait(ps.push(table, ids, np.full((ids.shape[0], config.width), 0.25, np.float32)))
-            wait_until(lambda: live.items_refreshed >= 8, what="the live refresh")
-            rows, found = ps.wait(ps.pull_existing(table, np.concatenate([changed, new])))
-            assert found.all()
-            want = _vectors(b, np.concatenate([changed, new]), rows)
-            with store.read() as side:
-                assert side.version == 1, "no new bundle: the live path alone"
-                got = side.items.vectors[[side.items.position_of(int(i)) for i in np.concatenate([changed, new])]]
-                assert side.items.size == 35 and USERS[0] not in side.items.sorted_ids
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-            r = client.get(f"/v1/items/{int(new[0])}/similar?k=3")
-            assert r.status_code == 200 and len(r.json()["items"]) == 3, "a new item is searchable at once"
-            status = client.get("/admin/status", headers={"Authorization": "Bearer test-admin-token-5f2b"}).json()
-            assert status["served"]["version"] == 1 and status["served"]["live"]["state"] == "live"
-            assert status["live"]["items_added"] == 5 and status["live"]["reached"] is not None
-            assert "streamrec_live_item_freshness_p95_seconds" in client.get("/metrics").text
+    with _live_service(tmp_path, b, config) as (shards, ps, client):
+        live, store = client.app.state.live, client.app.state.store
+        changed, new = ITEMS[:3], ITEMS[35:]
+        ids = np.concatenate([changed, new, USERS[:2]])  # user keys share the table: not items
+        ps.wait(ps.push(table, ids, np.full((ids.shape[0], config.width), 0.25, np.float32)))
+        wait_until(lambda: live.items_refreshed >= 8, what="the live refresh")
+        rows, found = ps.wait(ps.pull_existing(table, np.concatenate([changed, new])))
+        assert found.all()
+        want = _vectors(b, np.concatenate([changed, new]), rows)
+        with store.read() as side:
+            assert side.version == 1, "no new bundle: the live path alone"
+            got = side.items.vectors[[side.items.position_of(int(i)) for i in np.concatenate([changed, new])]]
+            assert side.items.size == 35 and USERS[0] not in side.items.sorted_ids
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        r = client.get(f"/v1/items/{int(new[0])}/similar?k=3")
+        assert r.status_code == 200 and len(r.json()["items"]) == 3, "a new item is searchable at once"
+        status = client.get("/admin/status", headers={"Authorization": "Bearer test-admin-token-5f2b"}).json()
+        assert status["served"]["version"] == 1 and status["served"]["live"]["state"] == "live"
+        assert status["live"]["items_added"] == 5 and status["live"]["reached"] is not None
+        assert "streamrec_live_item_freshness_p95_seconds" in client.get("/metrics").text
 
-            # shard 0 restarts empty: its log starts a new generation -> the live path stops
-            shards.kill(0)
-            shards.start(0)
-            shards.wait_healthy()
-            wait_until(lambda: live.paused_at == 1, what="the live path stopping")
-            assert client.app.state.read_through.paused
-            body = client.post("/v1/embeddings:lookup", json={"slot": "item", "ids": [int(new[0])]}).json()
-            assert body["missing"] == [int(new[0])], "stopped: lookups serve the bundle, which lacks the new item"
-            b.export("base", items=(ITEMS[:30], rng.standard_normal((30, 8)).astype(np.float32)))
-            wait_until(lambda: live.paused_at is None, what="the live path resuming on a newer bundle")
-            assert not client.app.state.read_through.paused and store.version == 2
+        # shard 0 restarts empty: its log starts a new generation -> the live path stops
+        shards.kill(0)
+        shards.start(0)
+        shards.wait_healthy()
+        wait_until(lambda: live.paused_at == 1, what="the live path stopping")
+        assert client.app.state.read_through.paused
+        body = client.post("/v1/embeddings:lookup", json={"slot": "item", "ids": [int(new[0])]}).json()
+        assert body["missing"] == [int(new[0])], "stopped: lookups serve the bundle, which lacks the new item"
+        b.export("base", items=(ITEMS[:30], rng.standard_normal((30, 8)).astype(np.float32)))
+        wait_until(lambda: live.paused_at is None, what="the live path resuming on a newer bundle")
+        assert not client.app.state.read_through.paused and store.version == 2
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
@@ -131,21 +144,17 @@ def test_an_item_tower_with_more_slots_reads_item_features_from_the_catalogue(tm
     catalog = ItemCatalog(("item", "genre"))
     batch = Batch(labels=np.zeros(3, np.float32), dense=np.zeros((3, 0), np.float32), item_id=new,
                   slots={"item": (new, np.arange(4, dtype=np.int64)), "genre": (genres, np.arange(4, dtype=np.int64))})
-    (tmp_path / "ps").mkdir()
-    with shard_processes(tmp_path / "ps", [config.model_dump(mode="json")], n=2) as shards, shards.client() as ps:
-        rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=2.0, items_interval_s=0.02)
-        with started(make_settings(b.root, read_through=rt)) as client:
-            live, store = client.app.state.live, client.app.state.store
-            wait_until(lambda: live.status()["cursors"] is not None, what="the live path following the shards")
-            keys = np.concatenate([new, genres])
-            ps.wait(ps.push(table, keys, np.full((keys.shape[0], config.width), 0.5, np.float32)))
-            ids, rows = catalog.encode(batch)  # written after the push, as the trainer does
-            ps.wait(ps.write_id_rows(CATALOG_TABLE, ids, [rows], mode="put", words=catalog.words))
-            wait_until(lambda: live.items_added == 3, what="the new items, once catalogued")
-            tower_rows = {int(k): r for k, r in zip(keys, ps.wait(ps.pull(table, keys)), strict=True)}
-            p = Predictor(b.model.model_dump(mode="json"), b.dense,
-                          lambda t, k: np.stack([tower_rows[int(x)] for x in k]))
-            want = p.item_vectors(batch)
-            with store.read() as side:
-                got = side.items.vectors[[side.items.position_of(int(i)) for i in new]]
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with _live_service(tmp_path, b, config) as (_, ps, client):
+        live, store = client.app.state.live, client.app.state.store
+        keys = np.concatenate([new, genres])
+        ps.wait(ps.push(table, keys, np.full((keys.shape[0], config.width), 0.5, np.float32)))
+        ids, rows = catalog.encode(batch)  # written after the push, as the trainer does
+        ps.wait(ps.write_id_rows(CATALOG_TABLE, ids, [rows], mode="put", words=catalog.words))
+        wait_until(lambda: live.items_added == 3, what="the new items, once catalogued")
+        tower_rows = {int(k): r for k, r in zip(keys, ps.wait(ps.pull(table, keys)), strict=True)}
+        p = Predictor(b.model.model_dump(mode="json"), b.dense,
+                      lambda t, k: np.stack([tower_rows[int(x)] for x in k]))
+        want = p.item_vectors(batch)
+        with store.read() as side:
+            got = side.items.vectors[[side.items.position_of(int(i)) for i in new]]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
