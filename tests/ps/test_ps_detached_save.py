@@ -7,9 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zmq
 
-from core.errors import Conflict, NotFound, StreamrecError
+from core.errors import Conflict, NotFound, StreamrecError, error_from_code
+from ps import protocol
 from ps.admin import SaveMode
+from ps.protocol import Flag, Message, Op
 
 from .ps_harness import shard_processes
 
@@ -25,6 +28,28 @@ def _push(c, keys: np.ndarray, table: str = "emb", width: int = 8) -> None:
         c.wait(c.push(table, part, np.ones((part.shape[0], width), np.float32)))
 
 
+def _detached_save_then_another(endpoint: str, first: str, second: str) -> tuple[dict, Message]:
+    """A DETACH base save into ``first`` and, queued right behind it on the same connection, a
+    plain save into ``second``: the shard's loop takes the second while the first surely writes
+    (a second save sent after the first's reply found the write done on a loaded machine)."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        for rid, where, flags in ((1, first, Flag.DETACH), (2, second, Flag.NONE)):
+            meta = {"mode": "base", "cursor": "checkpoint", "dir": where}
+            sock.send_multipart(protocol.encode(Message(Op.SAVE, rid, meta=meta, flags=flags)))
+        replies: dict[int, Message] = {}
+        while len(replies) < 2:
+            assert sock.poll(120_000), "the shard did not answer"
+            reply = protocol.decode(sock.recv_multipart())
+            replies[reply.request_id] = reply
+    finally:
+        sock.close()
+    assert replies[1].status == protocol.STATUS_OK, replies[1].meta
+    return replies[1].meta, replies[2]
+
+
 def test_a_detached_save_holds_the_tables_as_of_its_reply(tmp_path: Path) -> None:
     keys = np.arange(1, ROWS + 1, dtype=np.uint64)
     few = keys[:5000]
@@ -33,16 +58,19 @@ def test_a_detached_save_holds_the_tables_as_of_its_reply(tmp_path: Path) -> Non
         _push(c, few, "wide", 2)
         c.init_dense("dense", np.zeros(10, np.float32))
         one = str(tmp_path / "pass-1" / "shard-{shard}")
-        saves = c.admin.save(into=one, mode=SaveMode.BASE, detach=True)
+        other = str(tmp_path / "other" / "shard-{shard}")
+        started = [_detached_save_then_another(ep, one.format(shard=i), other.format(shard=i))
+                   for i, ep in enumerate(shards.endpoints)]
+        saves = [meta for meta, _ in started]
         assert [s["mode"] for s in saves] == ["base", "base"] and not any("manifest" in s for s in saves)
+        for _, refused in started:
+            with pytest.raises(Conflict, match=r"shard \d: a save is already running \(base on cursor 'checkpoint' "
+                                               r"into .*pass-1/shard-\d.*save_wait"):
+                raise error_from_code(refused.meta.get("code", "?"), refused.meta.get("message", "?"))
         # after the reply: in the tables, in neither this save nor its dense copy
         _push(c, few)
         _push(c, few, "wide", 2)
         c.wait(c.push_dense("dense", np.ones(10, np.float32)))
-        # (a shard whose write already ended may start this one while the other refuses it)
-        with pytest.raises(Conflict, match=r"shard \d: a save is already running \(base on cursor 'checkpoint' "
-                                           r"into .*pass-1/shard-\d.*save_wait"):
-            c.admin.save(into=str(tmp_path / "other" / "shard-{shard}"), mode=SaveMode.BASE)
         entries = c.admin.save_wait(saves)
         assert [e["save"] for e in entries] == [s["save"] for s in saves]
         assert all(e["manifest"]["file"] == "shard.json" and e["dir"] == one.format(shard=i)
