@@ -5,7 +5,8 @@ already-summed ``grads`` (same column window), so one table can run one rule on 
 weight (column 0) and another on its embedding. Order of operations per element:
 clip to [-grad_clip, grad_clip], add ``l2 * w`` (all but ftrl), then the rule.
 State layouts (per row, ``S`` float32 columns):
-  sgd: none; adagrad: [acc]; adam: [m(d), v(d), beta1^t, beta2^t]; ftrl: [z(d), n(d)].
+  sgd: none; adagrad: [acc], or [acc(d)] with ``accumulator: element``;
+  adam: [m(d), v(d), beta1^t, beta2^t]; ftrl: [z(d), n(d)].
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def adagrad(params, state, rows, grads, c0, d, lr, l2, clip, eps):
         scale = lr / (np.sqrt(acc) + eps)
         for j in range(d):
             params[r, c0 + j] -= scale * _prep(grads[i, c0 + j], params[r, c0 + j], clip, l2)
+
+
+@njit(**JIT)
+def adagrad_element(params, state, rows, grads, c0, d, lr, l2, clip, eps):
+    for i in range(rows.shape[0]):
+        if i + PF < rows.shape[0]:  # written out: numba-level inlining of a helper lost most of the gain
+            prefetch(params, rows[i + PF])
+            prefetch(state, rows[i + PF])
+        r = rows[i]
+        for j in range(d):
+            g = _prep(grads[i, c0 + j], params[r, c0 + j], clip, l2)
+            acc = state[r, j] + g * g
+            state[r, j] = acc
+            params[r, c0 + j] -= lr * g / (np.sqrt(acc) + eps)
 
 
 @njit(**JIT)
@@ -133,16 +148,18 @@ class Optimizer:
         self._lr = np.float32(c.lr)
         self._l2 = np.float32(c.l2)
         self._clip = np.float32(c.grad_clip or 0.0)
+        self._per_element = c.kind == "adagrad" and c.accumulator == "element"
 
     @property
     def state_width(self) -> int:
-        return {"sgd": 0, "adagrad": 1, "adam": 2 * self.d + 2, "ftrl": 2 * self.d}[self.config.kind]
+        adagrad = self.d if self._per_element else 1
+        return {"sgd": 0, "adagrad": adagrad, "adam": 2 * self.d + 2, "ftrl": 2 * self.d}[self.config.kind]
 
     def init_state(self, params: np.ndarray, state: np.ndarray, rows: np.ndarray, c0: int) -> None:
         """Initial state of new ``rows`` (their params already hold the initializer's values)."""
         c, d = self.config, self.d
         if c.kind == "adagrad":
-            state[rows, 0] = np.float32(c.initial_accumulator)
+            state[rows, :] = np.float32(c.initial_accumulator)
         elif c.kind == "adam":
             state[rows, : 2 * d] = 0.0
             state[rows, 2 * d :] = 1.0
@@ -154,6 +171,8 @@ class Optimizer:
         c, d = self.config, self.d
         if c.kind == "sgd":
             sgd(params, state, rows, grads, c0, d, self._lr, self._l2, self._clip)
+        elif self._per_element:
+            adagrad_element(params, state, rows, grads, c0, d, self._lr, self._l2, self._clip, np.float32(c.eps))
         elif c.kind == "adagrad":
             adagrad(params, state, rows, grads, c0, d, self._lr, self._l2, self._clip, np.float32(c.eps))
         elif c.kind == "adam":

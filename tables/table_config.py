@@ -26,7 +26,11 @@ class OptimizerConfig(FrozenModel):
     """Server-side update rule applied on push.
 
     - sgd:     w -= lr * g
-    - adagrad: one accumulator per row (Paddle's sparse rule): a += mean(g^2); w -= lr * g / (sqrt(a) + eps)
+    - adagrad: ``accumulator: row`` (the default): one accumulator per row (Paddle's sparse rule,
+      TorchRec's rowwise Adagrad): a += mean(g^2); w -= lr * g / (sqrt(a) + eps).
+      ``accumulator: element``: one per element (TensorFlow's sparse Adagrad): a_j += g_j^2;
+      w_j -= lr * g_j / (sqrt(a_j) + eps); a row then holds ``dim`` accumulator floats, not 1.
+      Dense arrays always keep one per element (every element is updated every step).
     - adam:    per-element moments, per-row bias-correction powers
     - ftrl:    FTRL-Proximal (McMahan et al. 2013), per-element z and n; for wide weights
     ``l2`` adds ``l2 * w`` to the gradient (ftrl uses it in its closed form instead).
@@ -40,6 +44,7 @@ class OptimizerConfig(FrozenModel):
     grad_clip: float | None = Field(None, gt=0.0)
     eps: float = Field(1e-8, gt=0.0)
     initial_accumulator: float = Field(0.0, ge=0.0)  # adagrad
+    accumulator: Literal["row", "element"] = "row"  # adagrad on sparse tables, see above
     beta1: float = Field(0.9, ge=0.0, lt=1.0)  # adam
     beta2: float = Field(0.999, ge=0.0, lt=1.0)  # adam
     ftrl_beta: float = Field(1.0, ge=0.0)  # ftrl

@@ -67,7 +67,7 @@ class StoredTable(Protocol):
 
 
 def _layout(config: TableConfig, rows: RowStore) -> dict[str, Any]:
-    return {
+    layout = {
         "dim": config.dim, "wide": config.wide, "width": config.width,
         "optimizer": config.optimizer.kind, "wide_optimizer": config.wide_optimizer.kind if config.wide else None,
         "columns": {name: [c.dtype.str, *c.shape[1:]] for name, c in rows.cols.items()},
@@ -75,6 +75,11 @@ def _layout(config: TableConfig, rows: RowStore) -> dict[str, Any]:
         "seed": config.seed, "initializer": config.initializer.model_dump(),
         "wide_initializer": config.wide_initializer.model_dump() if config.wide else None,
     }
+    opt = config.optimizer
+    if opt.kind == "adagrad" and opt.accumulator == "element":
+        # Only when set, so saves of row-wise tables (all saves before the option) still match.
+        layout["accumulator"] = "element"
+    return layout
 
 
 def _policy(config: TableConfig) -> dict[str, Any]:
@@ -280,7 +285,8 @@ def _adopted_config(t: StoredTable, saved: _Saved, mpath: Path) -> TableConfig:
 def _check_layout(t: StoredTable, saved: _Saved, mpath: Path) -> None:
     layout = _layout(t.config, t.state.rows)
     if saved.manifest.get("layout") != layout:
-        diff = sorted(k for k in layout if saved.manifest.get("layout", {}).get(k) != layout[k])
+        saved_layout = saved.manifest.get("layout") or {}
+        diff = sorted(k for k in {*layout, *saved_layout} if saved_layout.get(k) != layout.get(k))
         raise Conflict(f"{mpath}: saved layout differs from table {t.name!r} config in {diff}",
                        detail={"fields": diff})
 

@@ -38,6 +38,8 @@ class Rule:
 
     def init_state(self, w: list[float]) -> dict:
         c, d = self.cfg, len(w)
+        if c.kind == "adagrad" and c.accumulator == "element":
+            return {"acc": [c.initial_accumulator] * d}
         if c.kind == "adagrad":
             return {"acc": c.initial_accumulator}
         if c.kind == "adam":
@@ -70,6 +72,11 @@ class Rule:
         if c.kind == "sgd":
             for j in range(d):
                 w[j] -= c.lr * g[j]
+        elif c.kind == "adagrad" and c.accumulator == "element":
+            # One accumulator per element (TensorFlow's sparse Adagrad).
+            for j in range(d):
+                st["acc"][j] += g[j] * g[j]
+                w[j] -= c.lr * g[j] / (math.sqrt(st["acc"][j]) + c.eps)
         elif c.kind == "adagrad":
             # ONE accumulator per row: the mean of the squared gradient elements.
             st["acc"] += sum(x * x for x in g) / d

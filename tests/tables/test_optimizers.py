@@ -10,17 +10,19 @@ from tables.table_config import InitializerConfig, OptimizerConfig, TableConfig
 
 from .reference_table import ReferenceTable
 
-KINDS = ["sgd", "adagrad", "adam", "ftrl"]
+KINDS = ["sgd", "adagrad", "adagrad_element", "adam", "ftrl"]  # adagrad_element: accumulator "element"
 # The wide weight runs another rule than the embedding, so a mix-up of the two would show.
-WIDE_FOR = {"sgd": "ftrl", "adagrad": "adam", "adam": "sgd", "ftrl": "adagrad"}
+WIDE_FOR = {"sgd": "ftrl", "adagrad": "adam", "adagrad_element": "adagrad", "adam": "sgd", "ftrl": "adagrad_element"}
 POOL = np.array([0, 1, 2**63, 2**64 - 1, 2**32, 2**32 - 1, *range(7, 7 + 34)], np.uint64)
 
 
 def optimizer(kind: str, regularized: bool) -> OptimizerConfig:
-    lr = {"sgd": 0.1, "adagrad": 0.05, "adam": 0.01, "ftrl": 0.1}[kind]
-    extra = {}
+    lr = {"sgd": 0.1, "adagrad": 0.05, "adagrad_element": 0.05, "adam": 0.01, "ftrl": 0.1}[kind]
+    extra: dict = {}
+    if kind == "adagrad_element":
+        kind, extra["accumulator"] = "adagrad", "element"
     if regularized:
-        extra = {"l2": 0.3, "grad_clip": 0.05}
+        extra.update(l2=0.3, grad_clip=0.05)
         if kind == "ftrl":
             extra["l1"] = 0.002
         if kind == "adagrad":
@@ -61,9 +63,9 @@ def test_matches_reference(kind: str, wide: bool, regularized: bool) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_zero_initial_rows_and_large_batches(kind: str) -> None:
     """Zero rows (ftrl starts at z = 0) and gradients large enough that clipping dominates."""
+    opt = optimizer(kind, False).model_copy(update={"lr": 0.05, "grad_clip": 0.5, "l2": 0.1})
     cfg = TableConfig(name="t", dim=3, wide=True, initializer=InitializerConfig(kind="zeros"),
-                      optimizer=OptimizerConfig(kind=kind, lr=0.05, grad_clip=0.5, l2=0.1),
-                      wide_optimizer=OptimizerConfig(kind=kind, lr=0.05, grad_clip=0.5, l2=0.1))
+                      optimizer=opt, wide_optimizer=opt)
     run_both(cfg, pushes=4, seed=3)
 
 
@@ -89,3 +91,16 @@ def test_adagrad_has_one_accumulator_per_row() -> None:
     t.push([4], np.array([[3.0, 4.0]], np.float32))
     acc = (9.0 + 16.0) / 2
     np.testing.assert_allclose(t.pull([4])[0], [-0.1 * 3 / np.sqrt(acc), -0.1 * 4 / np.sqrt(acc)], rtol=1e-6)
+
+
+def test_element_wise_adagrad_has_one_accumulator_per_element() -> None:
+    """Each element takes its own step lr * g_j / sqrt(a_j): from zero rows, -lr * sign(g_j) on the
+    first push; a second push of (g, 0) moves only the first element, by lr * g / sqrt(2 g^2)."""
+    cfg = TableConfig(name="t", dim=2, initializer=InitializerConfig(kind="zeros"),
+                      optimizer=OptimizerConfig(kind="adagrad", lr=0.1, eps=1e-8, accumulator="element"))
+    t = SparseTable(cfg)
+    t.push([4], np.array([[3.0, -4.0]], np.float32))
+    np.testing.assert_allclose(t.pull([4])[0], [-0.1, 0.1], rtol=1e-6)
+    t.push([4], np.array([[3.0, 0.0]], np.float32))
+    np.testing.assert_allclose(t.pull([4])[0], [-0.1 - 0.1 / np.sqrt(2.0), 0.1], rtol=1e-6)
+    assert t.state.rows.cols["state"].shape[1] == 2  # dim accumulator floats per row, not 1
