@@ -1,7 +1,10 @@
 """The streaming consumer: Kafka records -> parsed micro-batches, bad records -> dead letters.
 
-A micro-batch closes when it holds ``batch_size`` records or ``batch_timeout_ms`` has passed,
-whichever comes first; a poll never waits longer. Several trainers share the partitions of
+A micro-batch closes when it holds ``batch_size`` records, or ``batch_timeout_ms`` has passed,
+or the consumer has caught up with the log (a Kafka poll came back short and every assigned
+partition is read to its highwater: waiting would only add latency), whichever comes first; a
+poll never waits longer. ``caught_up`` tells the caller which: a backlog still gives full
+batches, whatever the arrival rate. Several trainers share the partitions of
 the topic through a consumer group (``Membership.GROUP``), or a trainer reads an explicit set
 of partitions (``Membership.ASSIGN``). Offsets follow the rule of :mod:`streaming.offsets`:
 the trainer calls ``tracker.mark_pushed(batch)`` after pushing gradients and checkpoints
@@ -86,6 +89,7 @@ class StreamConsumer:
         self._restore: dict[int, int] = {}
         self.records_delivered = 0
         self.batches_delivered = 0
+        self.caught_up = False  # the last poll_batch read every assigned partition to its end (no backlog)
         self._consumer = KafkaConsumer(
             **options,
             client_id=client_id,
@@ -121,6 +125,7 @@ class StreamConsumer:
         train), so its offsets still advance.
         """
         chunks = self._collect()
+        self.caught_up = self._at_end()
         if not chunks:
             return None
         values: list[bytes] = []
@@ -160,20 +165,37 @@ class StreamConsumer:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
                 break
+            before, asked = count, size - count
             try:
-                got = self._consumer.poll(timeout_ms=remaining_ms, max_records=size - count, update_offsets=True)
+                got = self._consumer.poll(timeout_ms=remaining_ms, max_records=asked, update_offsets=True)
             except KafkaError as err:
                 raise Unavailable(f"Kafka poll failed: {err}") from None
             for tp, recs in got.items():
                 if recs:
                     chunks.append((tp, recs))
                     count += len(recs)
+            if chunks and count - before < asked and self._at_end():
+                break  # a short poll at the log's end: nothing more is waiting, so the batch goes now
         if self.membership is Membership.GROUP and chunks:
             # A rebalance between two polls may have taken partitions away: their new owner
             # re-reads these records from the handed-off offset, so they are dropped here.
             mine = self._consumer.assignment()
             chunks = [(tp, recs) for tp, recs in chunks if tp in mine]
         return chunks
+
+    def _at_end(self) -> bool:
+        """Every assigned partition is read up to its highwater (from the last fetch responses)."""
+        for tp in self._consumer.assignment():
+            end = self._consumer.highwater(tp)
+            if end is None:  # not fetched yet: unknown, so not caught up
+                return False
+            try:
+                position = self._consumer.position(tp, timeout_ms=0)
+            except KafkaError:
+                return False
+            if position is None or position < end:
+                return False
+        return True
 
     def batches(self, *, max_idle_s: float | None = None) -> Iterator[Batch]:
         """Yield micro-batches; stop after ``max_idle_s`` seconds without a good record (None: never)."""

@@ -43,24 +43,27 @@ class JobStream:
         self.lag_partitions: dict[int, int] = {}  # records not yet consumed, refreshed ~1/s by the poll loop
         self._lag_at = 0.0
 
-    def _polls(self) -> Iterator[Batch | None]:
+    def _polls(self) -> Iterator[tuple[Batch | None, bool]]:
+        """Each poll, and whether the consumer had caught up with the log after it."""
         while not self.stopping.is_set():
             with self.lock:
                 batch = self.consumer.poll_batch()
+                caught_up = self.consumer.caught_up
                 now = time.monotonic()
                 if now - self._lag_at >= LAG_REFRESH_S:  # under the lock: status() reads the cached figure
                     self._lag_at = now
                     with contextlib.suppress(KafkaError):
                         self.lag_partitions = self.consumer.lag()
                         self.progress.lag = sum(self.lag_partitions.values())  # for the pass's point
-            yield batch
+            yield batch, caught_up
 
     def minibatches(self) -> Iterator[MiniBatch | None]:
-        """The polls as training mini-batches of ``batch_size`` records; None when a poll came
-        back empty. A new batcher per call: a re-seek drops what it held."""
+        """The polls as training mini-batches of ``batch_size`` records (fewer when the consumer
+        caught up with the log: no backlog, no wait); None when a poll came back empty. A new
+        batcher per call: a re-seek drops what it held."""
         batcher = MiniBatcher(self.config.batch_size, self.config.batch_wait_ms / 1000)
-        for poll in self._polls():
-            yield from batcher.add(poll)
+        for poll, caught_up in self._polls():
+            yield from batcher.add(poll, caught_up=caught_up)
             if poll is None:
                 yield None
 

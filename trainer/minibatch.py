@@ -4,10 +4,15 @@ A poll holds what arrived within ``kafka.batch_timeout_ms`` (up to ``kafka.batch
 dozen records at 500 records/s, 4,096 in a replay at 20,000/s. Trained as they come, the
 step count (and so the model) would depend on the arrival rate. :class:`MiniBatcher` holds
 polls until they hold ``size`` records, or the first of them waited ``wait_s``, or a poll came
-back empty; then the held group of ``n`` records is trained as ``round(n / size)`` (at least
-one) near-equal mini-batches, in record order: steps of ``size`` records give or take a half
-(polls are joined whole: 6 polls of 50 make one step of 300, not two of 150). A big poll
-becomes several mini-batches, small polls are joined into one.
+back empty, or the consumer has caught up with the log (``caught_up``: nothing more is waiting
+in Kafka, so holding the records would only delay them; freshness #14); then the held group
+of ``n`` records is trained as ``round(n / size)`` (at least one) near-equal mini-batches, in
+record order: steps of ``size`` records give or take a half (polls are joined whole: 6 polls
+of 50 make one step of 300, not two of 150). A big poll becomes several mini-batches, small
+polls are joined into one. Under a backlog polls are full and steps are ``size`` whatever the
+arrival rate; a trainer that keeps up with a slow stream trains what arrived since its last
+step (smaller steps, each record trained at once; holdout AUC unchanged, see
+tests/trainer/test_minibatch_quality.py).
 
 The offset rule (:mod:`streaming.offsets`) holds per poll: a poll's span is marked pushed
 after the step of the mini-batch holding its LAST record (``MiniBatch.completes``), so its
@@ -57,9 +62,10 @@ class MiniBatcher:
         """Records waiting for a mini-batch."""
         return self._held_n
 
-    def add(self, poll: Batch | None) -> list[MiniBatch]:
+    def add(self, poll: Batch | None, *, caught_up: bool = False) -> list[MiniBatch]:
         """Take a poll (None: nothing arrived, so whatever is held goes now); returns the
-        mini-batches ready to train, in order."""
+        mini-batches ready to train, in order. ``caught_up``: the consumer read its log to the
+        end with this poll, so no more records are waiting and the held ones go now."""
         if poll is None:
             return self.flush()
         if len(poll) == 0:
@@ -68,7 +74,7 @@ class MiniBatcher:
             self._held_since = self.clock()
         self._held.append(poll)
         self._held_n += len(poll)
-        if self._held_n >= self.size or self.clock() - self._held_since >= self.wait_s:
+        if caught_up or self._held_n >= self.size or self.clock() - self._held_since >= self.wait_s:
             return self.flush()
         return []
 

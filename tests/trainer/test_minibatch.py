@@ -78,3 +78,16 @@ def test_a_mini_batch_across_polls_completes_the_polls_whose_last_record_it_hold
     assert tracker.committable() == {0: 250}
     with pytest.raises(Conflict):
         tracker.mark_pushed(b)  # a poll is marked once
+
+
+def test_a_caught_up_poll_goes_at_once_and_a_backlog_still_gives_full_steps() -> None:
+    # the clock never moves: only the caught-up rule can flush a short group (freshness, #14)
+    batcher = MiniBatcher(256, 0.5, clock=lambda: 0.0)
+    assert batcher.add(poll(0, 40)) == [] and batcher.held == 40  # more may be waiting in the log
+    minis = batcher.add(poll(40, 10), caught_up=True)  # the log's end: nothing to wait for
+    assert [len(m.batch) for m in minis] == [50] and minis[0].ends_group and batcher.held == 0
+    np.testing.assert_array_equal(minis[0].batch.labels, np.arange(50, dtype=np.float32))
+    backlog = [len(m.batch) for m in batcher.add(poll(50, 1024))]  # a full poll from a backlog
+    assert backlog == [256, 256, 256, 256] and batcher.held == 0
+    caught_up_big = [len(m.batch) for m in batcher.add(poll(1074, 1024), caught_up=True)]
+    assert caught_up_big == [256, 256, 256, 256]  # caught up or not, a big poll is split into full steps

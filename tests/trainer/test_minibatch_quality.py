@@ -4,7 +4,9 @@ The same planted events reach the trainer as a 20,000 records/s replay does (Kaf
 4,096) and as a 500 records/s stream does (polls of ~50 every 0.1 s); both go through the
 job's :class:`trainer.minibatch.MiniBatcher` with the JobConfig defaults and train the
 default `up` model in-process. Holdout AUC agrees within 0.01. The batcher's clock is the
-stream's own time (records / rate), so the test does not depend on the machine's speed.
+stream's own time (records / rate), so the test does not depend on the machine's speed. A third
+arm is a trainer that keeps up with the slow stream: every poll reaches the log's end
+(``caught_up``), so it trains each poll of 50 at once (#14); its AUC agrees too.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def polls(lines: list[bytes], size: int) -> list[Batch]:
     return out
 
 
-def train_at_rate(lines: list[bytes], holdout: Batch, *, rate: float, poll_size: int) -> tuple[float, list[int]]:
+def train_at_rate(lines: list[bytes], holdout: Batch, *, rate: float, poll_size: int,
+                  caught_up: bool = False) -> tuple[float, list[int]]:
     """Holdout AUC after training ``lines`` arriving at ``rate`` records/s in polls of ``poll_size``;
     also the sizes of the steps taken. Every poll's offsets end up marked pushed, in order."""
     now = [0.0]
@@ -49,7 +52,7 @@ def train_at_rate(lines: list[bytes], holdout: Batch, *, rate: float, poll_size:
         if poll is not None:
             now[0] += len(poll) / rate
             tracker.issued(poll)
-        for mini in batcher.add(poll):
+        for mini in batcher.add(poll, caught_up=caught_up):
             worker.step(prepare(model, mini.batch))
             steps.append(len(mini.batch))
             for done in mini.completes:
@@ -63,10 +66,12 @@ def test_holdout_auc_does_not_depend_on_arrival_rate() -> None:
     holdout = polls(lines[TRAIN:], HOLDOUT)[0]
     fast, fast_steps = train_at_rate(lines[:TRAIN], holdout, rate=20_000, poll_size=4096)
     slow, slow_steps = train_at_rate(lines[:TRAIN], holdout, rate=500, poll_size=50)
-    print(f"holdout AUC: 20,000/s polls of 4096 {fast:.4f}; 500/s polls of 50 {slow:.4f}")
+    kept_up, kept_up_steps = train_at_rate(lines[:TRAIN], holdout, rate=500, poll_size=50, caught_up=True)
+    print(f"holdout AUC: 20,000/s polls of 4096 {fast:.4f}; 500/s polls of 50 {slow:.4f}, caught up {kept_up:.4f}")
     assert sum(fast_steps) == sum(slow_steps) == TRAIN
     size = DEFAULTS.batch_size
     assert set(fast_steps[:16]) == {size}  # a poll of 4096: 16 steps of 256
     assert size <= np.median(slow_steps) <= 1.5 * size  # small polls were joined
     assert abs(fast - slow) < 0.01, (fast, slow)
+    assert set(kept_up_steps) == {50} and abs(fast - kept_up) < 0.01, (fast, kept_up)
     assert min(fast, slow) > 0.55  # it learned (the 4096-record steps of finding 2 reached ~0.52 here)
