@@ -4,9 +4,14 @@ read by the service, and the delay from an event to its appearance in the served
 Starts ``--shards`` PS shard processes, a two-tower model whose user tower pools a 50-item
 ``history`` slot (mean), fills a catalogue of ``--items`` items and the histories of ``--users``
 users through the trainer's join (trainer.history_join: each user gets more than 50 positives),
-exports a bundle (trainer.export), then serves it in-process (FastAPI's TestClient, no network)
-and times ``--requests`` recommend calls of random known users, by the user id alone, each way
-(the ways take turns request by request, so the machine's load falls on them alike):
+exports a bundle (trainer.export), then serves it in-process (no network) and times
+``--requests`` recommend calls of random known users, by the user id alone, each way (the ways
+take turns request by request, so the machine's load falls on them alike). Timed twice: in the
+service's event loop, each request handed straight to the ASGI app as a server hands it over
+(the headline: what the service adds), and through Starlette's TestClient, whose every request
+also crosses between two threads several times (each crossing a wake-up the loaded machine may
+delay: the harness of the first figures). ``--load-procs N`` adds N spinning processes while
+requests are timed (a reproducible load on top of whatever else the machine runs).
 
 - live: the service reads the history from the shards (service.read_through + service.user_history);
 - bundle: no read-through, the history from the bundle's saves;
@@ -24,12 +29,14 @@ Target: recommend p99 <= 10 ms with a 50-item history. Prints a table (or ``--js
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,20 +99,79 @@ def _wait_healthy(client: PSClient, timeout_s: float = 60.0) -> None:
             time.sleep(0.2)
 
 
-def _latencies(ways: list[tuple[TestClient, list[dict[str, Any]]]]) -> list[np.ndarray]:
-    """Per way (a service and its request bodies), the latency of each request in ms. The ways
-    take turns request by request, so the machine's load falls on them alike."""
-    for client, bodies in ways:  # warm-up: numba, the bundle's history tables, connections
-        for body in bodies[:20]:
-            assert client.post("/v1/recommend", json=body).status_code == 200
+async def _asgi_post(app: Any, path: str, body: bytes) -> int:
+    """One request straight into the ASGI app on the running loop, as a server hands it over:
+    no client library, no thread between the caller and the app. The status code."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("bench", 80)}
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(scope, receive, send)
+    return status
+
+
+def _in_loop(svc: TestClient, ways: list[tuple[TestClient, list[bytes]]],
+             extra: Callable[[int], object]) -> list[np.ndarray]:
+    """Per way (a service and its encoded request bodies), then ``extra(i)`` (a bare step timed the
+    same way), the latency of each call in ms, measured in the service's event loop (``svc``'s).
+    The ways take turns request by request, so the machine's load falls on them alike."""
+    apps = [(c.app, bodies) for c, bodies in ways]
+
+    async def timed() -> list[list[float]]:
+        for app, bodies in apps:  # warm-up: numba, the bundle's history tables, connections
+            for body in bodies[:20]:
+                assert await _asgi_post(app, "/v1/recommend", body) == 200
+        out: list[list[float]] = [[] for _ in range(len(apps) + 1)]
+        for i in range(len(apps[0][1])):
+            for w, (app, bodies) in enumerate(apps):
+                t0 = time.perf_counter()
+                status = await _asgi_post(app, "/v1/recommend", bodies[i])
+                out[w].append(time.perf_counter() - t0)
+                assert status == 200
+            t0 = time.perf_counter()
+            extra(i)
+            out[-1].append(time.perf_counter() - t0)
+        return out
+
+    return [np.array(o) * 1e3 for o in svc.portal.call(timed)]
+
+
+def _through_test_client(ways: list[tuple[TestClient, list[bytes]]]) -> list[np.ndarray]:
+    """The same through Starlette's TestClient (the harness of the first figures): each request
+    also crosses between the caller's thread and the client's event-loop thread several times."""
     out: list[list[float]] = [[] for _ in ways]
+    headers = {"content-type": "application/json"}
     for i in range(len(ways[0][1])):
         for w, (client, bodies) in enumerate(ways):
             t0 = time.perf_counter()
-            r = client.post("/v1/recommend", json=bodies[i])
+            r = client.post("/v1/recommend", content=bodies[i], headers=headers)
             out[w].append(time.perf_counter() - t0)
             assert r.status_code == 200, r.text
     return [np.array(o) * 1e3 for o in out]
+
+
+@contextlib.contextmanager
+def _busy_processes(n: int) -> Iterator[None]:
+    """``n`` processes spinning on a core each while the requests are timed: a reproducible load."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def _stats(ms: np.ndarray) -> dict[str, float]:
@@ -143,8 +209,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rows = client.wait(client.read_id_rows("ids.history", asked, words=1 + 2 * LENGTH)).rows
         hist_ids, _, lengths = ring_unroll(rows)
         assert (lengths == LENGTH).all()
-        by_id = [{"user": {"slots": {"user": [int(u)]}}, "k": 10} for u in asked]
-        sent = [{"user": {"slots": {"user": [int(u)], "history": hist_ids[i].tolist()}}, "k": 10}
+        by_id = [json.dumps({"user": {"slots": {"user": [int(u)]}}, "k": 10}).encode() for u in asked]
+        sent = [json.dumps({"user": {"slots": {"user": [int(u)], "history": hist_ids[i].tolist()}}, "k": 10}).encode()
                 for i, u in enumerate(asked)]
         base = {"exports_dir": str(exports), "admin_token": "bench-token-0123456789", "poll_seconds": 0.2}
         live_settings = ServiceSettings(**base, read_through={"endpoints": endpoints, "timeout_s": 1.0,
@@ -152,18 +218,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with TestClient(create_app(live_settings)) as live, TestClient(create_app(ServiceSettings(**base))) as bundle:
             _ready(live)
             _ready(bundle)
-            got = _latencies([(live, by_id), (bundle, by_id), (live, sent)])
-            results = {k: _stats(v) for k, v in zip(("live", "bundle", "sent"), got, strict=True)}
+            reader = live.app.state.read_through  # type: ignore[attr-defined]
+            ways = [(live, by_id), (bundle, by_id), (live, sent)]
+            with _busy_processes(args.load_procs):
+                time.sleep(1.0 if args.load_procs else 0.0)  # let the spinners take their cores
+                got = _in_loop(live, ways, lambda i: reader.id_rows("ids.history", asked[i : i + 1], 1 + 2 * LENGTH))
+                load = {"in_loop": os.getloadavg()[0]}
+                tc = _through_test_client(ways) if args.test_client else []
+                load["test_client"] = os.getloadavg()[0]
+            results = {k: _stats(v) for k, v in zip(("live", "bundle", "sent", "read"), got, strict=True)}
+            results_tc = {k: _stats(v) for k, v in zip(("live", "bundle", "sent"), tc, strict=True)}
             delays = _delays(live, join, users, rng, args.markers)
+            reads = live.app.state.user_history.status()  # type: ignore[attr-defined]
         join.close()
         client.close()
         return {"shards": args.shards, "users": args.users, "items": args.items, "history_length": LENGTH,
                 "requests": args.requests, "join_events_per_s": join_rate, "recommend": results,
+                "recommend_test_client": results_tc,
                 "ratio_live_vs_sent_p99": results["live"]["p99_ms"] / results["sent"]["p99_ms"],
                 "target_p99_ms": 10.0, "met": results["live"]["p99_ms"] <= 10.0,
                 "delay_ms": {"p50": float(np.percentile(delays, 50)), "p95": float(np.percentile(delays, 95)),
                              "max": float(delays.max())},
-                "load": os.getloadavg()}
+                "history_reads": reads, "load_procs": args.load_procs, "load": load}
     finally:
         for p in procs:
             p.kill()
@@ -206,6 +282,9 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--markers", type=int, default=50)
+    p.add_argument("--load-procs", type=int, default=0, help="busy processes spinning while requests are timed")
+    p.add_argument("--no-test-client", dest="test_client", action="store_false",
+                   help="skip the second timing through Starlette's TestClient")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -213,18 +292,24 @@ def main() -> None:
     if args.json:
         print(json.dumps(r, indent=2))
         return
+    load = r["load"]
     print(f"history bench: {r['shards']} shards, {r['users']} users x {r['history_length']}-item history, "
-          f"{r['items']} items, {r['requests']} requests each way, load {r['load'][0]:.1f}")
-    print(f"{'/v1/recommend (known user)':<42}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}")
+          f"{r['items']} items, {r['requests']} requests each way; {r['load_procs']} busy processes added, "
+          f"load average {load['in_loop']:.1f} (in-loop) / {load['test_client']:.1f} (TestClient)")
+    tc = r["recommend_test_client"]
+    print(f"{'/v1/recommend (known user)':<42}{'in the service loop':>27}{'via TestClient':>20}")
+    print(f"{'':<42}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'p50 ms':>10}{'p99 ms':>10}")
     for key, what in (("live", "history read live from the shards"), ("bundle", "history read from the bundle"),
-                      ("sent", "baseline: client sends the 50 ids")):
+                      ("sent", "baseline: client sends the 50 ids"), ("read", "  (the live history read alone)")):
         s = r["recommend"][key]
-        print(f"{what:<42}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}{s['mean_ms']:>9.2f}")
-    print(f"p99 live / baseline: {r['ratio_live_vs_sent_p99']:.2f}x; target p99 <= 10 ms: "
+        t = f"{tc[key]['p50_ms']:>10.2f}{tc[key]['p99_ms']:>10.2f}" if key in tc else ""
+        print(f"{what:<42}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}{s['mean_ms']:>9.2f}{t}")
+    print(f"p99 live / baseline: {r['ratio_live_vs_sent_p99']:.2f}x; target p99 <= 10 ms (in the service loop): "
           f"{'met' if r['met'] else 'NOT met'}")
     d = r["delay_ms"]
     print(f"event -> served history (join + shard read, no Kafka/batching): p50 {d['p50']:.2f} ms, "
           f"p95 {d['p95']:.2f} ms, max {d['max']:.2f} ms; join {r['join_events_per_s']:,.0f} events/s")
+    print(f"history reads of the live service: {r['history_reads']}")
 
 
 if __name__ == "__main__":
