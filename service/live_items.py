@@ -151,14 +151,28 @@ class LiveItems:
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.items_interval_s):
-            try:
-                self.poll_once()
-            except StreamrecError as err:  # shards busy or gone: try again next time
-                self.errors += 1
-                log.debug("live items: %s", err.message)
-            except Exception:
-                self.errors += 1
-                log.exception("live item refresh failed")
+            for step in (self.poll_once, self.poll_rows):
+                try:
+                    step()
+                except StreamrecError as err:  # shards busy or gone: try again next time
+                    self.errors += 1
+                    log.debug("live path: %s", err.message)
+                except Exception:
+                    self.errors += 1
+                    log.exception("live refresh failed")
+
+    def poll_rows(self) -> int:
+        """Bring the read-through's overlay of changed rows (service.live_rows) up to the shards'
+        logs once; returns the rows upserted."""
+        if self.read_through is None or self.paused_at is not None:
+            return 0
+        with self.store.read() as side:
+            if side.version is None or side.manifest is None:
+                return 0
+            version, newest, tables = side.version, side.manifest.newest_record_time, sorted(side.tables)
+        overlay = self.read_through.overlay
+        overlay.bundle_served(version, newest)
+        return overlay.poll(self._client, tables, limit=self.settings.changes_limit)
 
     # ------------------------------------------------------------------ one poll
     def poll_once(self) -> int:
@@ -267,6 +281,7 @@ class LiveItems:
         self._since_bundle = set()
         if self.read_through is not None:
             self.read_through.paused = True
+            self.read_through.overlay.clear()
 
     def _resume(self) -> None:
         log.info("live path resumed on bundle %s", self.store.version)
@@ -295,6 +310,7 @@ class LiveItems:
             "items_refreshed": self.items_refreshed, "items_added": self.items_added, "batches": self.batches,
             "lost_reads": self.lost, "errors": self.errors,
             "item_freshness_p50_s": _round(self.freshness(0.5)), "item_freshness_p95_s": _round(self.freshness(0.95)),
+            "rows": self.read_through.overlay.status() if self.read_through is not None else None,
         }
 
 

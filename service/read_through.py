@@ -6,7 +6,9 @@ read-through never invents a row. When the shards do not answer within the (shor
 the lookup serves the bundle's rows and the miss is counted: serving never fails because
 training is busy or down. One PS client, used under a lock (clients are not thread-safe).
 While ``paused`` (the live path saw the shards' tables go back to a save: a rollback, a
-restart, see :mod:`service.live_items`) lookups serve the bundle alone.
+restart, see :mod:`service.live_items`) lookups serve the bundle alone. While the live thread
+keeps ``overlay`` (:mod:`service.live_rows`: the rows changed since the served bundles, in
+memory) and it answers for a table, lookups of that table read it there, with no round trip.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from core.errors import StreamrecError
 from ps.client import PSClient
 from ps.ps_config import ClientConfig
+from service.live_rows import LiveRows
 from service.settings import ReadThroughSettings
 
 
@@ -31,6 +34,8 @@ class ReadThrough:
         self.served = 0  # lookups answered with live rows
         self.unavailable = 0  # lookups that fell back to the bundle
         self.paused = False  # set by the live path until a newer bundle is served
+        self.overlay = LiveRows()  # fed by the live thread (service.live_items), when it runs
+        self.from_overlay = 0  # lookups answered from the overlay (no round trip)
 
     def rows(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """``(rows, found)`` for ``ids`` from the live shards, or None when they did not answer."""
@@ -56,8 +61,15 @@ class ReadThrough:
 
     def merge(self, table: str, ids: np.ndarray, found: np.ndarray,
               rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The bundle's ``(found, rows of found ids)`` overlaid with live rows where shards have them."""
-        live = None if self.paused else self.rows(table, ids)
+        """The bundle's ``(found, rows of found ids)`` overlaid with live rows where shards have them:
+        from the overlay when it answers for ``table``, else read through to the shards."""
+        if self.paused:
+            return found, rows
+        held = self.overlay.merge(table, ids, found, rows)
+        if held is not None:
+            self.from_overlay += 1
+            return held
+        live = self.rows(table, ids)
         if live is None:
             return found, rows
         live_rows, live_found = live
