@@ -20,11 +20,15 @@ the serving latency while live updates flow, against the same traffic on the pas
 Prints p50/p95/max per artifact, rate and path, the chief trainer's records/s during the
 measurement and the serving latencies (human table, or ``--json``).
 
-The generator is one Python process: on a loaded 2-core machine it may not reach the rate asked
-(the table's records/s says what flowed). ``--replay-rows N`` writes N generated events to a file
-once and replays it instead (``up --replay``, capped at the rate, paced by the consumer lag), so
-the trainers run as fast as they can up to the rate: that measures the training throughput with
-and without the live path, and the freshness of markers queued behind a lagging stream.
+Sources (``--source``): ``batches`` (default) writes ``--source-rows`` generated events to a
+file once and bench/rate_source.py produces them, cycled, as pre-encoded Kafka record batches at
+the rate (stamped with the time of sending; 20,000 events/s take a fraction of a core), while
+`up`'s own generator runs at 1 event/s; ``generator``: `up`'s generator at the rate (one Python
+process: 1.3k-4.7k events/s at most on a loaded 2-core machine); ``replay``: ``up --replay`` of
+``--source-rows`` events (capped at the rate, paced by the consumer lag). The table says what
+flowed: the source's rate, the records/s the trainers trained (the whole job, from the pass
+totals over the measurement) and the consumer lag of the last pass (trainers that cannot keep
+up leave a growing lag, and markers queue behind it).
 
 Targets: p95 <= 1 s to the embedding row and <= 2 s to similar-items presence on the live path,
 at every rate; training records/s with the live path no lower than without (same rate).
@@ -101,6 +105,39 @@ def _trained(api: str, token: str) -> float | None:
         return float(_http(f"{api}/admin/status", token=token)["job"]["status"]["records_total"])
     except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
         return None
+
+
+def job_throughput(api: str, token: str, since_wall: float) -> dict[str, Any]:
+    """Records/s the whole job trained from the last pass committed before ``since_wall`` to the
+    newest pass (the pass totals: every worker), and the newest pass's consumer lag."""
+    try:
+        points = _http(f"{api}/admin/passes?since=-1", token=token, timeout=10)["points"]
+    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
+        return {"train_rate": None, "lag": None}
+    before = [p for p in points if p["time"] <= since_wall]
+    if not before or points[-1]["time"] <= before[-1]["time"]:
+        return {"train_rate": None, "lag": points[-1].get("lag") if points else None}
+    a, b = before[-1], points[-1]
+    return {"train_rate": round((b["records_total"] - a["records_total"]) / (b["time"] - a["time"]), 1),
+            "lag": b.get("lag")}
+
+
+def start_source(kafka: KafkaConfig, events: Path, rate: float, duration_s: float) -> subprocess.Popen:
+    """bench/rate_source.py producing ``events`` at ``rate`` (its JSON on stdout when it ends)."""
+    spec = {"file": str(events), "rate": rate, "duration": duration_s, "bootstrap": kafka.bootstrap_servers[0],
+            "topic": kafka.topic, "partitions": kafka.partitions}
+    fd, path = tempfile.mkstemp(suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec, f)
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "rate_source.py"), path],
+                            stdout=subprocess.PIPE)
+
+
+def stop_source(proc: subprocess.Popen) -> dict[str, Any] | None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # it reports what it sent up to now
+    out = proc.communicate(timeout=60)[0]
+    return json.loads(out) if out else None
 
 
 def _present(api: str, item: str) -> bool:
@@ -202,15 +239,15 @@ def _summary(lat: list[float], markers: int) -> dict[str, Any]:
     return {"served": int(got.size), "of": markers, "p50": pct(50), "p95": pct(95), "max": pct(100)}
 
 
-def run_up(config: Path, args: argparse.Namespace, replay: Path | None = None) -> dict[str, Any]:
+def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | None = None) -> dict[str, Any]:
     """One `streamrec up` in a fresh run directory: the marker latencies, summarized."""
     run_dir = Path(tempfile.mkdtemp(prefix="streamrec-freshness-"))
     (port,) = free_ports(1)
     api = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "deploy.cli", "up", "--plain", "--run-dir", str(run_dir), "--port", str(port),
             "--config", str(config)]
-    if replay is not None:
-        argv += ["--replay", str(replay)]
+    if events is not None and args.source == "replay":
+        argv += ["--replay", str(events)]
     log = open(run_dir / "up.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -219,13 +256,19 @@ def run_up(config: Path, args: argparse.Namespace, replay: Path | None = None) -
         kafka = KafkaConfig.model_validate(_known(KafkaConfig, effective["kafka"]))
         schema = SchemaConfig.model_validate(_known(SchemaConfig, effective["schema"]))
         token = (run_dir / "admin-token").read_text().strip()
+        source = start_source(kafka, events, rate, args.warmup + args.markers * args.spacing + args.timeout) \
+            if events is not None and args.source == "batches" else None
         time.sleep(args.warmup)  # the stream at its rate, a few passes behind it
+        since_wall = time.time()
         loader = serve_load(api, args.serve_concurrency, args.markers * args.spacing + 2.0) \
             if args.serve_concurrency else None
         got = measure(api, token, kafka, schema, markers=args.markers, spacing_s=args.spacing,
                       timeout_s=args.timeout, seed=args.seed)
         serving = json.loads(loader.communicate(timeout=600)[0]) if loader is not None else None
+        sent = stop_source(source) if source is not None else None
         live = _http(f"{api}/admin/status", token=token).get("live")
+        time.sleep(2.5)  # one more pass, so the throughput window covers the measurement
+        job = job_throughput(api, token, since_wall)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)  # `up` stops every role it started
@@ -236,7 +279,9 @@ def run_up(config: Path, args: argparse.Namespace, replay: Path | None = None) -
                 proc.wait()
         log.close()
     return {"row": _summary(got["row"], args.markers), "item": _summary(got["item"], args.markers),
-            "train_rate": None if got["train_rate"] is None else round(got["train_rate"], 1),
+            "source_rate": None if sent is None else sent["rate"], "source": sent,
+            "train_rate": job["train_rate"], "lag": job["lag"],
+            "chief_train_rate": None if got["train_rate"] is None else round(got["train_rate"], 1),
             "lookup_p99_ms": got["lookup_p99_ms"], "service_live": live, "run_dir": str(run_dir),
             "serving": None if serving is None else {
                 "p50_ms": _r(serving["p50_ms"]), "p99_ms": _r(serving["p99_ms"]),
@@ -256,7 +301,7 @@ def _bad(serving: dict[str, Any]) -> int:
     return sum(n for code, n in (serving.get("statuses") or {}).items() if code != "200")
 
 
-def run_config(config: str | None, *, rate: float, live: bool, batch_wait_ms: int | None = None) -> Path:
+def run_config(config: str | None, *, rate: float, live: bool, source: str, batch_wait_ms: int | None = None) -> Path:
     """The user's config (or defaults) with the generator at ``rate`` events/s and the live path on or off;
     ``batch_wait_ms``: how long a Kafka poll and a short mini-batch may wait for more records."""
     data = (yaml.safe_load(Path(config).read_text()) if config else {}) or {}
@@ -264,7 +309,8 @@ def run_config(config: str | None, *, rate: float, live: bool, batch_wait_ms: in
         data.setdefault("kafka", {})["batch_timeout_ms"] = max(1, batch_wait_ms)
         data.setdefault("train", {})["batch_wait_ms"] = batch_wait_ms
     up = data.setdefault("up", {})
-    up["generator"] = {**(up.get("generator") or {}), "rate": rate}
+    # with the batches source, `up`'s own generator only trickles (bench/rate_source.py brings the rate)
+    up["generator"] = {**(up.get("generator") or {}), "rate": 1.0 if source == "batches" else rate}
     up["replay"] = {**(up.get("replay") or {}), "rate": rate}  # used with --replay-rows
     service = data.setdefault("service", {})
     if live:  # `up` points the read-through at its own shards, with the run's secret
@@ -290,29 +336,34 @@ def main() -> int:
     ap.add_argument("--batch-wait-ms", type=int, default=None,
                     help="set kafka.batch_timeout_ms and train.batch_wait_ms (both paths; default: the config's, "
                          "200 and 500 ms: at 500 events/s a mini-batch waits for more records up to 0.7 s)")
-    ap.add_argument("--replay-rows", type=int, default=0,
-                    help="replay this many generated events from a file instead of the generator (0: generator)")
+    ap.add_argument("--source", choices=["batches", "generator", "replay"], default="batches",
+                    help="where the stream comes from (module docstring); default: pre-encoded record batches")
+    ap.add_argument("--source-rows", type=int, default=200_000,
+                    help="generated events written once for the batches (cycled) and replay sources")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    replay = None
-    if args.replay_rows:
-        replay = Path(tempfile.mkdtemp(prefix="streamrec-freshness-replay-")) / "events.jsonl"
-        subprocess.run([sys.executable, "-m", "deploy.cli", "generate", "--out", str(replay), "--rows",
-                        str(args.replay_rows), "--format", "json"], check=True, stdout=subprocess.DEVNULL)
+    events = None
+    if args.source != "generator":
+        events = Path(tempfile.mkdtemp(prefix="streamrec-freshness-events-")) / "events.jsonl"
+        subprocess.run([sys.executable, "-m", "deploy.cli", "generate", "--out", str(events), "--rows",
+                        str(args.source_rows), "--format", "json"], check=True, stdout=subprocess.DEVNULL)
 
     runs: list[dict[str, Any]] = []
     for rate in [float(r) for r in args.rates.split(",")]:
         for live in (True, False):
-            r = run_up(run_config(args.config, rate=rate, live=live, batch_wait_ms=args.batch_wait_ms), args, replay)
-            runs.append({"rate": rate, "path": "live" if live else "pass-bundle", **r})
-    if replay is not None:
-        replay.unlink(missing_ok=True)
+            config = run_config(args.config, rate=rate, live=live, source=args.source,
+                                batch_wait_ms=args.batch_wait_ms)
+            runs.append({"rate": rate, "path": "live" if live else "pass-bundle", **run_up(config, args, rate, events)})
+    if events is not None:
+        events.unlink(missing_ok=True)
     met = all(r["row"]["served"] == args.markers and r["row"]["p95"] is not None
               and r["row"]["p95"] <= TARGET_ROW_P95_S and r["item"]["served"] == args.markers
               and r["item"]["p95"] is not None and r["item"]["p95"] <= TARGET_ITEM_P95_S
               for r in runs if r["path"] == "live")
     result = {"markers": args.markers, "config": args.config or "defaults", "batch_wait_ms": args.batch_wait_ms,
-              "source": f"replay of {args.replay_rows} events" if replay else "generator",
+              "source": {"batches": f"bench/rate_source.py, {args.source_rows} pre-encoded events cycled",
+                         "replay": f"up --replay of {args.source_rows} events",
+                         "generator": "up's generator"}[args.source],
               "runs": runs,
               "target_row_p95_s": TARGET_ROW_P95_S, "target_item_p95_s": TARGET_ITEM_P95_S,
               "targets_met": met, "load": os.getloadavg()}
@@ -320,11 +371,12 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     print(f"{'rate ev/s':>10} {'path':<12}{'row p50':>9}{'row p95':>9}{'rows':>7}{'item p50':>10}{'item p95':>10}"
-          f"{'items':>7}{'train/s':>10}{'serve p50 ms':>14}{'serve p99 ms':>14}")
+          f"{'items':>7}{'sent/s':>9}{'train/s':>9}{'lag':>8}{'serve p50 ms':>14}{'serve p99 ms':>14}")
     for r in runs:
         print(f"{r['rate']:>10g} {r['path']:<12}{r['row']['p50']!s:>9}{r['row']['p95']!s:>9}"
               f"{r['row']['served']:>4}/{args.markers:<2}{r['item']['p50']!s:>10}{r['item']['p95']!s:>10}"
-              f"{r['item']['served']:>4}/{args.markers:<2}{r['train_rate']!s:>10}"
+              f"{r['item']['served']:>4}/{args.markers:<2}{r['source_rate']!s:>9}{r['train_rate']!s:>9}"
+              f"{r['lag']!s:>8}"
               f"{(r['serving'] or {}).get('p50_ms')!s:>14}{(r['serving'] or {}).get('p99_ms')!s:>14}")
     by = {(r["rate"], r["path"]): r for r in runs}
     for rate in sorted({r["rate"] for r in runs}):
