@@ -31,7 +31,7 @@ from exports.bundle import BundleManifest, load_dense, load_items, read_manifest
 from exports.predictor import Predictor
 from exports.raw_records import RecordHasher, record_hasher
 from models.model_config import ModelConfig
-from ps.routing import plan_keys, shard_of
+from ps.routing import plan_keys, shard_of, shard_of_key
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex
 from tables.sparse_table import SparseTable
@@ -86,22 +86,27 @@ class Side:
 
     def lookup(self, slot: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found mask, rows of the found ids in input order). Absent ids get no row."""
-        _, shards = self.table_of(slot)
-        ids = np.ascontiguousarray(ids, dtype=np.uint64)
-        if len(shards) == 1:
-            rows, found = shards[0].pull_existing(ids)
-            return found, rows[found]
-        # one numba pass dedupes and groups the ids by shard (cheaper than shard_of even for one id)
-        plan = plan_keys(ids, len(shards))
-        m = plan.keys.shape[0]
-        found = np.zeros(m, np.bool_)
-        rows = np.empty((m, shards[0].width), np.float32)
-        for i, table in enumerate(shards):
-            sl = plan.shard_slice(i)
-            if sl.stop > sl.start:
-                rows[sl], found[sl] = table.pull_existing(plan.keys[sl])
-        found_in = found[plan.inverse]
-        return found_in, rows[plan.inverse[found_in]]
+        return existing_rows(self.table_of(slot)[1], ids)
+
+
+def existing_rows(shards: list[SparseTable], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(found mask, rows of the found ids in input order) of one table's ``shards``."""
+    ids = np.ascontiguousarray(ids, dtype=np.uint64)
+    if len(shards) == 1 or ids.shape[0] == 1:  # one id: its shard in plain ints, no plan (the hot single lookup)
+        table = shards[0] if len(shards) == 1 else shards[shard_of_key(int(ids[0]), len(shards))]
+        rows, found = table.pull_existing(ids)
+        return found, rows[found]
+    # one numba pass dedupes and groups the ids by shard
+    plan = plan_keys(ids, len(shards))
+    m = plan.keys.shape[0]
+    found = np.zeros(m, np.bool_)
+    rows = np.empty((m, shards[0].width), np.float32)
+    for i, table in enumerate(shards):
+        sl = plan.shard_slice(i)
+        if sl.stop > sl.start:
+            rows[sl], found[sl] = table.pull_existing(plan.keys[sl])
+    found_in = found[plan.inverse]
+    return found_in, rows[plan.inverse[found_in]]
 
 
 def _model_of(man: BundleManifest) -> ModelConfig:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ps.routing import shard_of, shard_of_key
 from service.settings import LimitSettings
 
 from .service_support import ITEM_IDS, USER_IDS, auth, make_settings, started, wait_until
@@ -40,10 +41,37 @@ def test_single_row_and_unknown_id(client, builder) -> None:
     i = int(USER_IDS[3])
     r = client.get(f"/v1/embeddings/user/{i}")
     assert r.status_code == 200
+    assert r.json() | {"row": None} == {"version": 1, "slot": "user", "table": "emb8", "wide": False, "id": i,
+                                        "row": None}
     assert np.array_equal(np.array(r.json()["row"], np.float32), builder.expected("user", [i])[1][0])
     r = client.get(f"/v1/embeddings/user/{(1 << 64) - 1}")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
     assert str((1 << 64) - 1) in r.json()["error"]["message"]
+
+
+def test_single_rows_come_from_the_right_shard(client, builder) -> None:
+    """The single-id path routes in plain ints (ps.routing.shard_of_key): every id of both
+    shards reads as the batch lookup does."""
+    keys = np.random.default_rng(3).integers(0, 2**64, 2000, dtype=np.uint64)
+    for n in (1, 2, 3, 7):
+        assert [shard_of_key(int(k), n) for k in keys] == shard_of(keys, n).tolist()
+    ids = USER_IDS[:40]
+    assert set(shard_of(ids, 2).tolist()) == {0, 1}
+    batch = _lookup(client, "user", ids)["rows"]
+    assert [client.get(f"/v1/embeddings/user/{int(i)}").json()["row"] for i in ids] == batch
+
+
+def test_bad_single_row_paths_name_the_parameter(client) -> None:
+    for path, field in ((f"/v1/embeddings/user/{1 << 64}", "path.id"), ("/v1/embeddings/user/-1", "path.id"),
+                        ("/v1/embeddings/user/abc", "path.id"), ("/v1/embeddings/user/%C3%A9", "path.id"),
+                        (f"/v1/embeddings/{'s' * 201}/1", "path.slot")):
+        r = client.get(path)
+        assert r.status_code == 422, path
+        err = r.json()["error"]
+        assert err["code"] == "invalid_input" and err["detail"]["fields"] == [field], err
+    assert client.get("/v1/embeddings/nope/1").status_code == 404
+    params = client.get("/openapi.json").json()["paths"]["/v1/embeddings/{slot}/{id}"]["get"]["parameters"]
+    assert [(p["name"], p["in"]) for p in params] == [("slot", "path"), ("id", "path")]
 
 
 def test_evicted_id_disappears_once_its_tombstone_delta_is_applied(client, builder) -> None:
