@@ -82,6 +82,9 @@ class PSClient:
         self._step = self._transport.config.max_keys_per_request
         self._report_restarts = report_restarts
         self.admin = PSAdmin(self._transport)
+        # when the records behind the next sparse pushes were received (Kafka time), for the
+        # shards' changed-keys logs: live freshness counts from receipt (#14); None: push time
+        self.received_at: float | None = None
         self._slice_min = dense_slice_min_elements
         self._dense: dict[str, tuple[tuple[int, ...], list[DenseSlice]]] = {}
 
@@ -194,7 +197,8 @@ class PSClient:
         for s, sl in self._parts(plan):
             if sl.stop > sl.start:
                 arrays = [plan.keys[sl], *(c[sl] for c in columns)]
-                parts[self._transport.request(s, Op.PUSH_SPARSE, table, arrays, flags=flags)] = sl
+                meta = None if self.received_at is None else {"received_at": self.received_at}
+                parts[self._transport.request(s, Op.PUSH_SPARSE, table, arrays, meta=meta, flags=flags)] = sl
         return plan, parts
 
     # ---------------------------------------------------------------- dense

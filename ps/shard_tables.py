@@ -81,7 +81,9 @@ class ShardTables:
         if flags & _SYNC:
             self.sync.hold_sparse(msg.table, keys, grads, shows, clicks)
         else:
-            table.push(keys, grads, shows=shows, clicks=clicks)
+            received_at = msg.meta.get("received_at")  # the change log's time of these keys (#14)
+            table.push(keys, grads, shows=shows, clicks=clicks,
+                       received_at=float(received_at) if isinstance(received_at, (int, float)) else None)
         return ok(msg)
 
     # ---------------------------------------------------------------- dense

@@ -9,7 +9,7 @@ activations) and swaps a new index snapshot in (:meth:`ModelStore.replace_items`
 add of that batch, :meth:`ItemIndex.live_upserted`). New items enter the index the same way.
 
 A served state is a bundle version plus how far the live updates reached (``status()``: the
-version, each shard's log cursor, the push time of the newest change applied). When a new
+version, each shard's log cursor, the receipt time of the newest change applied). When a new
 bundle is served, the items refreshed live since the previous one are refreshed again on top
 of it (the bundle's vectors are from its pass, the live rows are newer). When a shard's log
 starts a new generation (its tables were loaded from a save: a rollback, a restart), the live
@@ -23,8 +23,9 @@ that pushed the item's row) is tried again on the next polls. A tower without th
 cannot tell a changed item from its rows: it keeps bundle-only item vectors (``status()`` says
 why) and the thread only watches the logs' generations (to stop read-through on a rollback).
 Limits: items evicted on the shards stay in the index until the next bundle; a change of a row
-shared by many items (a category's) reaches them with the next bundle. Freshness here runs from the push
-that changed an item's row (the shard's receipt of the update) to its vector in the index.
+shared by many items (a category's) reaches them with the next bundle. Freshness here runs from the receipt
+of the records that changed an item's row (their Kafka time, carried by the trainer's push into the
+shard's log; the push time when a pusher sends none) to its vector in the index.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from streaming.batch import Batch
 
 log = logging.getLogger("streamrec.service")
 
-FRESHNESS_SAMPLES = 4096  # recent items whose push -> index lag the quantiles cover
+FRESHNESS_SAMPLES = 4096  # recent items whose receipt -> index lag the quantiles cover
 MAX_CATALOGUE_TRIES = 50  # polls an item waits for its catalogue row (5 s at the default interval)
 
 
@@ -128,11 +129,11 @@ class LiveItems:
         self._tower_changed = False  # a new bundle since the last poll
         self._cursors: list[tuple[int, int]] | None = None
         self._since_bundle: set[int] = set()  # items refreshed live since the served bundle
-        self._retry: dict[int, float] = {}  # items to do next poll (bundle swap, catalogue): id -> push time
+        self._retry: dict[int, float] = {}  # items to do next poll (bundle swap, catalogue): id -> receipt time
         self._tries: dict[int, int] = {}  # items not in the catalogue yet: polls tried
         self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
         self.paused_at: int | None = None  # the bundle version served when a shard's log restarted
-        self.reached: float | None = None  # push time of the newest change applied
+        self.reached: float | None = None  # receipt time of the newest change applied
         self.items_refreshed = 0
         self.items_added = 0
         self.batches = 0
@@ -291,7 +292,7 @@ class LiveItems:
 
     # ---------------------------------------------------------------- reports
     def freshness(self, q: float) -> float | None:
-        """Quantile ``q`` (0..1) of push -> index seconds over the recent refreshed items."""
+        """Quantile ``q`` (0..1) of receipt -> index seconds over the recent refreshed items."""
         if not self._lags:
             return None
         return float(np.quantile(np.array(tuple(self._lags)), q))  # tuple(): one C-level copy, taken whole
@@ -310,7 +311,9 @@ class LiveItems:
             "items_refreshed": self.items_refreshed, "items_added": self.items_added, "batches": self.batches,
             "lost_reads": self.lost, "errors": self.errors,
             "item_freshness_p50_s": _round(self.freshness(0.5)), "item_freshness_p95_s": _round(self.freshness(0.95)),
-            "rows": self.read_through.overlay.status() if self.read_through is not None else None,
+            "rows": None if self.read_through is None else {
+                **self.read_through.overlay.status(), "lookups_from_memory": self.read_through.from_overlay,
+                "lookups_read_through": self.read_through.served},
         }
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from ps.client import PSClient
 from tables import hashmap
 
-FRESHNESS_SAMPLES = 4096  # recent rows whose push -> overlay lag the quantiles cover
+FRESHNESS_SAMPLES = 4096  # recent rows whose receipt -> overlay lag the quantiles cover
 
 
 class RowOverlay:
@@ -194,7 +194,7 @@ class LiveRows:
         self._gap.clear()
 
     def freshness(self, q: float) -> float | None:
-        """Quantile ``q`` of push -> overlay seconds over the recent changed rows."""
+        """Quantile ``q`` of receipt -> overlay seconds over the recent changed rows (the log's times)."""
         if not self._lags:
             return None
         return float(np.quantile(np.array(tuple(self._lags)), q))

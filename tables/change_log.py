@@ -1,8 +1,9 @@
 """The changed-keys log of a sparse table: which ids a push changed, in order, for readers
 that follow the table live (the service refreshing item vectors between bundles).
 
-A ring of the last ``capacity`` changed keys with the wall time of the push that changed
-them, addressed by a running sequence number. It costs nothing until someone reads it:
+A ring of the last ``capacity`` changed keys with the time the records behind the change
+were received (the batch's newest Kafka time, sent with the push; the push's wall time when
+the pusher sent none), addressed by a running sequence number. It costs nothing until someone reads it:
 ``record`` is a no-op while the log is inactive, and the first ``read`` activates it (the
 ring is allocated then). Pushes afterwards append their deduplicated keys (two array copies
 under the table's lock, small beside the optimizer update).
@@ -33,7 +34,7 @@ class Changes:
     """Keys changed after the reader's cursor (repeats possible), the push times, and the new cursor."""
 
     keys: np.ndarray  # uint64
-    times: np.ndarray  # float64 wall time of the push that changed each key
+    times: np.ndarray  # float64 receipt time of the records that changed each key (else the push time)
     generation: int
     seq: int  # the cursor to read from next
     reset: bool  # the reader's cursor was lost (wrapped or another generation): changes may be missing

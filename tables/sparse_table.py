@@ -126,10 +126,13 @@ class SparseTable:
             }
 
     # ---------------------------------------------------------------- writes
-    def push(self, keys: Any, grads: Any, shows: Any = None, clicks: Any = None) -> None:
+    def push(self, keys: Any, grads: Any, shows: Any = None, clicks: Any = None, *,
+             received_at: float | None = None) -> None:
         """Apply gradients; duplicates are summed first. Unknown ids go through admission:
         admitted ones get a row (initializer values) and then the update; others are only
-        counted. NaN/Inf rows are refused (the whole push) or skipped, per config."""
+        counted. NaN/Inf rows are refused (the whole push) or skipped, per config.
+        ``received_at``: when the records behind this push were received, for the changed-keys
+        log (default: now)."""
         k = as_keys(keys, table=self.name)
         n = k.shape[0]
         g = as_matrix(grads, n, self.width, name="grads", table=self.name)
@@ -169,7 +172,7 @@ class SparseTable:
                     if self.changes.active:
                         uniq = uniq[keep]
             self._apply(rows, g, s, c)
-            self.changes.record(uniq)
+            self.changes.record(uniq, now=received_at)
             self.counters["pushes"] += 1
             self.counters["pushed_keys"] += n
 

@@ -294,6 +294,7 @@ class StreamingJob:
         assert self.worker is not None and self.stream is not None
         prepared, mini = item
         batch = prepared.batch
+        self.client.received_at = batch.received_at  # the shards' change logs count freshness from receipt
         self.worker.step(prepared)
         # pushes of this batch are in flight; drain() precedes every offset checkpoint
         self.stream.mark_pushed(mini.completes)
