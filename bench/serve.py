@@ -342,6 +342,18 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     if live:  # the same p99 runs while the pusher changes rows on the shards
         with Pusher(endpoints, ex.config.name, ex.config.width, args.live_rate, args.rows, item_ids) as pusher:
             time.sleep(2.0)
+            # bundles keep coming while training runs (a pass every few seconds): two small deltas,
+            # served by both services, after which the live path's row overlay answers (service.live_rows)
+            for _ in range(2):
+                keys = rng.choice(args.rows, 1000, replace=False).astype(np.uint64) + np.uint64(1)
+                ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
+                moved = rng.choice(item_ids, 100, replace=False)
+                ex.export("delta", (moved, rng.standard_normal((moved.shape[0], args.dim), dtype=np.float32)),
+                          items_full=False)
+                for p in (port, base_port):
+                    wait_version(p, ex.version)
+            answered = wait_answered(port)
+            log(f"pass bundles while live: version {ex.version}; row overlay answers for {answered}")
             t_live = time.monotonic()
             p99s: dict[str, list[float]] = {}
             for _ in range(args.rounds):  # taking turns, medians kept: the machine is shared
@@ -368,7 +380,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     t_pub = time.time()
     ex.export("delta", (moved, rng.standard_normal((moved.shape[0], args.dim), dtype=np.float32)), items_full=False)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-        while client.get("/readyz").json().get("version") != 2:
+        while client.get("/readyz").json().get("version") != ex.version:
             time.sleep(0.02)
         t_vis = time.time()
         hist = client.get("/admin/status", headers={"Authorization": f"Bearer {TOKEN}"}).json()["bundle"]["history"]
@@ -401,11 +413,38 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
         extra |= {"live_rate": args.live_rate, "live_pushed_rate": round(live_res["pushed_rate"], 1),
                   "live_items_refreshed": st["items_refreshed"], "live_items_added": st["items_added"],
                   "live_item_freshness_p50_s": st["item_freshness_p50_s"],
-                  "live_item_freshness_p95_s": st["item_freshness_p95_s"]}
+                  "live_item_freshness_p95_s": st["item_freshness_p95_s"], "live_rows": st.get("rows")}
     print_table(out, extra, sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(out))
     return 0
+
+
+def wait_version(port: int, version: int, timeout: float = 600) -> None:
+    """Until the service serves ``version`` on both store sides."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = httpx.get(f"http://127.0.0.1:{port}/admin/status", headers={"Authorization": f"Bearer {TOKEN}"},
+                           timeout=10).json()["bundle"]
+        if status["version"] == version and status["standby_version"] == version:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"bundle {version} not served after {timeout}s")
+
+
+def wait_answered(port: int, timeout: float = 60) -> list[str]:
+    """Until the live path's row overlay answers for a table (service.live_rows); those tables."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = httpx.get(f"http://127.0.0.1:{port}/admin/status", headers={"Authorization": f"Bearer {TOKEN}"},
+                         timeout=10).json()["live"].get("rows") or {}
+        if rows.get("tables_answered") or time.monotonic() > deadline:
+            return rows.get("tables_answered") or []
+        time.sleep(0.1)
 
 
 def wait_settled(port: int, timeout: float = 3600) -> None:
@@ -471,6 +510,12 @@ def print_table(out: dict[str, Any], extra: dict[str, Any], stream: Any) -> None
                      f"{extra['live_items_refreshed']} items refreshed",
                      f"item freshness p50 {extra['live_item_freshness_p50_s']} s, "
                      f"p95 {extra['live_item_freshness_p95_s']} s (push -> index)"))
+        lr = extra.get("live_rows") or {}
+        rows.append(("row overlay", f"{lr.get('rows_held')} rows held",
+                     f"lookups from memory {lr.get('lookups_from_memory')}, "
+                     f"read through {lr.get('lookups_read_through')}",
+                     f"row freshness p50 {lr.get('row_freshness_p50_s')} s, p95 {lr.get('row_freshness_p95_s')} s "
+                     "(push -> overlay)"))
     for r in rows:
         print(f"  {r[0]:<32} {r[1]:>14}   {r[2]:<26} {r[3]}", file=stream)
 
