@@ -126,23 +126,24 @@ def _in_loop(svc: TestClient, ways: list[tuple[TestClient, list[bytes]]],
              extra: Callable[[int], object]) -> list[np.ndarray]:
     """Per way (a service and its encoded request bodies), then ``extra(i)`` (a bare step timed the
     same way), the latency of each call in ms, measured in the service's event loop (``svc``'s).
-    The ways take turns request by request, so the machine's load falls on them alike."""
+    The ways take turns request by request, so the machine's load falls on them alike, and the
+    turn's first place rotates (after a burst of requests, a blocking wait is woken later)."""
     apps = [(c.app, bodies) for c, bodies in ways]
 
     async def timed() -> list[list[float]]:
         for app, bodies in apps:  # warm-up: numba, the bundle's history tables, connections
             for body in bodies[:20]:
                 assert await _asgi_post(app, "/v1/recommend", body) == 200
-        out: list[list[float]] = [[] for _ in range(len(apps) + 1)]
+        n = len(apps) + 1
+        out: list[list[float]] = [[] for _ in range(n)]
         for i in range(len(apps[0][1])):
-            for w, (app, bodies) in enumerate(apps):
+            for w in ((i + j) % n for j in range(n)):  # each in every position of a turn as often
                 t0 = time.perf_counter()
-                status = await _asgi_post(app, "/v1/recommend", bodies[i])
+                if w < len(apps):
+                    assert await _asgi_post(apps[w][0], "/v1/recommend", apps[w][1][i]) == 200
+                else:
+                    extra(i)
                 out[w].append(time.perf_counter() - t0)
-                assert status == 200
-            t0 = time.perf_counter()
-            extra(i)
-            out[-1].append(time.perf_counter() - t0)
         return out
 
     return [np.array(o) * 1e3 for o in svc.portal.call(timed)]
@@ -227,7 +228,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 tc = _through_test_client(ways) if args.test_client else []
                 load["test_client"] = os.getloadavg()[0]
             results = {k: _stats(v) for k, v in zip(("live", "bundle", "sent", "read"), got, strict=True)}
-            results_tc = {k: _stats(v) for k, v in zip(("live", "bundle", "sent"), tc, strict=True)}
+            results_tc = {k: _stats(v) for k, v in zip(("live", "bundle", "sent"), tc, strict=True)} if tc else {}
             delays = _delays(live, join, users, rng, args.markers)
             reads = live.app.state.user_history.status()  # type: ignore[attr-defined]
         join.close()
