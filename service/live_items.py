@@ -52,6 +52,10 @@ from streaming.batch import Batch
 
 log = logging.getLogger("streamrec.service")
 
+# Each swap copies the index (remove + add on a clone, then numpy copies of its arrays): with
+# 200k items, ten swaps a second cost the request threads 1.6-2x their similar/recommend p99
+# (bench/serve.py --live-rate). Changes read in between wait for the next swap (items' target: 2 s).
+SWAP_EVERY_S = 0.5
 FRESHNESS_SAMPLES = 4096  # recent items whose receipt -> index lag the quantiles cover
 MAX_CATALOGUE_TRIES = 50  # polls an item waits for its catalogue row (5 s at the default interval)
 
@@ -132,6 +136,8 @@ class LiveItems:
         self._retry: dict[int, float] = {}  # items to do next poll (bundle swap, catalogue): id -> receipt time
         self._tries: dict[int, int] = {}  # items not in the catalogue yet: polls tried
         self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []  # changes read since the last swap (keys, times)
+        self._swapped_at = -SWAP_EVERY_S  # monotonic time of the last live swap
         self.paused_at: int | None = None  # the bundle version served when a shard's log restarted
         self.reached: float | None = None  # receipt time of the newest change applied
         self.items_refreshed = 0
@@ -214,7 +220,14 @@ class LiveItems:
             times = np.concatenate([times, np.fromiter(self._retry.values(), np.float64, len(self._retry))])
             self._retry = {}
         if keys.size:
-            ids, first = np.unique(keys, return_index=True)
+            self._held.append((keys, times))
+        if self._held and time.monotonic() - self._swapped_at >= SWAP_EVERY_S:
+            keys = np.concatenate([k for k, _ in self._held])
+            times = np.concatenate([t for _, t in self._held])
+            self._held = []
+            order = np.argsort(times, kind="stable")  # NaN (no time) last
+            keys, times = keys[order], times[order]
+            ids, first = np.unique(keys, return_index=True)  # the oldest change of each item
             done += self._refresh(tower, ids, times[first])
         return done
 
@@ -262,6 +275,7 @@ class LiveItems:
                 return 0
             fresh, added = current.live_upserted(ids, vectors)
             if self.store.replace_items(tower.version, current, fresh):
+                self._swapped_at = time.monotonic()
                 break  # else the index changed meanwhile (an IVF rebuild): redo on the new one
         now = time.time()
         self._since_bundle.update(ids.tolist())
@@ -280,6 +294,7 @@ class LiveItems:
         self.paused_at = version
         self._cursors = None
         self._since_bundle = set()
+        self._held = []
         if self.read_through is not None:
             self.read_through.paused = True
             self.read_through.overlay.clear()
