@@ -86,11 +86,18 @@ class Cluster:
         self.ps_yaml.write_text(yaml.safe_dump(ps.model_dump(mode="json")))
         self.ports = free_ports(servers)
         self.endpoints = tuple(f"tcp://127.0.0.1:{p}" for p in self.ports)
-        self.shards = [self.start_shard(i) for i in range(servers)]
+        self.shards = [self._spawn_shard(i) for i in range(servers)]  # all start at once, then each is awaited
+        for i, p in enumerate(self.shards):
+            self._until_healthy(i, p)
 
     def start_shard(self, i: int) -> subprocess.Popen:
-        p = self.procs.start([sys.executable, "-m", "deploy.cli", "shard", "--config", str(self.ps_yaml), "--index",
-                              str(i), "--port", str(self.ports[i])], log=f"shard-{i}")
+        return self._until_healthy(i, self._spawn_shard(i))
+
+    def _spawn_shard(self, i: int) -> subprocess.Popen:
+        return self.procs.start([sys.executable, "-m", "deploy.cli", "shard", "--config", str(self.ps_yaml),
+                                 "--index", str(i), "--port", str(self.ports[i])], log=f"shard-{i}")
+
+    def _until_healthy(self, i: int, p: subprocess.Popen) -> subprocess.Popen:
         deadline = time.monotonic() + 60
         with PSClient([self.endpoints[i]], config=ClientConfig(timeout_s=0.5, retries=0)) as c:
             while True:
@@ -100,7 +107,6 @@ class Cluster:
                 except Unavailable:
                     if time.monotonic() > deadline or p.poll() is not None:
                         raise
-        return p
 
     def stats(self) -> list[dict]:
         """Per shard: pushes applied over all its tables."""

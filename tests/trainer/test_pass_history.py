@@ -4,6 +4,7 @@ to the series; end to end, a real streaming job's chief serves the series over j
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def test_a_jobs_chief_keeps_the_curve_past_pruning_and_serves_it(broker, cluster
     path = job_yaml(tmp_path, "run", kafka)  # passes of 1000 records, keep 3
     cfg = load_job_config(path)
     c = cluster(cfg.model.table_configs())
-    job = c.train(path, broker.bootstrap, extra=("--max-idle-s", "20"))
+    # idle far longer than the test looks: SIGTERM stops it once it served the curve
+    job = c.train(path, broker.bootstrap, extra=("--max-idle-s", "120"))
     root = Path(cfg.checkpoint_dir)
     deadline = time.monotonic() + 240
     status = None
@@ -96,6 +98,7 @@ def test_a_jobs_chief_keeps_the_curve_past_pruning_and_serves_it(broker, cluster
         time.sleep(0.2)
     assert status["auc_total"] == status["last_point"]["auc_total"] and isinstance(status["auc_total"], float)
     assert isinstance(status["auc"], float)  # the running pass's, else the last pass's: never None once known
+    job.send_signal(signal.SIGTERM)  # how Kubernetes stops a pod: the loop ends after this step, exit 0
     assert wait_exit(job) == 0, c.procs.log_of(job)[-3000:]
     points = pass_history.read(open_store(str(root)))
     assert [p["pass"] for p in points] == [1, 2, 3, 4, 5]

@@ -45,8 +45,10 @@ def produce(bootstrap: str, n: int = RECORDS, *, kafka: dict | None = None, star
     """Records ``start..stop`` of a fixed planted stream of ``n``, to a new topic (or ``kafka``'s)."""
     if kafka is None:
         topic = topic_name()
+        # polls through the backlog are full (500) whatever the timeout; it only bounds an empty poll
+        # at the log's end, which holds the stream's lock, so each step's mark_pushed waits for it
         kafka = {"topic": topic, "dead_letter_topic": f"{topic}.dead", "group_id": f"g-{topic}", "partitions": 1,
-                 "batch_size": 500, "batch_timeout_ms": 3000, "max_poll_interval_ms": 3000,
+                 "batch_size": 500, "batch_timeout_ms": 500, "max_poll_interval_ms": 3000,
                  "session_timeout_ms": 3000}
     config = KafkaConfig(**kafka)
     options = client_options(config, [bootstrap])
@@ -155,7 +157,8 @@ def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
     cfg = load_job_config(clean_yaml)
     tables, rule = cfg.model.table_configs(), dense_rule(cfg.dense_update, cfg.model.dense_optimizer)
     clean, crashy = cluster(tables), cluster(tables)
-    assert wait_exit(clean.train(clean_yaml, broker.bootstrap)) == 0
+    # the clean run shares nothing with the crash run (shard, topic, roots): it runs beside it
+    clean_job = clean.train(clean_yaml, broker.bootstrap)
 
     root = Path(load_job_config(crash_yaml).checkpoint_dir)
     first = crashy.train(crash_yaml, broker.bootstrap, extra=("--max-idle-s", "8"))
@@ -184,6 +187,7 @@ def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
     assert final["records_total"] == RECORDS and final["offsets"] == {"0": RECORDS}
     # the restarted run trained exactly the records after the last commit: nothing lost, nothing twice
     assert int(committed["offsets"]["0"]) == committed["records_total"]
+    assert wait_exit(clean_job) == 0, procs.log_of(clean_job)[-3000:]
     want_rows, want_dense = final_model(Path(cfg.checkpoint_dir), tables, rule)
     got_rows, got_dense = final_model(root, tables, rule)
     np.testing.assert_array_equal(got_dense, want_dense)
@@ -230,7 +234,7 @@ def test_async_job_killed_and_restarted_ends_near_a_clean_run(broker, cluster, p
     crash_yaml = job_yaml(tmp_path, "crash", kafka, dense_update=dense_update)
     tables = load_job_config(clean_yaml).model.table_configs()
     clean, crashy = cluster(tables), cluster(tables)
-    assert wait_exit(clean.train(clean_yaml, broker.bootstrap, mode="async")) == 0
+    clean_job = clean.train(clean_yaml, broker.bootstrap, mode="async")  # beside the crash run: they share nothing
     root = Path(load_job_config(crash_yaml).checkpoint_dir)
     first = crashy.train(crash_yaml, broker.bootstrap, mode="async")
     deadline = time.monotonic() + 120
@@ -241,6 +245,7 @@ def test_async_job_killed_and_restarted_ends_near_a_clean_run(broker, cluster, p
     second = crashy.train(crash_yaml, broker.bootstrap, mode="async")
     assert wait_exit(second) == 0, procs.log_of(second)[-3000:]
     assert checkpoints.read_pass(root, 5)["offsets"] == {"0": RECORDS}
+    assert wait_exit(clean_job) == 0, procs.log_of(clean_job)[-3000:]
     want = holdout_predictions(Path(load_job_config(clean_yaml).checkpoint_dir), load_job_config(clean_yaml))
     got = holdout_predictions(root, load_job_config(crash_yaml))
     gap = float(np.abs(got - want).mean())
