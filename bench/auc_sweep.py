@@ -50,6 +50,9 @@ STUDY = [
     {"label": "one lr for wide and embedding (0.05)", "wlr": 0.05},
     {"label": "one lr for wide and embedding (0.02)", "slr": 0.02, "wlr": 0.02},
     {"label": "ids seen once get no row (count admission, min 2)", "admission": {"policy": "count", "min_count": 2}},
+    {"label": "element-wise Adagrad accumulator (TF), lr 0.05", "sopt": {"accumulator": "element"}},
+    {"label": "element-wise Adagrad accumulator (TF), lr 0.02", "slr": 0.02, "sopt": {"accumulator": "element"}},
+    {"label": "element-wise Adagrad accumulator (TF), lr 0.01", "slr": 0.01, "sopt": {"accumulator": "element"}},
 ]
 
 

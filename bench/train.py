@@ -106,9 +106,29 @@ def run_baseline(python: Path, args: argparse.Namespace, train: Path, test: Path
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, dense_update: str) -> dict:
+def variant_config(args: argparse.Namespace, sparse: dict, work: Path) -> Path:
+    """A train-files YAML: the default model of this benchmark with ``sparse`` merged into its
+    sparse (embedding) optimizer, e.g. ``{"accumulator": "element", "lr": 0.02}``."""
+    import yaml
+
+    from streaming.stream_config import SchemaConfig
+    from trainer.file_job import criteo_model
+
+    model = criteo_model("wide_deep", embedding_dim=args.dim, mlp=tuple(int(h) for h in args.mlp.split(",")),
+                         optimizer="adam", lr=args.lr)
+    opt = type(model.sparse_optimizer).model_validate({**model.sparse_optimizer.model_dump(), **sparse})
+    path = work / "variant.yaml"
+    path.write_text(yaml.safe_dump({"schema": SchemaConfig.criteo().model_dump(mode="json"),
+                                    "train": {"model": {**model.model_dump(mode="json"),
+                                                        "sparse_optimizer": opt.model_dump(mode="json")}}}))
+    return path
+
+
+def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, dense_update: str,
+                 config: Path | None = None) -> dict:
     """`streamrec train-files --json` as its own process: its RSS sum is the job's, not this script's.
-    The job's full result (every worker's phases, the shard's CPU) is read from its work dir."""
+    The job's full result (every worker's phases, the shard's CPU) is read from its work dir.
+    ``config``: a train-files YAML whose model replaces the flags' (see :func:`variant_config`)."""
     import shutil
     import subprocess
 
@@ -118,7 +138,7 @@ def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, 
             "--model", "wide_deep", "--embedding-dim", str(args.dim), "--mlp", args.mlp, "--batch-size",
             str(args.batch_size), "--optimizer", "adam", "--lr", str(args.lr), "--servers", str(args.servers),
             "--workers", str(args.workers), "--dense-sync-steps", str(steps), "--dense-update", dense_update,
-            "--work-dir", str(work / "job"), "--json"]
+            "--work-dir", str(work / "job"), "--json", *(["--config", str(config)] if config else [])]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     if done.returncode != 0:
         raise SystemExit(f"train-files failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -305,6 +325,9 @@ def main() -> int:
     ap.add_argument("--baseline-args", default="", help="extra tf_wide_deep.py arguments, e.g. '--sparse-lr 0.1'")
     ap.add_argument("--torchrec-ranks", default="1,2", help="torchrec_wide_deep.py --ranks values to run")
     ap.add_argument("--torchrec-args", default="", help="extra torchrec_wide_deep.py arguments")
+    ap.add_argument("--sparse-variant", action="append", default=[], metavar="JSON",
+                    help="also train streamrec with these sparse optimizer keys, e.g. "
+                         "'{\"accumulator\": \"element\", \"lr\": 0.02}' (repeatable; same data, same run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -319,6 +342,13 @@ def main() -> int:
         gflops_before = matmul_gflops(args.workers)
         result = run_training(args, data.train, data.test, work, args.dense_update)
         gflops_after = matmul_gflops(args.workers)
+        variants = []
+        for v in args.sparse_variant:
+            res = run_training(args, data.train, data.test, work, args.dense_update,
+                               config=variant_config(args, json.loads(v), work))
+            variants.append({"sparse_optimizer": json.loads(v), "samples_per_s": res["samples_per_s"],
+                             "test_auc": round(res["test_auc"], 4), "test_logloss": round(res["test_logloss"], 4),
+                             "peak_rss_mb": res["peak_rss_mb"]})
         baselines = {} if python is None else {
             f"tensorflow_{s}": run_baseline(python, args, data.train, data.test, s) for s in strategies}
         if torchrec is not None:
@@ -366,6 +396,13 @@ def main() -> int:
                       "peak_rss": round(result["peak_rss_mb"] / b["peak_rss_mb"], 3)}
         if b.get("samples_per_cpu_s"):
             b["ratio"]["samples_per_cpu_s"] = round(out["samples_per_cpu_s"] / b["samples_per_cpu_s"], 3)
+    for v in variants:
+        v["ratio_to_default"] = {"samples_per_s": round(v["samples_per_s"] / result["samples_per_s"], 3),
+                                 "test_auc_diff": round(v["test_auc"] - out["test_auc"], 4),
+                                 "peak_rss": round(v["peak_rss_mb"] / result["peak_rss_mb"], 3)}
+        v["test_auc_diff_to"] = {n: round(v["test_auc"] - b["test_auc"], 4) for n, b in baselines.items()}
+    if variants:
+        out["sparse_variants"] = variants
     if baselines:
         out["baselines"] = baselines
         out["targets"] = targets(out, baselines)
@@ -422,6 +459,13 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
         print(f"{name:<22}{b['samples_per_s']:>11,.0f}{loop:>11}{r['samples_per_s']:>8.2f}"
               f"{b['compute_fraction']:>10.1%}{per_cpu:>11}{cpu_x:>8}{b['test_auc']:>10.4f}{r['test_auc_diff']:>+9.4f}"
               f"{b['test_logloss']:>9.4f}{b['peak_rss_mb']:>13,.0f}{r['peak_rss']:>8.2f}")
+    for v in out.get("sparse_variants", []):
+        r = v["ratio_to_default"]
+        diffs = ", ".join(f"{n} {d:+.4f}" for n, d in v["test_auc_diff_to"].items())
+        print(f"streamrec, sparse {json.dumps(v['sparse_optimizer'])}: {v['samples_per_s']:,.0f} samples/s "
+              f"({r['samples_per_s']:.2f}x the default), test AUC {v['test_auc']:.4f} ({r['test_auc_diff']:+.4f} vs "
+              f"the default{'; ' + diffs if diffs else ''}), logloss {v['test_logloss']:.4f}, peak RSS "
+              f"{v['peak_rss_mb']:,.0f} MB ({r['peak_rss']:.2f}x)")
     print("per CPU s: training samples per CPU second of all the system's processes and threads (streamrec: its "
           "workers' loops and its shard's whole life; the baselines' training loops) - on a loaded "
           "machine a process with more threads takes more of the cores, so compare this column too")
