@@ -25,7 +25,8 @@ SMALL_UP = {  # small and quick: what these tests check does not need a model th
     "kafka": {"partitions": 2, "batch_size": 128, "batch_timeout_ms": 100},
     "train": {"passes": {"seconds": 1, "records": None}, "metric_window": 500},
     "service": {"poll_seconds": 0.5},
-    "up": {"shards": 2, "workers": 2, "generator": {"rate": 100}, "rank_lease_ttl_s": 2, "commit_on_exit": False},
+    "up": {"shards": 2, "workers": 2, "generator": {"rate": 100}, "rank_lease_ttl_s": 2, "commit_on_exit": False,
+           "restart": {"backoff_s": 0.2}},  # the back-off itself: test_up_roles
 }
 
 

@@ -50,7 +50,7 @@ def group_offsets(options: dict, group: str) -> dict[int, int]:
 def test_committed_passes_show_in_the_consumer_group(broker, cluster, tmp_path: Path) -> None:
     topic = topic_name()
     kafka = {"topic": topic, "dead_letter_topic": f"{topic}.dead", "group_id": f"g-{topic}", "partitions": 2,
-             "batch_size": 500, "batch_timeout_ms": 3000, "max_poll_interval_ms": 3000, "session_timeout_ms": 3000}
+             "batch_size": 500, "batch_timeout_ms": 500, "max_poll_interval_ms": 3000, "session_timeout_ms": 3000}
     produce(broker.bootstrap, kafka=kafka)
     path = job_yaml(tmp_path, "run", kafka)
     cfg = load_job_config(path)
