@@ -1,7 +1,15 @@
 """Two-tower retrieval: a user tower (user slots + dense inputs) and an item tower (item
 slots), each an MLP over pooled embeddings (L2-normalised when ``retrieval.normalize``). The
-click logit is ``scale * <u, v> + b`` (scale: 1/temperature when normalised, else 1); the
-item tower alone gives the vectors the service indexes, the user tower the queries.
+click logit (``/v1/predict``) is ``a * scale * <u, v> + wide + b`` (scale: 1/temperature when
+normalised, else 1; ``a`` learned, starting at 1; ``wide``: the per-id wide weights of the
+record's user and item ids, as in wide & deep); the item tower alone gives the vectors the
+service indexes, the user tower the queries.
+
+Why the wide weights and ``a``: the softmax teaches the towers which items a user picks, not
+whether they like what they picked; an item's own like rate (which the wide weight of its id
+learns) is what the click needs besides the affinity, whose weight in the click ``a`` learns.
+The click loss trains ``a``, ``b`` and the wide weights whatever ``retrieval.loss`` says; it
+reaches the towers only with ``pointwise`` or ``both``.
 
 Training (``config.retrieval``): ``forward`` gives the click logits the worker scores and
 takes the click loss of; ``backward(dlogits)`` adds the softmax loss of each positive's user
@@ -60,10 +68,11 @@ class TwoTower(Model):
         self.item_emb = EmbeddingBlock(config, self.item_slots)
         self.user_mlp = MLP("user", [self.user_emb.width + config.n_dense, *config.mlp, config.tower_dim])
         self.item_mlp = MLP("item", [self.item_emb.width, *config.mlp, config.tower_dim])
-        super().__init__(config, [*self.user_mlp.specs(), *self.item_mlp.specs(), ("score.b", (1,))])
+        super().__init__(config, [*self.user_mlp.specs(), *self.item_mlp.specs(), ("score.a", (1,)), ("score.b", (1,))])
         rng = np.random.default_rng(config.seed)
         self.user_mlp.init(self.params, rng)
         self.item_mlp.init(self.params, rng)
+        self.params.value["score.a"][0] = 1.0
         r = config.retrieval
         self.scale = np.float32(1.0 / r.temperature if r.normalize else 1.0)
         self._sample_rng = np.random.default_rng(config.seed + 1)
@@ -71,7 +80,7 @@ class TwoTower(Model):
         self.frequency: ItemFrequency | None = None
         self.pool: NegativePool | None = None
         self.last_softmax_loss = float("nan")
-        self._u = self._v = self._un = self._vn = np.empty(0, np.float32)
+        self._u = self._v = self._un = self._vn = self._dot = np.empty(0, np.float32)
 
     # -- features ---------------------------------------------------------------------------------
 
@@ -105,14 +114,14 @@ class TwoTower(Model):
 
     # -- towers -----------------------------------------------------------------------------------
 
-    def _user_out(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+    def _user_out(self, f: Features, rows: dict[str, np.ndarray], wide: np.ndarray | None = None) -> np.ndarray:
         x = np.empty((f.n, self.user_emb.width + self.config.n_dense), np.float32)
-        self.user_emb.forward(f, rows, out=x)
+        self.user_emb.forward(f, rows, out=x, wide=wide)
         x[:, self.user_emb.width :] = f.dense
         return self.user_mlp.forward(self.params, x)
 
-    def _item_out(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
-        return self.item_mlp.forward(self.params, self.item_emb.forward(f, rows))
+    def _item_out(self, f: Features, rows: dict[str, np.ndarray], wide: np.ndarray | None = None) -> np.ndarray:
+        return self.item_mlp.forward(self.params, self.item_emb.forward(f, rows, wide=wide))
 
     def _unit(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.config.retrieval.normalize:
@@ -130,9 +139,13 @@ class TwoTower(Model):
     def forward(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
         self._f = f
         items = f.items if isinstance(f, TwoTowerFeatures) else f
-        self._u, self._un = self._unit(self._user_out(f, rows))
-        self._v, self._vn = self._unit(self._item_out(items, rows))
-        return self.scale * np.einsum("ij,ij->i", self._u, self._v[: f.n]) + self.params.value["score.b"][0]
+        wide = np.zeros(f.n, np.float32)
+        item_wide = np.zeros(items.n, np.float32)  # the sampled negatives' too (not part of any click)
+        self._u, self._un = self._unit(self._user_out(f, rows, wide))
+        self._v, self._vn = self._unit(self._item_out(items, rows, item_wide))
+        self._dot = self.scale * np.einsum("ij,ij->i", self._u, self._v[: f.n])
+        p = self.params.value
+        return p["score.a"][0] * self._dot + wide + item_wide[: f.n] + p["score.b"][0]
 
     def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
         grads = self._sparse_grads()
@@ -140,15 +153,17 @@ class TwoTower(Model):
         assert f is not None
         r = self.config.retrieval
         n = f.n
-        d = np.ascontiguousarray(dlogits, np.float32)[:, None]
-        self.params.grad["score.b"][0] = dlogits.sum()
+        dl = np.ascontiguousarray(dlogits, np.float32)
+        d = dl[:, None]
+        self.params.grad["score.b"][0] = dl.sum()
+        self.params.grad["score.a"][0] = np.dot(dl, self._dot)
         du = np.zeros_like(self._u)
         dv = np.zeros_like(self._v)
-        # the click loss reaches the towers unless the softmax alone trains them (then only the bias learns from it)
+        # the click loss reaches the towers unless the softmax alone trains them (then only the head learns from it)
         weight = {RetrievalLossKind.POINTWISE: 1.0, RetrievalLossKind.SOFTMAX: 0.0,
                   RetrievalLossKind.BOTH: r.pointwise_weight}[r.loss]
         if weight:
-            g = d * (self.scale * np.float32(weight))
+            g = d * (self.scale * self.params.value["score.a"][0] * np.float32(weight))
             du += g * self._v[:n]
             dv[:n] += g * self._u
         if r.loss is not RetrievalLossKind.POINTWISE and isinstance(f, TwoTowerFeatures):
@@ -157,10 +172,12 @@ class TwoTower(Model):
             du = unit_rows_backward(du, self._u, self._un)
             dv = unit_rows_backward(dv, self._v, self._vn)
         dxu = self.user_mlp.backward(self.params, du)
-        self.user_emb.backward(f, dxu, grads)
+        self.user_emb.backward(f, dxu, grads, dwide=dl)
         items = f.items if isinstance(f, TwoTowerFeatures) else f
         dxi = self.item_mlp.backward(self.params, dv)
-        self.item_emb.backward(items, np.ascontiguousarray(dxi), grads)
+        item_dwide = np.zeros(items.n, np.float32)
+        item_dwide[:n] = dl
+        self.item_emb.backward(items, np.ascontiguousarray(dxi), grads, dwide=item_dwide)
         return grads
 
     def train_state(self) -> dict[str, np.ndarray]:

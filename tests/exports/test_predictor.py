@@ -37,9 +37,12 @@ def test_predictor_scores_like_the_trained_model(kind: str) -> None:
     pred = Predictor(cfg.model_dump(mode="json"), model.params.as_dict(), lookup)
     np.testing.assert_allclose(pred.predict(batch), want, rtol=1e-5)
     if kind == "two_tower":
+        # the served vectors give the model's affinity; the click adds the head (wide weights, bias) to it
         u, v = pred.user_vectors(batch), pred.item_vectors(batch)
-        z = model.scale * (u * v).sum(1) + model.params.value["score.b"][0]
-        np.testing.assert_allclose(1 / (1 + np.exp(-z)), want, rtol=1e-4)
+        logits = model.forward(f, rows)
+        a = model.params.value["score.a"][0]
+        np.testing.assert_allclose(model.scale * (u * v).sum(1), model._dot, rtol=1e-4, atol=1e-5)
+        assert not np.allclose(logits, a * model._dot + model.params.value["score.b"][0])  # the wide weights count
     else:
         with pytest.raises(InvalidInput, match="two_tower"):
             pred.item_vectors(batch)

@@ -29,10 +29,18 @@ def _reference(model: TwoTower, f: TwoTowerFeatures, rows: dict[str, np.ndarray]
     u = model.user_vectors(f, rows).astype(np.float64)
     v = model.item_vectors(f.items, rows).astype(np.float64)
     scale = 1.0 / r.temperature if r.normalize else 1.0
-    b = float(model.params.value["score.b"][0])
+    a, b = float(model.params.value["score.a"][0]), float(model.params.value["score.b"][0])
+    wide = np.zeros(f.n)  # the wide weights (row column 0) of every id of the record, user and item slots
+    for feats, tower in ((f, model.user_slots), (f.items, model.item_slots)):
+        for t, ti in feats.tables.items():
+            for s in range(len(ti.slots)):
+                if ti.slots[s] not in tower:
+                    continue
+                for i in range(f.n):
+                    wide[i] += sum(float(rows[t][ti.idx[j], 0]) for j in range(ti.offs[s, i], ti.offs[s, i + 1]))
     click = 0.0
     for i in range(f.n):
-        z = scale * float(u[i] @ v[i]) + b
+        z = a * scale * float(u[i] @ v[i]) + wide[i] + b
         click += max(z, 0.0) - z * f.labels[i] + math.log1p(math.exp(-abs(z)))
     pos = [i for i in range(f.n) if f.labels[i] > 0.5]
     cols = pos + [f.n + k for k in range(f.n_sampled)]
@@ -90,8 +98,8 @@ def test_softmax_loss_gradients_match_a_slow_reference(case: str) -> None:
     dense = model.params.grads.copy()
     click_weight = {"pointwise": 1.0, "softmax": 0.0, "both": options.get("pointwise_weight", 1.0)}[options["loss"]]
     names = list(model.params.shapes)
-    head_at = sum(int(np.prod(model.params.shapes[n])) for n in names[: names.index("score.b")])
-    head = range(head_at, model.params.values.size)  # the click bias: it learns from the click loss alone
+    head_at = sum(int(np.prod(model.params.shapes[n])) for n in names[: names.index("score.a")])
+    head = range(head_at, model.params.values.size)  # the click head (a, b): it learns from the click loss alone
     eps = 1e-4  # a ReLU kink sits 2-3e-4 from one of the picked weights: larger steps straddle it
 
     def numeric(arr: np.ndarray, i: int, tower: bool) -> float:
@@ -108,7 +116,8 @@ def test_softmax_loss_gradients_match_a_slow_reference(case: str) -> None:
     want = np.array([numeric(model.params.values, int(i), tower=int(i) not in head) for i in picks])
     np.testing.assert_allclose(dense[picks], want, rtol=3e-2, atol=2e-3)
     for t, g in sparse.items():
-        want = np.array([numeric(rows[t], i, tower=True) for i in range(g.size)]).reshape(g.shape)
+        # column 0, the wide weight, is in the click alone; the embedding in the softmax too
+        want = np.array([numeric(rows[t], i, tower=i % g.shape[1] != 0) for i in range(g.size)]).reshape(g.shape)
         np.testing.assert_allclose(g, want, rtol=3e-2, atol=2e-3, err_msg=f"table {t}")
         assert np.abs(g).sum() > 0
     if options["negatives"]:  # keys only the sampled negatives hold were appended, pulled and get gradients

@@ -41,7 +41,7 @@ def test_single_row_and_unknown_id(client, builder) -> None:
     i = int(USER_IDS[3])
     r = client.get(f"/v1/embeddings/user/{i}")
     assert r.status_code == 200
-    assert r.json() | {"row": None} == {"version": 1, "slot": "user", "table": "emb8", "wide": False, "id": i,
+    assert r.json() | {"row": None} == {"version": 1, "slot": "user", "table": "emb8", "wide": True, "id": i,
                                         "row": None}
     assert np.array_equal(np.array(r.json()["row"], np.float32), builder.expected("user", [i])[1][0])
     r = client.get(f"/v1/embeddings/user/{(1 << 64) - 1}")
