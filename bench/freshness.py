@@ -12,10 +12,11 @@ never emits), and polls until each is served:
 - similar-items presence: ``/v1/items/{item}/similar?raw=true`` answers (the new item is in the
   Faiss index; before that it is 404);
 - recommend: ``/v1/recommend`` for the marker's new user (by raw value) answers differently from
-  its answer just before the marker was produced (a never-seen user's cold answer): the user's
-  trained row reached the user vector recommend ranks with. (The new item's presence in a
-  user's top-k is not what is measured: one event does not make it rank in the top k of tens
-  of thousands of items.)
+  the same request for a control user no event ever names, asked just before and just after it
+  with equal answers (so no index swap came between): two never-seen users get the same answer,
+  so a difference means the marker user's trained row reached the user vector recommend ranks
+  with. (The new item's presence in a user's top-k is not what is measured: one event does not
+  make it rank in the top k of tens of thousands of items.)
 
 Freshness of a marker = first time served - the time its produce call returned (the broker had
 appended it: the system's receipt, not the event's own timestamp). Meanwhile bench/http_load.py
@@ -194,7 +195,7 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
     rows: dict[int, float] = {}
     present: dict[int, float] = {}
     recommended: dict[int, float] = {}
-    cold: dict[int, Any] = {}  # each marker user's answer before its event
+    control = marker_values(1, seed + 2, schema, schema.user_id)[0][0]  # a user no event names
     lookup_s: list[float] = []
     stop = threading.Event()
 
@@ -225,9 +226,12 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
     def probe_recommend() -> None:
         while not stop.is_set() and len(recommended) < markers:
             for i in [i for i in list(produced) if i not in recommended]:
+                before = _recommend(api, schema.user_id, control)
                 got = _recommend(api, schema.user_id, users[i])
-                if got is not None and got != cold[i]:
-                    recommended[i] = time.monotonic()
+                t = time.monotonic()
+                after = _recommend(api, schema.user_id, control)
+                if got is not None and before is not None and before == after and got != before:
+                    recommended[i] = t
             stop.wait(0.02)
 
     probes = [threading.Thread(target=f, daemon=True) for f in (probe_rows, probe_items, probe_recommend)]
@@ -238,7 +242,6 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
         start = time.monotonic()
         for i in range(markers):
             time.sleep(max(0.0, start + i * spacing_s - time.monotonic()))
-            cold[i] = _recommend(api, schema.user_id, users[i])
             record = {"label": 1, "ts": time.time(), schema.user_id: users[i], schema.item_id: items[i]}
             producer.send_all([json.dumps(record).encode()])  # flushed: the broker appended it
             produced[i] = time.monotonic()
