@@ -59,8 +59,8 @@ def base_config(log: Interactions, *, seed: int = 0) -> dict[str, Any]:
         "kafka": {"partitions": 2},
         "schema": {"format": "json", "label": "label", "event_time": "timestamp", "user_id": "user_id",
                    "item_id": "item_id", "slots": slots},
-        "train": {"model": {"type": "two_tower", "n_dense": 0, "embedding_dim": 16, "mlp": [64], "tower_dim": 32,
-                            "seed": seed, "slots": model_slots}},
+        # sizes and optimizers left out: two_tower's defaults (models.model_config.TWO_TOWER_DEFAULTS)
+        "train": {"model": {"type": "two_tower", "n_dense": 0, "seed": seed, "slots": model_slots}},
         "up": {"shards": 2, "workers": 2, "commit_on_exit": False},
     }
 

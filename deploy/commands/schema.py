@@ -101,7 +101,7 @@ def render_yaml(inference: Inference, *, command: str) -> str:
     if two_tower:
         out += ["    type: two_tower  # --user and --item: retrieval towers, item vectors served by /similar",
                 f"    n_dense: {len(dense)}  # the schema's dense fields (they feed the user tower)",
-                "    embedding_dim: 8", "    mlp: [32]", "    tower_dim: 16", "    slots:"]
+                "    # sizes: two_tower's defaults (linear towers, 32-dim embeddings, 64-dim vectors)", "    slots:"]
         for f in sparse:
             out.append(f"      - {{name: {_q(f.name)}, tower: {f.tower}}}  # {f.why.rsplit('; ', 1)[-1]}")
     else:
