@@ -106,21 +106,22 @@ def run_baseline(python: Path, args: argparse.Namespace, train: Path, test: Path
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def variant_config(args: argparse.Namespace, sparse: dict, work: Path) -> Path:
-    """A train-files YAML: the default model of this benchmark with ``sparse`` merged into its
-    sparse (embedding) optimizer, e.g. ``{"accumulator": "element", "lr": 0.02}``."""
+def variant_config(args: argparse.Namespace, update: dict, work: Path) -> Path:
+    """A train-files YAML: the default model of this benchmark with ``update`` applied, e.g.
+    ``{"sparse_optimizer": {"accumulator": "element"}, "init_scale": 0.05}`` (optimizer keys merge
+    into the default optimizer's)."""
     import yaml
 
     from streaming.stream_config import SchemaConfig
     from trainer.file_job import criteo_model
 
     model = criteo_model("wide_deep", embedding_dim=args.dim, mlp=tuple(int(h) for h in args.mlp.split(",")),
-                         optimizer="adam", lr=args.lr)
-    opt = type(model.sparse_optimizer).model_validate({**model.sparse_optimizer.model_dump(), **sparse})
+                         optimizer="adam", lr=args.lr).model_dump(mode="json")
+    for key, value in update.items():
+        model[key] = {**model[key], **value} if key.endswith("_optimizer") else value
     path = work / "variant.yaml"
     path.write_text(yaml.safe_dump({"schema": SchemaConfig.criteo().model_dump(mode="json"),
-                                    "train": {"model": {**model.model_dump(mode="json"),
-                                                        "sparse_optimizer": opt.model_dump(mode="json")}}}))
+                                    "train": {"model": model}}))
     return path
 
 
@@ -325,9 +326,9 @@ def main() -> int:
     ap.add_argument("--baseline-args", default="", help="extra tf_wide_deep.py arguments, e.g. '--sparse-lr 0.1'")
     ap.add_argument("--torchrec-ranks", default="1,2", help="torchrec_wide_deep.py --ranks values to run")
     ap.add_argument("--torchrec-args", default="", help="extra torchrec_wide_deep.py arguments")
-    ap.add_argument("--sparse-variant", action="append", default=[], metavar="JSON",
-                    help="also train streamrec with these sparse optimizer keys, e.g. "
-                         "'{\"accumulator\": \"element\", \"lr\": 0.02}' (repeatable; same data, same run)")
+    ap.add_argument("--model-variant", action="append", default=[], metavar="JSON",
+                    help="also train streamrec with these model keys, e.g. '{\"sparse_optimizer\": "
+                         "{\"accumulator\": \"element\"}, \"init_scale\": 0.05}' (repeatable; same data, same run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -343,10 +344,10 @@ def main() -> int:
         result = run_training(args, data.train, data.test, work, args.dense_update)
         gflops_after = matmul_gflops(args.workers)
         variants = []
-        for v in args.sparse_variant:
+        for v in args.model_variant:
             res = run_training(args, data.train, data.test, work, args.dense_update,
                                config=variant_config(args, json.loads(v), work))
-            variants.append({"sparse_optimizer": json.loads(v), "samples_per_s": res["samples_per_s"],
+            variants.append({"model": json.loads(v), "samples_per_s": res["samples_per_s"],
                              "test_auc": round(res["test_auc"], 4), "test_logloss": round(res["test_logloss"], 4),
                              "peak_rss_mb": res["peak_rss_mb"]})
         baselines = {} if python is None else {
@@ -402,7 +403,7 @@ def main() -> int:
                                  "peak_rss": round(v["peak_rss_mb"] / result["peak_rss_mb"], 3)}
         v["test_auc_diff_to"] = {n: round(v["test_auc"] - b["test_auc"], 4) for n, b in baselines.items()}
     if variants:
-        out["sparse_variants"] = variants
+        out["model_variants"] = variants
     if baselines:
         out["baselines"] = baselines
         out["targets"] = targets(out, baselines)
@@ -459,10 +460,10 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
         print(f"{name:<22}{b['samples_per_s']:>11,.0f}{loop:>11}{r['samples_per_s']:>8.2f}"
               f"{b['compute_fraction']:>10.1%}{per_cpu:>11}{cpu_x:>8}{b['test_auc']:>10.4f}{r['test_auc_diff']:>+9.4f}"
               f"{b['test_logloss']:>9.4f}{b['peak_rss_mb']:>13,.0f}{r['peak_rss']:>8.2f}")
-    for v in out.get("sparse_variants", []):
+    for v in out.get("model_variants", []):
         r = v["ratio_to_default"]
         diffs = ", ".join(f"{n} {d:+.4f}" for n, d in v["test_auc_diff_to"].items())
-        print(f"streamrec, sparse {json.dumps(v['sparse_optimizer'])}: {v['samples_per_s']:,.0f} samples/s "
+        print(f"streamrec, model {json.dumps(v['model'])}: {v['samples_per_s']:,.0f} samples/s "
               f"({r['samples_per_s']:.2f}x the default), test AUC {v['test_auc']:.4f} ({r['test_auc_diff']:+.4f} vs "
               f"the default{'; ' + diffs if diffs else ''}), logloss {v['test_logloss']:.4f}, peak RSS "
               f"{v['peak_rss_mb']:,.0f} MB ({r['peak_rss']:.2f}x)")
