@@ -186,7 +186,10 @@ class StreamingJob:
                 try:
                     idle_since = self._loop(items, idle_since)
                 finally:
-                    items.close()
+                    # until its thread ended: a thread left inside a pull would share pull_client and the
+                    # history's client with the next generation's thread (zmq sockets are not thread-safe:
+                    # "Socket operation on non-socket" under a regroup with a stopped shard), or be closed under
+                    items.close(timeout=None)
                 if self.progress.reseek is None:
                     break
                 stream.seek(self.progress.reseek)

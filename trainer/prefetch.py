@@ -94,9 +94,11 @@ class Prefetcher(Iterator[T]):
             raise item
         return item
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Stop the thread and wait up to ``timeout`` seconds for it (None: until it ended; one inside
+        a PS call ends with its client's retries)."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=timeout)
 
 
 # ----------------------------------------------------------------------------- process
