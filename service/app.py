@@ -71,6 +71,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         app.state.read_through = ReadThrough(settings.read_through) if settings.read_through else None
         if app.state.read_through is not None:
             rt = app.state.read_through
+            store.live_rows = rt  # the model inputs (recommend, predict) follow the live rows too
             metrics.counter("read_through_served", lambda: rt.served)
             metrics.counter("read_through_unavailable", lambda: rt.unavailable)
         live = settings.read_through is not None and settings.read_through.live_items

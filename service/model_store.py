@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import ValidationError
@@ -125,6 +125,12 @@ def _records_of(man: BundleManifest) -> RecordHasher | None:
                           detail={"version": man.version}) from None
 
 
+class LiveOverlay(Protocol):
+    """What the store asks of the service's live rows (service.read_through.ReadThrough)."""
+
+    def overlaid(self, table: str, ids: np.ndarray, rows: np.ndarray) -> np.ndarray: ...
+
+
 class ModelStore:
     def __init__(self, root: Path, index_settings: IndexSettings) -> None:
         self.root = Path(root)
@@ -136,6 +142,14 @@ class ModelStore:
         self.history: list[dict[str, Any]] = []  # applied bundles, newest last
         self.last_error: dict[str, Any] | None = None
         self.rejected: dict[int, dict[str, Any]] = {}
+        self.live_rows: LiveOverlay | None = None  # set by the app when it follows the shards (read-through)
+
+    def _model_rows(self, side: Side, table: str, keys: np.ndarray) -> np.ndarray:
+        """The Predictor's lookup: the side's rows, overlaid with the live rows when the service
+        follows the shards (``live_rows``), so recommend and predict see a trained row within the
+        live path's delay, not the next bundle's."""
+        rows = side.model_rows(table, keys)
+        return rows if self.live_rows is None else self.live_rows.overlaid(table, keys, rows)
 
     # ----------------------------------------------------------------- reads
     @property
@@ -235,7 +249,8 @@ class ModelStore:
 
     def _load_tables(self, side: Side, man: BundleManifest, model: ModelConfig, dense: dict[str, np.ndarray],
                      items: ItemIndex | None) -> None:
-        predictor = Predictor(man.model, dense, side.model_rows)  # CorruptData when dense does not fit
+        # CorruptData when dense does not fit
+        predictor = Predictor(man.model, dense, lambda t, k: self._model_rows(side, t, k))
         records = _records_of(man)
         side.healthy = False  # until every table took the bundle
         if man.kind == "base":

@@ -153,3 +153,38 @@ def test_lookups_read_changed_rows_from_memory_once_the_overlay_answers(tmp_path
         wait_until(lambda: served()["missing"] == [], what="the new row served")
         np.testing.assert_array_equal(np.array(served()["rows"][0], np.float32), want[0])
         assert rt.served == pulls and rt.from_overlay > 0, "served from memory, no round trip"
+
+
+def test_predict_and_recommend_read_the_live_rows_without_a_new_bundle(tmp_path: Path) -> None:
+    """Real shards and app: once the overlay answers, a user row trained after the bundle changes
+    /v1/predict's score and /v1/recommend's user vector before any new bundle comes."""
+    b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
+    b.push("user", USERS)
+    b.push("item", ITEMS[:30])
+    items = (ITEMS[:30], np.random.default_rng(1).standard_normal((30, 8)).astype(np.float32))
+    b.export("base", items=items)
+    table = b.table_of("user")
+    config = next(c for c in b.model.table_configs() if c.name == table)
+    with _live_service(tmp_path, b, config) as (_, ps, client):
+        rt, store = client.app.state.read_through, client.app.state.store
+        wait_until(lambda: table in rt.overlay.status()["tables_followed"], what="the overlay following the table")
+        for _ in range(2):  # two bundles whose newest record came after the overlay's gap
+            version = b.export("base", items=items, newest_record_time=time.time()).version
+            wait_until(lambda v=version: store.version == v, what=f"bundle {version} served")
+        wait_until(lambda: rt.overlay.answers(table), what="the overlay answering for the table")
+        user, item = int(USERS[2]), int(ITEMS[3])
+        instance = {"instances": [{"slots": {"user": [user], "item": [item]}}]}
+        request = {"user": {"slots": {"user": [user]}}, "k": 30}
+
+        def answers() -> tuple[float, list[float]]:
+            p = client.post("/v1/predict", json=instance).json()
+            r = client.post("/v1/recommend", json=request).json()
+            return p["scores"][0], [it["score"] for it in r["items"]]
+
+        before = answers()
+        assert answers() == before  # nothing changes by itself
+        ps.wait(ps.push(table, np.array([user], np.uint64), np.full((1, config.width), 0.5, np.float32)))
+        wait_until(lambda: answers() != before, what="predict and recommend answering with the pushed row")
+        score, scores = answers()
+        assert score != before[0] and scores != before[1]
+        assert store.version == version, "no new bundle was served"
