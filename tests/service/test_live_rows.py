@@ -5,8 +5,11 @@ both bundles hold, and starts over when a shard's tables go back to a save."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -125,9 +128,10 @@ def test_row_overlay_upserts_grow_and_drop_like_a_dict() -> None:
         np.testing.assert_array_equal(overlay.rows[i], ref[k][0])
 
 
-def test_lookups_read_changed_rows_from_memory_once_the_overlay_answers(tmp_path: Path) -> None:
-    """Real shards and app: a row pushed after two bundles that cover the gap is served with no
-    read-through round trip (the counter of shard pulls stands still)."""
+@contextlib.contextmanager
+def _overlay_answering(tmp_path: Path) -> Iterator[tuple[Any, Any, str, Any, int]]:
+    """Real shards and app, the user table's overlay answering: (ps client, test client, table,
+    its config, the bundle version served)."""
     b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
     b.push("user", USERS)
     b.push("item", ITEMS[:30])
@@ -142,6 +146,14 @@ def test_lookups_read_changed_rows_from_memory_once_the_overlay_answers(tmp_path
             version = b.export("base", items=items, newest_record_time=time.time()).version
             wait_until(lambda v=version: store.version == v, what=f"bundle {version} served")
         wait_until(lambda: rt.overlay.answers(table), what="the overlay answering for the table")
+        yield ps, client, table, config, version
+
+
+def test_lookups_read_changed_rows_from_memory_once_the_overlay_answers(tmp_path: Path) -> None:
+    """Real shards and app: a row pushed after two bundles that cover the gap is served with no
+    read-through round trip (the counter of shard pulls stands still)."""
+    with _overlay_answering(tmp_path) as (ps, client, table, config, _):
+        rt = client.app.state.read_through
         new_user = np.array([int(USERS[-1]) + 100], np.uint64)
         ps.wait(ps.push(table, new_user, np.full((1, config.width), 0.5, np.float32)))
         want, _ = ps.wait(ps.pull_existing(table, new_user))
@@ -158,20 +170,8 @@ def test_lookups_read_changed_rows_from_memory_once_the_overlay_answers(tmp_path
 def test_predict_and_recommend_read_the_live_rows_without_a_new_bundle(tmp_path: Path) -> None:
     """Real shards and app: once the overlay answers, a user row trained after the bundle changes
     /v1/predict's score and /v1/recommend's user vector before any new bundle comes."""
-    b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
-    b.push("user", USERS)
-    b.push("item", ITEMS[:30])
-    items = (ITEMS[:30], np.random.default_rng(1).standard_normal((30, 8)).astype(np.float32))
-    b.export("base", items=items)
-    table = b.table_of("user")
-    config = next(c for c in b.model.table_configs() if c.name == table)
-    with _live_service(tmp_path, b, config) as (_, ps, client):
-        rt, store = client.app.state.read_through, client.app.state.store
-        wait_until(lambda: table in rt.overlay.status()["tables_followed"], what="the overlay following the table")
-        for _ in range(2):  # two bundles whose newest record came after the overlay's gap
-            version = b.export("base", items=items, newest_record_time=time.time()).version
-            wait_until(lambda v=version: store.version == v, what=f"bundle {version} served")
-        wait_until(lambda: rt.overlay.answers(table), what="the overlay answering for the table")
+    with _overlay_answering(tmp_path) as (ps, client, table, config, version):
+        store = client.app.state.store
         user, item = int(USERS[2]), int(ITEMS[3])
         instance = {"instances": [{"slots": {"user": [user], "item": [item]}}]}
         request = {"user": {"slots": {"user": [user]}}, "k": 30}
