@@ -1,42 +1,36 @@
-"""Test AUC of `streamrec train-files` under sparse/wide optimizer settings, on bench/train.py's data.
+"""Test AUC of `streamrec train-files` under model settings, over several seeds, beside TensorFlow.
 
-Each setting overrides the wide&deep job of bench/train.py (dim 9, MLP 400-400-400, batch
-512, dense Adam 1e-3, 1 shard, 2 workers); the baseline is the same job with the defaults
-(trainer/job_config.py), run first in the same process. Settings are JSON objects with any of
-``slr``/``wlr`` (sparse/wide learning rate), ``sopt``/``wopt`` (more optimizer keys, e.g.
-``{"initial_accumulator": 1e-5}``), ``init`` (init_scale), ``model`` (e.g. ``"lr"``),
-``admission`` (the tables' admission policy, e.g. ``{"policy": "count", "min_count": 2}``: an
-id gets a row from its second occurrence on), ``label`` (shown instead of the setting).
+Each setting overrides the wide&deep job of bench/train.py (dim 9, MLP 400-400-400, batch 512,
+dense Adam 1e-3, 1 shard, 2 workers, bench/auc_ceiling.py's planted data); the baseline is the
+same job with the model defaults (models/model_config.py). Every setting runs once per seed
+(``--seeds``: the model's seed, i.e. its MLP and embedding initialisation; the data stay the
+same), seed by seed in the same process, so the machine's load falls on all settings alike.
+``--tf``: TensorFlow's single-process baseline (bench/baselines/tf_wide_deep.py, same files, same
+seeds; ``.venv-baselines``) runs in the same loop. The table gives each setting's mean test AUC
++- its spread (half the range over seeds) and the paired difference to the defaults (seed by
+seed) and to TensorFlow: differences of ~0.0005 are within the seed noise.
 
-``--study``: what the peers do that streamrec does not, one change at a time against the
-defaults (``STUDY``): TensorFlow's/Keras' embedding initialisation scale (0.05) and a smaller
-one, Keras' Adagrad accumulator start (0.1) and a small one, one learning rate for the wide
-weight and the embedding (TorchRec's rowwise Adagrad shares the row), and admission of ids
-seen once (count admission, min 2). Per-slot learning rates are not in the model config.
+Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate),
+``sopt``/``wopt``/``dopt`` (more sparse/wide/dense optimizer keys, e.g.
+``{"initial_accumulator": 1e-5}``; ``dopt`` replaces the bench's dense Adam 1e-3 keys it names),
+``init`` (init_scale), ``model`` (e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g.
+``{"policy": "count", "min_count": 2}``), ``label`` (shown instead of the setting).
 
-Measured (300k train rows, 60k test rows, 2 workers, load ~9 on the 2-core machine; test AUC,
-defaults 0.7045): init 0.05 +0.0004, init 0.001 +0.0001, accumulator start 0.1 -0.0289, 1e-4
--0.0069, one lr 0.05 -0.0028, one lr 0.02 -0.0001, count admission min 2 -0.0010. None of the
-peers' choices helps beyond noise.
+``--study``: what the peers do that streamrec does not, one change at a time (``STUDY``); per-slot
+learning rates are not in the model config and no peer uses them (TensorFlow and TorchRec run one
+rate per table; the MLP's Glorot-uniform weights and zero biases are already the peers'), so
+they are not swept. Findings are in README's Benchmarks section.
 
-TensorFlow's per-element Adagrad accumulator (``sopt: {"accumulator": "element"}``; streamrec's
-tables and TorchRec's fused kernel keep one per row), 2026-11-24, 1M train rows, 2 workers, load
-7-10, two runs: defaults 0.7111 / 0.7116; element-wise lr 0.05 0.7114, lr 0.02 0.7119, lr 0.01
-0.7119 / 0.7117, lr 0.005 0.7118; row-wise lr 0.01 0.7118. Within the defaults' own run-to-run
-spread (0.0005): the accumulator does not explain the gap to TensorFlow (0.7125-0.7126 on the same
-data in bench/train.py), so the default stays row-wise (1 state float per row, not dim).
-All of TensorFlow's sparse choices at once (the last STUDY entry): 0.7124 against the defaults'
-0.7110 in one run; 0.7121 with our init 0.01; init 0.05 + element-wise lr 0.02 with our wide
-weights' optimizer 0.7111: the wide weights' lr 0.02 and accumulator start 1e-7 matter most.
-
-Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}, {"slr": 0.02, "wlr": 0.02}]' [--json]`` or
-``python bench/auc_sweep.py --study --train-rows 300000``.
+Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]`` or
+``python bench/auc_sweep.py --study --seeds 3 --tf``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,29 +42,43 @@ from models.model_config import ModelConfig
 from tables.table_config import TableConfig
 from trainer.file_job import FileJob, criteo_model, run_file_job
 
+ROOT = Path(__file__).resolve().parent.parent
+TF_SCRIPT = ROOT / "bench" / "baselines" / "tf_wide_deep.py"
+# TensorFlow's sparse choices in bench/baselines/tf_wide_deep.py (ResourceSparseApplyAdagradV2)
+TF_SPARSE = {"slr": 0.02, "wlr": 0.02, "init": 0.05,
+             "sopt": {"accumulator": "element", "initial_accumulator": 1e-7, "eps": 1e-7},
+             "wopt": {"initial_accumulator": 1e-7, "eps": 1e-7}}
+# streamrec's model defaults before this study (row-wise Adagrad; embeddings lr 0.05, wide 0.01, init 0.01)
+OLD_DEFAULTS = {"slr": 0.05, "wlr": 0.01, "init": 0.01,
+                "sopt": {"accumulator": "row", "initial_accumulator": 0.0, "eps": 1e-8},
+                "wopt": {"initial_accumulator": 0.0, "eps": 1e-8}}
+
+
+def _with(base: dict, label: str, **change: object) -> dict:
+    out = {**base, **change, "label": label}
+    for k in ("sopt", "wopt", "dopt"):
+        if k in base and k in change:
+            out[k] = {**base[k], **change[k]}  # type: ignore[dict-item]
+    return out
+
+
 STUDY = [
-    {"label": "init uniform 0.05 (Keras/TF)", "init": 0.05},
-    {"label": "init uniform 0.001", "init": 0.001},
-    {"label": "Adagrad accumulator starts at 0.1 (Keras)", "sopt": {"initial_accumulator": 0.1},
-     "wopt": {"initial_accumulator": 0.1}},
-    {"label": "Adagrad accumulator starts at 1e-4", "sopt": {"initial_accumulator": 1e-4},
-     "wopt": {"initial_accumulator": 1e-4}},
-    {"label": "one lr for wide and embedding (0.05)", "wlr": 0.05},
-    {"label": "one lr for wide and embedding (0.02)", "slr": 0.02, "wlr": 0.02},
-    {"label": "ids seen once get no row (count admission, min 2)", "admission": {"policy": "count", "min_count": 2}},
-    {"label": "element-wise Adagrad accumulator (TF), lr 0.05", "sopt": {"accumulator": "element"}},
-    {"label": "element-wise Adagrad accumulator (TF), lr 0.02", "slr": 0.02, "sopt": {"accumulator": "element"}},
-    {"label": "element-wise Adagrad accumulator (TF), lr 0.01", "slr": 0.01, "sopt": {"accumulator": "element"}},
-    {"label": "all of TF's sparse choices (element-wise, lr 0.02 both, accumulators 1e-7, eps 1e-7, init 0.05)",
-     "slr": 0.02, "wlr": 0.02, "init": 0.05,
-     "sopt": {"accumulator": "element", "initial_accumulator": 1e-7, "eps": 1e-7},
-     "wopt": {"initial_accumulator": 1e-7, "eps": 1e-7}},
+    {**OLD_DEFAULTS, "label": "previous defaults (row-wise, lr 0.05 / wide 0.01, init 0.01)"},
+    {**TF_SPARSE, "label": "TF's sparse choices (element-wise, lr 0.02 both, acc 1e-7, eps 1e-7, init 0.05)"},
+    _with(TF_SPARSE, "TF's, row-wise accumulator", sopt={"accumulator": "row"}),
+    _with(TF_SPARSE, "TF's + dense Adam eps 1e-7 (TF's)", dopt={"eps": 1e-7}),
+    _with(TF_SPARSE, "TF's + sparse/wide l2 1e-4 (frequency-aware: per touch)", sopt={"l2": 1e-4}, wopt={"l2": 1e-4}),
+    _with(TF_SPARSE, "TF's + count admission min 2 (ids seen once get no row)",
+          admission={"policy": "count", "min_count": 2}),
+    _with(TF_SPARSE, "TF's, embeddings lr 0.03", slr=0.03),
+    _with(TF_SPARSE, "TF's, wide lr 0.03", wlr=0.03),
+    _with(TF_SPARSE, "TF's + dense Adam lr 2e-3", dopt={"lr": 2e-3}),
 ]
 
 
-def model_for(setting: dict) -> ModelConfig:
+def model_for(setting: dict, seed: int) -> ModelConfig:
     base = criteo_model(setting.get("model", "wide_deep"), embedding_dim=9, mlp=(400, 400, 400), optimizer="adam",
-                        lr=1e-3)
+                        lr=1e-3, seed=seed)
     update: dict = {}
     if "slr" in setting or "sopt" in setting:
         update["sparse_optimizer"] = base.sparse_optimizer.model_copy(
@@ -78,6 +86,8 @@ def model_for(setting: dict) -> ModelConfig:
     if "wlr" in setting or "wopt" in setting:
         update["wide_optimizer"] = base.wide_optimizer.model_copy(
             update={"lr": setting.get("wlr", base.wide_optimizer.lr), **setting.get("wopt", {})})
+    if "dopt" in setting:
+        update["dense_optimizer"] = base.dense_optimizer.model_copy(update=setting["dopt"])
     if "init" in setting:
         update["init_scale"] = setting["init"]
     return ModelConfig.model_validate({**base.model_dump(), **update})
@@ -91,40 +101,86 @@ def tables_for(setting: dict, model: ModelConfig) -> tuple[TableConfig, ...] | N
                  for t in model.table_configs())
 
 
+def run_tf(python: Path, train: Path, test: Path, seed: int) -> dict:
+    """bench/baselines/tf_wide_deep.py, single process, its defaults (= this bench's model), one seed."""
+    done = subprocess.run([str(python), str(TF_SCRIPT), "--train", str(train), "--test", str(test),
+                           "--seed", str(seed)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"tensorflow baseline failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _mean_spread(xs: list[float]) -> tuple[float, float]:
+    return statistics.fmean(xs), (max(xs) - min(xs)) / 2
+
+
+def summarise(name: str, aucs: list[float], logloss: list[float], base: list[float], tf: list[float] | None) -> dict:
+    mean, spread = _mean_spread(aucs)
+    row = {"setting": name, "test_auc": round(mean, 5), "spread": round(spread, 5),
+           "per_seed": [round(a, 5) for a in aucs], "test_logloss": round(statistics.fmean(logloss), 5)}
+    d, ds = _mean_spread([a - b for a, b in zip(aucs, base, strict=True)])
+    row["diff_to_defaults"], row["diff_to_defaults_spread"] = round(d, 5), round(ds, 5)
+    if tf:
+        d, ds = _mean_spread([a - b for a, b in zip(aucs, tf, strict=True)])
+        row["diff_to_tf"], row["diff_to_tf_spread"] = round(d, 5), round(ds, 5)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("settings", nargs="?", default="[]",
                     help="JSON list of settings (the defaults run first as the baseline)")
     ap.add_argument("--study", action="store_true", help="run the STUDY settings (after any given)")
+    ap.add_argument("--seeds", type=int, default=3, help="model seeds 0..N-1, each setting once per seed")
+    ap.add_argument("--tf", action="store_true", help="TensorFlow single-process on the same files and seeds")
+    ap.add_argument("--tf-python", default=str(ROOT / ".venv-baselines" / "bin" / "python"))
     ap.add_argument("--train-rows", type=int, default=1_000_000)
     ap.add_argument("--test-rows", type=int, default=200_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     settings = [{}, *json.loads(args.settings), *(STUDY if args.study else [])]
-    runs = []
+    names = [s.get("label", json.dumps(s)) if s else "defaults" for s in settings]
+    aucs: dict[str, list[float]] = {n: [] for n in names}
+    losses: dict[str, list[float]] = {n: [] for n in names}
+    tf: list[float] = []
+    tf_loss: list[float] = []
     with tempfile.TemporaryDirectory(prefix="streamrec-auc-sweep-") as tmp:
         data = make_planted(Path(tmp), args.train_rows, args.test_rows, seed=0)
-        for setting in settings:
-            model = model_for(setting)
-            job = FileJob(train=(str(data.train),), test=str(data.test), model=model, batch_size=512,
-                          servers=1, workers=args.workers, tables=tables_for(setting, model))
-            with open("/dev/null", "w") as quiet:
-                r = run_file_job(job, log=quiet)
-            runs.append({"setting": setting.get("label", setting) or "defaults", "test_auc": round(r["test_auc"], 4),
-                         "test_logloss": round(r["test_logloss"], 4), "samples_per_s": r["samples_per_s"]})
-    base = runs[0]["test_auc"]
-    for r in runs:
-        r["auc_diff_to_defaults"] = round(r["test_auc"] - base, 4)
+        for seed in range(args.seeds):  # seed by seed: a load change falls on every setting alike
+            if args.tf:
+                r = run_tf(Path(args.tf_python), data.train, data.test, seed)
+                tf.append(r["test_auc"])
+                tf_loss.append(r["test_logloss"])
+                print(f"seed {seed} tensorflow: {r['test_auc']:.4f}", file=sys.stderr)
+            for name, setting in zip(names, settings, strict=True):
+                model = model_for(setting, seed)
+                job = FileJob(train=(str(data.train),), test=str(data.test), model=model, batch_size=512,
+                              servers=1, workers=args.workers, tables=tables_for(setting, model))
+                with open("/dev/null", "w") as quiet:
+                    r = run_file_job(job, log=quiet)
+                aucs[name].append(r["test_auc"])
+                losses[name].append(r["test_logloss"])
+                print(f"seed {seed} {name}: {r['test_auc']:.4f}", file=sys.stderr)
+    base = aucs["defaults"]
+    runs = [summarise(n, aucs[n], losses[n], base, tf or None) for n in names]
+    if tf:
+        runs.append(summarise("TensorFlow single-process (tf_wide_deep.py)", tf, tf_loss, base, tf))
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
     out = {"bayes_auc": round(data.bayes_auc, 4), "seen_id_ceiling_auc": round(data.seen_id_ceiling_auc, 4),
+           "train_rows": args.train_rows, "seeds": args.seeds, "workers": args.workers, "loadavg_end": load,
            "runs": runs}
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"Bayes AUC {out['bayes_auc']:.4f}, seen-id ceiling {out['seen_id_ceiling_auc']:.4f}")
+    print(f"Bayes AUC {out['bayes_auc']:.4f}, seen-id ceiling {out['seen_id_ceiling_auc']:.4f}; "
+          f"{args.train_rows:,} train rows, seeds 0..{args.seeds - 1}, load at the end {' '.join(load)}")
+    print(f"{'setting':<78} {'test AUC':>15} {'vs defaults':>16} {'vs TF':>16} logloss")
     for r in runs:
-        print(f"{json.dumps(r['setting']):<70} test AUC {r['test_auc']:.4f} ({r['auc_diff_to_defaults']:+.4f} "
-              f"vs defaults), logloss {r['test_logloss']:.4f}")
+        vs_tf = f"{r['diff_to_tf']:+.4f}+-{r['diff_to_tf_spread']:.4f}" if "diff_to_tf" in r else ""
+        print(f"{r['setting'][:78]:<78} {r['test_auc']:.4f}+-{r['spread']:.4f} "
+              f"{r['diff_to_defaults']:+.4f}+-{r['diff_to_defaults_spread']:.4f} {vs_tf:>16} {r['test_logloss']:.4f}")
     return 0
 
 
