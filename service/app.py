@@ -13,6 +13,7 @@ import numpy as np
 from fastapi import FastAPI
 
 from ps.auth import read_secret
+from service.cold_start import ColdStart
 from service.errors import install_error_handler
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
@@ -74,6 +75,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             store.live_rows = rt  # the model inputs (recommend, predict) follow the live rows too
             metrics.counter("read_through_served", lambda: rt.served)
             metrics.counter("read_through_unavailable", lambda: rt.unavailable)
+        cold = app.state.cold_start = ColdStart(settings.cold_start == "popular", app.state.read_through)
+        metrics.counter("recommend_cold_start", lambda: cold.served)
         live = settings.read_through is not None and settings.read_through.live_items
         app.state.live = LiveItems(settings.read_through, store, app.state.read_through) if live else None
         if app.state.live is not None:

@@ -32,6 +32,7 @@ from exports.predictor import Predictor
 from exports.raw_records import RecordHasher, record_hasher
 from models.model_config import ModelConfig
 from ps.routing import plan_keys, shard_of, shard_of_key
+from service.cold_start import PopularItems, popular_items
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex
 from tables.sparse_table import SparseTable
@@ -51,6 +52,7 @@ class Side:
     items: ItemIndex | None = None
     predictor: Predictor | None = None
     records: RecordHasher | None = None  # hashes raw field values; None when the bundle has no schema
+    popular: PopularItems | None = None  # what a user the model knows nothing of is recommended
     readers: int = 0
     healthy: bool = True
 
@@ -262,6 +264,7 @@ class ModelStore:
                 table.load(man.table_dir(self.root, i, name))
         side.version, side.manifest, side.model, side.dense, side.items = man.version, man, model, dense, items
         side.predictor, side.records = predictor, records
+        side.popular = popular_items(side)
         side.healthy = True
 
     def _ready_standby(self, active: Side | None) -> Side:

@@ -84,6 +84,9 @@ class ServiceSettings(FrozenModel):
     index: IndexSettings = IndexSettings()
     read_through: ReadThroughSettings | None = None
     limits: LimitSettings = LimitSettings()
+    # a user none of whose ids has a row: the bundle's most liked items lately (service.cold_start),
+    # or the towers' vector of nothing ("model")
+    cold_start: Literal["popular", "model"] = "popular"
 
     @model_validator(mode="after")
     def _secure(self) -> ServiceSettings:

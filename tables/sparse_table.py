@@ -91,6 +91,23 @@ class SparseTable:
             out[found] = self.state.rows.cols["params"][rows[found]]
         return out, found
 
+    def counts(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Decayed ``(show, click)`` counts of ``keys`` as of the current pass (the values eviction
+        scores); zeros for absent ids. Serving ranks items by them when it knows nothing else."""
+        k = as_keys(keys, table=self.name)
+        show = np.zeros(k.shape[0], np.float32)
+        click = np.zeros(k.shape[0], np.float32)
+        with self.lock.mutex:
+            st = self.state
+            rows = st.lookup(k)
+            found = rows >= 0
+            at = rows[found]
+            cols = st.rows.cols
+            seen = cols["last_seen"][at]
+            show[found] = eviction.decayed(cols["show"][at], seen, st.pass_id, self.config.show_click_decay)
+            click[found] = eviction.decayed(cols["click"][at], seen, st.pass_id, self.config.show_click_decay)
+        return show, click
+
     def contains(self, keys: Any) -> np.ndarray:
         """Boolean mask: which ids have a row."""
         return self.lookup_rows(as_keys(keys, table=self.name)) >= 0

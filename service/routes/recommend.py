@@ -3,6 +3,7 @@
 The user is hashed ids or the user's own field values (see service.routes.predict); ``exclude``
 takes item ids, or with ``exclude_values`` the item field's own values. When the job keeps
 user histories, a request without one is served with the user's latest (service.user_history).
+A user none of whose ids has a row gets the items most liked lately (service.cold_start).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 from fastapi import APIRouter, Body, Response
 from pydantic import Field, StrictInt, StrictStr
 
+from service.cold_start import ColdStartDep
 from service.deps import LimitsDep, StoreDep
 from service.routes.items import check_k, item_ids_of, items_of, run_search
 from service.routes.predict import batch_of, finite_or_fail, predictor_of
@@ -40,7 +42,7 @@ RECOMMEND_EXAMPLES: dict[str, Any] = {
 
 @router.post("/v1/recommend", response_model=ItemsResponse, summary="Top-k items for a user")
 async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECOMMEND_EXAMPLES)], store: StoreDep,
-                    limits: LimitsDep, history: HistoryDep) -> Response:
+                    limits: LimitsDep, history: HistoryDep, cold: ColdStartDep) -> Response:
     # one user's tower is ~0.1 ms of numpy: inline; the search moves off the loop only when slow
     check_k(body.k, limits)
     with store.read() as side:
@@ -52,8 +54,11 @@ async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECO
         exclude = np.array(body.exclude, np.uint64)
         if body.exclude_values:
             exclude = np.concatenate([exclude, item_ids_of(side, body.exclude_values, "exclude_values")])
-        ids, scores = await run_search(items, items.search, user, body.k + exclude.shape[0])
         version = side.version
+        popular = cold.answer(side, user_batch, body.k, exclude)
+        if popular is not None:  # a user the model knows nothing of (service.cold_start)
+            return json_response({"version": version, "items": scored(*popular)})
+        ids, scores = await run_search(items, items.search, user, body.k + exclude.shape[0])
     ids, scores = ids[0], scores[0]
     if exclude.shape[0]:
         keep = ~np.isin(ids, exclude)
