@@ -65,9 +65,15 @@ class MLP:
 
     _KEEP_SIZES = 4  # batch sizes whose buffers are kept (training size, a last short batch, ...)
 
-    def __init__(self, prefix: str, sizes: Sequence[int]) -> None:
+    def __init__(self, prefix: str, sizes: Sequence[int], *, input_grad_cols: int | None = None) -> None:
+        """``input_grad_cols``: how many leading input columns ``backward`` returns the gradient of
+        (None: all); wide & deep's dense inputs take none, so that share of the first layer's
+        input-gradient matmul is not computed."""
         self.prefix = prefix
         self.sizes = list(sizes)
+        self.input_grad_cols = self.sizes[0] if input_grad_cols is None else input_grad_cols
+        if not 0 < self.input_grad_cols <= self.sizes[0]:
+            raise ValueError(f"input_grad_cols must be in 1..{self.sizes[0]}, got {input_grad_cols}")
         self._acts: list[np.ndarray] = []
         self._outs: dict[int, list[np.ndarray]] = {}
         self._n = -1
@@ -111,19 +117,27 @@ class MLP:
 
     def backward(self, params: ParamSet, dy: np.ndarray) -> np.ndarray:
         """Write parameter gradients into ``params.grad`` (each is written, not added: the caller
-        zeroed them or does not need the old values); returns the input gradient (valid until the
-        next backward with the same batch size: training only)."""
+        zeroed them or does not need the old values); returns the gradient of the first
+        ``input_grad_cols`` input columns (valid until the next backward with the same batch size:
+        training only)."""
         acts = self._acts
         n = dy.shape[0]
         if self._n != n:  # the input gradients of every layer, allocated once per batch size
             self._n = n
-            self._dx = [np.empty((n, a), np.float32) for a in self.sizes[:-1]]
+            self._dx = [np.empty((n, a), np.float32) for a in [self.input_grad_cols, *self.sizes[1:-1]]]
         top = len(self.sizes) - 2
         np.sum(dy, axis=0, out=params.grad[f"{self.prefix}.{top}.b"])
         for i in range(top, -1, -1):
             w = params.value[f"{self.prefix}.{i}.w"]
             np.matmul(acts[i].T, dy, out=params.grad[f"{self.prefix}.{i}.w"])
-            dx = np.matmul(dy, w.T, out=self._dx[i])
+            if i > 0 and dy.shape[1] == 1:
+                # one output (a logit): dx is an outer product, which gemm runs ~10x slower than this
+                # pass that also masks through the ReLU below and sums that layer's bias gradient
+                outer_relu_grad_bias(dy[:, 0], w[:, 0], acts[i], self._dx[i], params.grad[f"{self.prefix}.{i - 1}.b"])
+                dy = self._dx[i]
+                continue
+            # w[:cols].T: a transposed view (BLAS reads it as is), only the input columns wanted
+            dx = np.matmul(dy, w[: self._dx[i].shape[1]].T, out=self._dx[i])
             if i > 0:  # through the ReLU of the layer below, and that layer's bias gradient, in one pass
                 relu_grad_bias(dx, acts[i], params.grad[f"{self.prefix}.{i - 1}.b"])
             dy = dx
@@ -152,6 +166,21 @@ def relu_grad_bias(dx, act, db):
         d, a = dx[i], act[i]
         for j in range(m):
             v = d[j] if a[j] > _F0 else _F0
+            d[j] = v
+            db[j] += v
+
+
+@njit(**_JIT)
+def outer_relu_grad_bias(dy, w, act, dx, db):
+    """dx = outer(dy, w) where the ReLU output ``act`` was positive, else 0, and db = dx's column
+    sums: the input gradient of a one-output layer through the ReLU below it, in one pass."""
+    n, m = dx.shape
+    for j in range(m):
+        db[j] = _F0
+    for i in range(n):
+        d, a, g = dx[i], act[i], dy[i]
+        for j in range(m):
+            v = g * w[j] if a[j] > _F0 else _F0
             d[j] = v
             db[j] += v
 

@@ -20,7 +20,9 @@ from models.model_config import ModelConfig
 class WideDeep(Model):
     def __init__(self, config: ModelConfig) -> None:
         self.emb = EmbeddingBlock(config, config.slots)
-        self.mlp = MLP("deep", [self.emb.width + config.n_dense, *config.mlp, 1])
+        # the dense inputs need no gradient: only the embeddings' columns get one
+        self.mlp = MLP("deep", [self.emb.width + config.n_dense, *config.mlp, 1],
+                       input_grad_cols=self.emb.width or None)
         super().__init__(config, self.mlp.specs())
         self.mlp.init(self.params, np.random.default_rng(config.seed))
         self._x = np.empty((0, self.emb.width + config.n_dense), np.float32)

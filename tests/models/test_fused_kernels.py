@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from models import build_model
-from models.layers import MLP, ParamSet, pool_backward, pool_forward, relu_grad_bias
+from models.layers import MLP, ParamSet, outer_relu_grad_bias, pool_backward, pool_forward, relu_grad_bias
 from tests.models.helpers import random_batch, small_config
 
 
@@ -69,6 +69,43 @@ def test_relu_grad_bias_masks_and_sums_columns() -> None:
     relu_grad_bias(dx, act, db)
     np.testing.assert_array_equal(dx, want)
     np.testing.assert_allclose(db, want.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_outer_relu_grad_bias_is_the_masked_outer_product_and_its_column_sums() -> None:
+    rng = np.random.default_rng(4)
+    dy, w = rng.normal(size=13).astype(np.float32), rng.normal(size=7).astype(np.float32)
+    act = np.maximum(rng.normal(size=(13, 7)), 0).astype(np.float32)
+    want = np.where(act > 0, np.outer(dy, w), 0)
+    dx, db = np.full((13, 7), 9.0, np.float32), np.full(7, 5.0, np.float32)
+    outer_relu_grad_bias(dy, w, act, dx, db)
+    np.testing.assert_allclose(dx, want, rtol=1e-6)
+    np.testing.assert_allclose(db, want.sum(axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_with_one_output_and_fewer_input_gradient_columns_matches_numpy() -> None:
+    """The one-logit top layer's fused input gradient and the input gradient cut to the first
+    columns give what plain numpy does."""
+    mlp = MLP("m", [6, 8, 5, 1], input_grad_cols=4)
+    params = ParamSet(mlp.specs())
+    rng = np.random.default_rng(5)
+    mlp.init(params, rng)
+    params.values[...] += rng.normal(0, 0.1, params.values.shape).astype(np.float32)
+    x = rng.normal(size=(11, 6)).astype(np.float32)
+    dy = rng.normal(size=(11, 1)).astype(np.float32)
+    v = params.value
+    h1 = np.maximum(x @ v["m.0.w"] + v["m.0.b"], 0)
+    h2 = np.maximum(h1 @ v["m.1.w"] + v["m.1.b"], 0)
+    np.testing.assert_allclose(mlp.forward(params, x, reuse=True), h2 @ v["m.2.w"] + v["m.2.b"], rtol=1e-5, atol=1e-6)
+    dx = mlp.backward(params, dy)
+    d2 = (dy @ v["m.2.w"].T) * (h2 > 0)
+    d1 = (d2 @ v["m.1.w"].T) * (h1 > 0)
+    np.testing.assert_allclose(params.grad["m.2.w"], h2.T @ dy, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(params.grad["m.1.b"], d2.sum(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(params.grad["m.1.w"], h1.T @ d2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(params.grad["m.0.b"], d1.sum(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(params.grad["m.0.w"], x.T @ d1, rtol=1e-5, atol=1e-6)
+    assert dx.shape == (11, 4)
+    np.testing.assert_allclose(dx, (d1 @ v["m.0.w"].T)[:, :4], rtol=1e-5, atol=1e-6)
 
 
 def test_mlp_with_reused_buffers_computes_what_fresh_outputs_do() -> None:
