@@ -29,6 +29,7 @@ from core.errors import Unavailable
 from streaming.batch import Batch
 from streaming.connection import client_options
 from streaming.dead_letter import DeadLetters
+from streaming.fast_records import install as install_fast_records
 from streaming.isolated_parse import parse_isolating
 from streaming.log_bounds import past_the_end
 from streaming.offsets import OffsetTracker
@@ -104,6 +105,7 @@ class StreamConsumer:
             session_timeout_ms=config.session_timeout_ms,
             heartbeat_interval_ms=max(100, config.session_timeout_ms // 3),
         )
+        install_fast_records(self._consumer)  # a batch's records decoded by one kernel (#14: ~3x less CPU)
         topic = config.topic
         if membership is Membership.GROUP:
             self._consumer.subscribe([topic], listener=_Rebalance(self))
