@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from core.errors import InvalidInput
 from models.model_config import ModelConfig, Pooling, SlotSpec
 from streaming.batch import Batch
-from tables.dedupe import dedupe, sum_values
+from tables.dedupe import dedupe
 
 
 @dataclass
@@ -46,6 +47,38 @@ class Features:
     tables: dict[str, TableInput]
 
 
+@dataclass(frozen=True)
+class _TablePlan:
+    """What a batch does not change: a table's slots and their pooling."""
+
+    name: str
+    specs: tuple[SlotSpec, ...]
+    mean: np.ndarray  # read-only, shared by every batch's TableInput
+
+
+_PLANS: dict[tuple[int, int], tuple[ModelConfig, tuple[SlotSpec, ...], list[_TablePlan]]] = {}
+
+
+def _plan(config: ModelConfig, slots: tuple[SlotSpec, ...]) -> list[_TablePlan]:
+    """The tables of ``slots``, cached by identity (hashing a config costs ~40 us, more than a
+    step's feature kernels); the entry holds the objects, so their ids stay theirs."""
+    hit = _PLANS.get((id(config), id(slots)))
+    if hit is not None and hit[0] is config and hit[1] is slots:
+        return hit[2]
+    by_table: dict[str, list[SlotSpec]] = {}
+    for s in slots:
+        by_table.setdefault(config.table_name(s), []).append(s)
+    plan = []
+    for name, specs in by_table.items():
+        mean = np.array([s.pooling is Pooling.MEAN for s in specs], np.bool_)
+        mean.flags.writeable = False
+        plan.append(_TablePlan(name, tuple(specs), mean))
+    if len(_PLANS) >= 64:
+        _PLANS.clear()
+    _PLANS[(id(config), id(slots))] = (config, slots, plan)
+    return plan
+
+
 def _slot(batch: Batch, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     got = batch.slots.get(name)
     if got is None:  # a slot the record schema lacks reads as "no ids"
@@ -54,6 +87,30 @@ def _slot(batch: Batch, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     if offsets.shape != (n + 1,) or values.dtype != np.uint64:
         raise InvalidInput(f"slot {name!r}: offsets must be ({n + 1},) and values uint64")
     return values, offsets
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _offsets_and_counts(raw, idx, labels, m):
+    """Slots end to end: ``offs`` (n_slots, n + 1) with slot s's offsets shifted to where its
+    values start; and per unique key, its occurrences (shows) and those in clicked records
+    (clicks): one pass over the ids."""
+    n_slots, n1 = raw.shape
+    offs = np.empty((n_slots, n1), np.int64)
+    shows = np.zeros(m, np.float32)
+    clicks = np.zeros(m, np.float32)
+    start = 0
+    for s in range(n_slots):
+        r0 = raw[s, 0]
+        for i in range(n1):
+            offs[s, i] = start + raw[s, i] - r0
+        for i in range(n1 - 1):
+            y = labels[i]
+            for j in range(offs[s, i], offs[s, i + 1]):
+                u = idx[j]
+                shows[u] += np.float32(1.0)
+                clicks[u] += y
+        start = offs[s, n1 - 1]
+    return offs, shows, clicks
 
 
 def build_features(config: ModelConfig, batch: Batch, slots: tuple[SlotSpec, ...] | None = None) -> Features:
@@ -67,27 +124,15 @@ def build_features(config: ModelConfig, batch: Batch, slots: tuple[SlotSpec, ...
         raise InvalidInput(f"batch dense is {dense.shape}, model needs ({n}, {config.n_dense})")
     dense = dense[:, : config.n_dense]
     if config.dense_log1p:
-        dense = np.log1p(np.maximum(dense, 0.0)).astype(np.float32)
-    labels = np.asarray(batch.labels, np.float32)
-    by_table: dict[str, list[SlotSpec]] = {}
-    for s in chosen:
-        by_table.setdefault(config.table_name(s), []).append(s)
+        dense = np.log1p(np.maximum(dense, np.float32(0.0)))  # float32 in, float32 out: a fresh array
+    labels = np.ascontiguousarray(batch.labels, np.float32)
     tables = {}
-    for name, specs in by_table.items():
-        parts = [_slot(batch, s.name, n) for s in specs]
-        values = np.concatenate([v for v, _ in parts]) if parts else np.empty(0, np.uint64)
-        # slots end to end: slot s's offsets shifted to where its values start (vectorized over slots)
+    for plan in _plan(config, chosen):
+        parts = [_slot(batch, s.name, n) for s in plan.specs]
+        values = np.concatenate([v for v, _ in parts]) if len(parts) > 1 else np.ascontiguousarray(parts[0][0])
         raw = np.stack([o for _, o in parts]).astype(np.int64, copy=False)
-        lengths = np.diff(raw, axis=1)
-        ends = np.cumsum(raw[:, -1] - raw[:, 0])
-        offs = raw - raw[:, :1]
-        offs[1:] += ends[:-1, None]
-        keys, idx = dedupe(np.ascontiguousarray(values))
-        # labels repeated per id: an id's clicks are the clicked records it appears in
-        per_id_label = np.repeat(np.tile(labels, len(specs)), lengths.ravel())
-        shows = sum_values(np.ones(values.shape[0], np.float32), idx, keys.shape[0])
-        clicks = sum_values(per_id_label, idx, keys.shape[0])
-        tables[name] = TableInput(keys=keys, idx=idx, offs=offs,
-                                  mean=np.array([s.pooling is Pooling.MEAN for s in specs], np.bool_),
-                                  slots=tuple(specs), shows=shows, clicks=clicks)
+        keys, idx = dedupe(values)
+        offs, shows, clicks = _offsets_and_counts(raw, idx, labels, keys.shape[0])
+        tables[plan.name] = TableInput(keys=keys, idx=idx, offs=offs, mean=plan.mean, slots=plan.specs,
+                                       shows=shows, clicks=clicks)
     return Features(n=n, labels=labels, dense=np.ascontiguousarray(dense), tables=tables)
