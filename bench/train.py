@@ -373,7 +373,7 @@ def main() -> int:
                "cpu_efficiency": round(result["train_rows"] * flops / (job_cpu * gflops / args.workers * 1e9), 3),
                "phases": [{"rank": w["rank"], "seconds": round(w["seconds"], 2),
                            "loop_cpu_s": round(w.get("loop_cpu_s", w["cpu_s"]), 2),
-                           "main_cpu_s": round(w.get("main_cpu_s", 0.0), 2),
+                           "main_cpu_s": round(w.get("main_cpu_s", 0.0), 2), "blas_threads": w.get("blas_threads"),
                            **{k: round(v, 2) for k, v in w["phases"].items()},
                            "cpu": {k: round(v, 2) for k, v in w.get("phase_cpu", {}).items()}}
                           for w in result["workers"]],
@@ -497,7 +497,8 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
         cells = "".join(f"{w.get(p, 0.0):>7.2f} ({w['cpu'].get(p, 0.0):>5.2f})" for p in PHASES)
         print(f"{w['rank']:<8}{w['seconds']:>8.2f}{cells}{w['seconds'] - busy:>10.2f}"
               f"{w['loop_cpu_s'] - w['main_cpu_s']:>14.2f}")
-    print(f"shard CPU seconds (its whole life): {c['shard_cpu_s']}")
+    print(f"shard CPU seconds (its whole life): {c['shard_cpu_s']}; numpy BLAS threads per worker (as the library "
+          f"reports them): {[w['blas_threads'] for w in c['phases']]}")
     if stall is not None:
         print(f"\ncommit stall, two-phase vs synchronous save (baseline, same run, same shard of {args.stall_rows:,} "
               "rows):")

@@ -84,6 +84,17 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepar
     return dict(dead.counts)
 
 
+def blas_threads() -> int | None:
+    """The threads numpy's BLAS runs in this process (as the library reports it: the launcher's
+    limits are only environment variables), or None when threadpoolctl is not installed."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    counts = [int(p["num_threads"]) for p in threadpool_info() if p.get("user_api") == "blas"]
+    return max(counts) if counts else None
+
+
 def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     # started first: a prefetch process's start-up (imports) overlaps this worker's own set-up
     kind = job.get("prefetch", "process")
@@ -110,6 +121,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": batches.result or {},
               "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
               "loop_cpu_s": time.process_time() - loop_cpu, "main_cpu_s": time.thread_time() - main_cpu,
+              "blas_threads": blas_threads(),
               "phases": dict(worker.phase_seconds),
               "phase_cpu": dict(worker.phase_cpu_seconds), "progressive": worker.metrics.total.summary()}
     results = Path(job["results"])
