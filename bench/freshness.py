@@ -58,11 +58,15 @@ from pathlib import Path
 from typing import Any
 
 # Run as a script, bench/ comes first on sys.path and bench/tables.py would shadow the tables package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+_REPO = Path(__file__).resolve().parent.parent
+sys.path[:] = [str(_REPO)] + [p for p in sys.path if Path(p or ".").resolve() != _REPO / "bench"]
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+from bench import role_cpu  # noqa: E402
+from bench.recommend_probe import Answer, MarkerProbes, Probe  # noqa: E402
+from bench.recommend_probe import K as RECOMMEND_K  # noqa: E402
 from ps.launcher import free_ports  # noqa: E402
 from streaming.connection import client_options  # noqa: E402
 from streaming.hashing import hash_strings  # noqa: E402
@@ -176,15 +180,36 @@ def serve_load(api: str, concurrency: int, duration_s: float) -> subprocess.Pope
                             stdout=subprocess.PIPE)
 
 
+def _recommend(api: str, user: str, field: str) -> Answer | None:
+    try:
+        return Answer.of(_http(f"{api}/v1/recommend", {"user": {field: user}, "k": RECOMMEND_K}, timeout=5))
+    except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _bracketed(api: str, users: list[str], control: str, field: str) -> dict[int, Probe] | None:
+    """One recommend probe: the control, each of ``users`` (by index), the control again."""
+    before = _recommend(api, control, field)
+    answers = {i: _recommend(api, u, field) for i, u in enumerate(users)}
+    after = _recommend(api, control, field)
+    if before is None or after is None:
+        return None
+    return {i: Probe(before, a, after) for i, a in answers.items() if a is not None}
+
+
 def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, markers: int, spacing_s: float,
-            timeout_s: float, seed: int) -> dict[str, Any]:
-    """Produce the markers from this thread; two probe threads (rows, items) poll apart, so a slow
-    answer of one kind does not delay noticing the other."""
+            timeout_s: float, seed: int, recommend: bool) -> dict[str, Any]:
+    """Produce the markers from this thread; probe threads (rows, items, recommend) poll apart, so a
+    slow answer of one kind does not delay noticing another. ``recommend``: time recommend too
+    (bench/recommend_probe.py; the live path only)."""
     users, user_ids = marker_values(markers, seed, schema, schema.user_id)
     items, _ = marker_values(markers, seed + 1, schema, schema.item_id)
+    control = marker_values(1, seed + 2, schema, schema.user_id)[0][0]  # a user no event names
     produced: dict[int, float] = {}
     rows: dict[int, float] = {}
     present: dict[int, float] = {}
+    recommended: dict[int, float] = {}
+    history = {i: MarkerProbes() for i in range(markers)}
     lookup_s: list[float] = []
     stop = threading.Event()
 
@@ -212,7 +237,24 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
                     present[i] = time.monotonic()
             stop.wait(0.01)
 
-    probes = [threading.Thread(target=f, daemon=True) for f in (probe_rows, probe_items)]
+    def probe_recommend() -> None:
+        while not stop.is_set() and len(recommended) < markers:
+            pending = [i for i in list(produced) if i not in recommended]
+            got = _bracketed(api, [users[i] for i in pending], control, schema.user_id) if pending else None
+            t = time.monotonic()
+            for j, probe in (got or {}).items():
+                if history[pending[j]].changed_with(probe):
+                    recommended[pending[j]] = t
+            stop.wait(0.1)
+
+    def complete() -> bool:
+        if len(rows) < markers or len(present) < markers:
+            return False
+        # a recommend change a bundle swap hid is never seen: wait for it a few seconds past the rows
+        return not recommend or len(recommended) == markers or time.monotonic() - max(rows.values()) > 5.0
+
+    probes = [threading.Thread(target=f, daemon=True)
+              for f in (probe_rows, probe_items, *((probe_recommend,) if recommend else ()))]
     t_start, n_start = time.monotonic(), _trained(api, token)
     with RecordProducer(kafka, client_options(kafka, list(kafka.bootstrap_servers))) as producer:
         for t in probes:
@@ -220,11 +262,15 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
         start = time.monotonic()
         for i in range(markers):
             time.sleep(max(0.0, start + i * spacing_s - time.monotonic()))
+            if recommend:  # the marker's answer before its event: what a later answer is compared with
+                first = _bracketed(api, [users[i]], control, schema.user_id)
+                if first:
+                    history[i].changed_with(first[0])
             record = {"label": 1, "ts": time.time(), schema.user_id: users[i], schema.item_id: items[i]}
             producer.send_all([json.dumps(record).encode()])  # flushed: the broker appended it
             produced[i] = time.monotonic()
         deadline = time.monotonic() + timeout_s
-        while (len(rows) < markers or len(present) < markers) and time.monotonic() < deadline:
+        while not complete() and time.monotonic() < deadline:
             time.sleep(0.05)
         stop.set()
         for t in probes:
@@ -233,6 +279,7 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
     rate = None if n_start is None or n_end is None else (n_end - n_start) / (t_end - t_start)
     p99 = round(float(np.percentile(lookup_s, 99)) * 1000, 2) if lookup_s else None
     return {"row": [rows[i] - produced[i] for i in rows], "item": [present[i] - produced[i] for i in present],
+            "recommend": [recommended[i] - produced[i] for i in recommended] if recommend else None,
             "train_rate": rate, "lookup_p99_ms": p99}
 
 
@@ -245,7 +292,8 @@ def _summary(lat: list[float], markers: int) -> dict[str, Any]:
     return {"served": int(got.size), "of": markers, "p50": pct(50), "p95": pct(95), "max": pct(100)}
 
 
-def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | None = None) -> dict[str, Any]:
+def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | None = None, *,
+           live: bool = True) -> dict[str, Any]:
     """One `streamrec up` in a fresh run directory: the marker latencies, summarized."""
     run_dir = Path(tempfile.mkdtemp(prefix="streamrec-freshness-"))
     (port,) = free_ports(1)
@@ -268,11 +316,14 @@ def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | N
         time.sleep(args.warmup)  # the stream at its rate, a few passes behind it
         loader = serve_load(api, args.serve_concurrency, args.markers * args.spacing + 2.0) \
             if args.serve_concurrency else None
+        roots = [p.pid for p in (proc, source, loader) if p is not None]
+        cpu_a, cpu_t = role_cpu.sample(roots), time.monotonic()
         got = measure(api, token, kafka, schema, markers=args.markers, spacing_s=args.spacing,
-                      timeout_s=args.timeout, seed=args.seed)
+                      timeout_s=args.timeout, seed=args.seed, recommend=live)
+        cpu = role_cpu.usage(cpu_a, role_cpu.sample(roots), time.monotonic() - cpu_t)
         serving = json.loads(loader.communicate(timeout=600)[0]) if loader is not None else None
         sent = stop_source(source) if source is not None else None
-        live = _http(f"{api}/admin/status", token=token).get("live")
+        live_status = _http(f"{api}/admin/status", token=token).get("live")
         time.sleep(2.5)  # one more pass, so the throughput window covers the measurement
         job = job_throughput(api, token, since_wall)
     finally:
@@ -285,10 +336,15 @@ def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | N
                 proc.wait()
         log.close()
     return {"row": _summary(got["row"], args.markers), "item": _summary(got["item"], args.markers),
+            "recommend": None if got["recommend"] is None else _summary(got["recommend"], args.markers),
             "source_rate": None if sent is None else sent["rate"], "source": sent,
             "train_rate": job["train_rate"], "lag": job["lag"],
             "chief_train_rate": None if got["train_rate"] is None else round(got["train_rate"], 1),
-            "lookup_p99_ms": got["lookup_p99_ms"], "service_live": live, "run_dir": str(run_dir),
+            "lookup_p99_ms": got["lookup_p99_ms"], "service_live": live_status, "run_dir": str(run_dir),
+            # % of one core per process of each role over the measurement (bench/role_cpu.py)
+            "cpu_percent": cpu, "load": os.getloadavg(),
+            "trainer_cpu_us_per_record": None if not job["train_rate"] else round(
+                sum(cpu.get("trainer", [])) / 100 / job["train_rate"] * 1e6, 1),
             "serving": None if serving is None else {
                 "p50_ms": _r(serving["p50_ms"]), "p99_ms": _r(serving["p99_ms"]),
                 "rps": round(serving["rps"], 1), "statuses": serving["statuses"]}}
@@ -359,7 +415,8 @@ def main() -> int:
         for live in (True, False):
             config = run_config(args.config, rate=rate, live=live, source=args.source,
                                 batch_wait_ms=args.batch_wait_ms)
-            runs.append({"rate": rate, "path": "live" if live else "pass-bundle", **run_up(config, args, rate, events)})
+            runs.append({"rate": rate, "path": "live" if live else "pass-bundle",
+                         **run_up(config, args, rate, events, live=live)})
     if events is not None:
         events.unlink(missing_ok=True)
     met = all(r["row"]["served"] == args.markers and r["row"]["p95"] is not None
@@ -377,14 +434,21 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     print(f"{'rate ev/s':>10} {'path':<12}{'row p50':>9}{'row p95':>9}{'rows':>7}{'item p50':>10}{'item p95':>10}"
-          f"{'items':>7}{'sent/s':>9}{'train/s':>9}{'lag':>8}"
+          f"{'items':>7}{'rec p50':>9}{'rec p95':>9}{'recs':>7}{'sent/s':>9}{'train/s':>9}{'lag':>8}"
           f"{'serve p50 ms':>14}{'serve p99 ms':>14}")
     for r in runs:
+        rec = r["recommend"] or {"p50": "n/a", "p95": "n/a", "served": "-"}
         print(f"{r['rate']:>10g} {r['path']:<12}{r['row']['p50']!s:>9}{r['row']['p95']!s:>9}"
               f"{r['row']['served']:>4}/{args.markers:<2}{r['item']['p50']!s:>10}{r['item']['p95']!s:>10}"
-              f"{r['item']['served']:>4}/{args.markers:<2}{r['source_rate']!s:>9}{r['train_rate']!s:>9}"
+              f"{r['item']['served']:>4}/{args.markers:<2}{rec['p50']!s:>9}{rec['p95']!s:>9}"
+              f"{rec['served']!s:>4}/{args.markers:<2}{r['source_rate']!s:>9}{r['train_rate']!s:>9}"
               f"{r['lag']!s:>8}"
               f"{(r['serving'] or {}).get('p50_ms')!s:>14}{(r['serving'] or {}).get('p99_ms')!s:>14}")
+    print("CPU, % of one core per process over the measurement (2 cores in all; load average when it ended):")
+    for r in runs:
+        roles = ", ".join(f"{role} {'/'.join(str(x) for x in v)}" for role, v in r["cpu_percent"].items())
+        print(f"  {r['rate']:g} {r['path']}: {roles}; trainers {r['trainer_cpu_us_per_record']} CPU-us per record "
+              f"trained; load {r['load'][0]:.1f}")
     by = {(r["rate"], r["path"]): r for r in runs}
     for rate in sorted({r["rate"] for r in runs}):
         live, base = by[(rate, "live")], by[(rate, "pass-bundle")]
