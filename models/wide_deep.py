@@ -50,7 +50,7 @@ class WideDeep(Model):
         return z
 
     def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
-        grads = self._sparse_grads()
+        grads = self._sparse_grads(zero_dense=False)  # the MLP writes every dense gradient
         f = self._f
         assert f is not None
         dlogits = np.ascontiguousarray(dlogits, np.float32)
