@@ -19,6 +19,7 @@ Install on a consumer with :func:`install` (the fetcher builds its partition rec
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from kafka.protocol.consumer import IsolationLevel
 from numba import njit
 
 _LOG_APPEND_TIME = 1
+_new_tuple = tuple.__new__  # ConsumerRecord (a namedtuple) from a tuple of its fields, without its Python __new__
 
 
 @njit(cache=True, inline="always")
@@ -151,25 +153,41 @@ class FastPartitionRecords(Fetcher.PartitionRecords):
         else:
             stamps = (spans[:, 1] + batch.first_timestamp).tolist()
         offsets = (spans[:, 0] + base).tolist()
-        key_at, key_len, value_at, value_len, size = (spans[:, c].tolist() for c in range(2, 7))
         plain = key_deserializer is None and value_deserializer is None
         first = int(np.searchsorted(spans[:, 0], self.fetch_offset - base))  # a fetch from inside the batch
-        if first:  # counted as read, as kafka-python's skipping does
-            self.records_read += first
-            self.bytes_read += sum(size[:first])
+        # counted as read at once (kafka-python counts each record as it goes: metrics only); the
+        # next fetch offset follows what take() hands out
+        self.records_read += count
+        self.bytes_read += int(spans[:, 6].sum())
+        if first:
             self.next_fetch_offset = offsets[first - 1] + 1
-        for i in range(first, count):
+        rest = spans[first:]
+        if plain and (rest[:, 3] < 0).all() and (rest[:, 5] >= 0).all():  # no keys, no null values: the usual
+            n = count - first
+            starts = rest[:, 4]
+            values = map(bytes, map(view.__getitem__, map(slice, starts.tolist(), (starts + rest[:, 5]).tolist())))
+            # consumer records built in C (no Python frame per record)
+            yield from map(_new_tuple, repeat(ConsumerRecord, n), zip(
+                repeat(topic), repeat(partition), repeat(epoch), offsets[first:], stamps[first:], repeat(ts_type),
+                repeat(None), values, map(list, repeat((), n)), repeat(None), repeat(-1), rest[:, 5].tolist(),
+                repeat(-1)))
+            return
+        key_at, key_len, value_at, value_len = (rest[:, c].tolist() for c in range(2, 6))
+        for i in range(count - first):
             kl, vl, va = key_len[i], value_len[i], value_at[i]
             key = None if kl < 0 else bytes(view[key_at[i]:key_at[i] + kl])
             value = None if vl < 0 else bytes(view[va:va + vl])
             if not plain:
                 key = self._deserialize(key_deserializer, topic, [], key)
                 value = self._deserialize(value_deserializer, topic, [], value)
-            self.records_read += 1
-            self.bytes_read += size[i]
-            self.next_fetch_offset = offsets[i] + 1
-            yield ConsumerRecord(topic, partition, epoch, offsets[i], stamps[i], ts_type, key, value, [], None,
-                                 kl, vl, -1)
+            yield ConsumerRecord(topic, partition, epoch, offsets[first + i], stamps[first + i], ts_type, key, value,
+                                 [], None, kl, vl, -1)
+
+    def take(self, n: int | None = None) -> list[ConsumerRecord]:
+        records = super().take(n)
+        if records:  # (the end of the records may have set it further: past a compacted tail)
+            self.next_fetch_offset = max(self.next_fetch_offset, records[-1].offset + 1)
+        return records
 
     def _reference(self, tp: Any, batch: Any, key_deserializer: Any,
                    value_deserializer: Any) -> Iterator[ConsumerRecord]:
