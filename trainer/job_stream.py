@@ -44,7 +44,8 @@ class JobStream:
         self._lag_at = 0.0
 
     def _polls(self) -> Iterator[tuple[Batch | None, bool]]:
-        """Each poll, and whether the consumer had caught up with the log after it."""
+        """Each poll, and whether the consumer had caught up with the log after it (``lag_partitions``
+        holds the records still waiting, as of the last refresh)."""
         while not self.stopping.is_set():
             with self.lock:
                 batch = self.consumer.poll_batch()
@@ -61,9 +62,11 @@ class JobStream:
         """The polls as training mini-batches of ``batch_size`` records (fewer when the consumer
         caught up with the log: no backlog, no wait); None when a poll came back empty. A new
         batcher per call: a re-seek drops what it held."""
-        batcher = MiniBatcher(self.config.batch_size, self.config.batch_wait_ms / 1000)
+        batcher = MiniBatcher(self.config.batch_size, self.config.batch_wait_ms / 1000,
+                              poll_size=self.config.kafka.batch_size)
         for poll, caught_up in self._polls():
-            yield from batcher.add(poll, caught_up=caught_up)
+            # a backlog grows the steps (trainer.minibatch); the lag is at most ~1 s old
+            yield from batcher.add(poll, caught_up=caught_up, lag=sum(self.lag_partitions.values()))
             if poll is None:
                 yield None
 

@@ -14,6 +14,17 @@ arrival rate; a trainer that keeps up with a slow stream trains what arrived sin
 step (smaller steps, each record trained at once; holdout AUC unchanged, see
 tests/trainer/test_minibatch_quality.py).
 
+Under a backlog steps grow, the way Paddle's and Monolith's streaming trainers take what is
+there: a trainer that cannot keep up at ``size`` pays the step's fixed costs (the PS round
+trips, the dense update, Python) per record less often. While more than ``BACKLOG_POLLS`` full
+poll(s) wait in Kafka (``lag`` against ``poll_size``), steps are up to ``BACKLOG_GROWTH`` x
+``size``; a trainer that keeps up trains at ``size``. Measured (#14, `up`'s default two-tower,
+20,000 records/s from bench/rate_source.py, load 13-14 on the 2-core machine, one run each):
+growth 1 / 2 / 4 trained 10.4k / 16.7k / 17.0k records/s, ending 225k / 4.9k / 3.0k records
+behind; the holdout AUC of tests/trainer/test_minibatch_quality.py's replay arm (60k records)
+was 0.669 / 0.664 / 0.655 with steps of 256 / 512 / 1024: growth 2 keeps it within the test's
+0.01 of a slow stream's.
+
 The offset rule (:mod:`streaming.offsets`) holds per poll: a poll's span is marked pushed
 after the step of the mini-batch holding its LAST record (``MiniBatch.completes``), so its
 offsets never become committable before every one of its records was pushed. Polls held
@@ -34,6 +45,9 @@ import numpy as np
 
 from streaming.batch import Batch, concat_batches
 
+BACKLOG_POLLS = 1  # full polls waiting in Kafka beyond which steps grow (~0.4 s of a 10k/s worker)
+BACKLOG_GROWTH = 2  # steps of up to this many times the size meanwhile
+
 
 @dataclass(frozen=True)
 class MiniBatch:
@@ -47,12 +61,15 @@ class MiniBatch:
 class MiniBatcher:
     """Turns polls into mini-batches of about ``size`` records (the module docstring)."""
 
-    def __init__(self, size: int, wait_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, size: int, wait_s: float, *, poll_size: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if size < 1:
             raise ValueError(f"mini-batch size must be >= 1, got {size}")
         self.size = size
         self.wait_s = wait_s
+        self.poll_size = poll_size  # a full Kafka poll (None: steps never grow)
         self.clock = clock
+        self.grown_steps = 0  # steps trained above ``size`` under a backlog
         self._held: list[Batch] = []
         self._held_n = 0
         self._held_since = 0.0
@@ -62,10 +79,11 @@ class MiniBatcher:
         """Records waiting for a mini-batch."""
         return self._held_n
 
-    def add(self, poll: Batch | None, *, caught_up: bool = False) -> list[MiniBatch]:
+    def add(self, poll: Batch | None, *, caught_up: bool = False, lag: int = 0) -> list[MiniBatch]:
         """Take a poll (None: nothing arrived, so whatever is held goes now); returns the
         mini-batches ready to train, in order. ``caught_up``: the consumer read its log to the
-        end with this poll, so no more records are waiting and the held ones go now."""
+        end with this poll, so no more records are waiting and the held ones go now. ``lag``:
+        records known to wait in Kafka after this poll (steps grow beyond a backlog)."""
         if poll is None:
             return self.flush()
         if len(poll) == 0:
@@ -75,18 +93,22 @@ class MiniBatcher:
         self._held.append(poll)
         self._held_n += len(poll)
         if caught_up or self._held_n >= self.size or self.clock() - self._held_since >= self.wait_s:
-            return self.flush()
+            behind = not caught_up and self.poll_size is not None and lag > BACKLOG_POLLS * self.poll_size
+            return self.flush(step=self.size * BACKLOG_GROWTH if behind else self.size)
         return []
 
-    def flush(self) -> list[MiniBatch]:
-        """Every held record, as near-equal mini-batches of about ``size``."""
+    def flush(self, step: int | None = None) -> list[MiniBatch]:
+        """Every held record, as near-equal mini-batches of about ``step`` (default ``size``)."""
+        step = step or self.size
         polls, n = self._held, self._held_n
         self._held, self._held_n = [], 0
         if not polls:
             return []
         joined = polls[0] if len(polls) == 1 else concat_batches(polls)
         joined = dataclasses.replace(joined, positions={})
-        parts = max(1, round(n / self.size))
+        parts = max(1, round(n / step))
+        if n / parts > 1.5 * self.size:
+            self.grown_steps += parts
         bounds = [n * i // parts for i in range(parts + 1)]
         ends = np.cumsum([len(p) for p in polls])  # one past each poll's last row
         out = []

@@ -9,7 +9,7 @@ import pytest
 from core.errors import Conflict
 from streaming.batch import Batch
 from streaming.offsets import OffsetTracker
-from trainer.minibatch import MiniBatcher
+from trainer.minibatch import BACKLOG_GROWTH, BACKLOG_POLLS, MiniBatcher
 
 
 def poll(first: int, n: int) -> Batch:
@@ -91,3 +91,31 @@ def test_a_caught_up_poll_goes_at_once_and_a_backlog_still_gives_full_steps() ->
     assert backlog == [256, 256, 256, 256] and batcher.held == 0
     caught_up_big = [len(m.batch) for m in batcher.add(poll(1074, 1024), caught_up=True)]
     assert caught_up_big == [256, 256, 256, 256]  # caught up or not, a big poll is split into full steps
+
+
+def test_steps_grow_only_while_a_backlog_waits_in_kafka() -> None:
+    """Beyond BACKLOG_POLLS full polls of lag, a poll trains as steps of up to BACKLOG_GROWTH x size
+    (fewer steps' fixed costs, #14); at a smaller lag, or caught up, steps are ``size`` again, and
+    offsets are still marked after the step that holds a poll's last record."""
+    batcher = MiniBatcher(256, 0.5, poll_size=1024, clock=lambda: 0.0)
+    tracker = OffsetTracker()
+    sizes = []
+    first = 0
+    for lag in (BACKLOG_POLLS * 1024 + 1, 10_000, BACKLOG_POLLS * 1024, 0):
+        p = poll(first, 2048)
+        tracker.issued(p)
+        minis = batcher.add(p, lag=lag)
+        sizes.append([len(m.batch) for m in minis])
+        for m in minis:
+            for done in m.completes:
+                tracker.mark_pushed(done)
+        first += 2048
+    grown = 256 * BACKLOG_GROWTH
+    assert sizes[:2] == [[grown] * (2048 // grown)] * 2
+    assert sizes[2:] == [[256] * 8] * 2
+    assert batcher.grown_steps == 2 * 2048 // grown
+    assert tracker.committable() == {0: first}
+    caught_up = batcher.add(poll(first, 2048), caught_up=True, lag=10_000)  # caught up: no backlog after all
+    assert [len(m.batch) for m in caught_up] == [256] * 8
+    never = MiniBatcher(256, 0.5, clock=lambda: 0.0)  # no poll size: steps never grow
+    assert [len(m.batch) for m in never.add(poll(0, 2048), lag=10**9)] == [256] * 8
