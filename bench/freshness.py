@@ -11,20 +11,22 @@ never emits), and polls until each is served:
 - embedding: the user's row in ``/v1/embeddings:lookup``;
 - similar-items presence: ``/v1/items/{item}/similar?raw=true`` answers (the new item is in the
   Faiss index; before that it is 404);
-Recommend freshness is not measured separately: ``/v1/recommend`` ranks with the bundle's user
-rows (no read-through) and the live index, so a user's trained row reaches it with the next
-bundle (the pass-bundle row figures) and a new item with the live index (the similar-items
-figures). Telling that apart in its answers failed: a never-seen user's answer is not a fixed
-cold answer (unknown rows are the table's initializer rows, per id) and the live index changes
-every answer within a second.
+- recommend (live path): the first ``/v1/recommend`` answer of the marker user that can only
+  differ from its answer before the event by the user's own vector (bench/recommend_probe.py: a
+  control user no event names is asked around each probe; an item whose score for the control
+  did not change in the same bundle version kept its vector, so a changed score for the marker
+  is the marker's vector). On the pass-bundle path the user's row changes only with a bundle,
+  where every vector changes: not separable, shown n/a (its row column is when recommend can
+  first use the row). A change a bundle swap hides is not seen (fewer served than markers).
 
 Freshness of a marker = first time served - the time its produce call returned (the broker had
 appended it: the system's receipt, not the event's own timestamp). Meanwhile bench/http_load.py
 sends ``--serve-concurrency`` connections of serving traffic (a lookup, a similar-items and a
 recommend request of the generator's most frequent user and item, by raw value): its p50/p99 is
 the serving latency while live updates flow, against the same traffic on the pass-bundle path.
-Prints p50/p95/max per artifact, rate and path, the chief trainer's records/s during the
-measurement and the serving latencies (human table, or ``--json``).
+Prints p50/p95/max per artifact, rate and path, the records/s trained, the serving latencies
+and each process's CPU over the measurement by role (bench/role_cpu.py: which one is saturated
+when training does not keep up; human table, or ``--json``).
 
 Sources (``--source``): ``batches`` (default) writes ``--source-rows`` generated events to a
 file once and bench/rate_source.py produces them, cycled, as pre-encoded Kafka record batches at
