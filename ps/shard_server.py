@@ -26,6 +26,7 @@ import gc
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -56,18 +57,21 @@ log = logging.getLogger(__name__)
 Handler = Callable[[bytes, Message], "Message | None"]  # (client identity, request) -> reply, or None: deferred
 _OP_NAMES = {op: op.name.lower() for op in Op}  # the requests counter's keys (Enum.name is a slow property)
 _AUTH_BIT = int(Flag.AUTH)  # IntFlag's & runs as Python code
+_IDLE_MS = 1000  # an idle loop wakes this often to count closed connections
 
 
-def _recv_request(sock: zmq.Socket) -> tuple[bytes, list[zmq.Frame]]:
-    """The client identity the ROUTER put first (copied: a small key) and the request's frames
-    (uncopied: a push's gradients are read in place)."""
-    ident = sock.recv()
-    frame = sock.recv(copy=False)
-    body = [frame]
-    while frame.more:
+def _recv_body(sock: zmq.Socket) -> list[Any]:
+    """The frames of a request whose identity frame was just read: the header copied into bytes
+    (small: cheaper than a zmq.Frame), the frames after it uncopied (a push's gradients are read
+    in place)."""
+    body: list[Any] = [sock.recv()]
+    if sock.getsockopt(zmq.RCVMORE):
         frame = sock.recv(copy=False)
         body.append(frame)
-    return ident, body
+        while frame.more:
+            frame = sock.recv(copy=False)
+            body.append(frame)
+    return body
 
 
 class ShardServer:
@@ -97,6 +101,7 @@ class ShardServer:
         self.rank_leases = RankLeases()  # used on shard 0 only (trainers without a fixed rank)
         self._replay = ReplayCache()
         self._outbox: Outbox | None = None  # the loop's, while it serves
+        self._monitor: zmq.Socket | None = None  # the loop's: closed connections, read in the loop only
         self.requests: Counter[str] = Counter()
         self._refusals = RefusalLog(log, f"shard {index}")
         self.errors: Counter[str] = self._refusals.counts  # refusals by error code
@@ -118,7 +123,7 @@ class ShardServer:
             Op.END_PASS: lambda ident, msg: self.tables.end_pass(msg),
             Op.CHANGES: lambda ident, msg: changes_reply(self.tables.table(msg.table), msg),
             Op.LEASE: lambda ident, msg: ok(msg, meta=self.rank_leases.handle(msg.meta)),
-            Op.STATS: lambda ident, msg: ok(msg, meta=self.stats()),
+            Op.STATS: lambda ident, msg: ok(msg, meta=self._fresh_stats()),
             Op.HEALTH: lambda ident, msg: ok(msg, meta={"ok": True, "index": self.index, "pid": os.getpid(),
                                                         "incarnation": self.incarnation}),
             Op.STOP: lambda ident, msg: ok(msg, meta={"stopping": True}),
@@ -159,26 +164,43 @@ class ShardServer:
 
         self.saves.notify_written = notify_written
         outbox = self._outbox = Outbox(sock, self.incarnation)
-        # zmq_poll on a fixed list (zmq.Poller rebuilds a list per call): it answers in this
-        # order, so a written save and a closed connection are seen before the next request
+        # while a save is written: zmq_poll on a fixed list (zmq.Poller rebuilds a list per call),
+        # which answers in this order, so a written save is seen before the next request
         poll_items = [(done_rx, zmq.POLLIN), (monitor, zmq.POLLIN), (sock, zmq.POLLIN)]
+        # otherwise a blocking recv: one poll() in libzmq where zmq_poll first asks each socket
+        # for its events, a syscall each (on a loaded machine each one is a chance to lose the
+        # core); closed connections are counted when idle, every second and before STATS
+        sock.setsockopt(zmq.RCVTIMEO, _IDLE_MS)
+        self._monitor = monitor
         log.info("shard %d serving %s on %s", self.index, sorted(self.sparse), self.endpoint)
         # What is alive now (numba's and llvmlite's object graphs, ~130k objects) lives as long as
         # the process: frozen, a full collection no longer walks it (~40 ms that stalled a request)
         gc.collect()
         gc.freeze()
+        saves, handle, clock = self.saves, self._handle, time.monotonic
         try:
             running = True
+            count_closed_at = clock() + 1.0
             while running:
-                for ready, _ in zmq.zmq_poll(poll_items):
-                    if ready is sock:
-                        running = self._handle(outbox, *_recv_request(sock))
-                    elif ready is done_rx:
-                        done_rx.recv()
-                        self.saves.written(outbox)
-                    else:
-                        recv_monitor_message(monitor)
-                        self.connections_closed += 1
+                if saves.saving:
+                    for ready, _ in zmq.zmq_poll(poll_items):
+                        if ready is sock:
+                            running = handle(outbox, sock.recv(), _recv_body(sock))
+                        elif ready is done_rx:
+                            done_rx.recv()
+                            saves.written(outbox)
+                        else:
+                            self._count_closed()
+                    continue
+                try:
+                    ident = sock.recv()
+                except zmq.Again:  # idle
+                    self._count_closed()
+                    continue
+                running = handle(outbox, ident, _recv_body(sock))
+                if clock() >= count_closed_at:
+                    count_closed_at = clock() + 1.0
+                    self._count_closed()
         finally:
             self.saves.join()
             sock.disable_monitor()
@@ -216,6 +238,17 @@ class ShardServer:
             self._count_error(err)
             outbox.error(ident, op, rid, err)
         return True
+
+    def _count_closed(self) -> None:
+        """Count the connections closed since the last count (the monitor's queued events)."""
+        monitor = self._monitor
+        while monitor is not None and monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            recv_monitor_message(monitor)
+            self.connections_closed += 1
+
+    def _fresh_stats(self) -> dict[str, Any]:
+        self._count_closed()
+        return self.stats()
 
     def _loop_outbox(self) -> Outbox:
         assert self._outbox is not None, "handlers run inside serve_forever"

@@ -21,7 +21,6 @@ built on one transport belong to one thread.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import time
@@ -58,11 +57,11 @@ class Transport:
             raise InvalidInput("a PS client needs at least one shard endpoint")
         self.endpoints = list(endpoints)
         self.config = config or ClientConfig()
+        self._timeout_s = self.config.timeout_s
         self._secret = secret
         self._identity = b"c" + os.urandom(8)
         self._ctx = zmq.Context()
         self._socks = [self._connect(i) for i in range(len(self.endpoints))]
-        self._poll_items = self._make_poll_items()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}  # insertion order is send order: resends keep it
         self._done: dict[int, Message] = {}
@@ -77,8 +76,8 @@ class Transport:
                 meta: dict[str, Any] | None = None, flags: Flag = Flag.NONE, timeout_s: float | None = None) -> int:
         """Send one request to ``shard``; returns its request id for :meth:`collect`."""
         rid = next(self._ids)
-        msg = Message(op, rid, table, list(arrays), meta or {}, flags)
-        timeout = timeout_s or self.config.timeout_s
+        msg = Message(op, rid, table, arrays if type(arrays) is list else list(arrays), meta or {}, flags)
+        timeout = timeout_s or self._timeout_s
         self._pending[rid] = _Pending(shard, msg, time.monotonic() + timeout, timeout)
         self._transmit(shard, msg)
         return rid
@@ -88,10 +87,11 @@ class Transport:
         ``report_restart``: raise a shard restart seen since the last report, once every reply arrived."""
         pending, done = self._pending, self._done
         try:
-            lost = [rid for rid in request_ids if rid not in pending and rid not in done]
-            if lost:  # e.g. a ticket waited for again after its wait raised
-                raise Unavailable(f"requests {lost} were abandoned when an earlier wait on them failed; "
-                                  "start them again", detail={"request_ids": lost})
+            for rid in request_ids:
+                if rid not in pending and rid not in done:  # e.g. a ticket waited for again after its wait raised
+                    lost = [r for r in request_ids if r not in pending and r not in done]
+                    raise Unavailable(f"requests {lost} were abandoned when an earlier wait on them failed; "
+                                      "start them again", detail={"request_ids": lost})
             self._receive(request_ids)
             if report_restart and self._restarted is not None:
                 restarted, self._restarted = self._restarted, None
@@ -102,11 +102,11 @@ class Transport:
                 self._done.pop(rid, None)
             raise
         replies = [done.pop(rid) for rid in request_ids]
-        for rid, reply in zip(request_ids, replies, strict=True):
+        for reply in replies:
             if reply.status:  # not STATUS_OK
                 err = error_from_code(reply.meta.get("code", "internal_error"), reply.meta.get("message", "?"),
                                       reply.meta.get("detail"))
-                err.detail.setdefault("request_id", rid)
+                err.detail.setdefault("request_id", reply.request_id)
                 raise err
         return replies
 
@@ -136,20 +136,18 @@ class Transport:
         sock.connect(self.endpoints[shard])
         return sock
 
-    def _make_poll_items(self) -> list[tuple[zmq.Socket, int]]:
-        # zmq_poll on a ready list: zmq.Poller.poll rebuilds it (and a dict) on every call
-        return [(sock, zmq.POLLIN) for sock in self._socks]
-
     def _transmit(self, shard: int, msg: Message) -> None:
-        frames = protocol.encode(msg, auth=self._secret is not None)
-        if self._secret is not None:
-            frames.append(sign(self._secret, frames, identity=self._identity))
-        # no connection to the shard right now: the request times out and is resent
-        with contextlib.suppress(zmq.Again):
+        secret = self._secret
+        frames = protocol.encode(msg, auth=secret is not None)
+        if secret is not None:
+            frames.append(sign(secret, frames, identity=self._identity))
+        try:
             if len(frames) == 1:  # a small request: one copied frame, no multipart loop
                 self._socks[shard].send(frames[0], zmq.NOBLOCK)
             else:
                 self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass  # no connection to the shard right now: the request times out and is resent
 
     def _retry_or_fail(self, shard: int) -> None:
         """A request to ``shard`` timed out: rebuild its socket and resend, or give up."""
@@ -157,7 +155,6 @@ class Transport:
         # a fresh socket drops requests queued for a dead peer, so none is delivered after we gave up
         self._socks[shard].close(linger=0)
         self._socks[shard] = self._connect(shard)
-        self._poll_items = self._make_poll_items()
         attempts = max(p.attempts for p in stuck)
         if attempts > self.config.retries:
             for p in stuck:
@@ -175,19 +172,28 @@ class Transport:
             self._transmit(shard, p.msg)
 
     def _receive(self, wanted: Sequence[int]) -> None:
-        """Receive until every request id in ``wanted`` has a reply in ``self._done``."""
-        done, pending = self._done, self._pending
-        missing = [rid for rid in wanted if rid not in done]
-        while missing:
-            now = time.monotonic()
-            first = min(pending[rid].deadline for rid in missing)
-            if first <= now:
-                self._retry_or_fail(next(pending[rid].shard for rid in missing if pending[rid].deadline <= now))
-                continue
-            for sock, _ in zmq.zmq_poll(self._poll_items, int((first - now) * 1000) + 1):
-                # one message per readiness: cheaper than draining until zmq.Again is raised
-                self._accept(_recv_frames(sock))
-            missing = [rid for rid in missing if rid not in done]
+        """Receive until every request id in ``wanted`` has a reply in ``self._done``.
+
+        Waits on one shard's socket at a time, in a blocking recv bounded by the request's
+        deadline (its other replies queue meanwhile, so the wait lasts as long as the slowest
+        shard's): a blocking recv is one poll() in libzmq, where zmq_poll asks every socket
+        for its events first, a syscall each, and on a loaded machine every syscall is a
+        chance to lose the core."""
+        done, pending, socks = self._done, self._pending, self._socks
+        for rid in wanted:
+            while rid not in done:
+                p = pending[rid]
+                sock = socks[p.shard]
+                remaining = p.deadline - time.monotonic()
+                # 0: only what already arrived (a late reply still counts before the resend)
+                sock.setsockopt(zmq.RCVTIMEO, int(remaining * 1000) + 1 if remaining > 0 else 0)
+                try:
+                    frames = _recv_frames(sock)
+                except zmq.Again:
+                    if time.monotonic() >= p.deadline:
+                        self._retry_or_fail(p.shard)
+                    continue
+                self._accept(frames)
 
     def _accept(self, frames: list[Any]) -> None:
         try:
@@ -199,14 +205,15 @@ class Transport:
             return
         if msg.incarnation != self.incarnations.get(pending.shard):
             self._note_incarnation(pending.shard, msg.incarnation)
-        detail = msg.meta.get("detail") if msg.status else None  # an error reply's
-        if isinstance(detail, dict) and detail.get("resign") and not pending.resigned:
-            pending.resigned = True
-            pending.msg.flags |= Flag.RETRY
-            pending.deadline = time.monotonic() + pending.timeout_s
-            self._pending[msg.request_id] = pending
-            self._transmit(pending.shard, pending.msg)
-            return
+        if msg.status and not pending.resigned:  # an error reply: refused as signed before the shard started?
+            detail = msg.meta.get("detail")
+            if isinstance(detail, dict) and detail.get("resign"):
+                pending.resigned = True
+                pending.msg.flags |= Flag.RETRY
+                pending.deadline = time.monotonic() + pending.timeout_s
+                self._pending[msg.request_id] = pending
+                self._transmit(pending.shard, pending.msg)
+                return
         self._done[msg.request_id] = msg
 
     def _note_incarnation(self, shard: int, incarnation: int) -> None:
@@ -221,12 +228,15 @@ class Transport:
                 detail={"shard": shard, "endpoint": self.endpoints[shard], "old": known, "new": incarnation})
 
 
-def _recv_frames(sock: zmq.Socket) -> list[zmq.Frame]:
-    """One whole message, frames uncopied (a pull's rows are read in place); reading ``more``
-    off each frame spares recv_multipart's getsockopt per frame."""
-    frame = sock.recv(copy=False)
-    frames = [frame]
-    while frame.more:
+def _recv_frames(sock: zmq.Socket) -> list[Any]:
+    """One whole message: the header frame copied into bytes (small; a zmq.Frame costs more to
+    make and read than the copy), the frames after it uncopied (arrays above the inline size,
+    read in place). ``getsockopt(RCVMORE)``: the ``rcvmore`` property costs a microsecond more."""
+    frames: list[Any] = [sock.recv()]
+    if sock.getsockopt(zmq.RCVMORE):
         frame = sock.recv(copy=False)
         frames.append(frame)
+        while frame.more:
+            frame = sock.recv(copy=False)
+            frames.append(frame)
     return frames
