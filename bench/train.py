@@ -378,6 +378,13 @@ def main() -> int:
                            "cpu": {k: round(v, 2) for k, v in w.get("phase_cpu", {}).items()}}
                           for w in result["workers"]],
                "shard_cpu_s": result["shard_cpu_s"]}
+    # forward and backward against their matmuls alone at the probe's per-core rate (1/3 and 2/3 of
+    # the FLOPs), on their threads' CPU seconds: what the step's own kernels waste, whatever the load
+    per_core = gflops / args.workers * 1e9
+    for phase, share in (("forward", 1 / 3), ("backward", 2 / 3)):
+        cpu = sum(w.get("phase_cpu", {}).get(phase, 0.0) for w in result["workers"])
+        ideal = result["train_rows"] * flops * share / per_core
+        compute[f"{phase}_matmul_share"] = round(ideal / cpu, 3) if cpu else None
     out = {"samples_per_s": result["samples_per_s"], "test_auc": round(auc, 4),
            "bayes_auc": round(bayes, 4), "seen_id_ceiling_auc": round(data.seen_id_ceiling_auc, 4),
            "seen_id_ceiling_min10_auc": round(data.seen_id_ceiling_min10_auc, 4),
@@ -489,6 +496,10 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
     print(f"streamrec at {c['fraction']:.1%} of the limit (target {TARGETS['compute_fraction']:.0%}); the job used "
           f"{c['job_cpu_s']:.1f} CPU s ({c['cores_used']:.2f} cores of its wall time), "
           f"{c['cpu_efficiency']:.1%} of it in MLP matmuls at the probe's rate")
+    if c["forward_matmul_share"] and c["backward_matmul_share"]:
+        print(f"forward and backward CPU seconds spent in their matmuls at the probe's rate: "
+              f"{c['forward_matmul_share']:.1%} and {c['backward_matmul_share']:.1%} (the rest: pooling, bias, "
+              f"activations, loss, metrics)")
     print("seconds per phase, wall (CPU of the training thread); waiting = for the prefetch stage; "
           "prefetch CPU = the loop's process CPU - the training thread's")
     print(f"{'worker':<8}{'wall s':>8}" + "".join(f"{p:>15}" for p in PHASES) + f"{'waiting':>10}{'prefetch CPU':>14}")
