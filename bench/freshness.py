@@ -11,13 +11,14 @@ never emits), and polls until each is served:
 - embedding: the user's row in ``/v1/embeddings:lookup``;
 - similar-items presence: ``/v1/items/{item}/similar?raw=true`` answers (the new item is in the
   Faiss index; before that it is 404);
-- recommend (live path): the first ``/v1/recommend`` answer of the marker user that can only
-  differ from its answer before the event by the user's own vector (bench/recommend_probe.py: a
-  control user no event names is asked around each probe; an item whose score for the control
-  did not change in the same bundle version kept its vector, so a changed score for the marker
-  is the marker's vector). On the pass-bundle path the user's row changes only with a bundle,
-  where every vector changes: not separable, shown n/a (its row column is when recommend can
-  first use the row). A change a bundle swap hides is not seen (fewer served than markers).
+- recommend: the first ``/v1/recommend`` answer of the marker user that can only differ from its
+  answer before the event by the user's own row (bench/recommend_probe.py: a control user no
+  event names is asked just before and after each probe). With the cold-start answer (a user
+  with no row gets the bundle's most liked items, the same for every such user), that is the
+  first answer that differs from the control's in the same bundle version: exact, on both paths.
+  Otherwise an item whose score for the control did not change kept its vector, so a changed
+  score for the marker is its own vector; a change a bundle swap hides is not seen then (fewer
+  served than markers; on the pass-bundle path rows change only with bundles: none).
 
 Freshness of a marker = first time served - the time its produce call returned (the broker had
 appended it: the system's receipt, not the event's own timestamp). Meanwhile bench/http_load.py
@@ -189,21 +190,33 @@ def _recommend(api: str, user: str, field: str) -> Answer | None:
         return None
 
 
-def _bracketed(api: str, users: list[str], control: str, field: str) -> dict[int, Probe] | None:
-    """One recommend probe: the control, each of ``users`` (by index), the control again."""
+def _bracketed(api: str, users: list[str], control: str, field: str, *, each: bool = True) -> dict[int, Probe]:
+    """One recommend probe of each of ``users`` (by index) between two answers of the control: around
+    each user (``each``: control, user 0, control, user 1, control...; the index swaps ~2 times a
+    second), or around all of them (the cold-start rule needs the bundle version only)."""
     before = _recommend(api, control, field)
-    answers = {i: _recommend(api, u, field) for i, u in enumerate(users)}
-    after = _recommend(api, control, field)
-    if before is None or after is None:
-        return None
-    return {i: Probe(before, a, after) for i, a in answers.items() if a is not None}
+    out: dict[int, Probe] = {}
+    if before is None:
+        return out
+    answers: dict[int, Answer] = {}
+    for i, u in enumerate(users):
+        answer = _recommend(api, u, field)
+        if answer is not None:
+            answers[i] = answer
+        if each or i == len(users) - 1:
+            after = _recommend(api, control, field)
+            if after is None:
+                return out
+            out.update((j, Probe(before, a, after)) for j, a in answers.items())
+            answers, before = {}, after
+    return out
 
 
 def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, markers: int, spacing_s: float,
-            timeout_s: float, seed: int, recommend: bool) -> dict[str, Any]:
+            timeout_s: float, seed: int, recommend: bool = True) -> dict[str, Any]:
     """Produce the markers from this thread; probe threads (rows, items, recommend) poll apart, so a
     slow answer of one kind does not delay noticing another. ``recommend``: time recommend too
-    (bench/recommend_probe.py; the live path only)."""
+    (bench/recommend_probe.py)."""
     users, user_ids = marker_values(markers, seed, schema, schema.user_id)
     items, _ = marker_values(markers, seed + 1, schema, schema.item_id)
     control = marker_values(1, seed + 2, schema, schema.user_id)[0][0]  # a user no event names
@@ -242,12 +255,14 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
     def probe_recommend() -> None:
         while not stop.is_set() and len(recommended) < markers:
             pending = [i for i in list(produced) if i not in recommended]
-            got = _bracketed(api, [users[i] for i in pending], control, schema.user_id) if pending else None
-            t = time.monotonic()
-            for j, probe in (got or {}).items():
-                if history[pending[j]].changed_with(probe):
-                    recommended[pending[j]] = t
-            stop.wait(0.1)
+            for group, each in (([i for i in pending if history[i].cold], False),
+                                ([i for i in pending if not history[i].cold], True)):
+                got = _bracketed(api, [users[i] for i in group], control, schema.user_id, each=each) if group else {}
+                t = time.monotonic()
+                for j, probe in got.items():
+                    if history[group[j]].changed_with(probe):
+                        recommended[group[j]] = t
+            stop.wait(0.05)
 
     def complete() -> bool:
         if len(rows) < markers or len(present) < markers:
@@ -268,6 +283,8 @@ def measure(api: str, token: str, kafka: KafkaConfig, schema: SchemaConfig, *, m
                 first = _bracketed(api, [users[i]], control, schema.user_id)
                 if first:
                     history[i].changed_with(first[0])
+                else:  # no answer before the event: compared with its first probe after it
+                    history[i].cold = False
             record = {"label": 1, "ts": time.time(), schema.user_id: users[i], schema.item_id: items[i]}
             producer.send_all([json.dumps(record).encode()])  # flushed: the broker appended it
             produced[i] = time.monotonic()
@@ -294,8 +311,7 @@ def _summary(lat: list[float], markers: int) -> dict[str, Any]:
     return {"served": int(got.size), "of": markers, "p50": pct(50), "p95": pct(95), "max": pct(100)}
 
 
-def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | None = None, *,
-           live: bool = True) -> dict[str, Any]:
+def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | None = None) -> dict[str, Any]:
     """One `streamrec up` in a fresh run directory: the marker latencies, summarized."""
     run_dir = Path(tempfile.mkdtemp(prefix="streamrec-freshness-"))
     (port,) = free_ports(1)
@@ -321,7 +337,7 @@ def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | N
         roots = [p.pid for p in (proc, source, loader) if p is not None]
         cpu_a, cpu_t = role_cpu.sample(roots), time.monotonic()
         got = measure(api, token, kafka, schema, markers=args.markers, spacing_s=args.spacing,
-                      timeout_s=args.timeout, seed=args.seed, recommend=live)
+                      timeout_s=args.timeout, seed=args.seed)
         cpu = role_cpu.usage(cpu_a, role_cpu.sample(roots), time.monotonic() - cpu_t)
         serving = json.loads(loader.communicate(timeout=600)[0]) if loader is not None else None
         sent = stop_source(source) if source is not None else None
@@ -418,7 +434,7 @@ def main() -> int:
             config = run_config(args.config, rate=rate, live=live, source=args.source,
                                 batch_wait_ms=args.batch_wait_ms)
             runs.append({"rate": rate, "path": "live" if live else "pass-bundle",
-                         **run_up(config, args, rate, events, live=live)})
+                         **run_up(config, args, rate, events)})
     if events is not None:
         events.unlink(missing_ok=True)
     met = all(r["row"]["served"] == args.markers and r["row"]["p95"] is not None

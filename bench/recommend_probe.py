@@ -16,7 +16,11 @@ and a change of the marker's answer counts only where it cannot come from the in
 
 Recommend freshness of a marker = the time of the first such probe b after its produce call
 returned, minus that time; a is any earlier probe of the same bundle version, the first taken
-before the event was produced. Probes are ~0.1 s apart (the resolution). A change hidden by a
+before the event was produced. When the service answers every user it has no row for alike
+(service.cold_start: the items most liked lately, fixed per bundle), the marker's probe before
+its event shows it (its answer is the control's), and the rule is exact instead: the first
+answer that differs from the control's, the control's being the same just before and after.
+Probes are ~0.1 s apart (the resolution). A change hidden by a
 bundle swap between a and b is not seen (the marker counts as not served); on the pass-bundle
 path every user's row changes only with a bundle, where every vector moves, so its recommend
 freshness cannot be told apart this way (it is the bundle's: see that path's row column).
@@ -68,14 +72,33 @@ def vector_changed(a: Probe, b: Probe) -> bool:
     return False
 
 
+def shares_cold_answer(probe: Probe) -> bool:
+    """The marker and the control got one answer, unchanged around it: the service answers users
+    it has no row for alike (service.cold_start)."""
+    return probe.before == probe.marker == probe.after
+
+
+def left_cold_answer(probe: Probe) -> bool:
+    """The control's answer is the same around the marker's, which differs from it in that version."""
+    return probe.before == probe.after and probe.marker.version == probe.before.version and probe.marker != probe.before
+
+
 @dataclass
 class MarkerProbes:
-    """A marker's probes of the current bundle version, to compare each new one with."""
+    """A marker's probes of the current bundle version, to compare each new one with. When its
+    first probe (before its event) shares the control's answer, rowless users are answered alike
+    (the cold-start answer): then a probe whose marker answer differs from the control's, steady
+    around it, proves the marker has a row (exact, no index question); else :func:`vector_changed`."""
 
     probes: list[Probe] = field(default_factory=list)
+    cold: bool | None = None  # the first probe shared the control's answer
 
     def changed_with(self, probe: Probe) -> bool:
-        """Record ``probe``; True when it proves the marker's vector changed since an earlier one."""
+        """Record ``probe``; True when it proves the marker's vector changed since the first one."""
+        if self.cold is None:
+            self.cold = shares_cold_answer(probe)
+        if self.cold:
+            return left_cold_answer(probe)
         self.probes = [p for p in self.probes if p.marker.version == probe.marker.version]
         changed = any(vector_changed(p, probe) for p in self.probes)
         self.probes.append(probe)

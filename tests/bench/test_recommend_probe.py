@@ -56,3 +56,13 @@ def test_marker_probes_compare_with_every_earlier_probe_of_the_version() -> None
     assert history.changed_with(probe(USER + np.float32(0.05), CONTROL, moved))
     assert not history.changed_with(probe(USER, CONTROL, ITEMS, version=2))  # a new bundle: compared anew
     assert len(history.probes) == 1
+
+
+def test_a_shared_cold_answer_is_left_when_the_marker_gets_a_row() -> None:
+    cold = Answer(1, {7: 3.0, 8: 2.0})
+    history = MarkerProbes()
+    assert not history.changed_with(Probe(cold, cold, cold)) and history.cold  # before the event: alike
+    assert not history.changed_with(Probe(cold, cold, cold))
+    warm, _ = answers(USER, CONTROL, ITEMS)
+    assert not history.changed_with(Probe(cold, warm, Answer(2, cold.scores)))  # a bundle swap around it
+    assert history.changed_with(Probe(cold, warm, cold))
