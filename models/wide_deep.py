@@ -3,7 +3,9 @@ and the dense inputs; the logit is their sum.
 
 The embeddings are gathered and pooled straight into the MLP's input buffer, the wide weights
 summed in the same pass over the ids (and their gradients scattered in the pooling's backward
-pass); the MLP fuses bias and ReLU (:class:`models.layers.MLP`).
+pass); the MLP fuses bias and ReLU (:class:`models.layers.MLP`), runs the logit layer's input
+gradient as one fused pass, and computes no input gradient for the dense inputs. A training
+step allocates no layer outputs and zeroes no dense gradient (the MLP writes each one).
 """
 
 from __future__ import annotations
