@@ -41,7 +41,7 @@ from ps.auth import Verifier, require_auth_for
 from ps.protocol import Flag, Message, Op
 from ps.ps_config import PSConfig
 from ps.rank_leases import RankLeases
-from ps.replay_cache import ReplayCache
+from ps.replay_cache import MUTATING, ReplayCache
 from ps.shard_changes import changes_reply
 from ps.shard_id_rows import ShardIdRows
 from ps.shard_policy import policy_reply
@@ -216,6 +216,14 @@ class ShardServer:
                 self._verifier.verify(body, has_tag=bool(int(flags) & _AUTH_BIT), identity=ident)
             msg = protocol.decode(body)
             self.requests[_OP_NAMES[msg.op]] += 1
+            if ident[:1] == b"\0" and msg.op in MUTATING:
+                # libzmq names a connection without a routing id "\0" + 4 bytes, and so renames
+                # the old connection of a client that reconnected under its id (ROUTER_HANDOVER):
+                # requests still queued on it come under the new name, where the replay cache
+                # cannot tell them from their resends (a push applied twice). The transport
+                # resends every pending request on its new connection: refused, nothing is lost.
+                raise InvalidInput("a request that changes tables needs the client's routing id "
+                                   "(ZMQ_ROUTING_ID) so that a resend is applied once")
             if self._replay.applied(ident, msg):
                 outbox.reply(ident, Message(msg.op, msg.request_id, msg.table, meta={"replayed": True}))
                 return True

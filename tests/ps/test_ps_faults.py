@@ -131,6 +131,23 @@ def test_a_retried_push_is_applied_once(tmp_path: Path) -> None:
                 assert protocol.decode(sock.recv_multipart()).status == protocol.STATUS_OK
         finally:
             sock.close()
+        # Without a routing id libzmq names a connection "\0" + 4 bytes, as it renames the old
+        # connection of a client that reconnected under its id: requests queued there would come
+        # under a name the replay cache does not know, beside their resends. Such a push is refused.
+        anonymous = ctx.socket(zmq.DEALER)
+        anonymous.setsockopt(zmq.LINGER, 0)
+        anonymous.connect(shards.endpoints[0])
+        try:
+            replies = []
+            for msg in (Message(Op.PUSH_SPARSE, 77, "emb", push.arrays), Message(Op.PULL_SPARSE, 78, "emb",
+                                                                                 push.arrays[:1])):
+                anonymous.send_multipart(protocol.encode(msg))
+                assert anonymous.poll(5000)
+                replies.append(protocol.decode(anonymous.recv_multipart()))
+        finally:
+            anonymous.close()
+        assert replies[0].meta["code"] == "invalid_input" and "routing id" in replies[0].meta["message"]
+        assert replies[1].status == protocol.STATUS_OK  # reads need no id
         with shards.client() as c:
             np.testing.assert_array_equal(c.wait(c.pull("emb", np.arange(3, dtype=np.uint64)))[:, 0], -1.0)
 
