@@ -16,6 +16,10 @@ from tables.table_config import TableConfig
 
 
 class Model:
+    # False: an async job pulls the model's rows at the step, never ahead in the prefetch thread
+    # (rows pulled steps ahead miss the pushes made meanwhile, by this worker and the others)
+    prefetch_rows = True
+
     def __init__(self, config: ModelConfig, specs: list[tuple[str, tuple[int, ...]]]) -> None:
         self.config = config
         self.params = ParamSet(specs)

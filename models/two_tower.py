@@ -61,6 +61,12 @@ def _concat_ragged(a: Ragged, b: Ragged) -> Ragged:
 
 
 class TwoTower(Model):
+    # Rows pulled ahead are stale by the prefetch depth plus the other trainers' steps meanwhile, and
+    # the softmax moves the popular items' rows at every step: bench/retrieval.py planted, 2 trainers
+    # through `up`, recall@10 0.083-0.088 with the prefetched pull (3 runs), 0.0945 without (1 trainer:
+    # 0.096); in-process, rows pulled 1 step ahead cost 0.007 of 0.101. Parsing still runs ahead.
+    prefetch_rows = False
+
     def __init__(self, config: ModelConfig) -> None:
         self.user_slots = tuple(s for s in config.slots if s.tower is Tower.USER)
         self.item_slots = tuple(s for s in config.slots if s.tower is Tower.ITEM)

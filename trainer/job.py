@@ -171,7 +171,7 @@ class StreamingJob:
         assert self.worker is not None and self.stream is not None
         stream = self.stream
         pull_client = None
-        if self.spec.mode == "async" and self.config.prefetch_pull:
+        if self.spec.mode == "async" and self.config.prefetch_pull and self.model.prefetch_rows:
             # its pulls only prefetch: the training client's waits report a shard restart
             pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret(), report_restarts=False)
         pull = None if pull_client is None else lambda t, k: pull_client.wait(pull_client.pull(t, k))

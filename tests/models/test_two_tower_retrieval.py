@@ -128,3 +128,10 @@ def test_softmax_loss_gradients_match_a_slow_reference(case: str) -> None:
             np.testing.assert_array_equal(f.tables[t].keys[: plain.tables[t].keys.shape[0]], plain.tables[t].keys)
             assert k == 0 or np.abs(sparse[t][-k:]).sum() > 0
             assert not f.tables[t].shows[plain.tables[t].keys.shape[0]:].any()
+
+
+def test_two_tower_rows_are_pulled_at_the_step_not_prefetched() -> None:
+    """The softmax moves the popular items' rows at every step: an async job must not pull them ahead
+    (trainer.job reads ``prefetch_rows``); the click models keep the prefetched pull."""
+    assert build_model(small_config("two_tower")).prefetch_rows is False
+    assert build_model(small_config("wide_deep")).prefetch_rows is True
