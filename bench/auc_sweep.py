@@ -14,12 +14,14 @@ Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate
 ``sopt``/``wopt``/``dopt`` (more sparse/wide/dense optimizer keys, e.g.
 ``{"initial_accumulator": 1e-5}``; ``dopt`` replaces the bench's dense Adam 1e-3 keys it names),
 ``init`` (init_scale), ``model`` (e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g.
-``{"policy": "count", "min_count": 2}``), ``label`` (shown instead of the setting).
+``{"policy": "count", "min_count": 2}``), ``workers`` (instead of ``--workers``), ``label`` (shown
+instead of the setting).
 
-``--study``: what the peers do that streamrec does not, one change at a time (``STUDY``); per-slot
-learning rates are not in the model config and no peer uses them (TensorFlow and TorchRec run one
-rate per table; the MLP's Glorot-uniform weights and zero biases are already the peers'), so
-they are not swept. Findings are in README's Benchmarks section.
+``--study``: what the peers do that streamrec does not, one change at a time against the defaults
+(``STUDY``; since #16 the defaults take TensorFlow's sparse rates and starts, row-wise), the previous
+defaults, and deepfm under both. Per-slot learning rates are not in the model config and no peer
+uses them (TensorFlow and TorchRec run one rate per table), and the MLP's Glorot-uniform weights and
+zero biases are already the peers', so neither is swept. Findings: README's Benchmarks section.
 
 Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]`` or
 ``python bench/auc_sweep.py --study --seeds 3 --tf``.
@@ -44,35 +46,23 @@ from trainer.file_job import FileJob, criteo_model, run_file_job
 
 ROOT = Path(__file__).resolve().parent.parent
 TF_SCRIPT = ROOT / "bench" / "baselines" / "tf_wide_deep.py"
-# TensorFlow's sparse choices in bench/baselines/tf_wide_deep.py (ResourceSparseApplyAdagradV2)
-TF_SPARSE = {"slr": 0.02, "wlr": 0.02, "init": 0.05,
-             "sopt": {"accumulator": "element", "initial_accumulator": 1e-7, "eps": 1e-7},
-             "wopt": {"initial_accumulator": 1e-7, "eps": 1e-7}}
-# streamrec's model defaults before this study (row-wise Adagrad; embeddings lr 0.05, wide 0.01, init 0.01)
-OLD_DEFAULTS = {"slr": 0.05, "wlr": 0.01, "init": 0.01,
-                "sopt": {"accumulator": "row", "initial_accumulator": 0.0, "eps": 1e-8},
+# streamrec's wide_deep defaults before #16 (row-wise Adagrad from 0; embeddings lr 0.05, wide 0.01, init 0.01)
+OLD_DEFAULTS = {"slr": 0.05, "wlr": 0.01, "init": 0.01, "sopt": {"initial_accumulator": 0.0, "eps": 1e-8},
                 "wopt": {"initial_accumulator": 0.0, "eps": 1e-8}}
 
-
-def _with(base: dict, label: str, **change: object) -> dict:
-    out = {**base, **change, "label": label}
-    for k in ("sopt", "wopt", "dopt"):
-        if k in base and k in change:
-            out[k] = {**base[k], **change[k]}  # type: ignore[dict-item]
-    return out
-
-
+# One change at a time against the defaults (since #16 TensorFlow's sparse rates and starts, row-wise).
 STUDY = [
-    {**OLD_DEFAULTS, "label": "previous defaults (row-wise, lr 0.05 / wide 0.01, init 0.01)"},
-    {**TF_SPARSE, "label": "TF's sparse choices (element-wise, lr 0.02 both, acc 1e-7, eps 1e-7, init 0.05)"},
-    _with(TF_SPARSE, "TF's, row-wise accumulator", sopt={"accumulator": "row"}),
-    _with(TF_SPARSE, "TF's + dense Adam eps 1e-7 (TF's)", dopt={"eps": 1e-7}),
-    _with(TF_SPARSE, "TF's + sparse/wide l2 1e-4 (frequency-aware: per touch)", sopt={"l2": 1e-4}, wopt={"l2": 1e-4}),
-    _with(TF_SPARSE, "TF's + count admission min 2 (ids seen once get no row)",
-          admission={"policy": "count", "min_count": 2}),
-    _with(TF_SPARSE, "TF's, embeddings lr 0.03", slr=0.03),
-    _with(TF_SPARSE, "TF's, wide lr 0.03", wlr=0.03),
-    _with(TF_SPARSE, "TF's + dense Adam lr 2e-3", dopt={"lr": 2e-3}),
+    {**OLD_DEFAULTS, "label": "previous defaults (lr 0.05 / wide 0.01, accumulators from 0, init 0.01)"},
+    {"label": "element-wise Adagrad accumulator (TensorFlow's exact sparse rule)", "sopt": {"accumulator": "element"}},
+    {"label": "dense Adam eps 1e-7 (TensorFlow's)", "dopt": {"eps": 1e-7}},
+    {"label": "sparse/wide l2 1e-4 (frequency-aware: added at every touch)", "sopt": {"l2": 1e-4},
+     "wopt": {"l2": 1e-4}},
+    {"label": "count admission min 2 (ids seen once get no row)", "admission": {"policy": "count", "min_count": 2}},
+    {"label": "embeddings lr 0.03", "slr": 0.03},
+    {"label": "wide lr 0.03", "wlr": 0.03},
+    {"label": "dense Adam lr 2e-3", "dopt": {"lr": 2e-3}},
+    {"label": "deepfm, defaults", "model": "deepfm"},
+    {**OLD_DEFAULTS, "label": "deepfm, previous defaults", "model": "deepfm"},
 ]
 
 
@@ -156,7 +146,8 @@ def main() -> int:
             for name, setting in zip(names, settings, strict=True):
                 model = model_for(setting, seed)
                 job = FileJob(train=(str(data.train),), test=str(data.test), model=model, batch_size=512,
-                              servers=1, workers=args.workers, tables=tables_for(setting, model))
+                              servers=1, workers=setting.get("workers", args.workers),
+                              tables=tables_for(setting, model))
                 with open("/dev/null", "w") as quiet:
                     r = run_file_job(job, log=quiet)
                 aucs[name].append(r["test_auc"])
