@@ -37,7 +37,7 @@ def test_frequency_state_resumes_training_where_it_stopped(tmp_path: Path) -> No
     config = model_config({"loss": "softmax", "frequency_buckets": 1 << 10})
     model, _, _ = train(stream, config)
     state = model.train_state()
-    assert set(state) == {"frequency.last", "frequency.gap", "frequency.step"}
+    assert set(state) == {"frequency.last", "frequency.gap", "frequency.weight", "frequency.step"}
     # the way a pass keeps it: in the worker's part, beside the optimizer state, read back on restore
     checkpoints.write_worker_part(tmp_path, 1, 0, {"opt.t": np.zeros(1)} | {f"model.{k}": v for k, v in state.items()},
                                   {"rank": 0, "offsets": {}, "records": 1})
