@@ -37,6 +37,8 @@ from ps.auth import sign
 from ps.protocol import Flag, Message, Op
 from ps.ps_config import ClientConfig
 
+_MAX_WAIT_MS = 1 << 30  # ZMQ_RCVTIMEO is a C int
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -185,8 +187,9 @@ class Transport:
                 p = pending[rid]
                 sock = socks[p.shard]
                 remaining = p.deadline - time.monotonic()
-                # 0: only what already arrived (a late reply still counts before the resend)
-                sock.setsockopt(zmq.RCVTIMEO, int(remaining * 1000) + 1 if remaining > 0 else 0)
+                # 0: only what already arrived (a late reply still counts before the resend); a
+                # longer wait than a C int of ms holds is cut, then the loop waits again
+                sock.setsockopt(zmq.RCVTIMEO, min(int(remaining * 1000) + 1, _MAX_WAIT_MS) if remaining > 0 else 0)
                 try:
                     frames = _recv_frames(sock)
                 except zmq.Again:
