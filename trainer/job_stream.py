@@ -44,8 +44,7 @@ class JobStream:
         self._lag_at = 0.0
 
     def _polls(self) -> Iterator[tuple[Batch | None, bool]]:
-        """Each poll, and whether the consumer had caught up with the log after it (``lag_partitions``
-        holds the records still waiting, as of the last refresh)."""
+        """Each poll, and whether the consumer had caught up with the log after it."""
         while not self.stopping.is_set():
             with self.lock:
                 batch = self.consumer.poll_batch()
@@ -65,8 +64,7 @@ class JobStream:
         batcher = MiniBatcher(self.config.batch_size, self.config.batch_wait_ms / 1000,
                               poll_size=self.config.kafka.batch_size)
         for poll, caught_up in self._polls():
-            # a backlog grows the steps (trainer.minibatch); the lag is at most ~1 s old
-            yield from batcher.add(poll, caught_up=caught_up, lag=sum(self.lag_partitions.values()))
+            yield from batcher.add(poll, caught_up=caught_up)  # full polls of a backlog: bigger steps
             if poll is None:
                 yield None
 

@@ -16,14 +16,17 @@ tests/trainer/test_minibatch_quality.py).
 
 Under a backlog steps grow, the way Paddle's and Monolith's streaming trainers take what is
 there: a trainer that cannot keep up at ``size`` pays the step's fixed costs (the PS round
-trips, the dense update, Python) per record less often. While more than ``BACKLOG_POLLS`` full
-poll(s) wait in Kafka (``lag`` against ``poll_size``), steps are up to ``BACKLOG_GROWTH`` x
-``size``; a trainer that keeps up trains at ``size``. Measured (#14, `up`'s default two-tower,
-20,000 records/s from bench/rate_source.py, load 13-14 on the 2-core machine, one run each):
-growth 1 / 2 / 4 trained 10.4k / 16.7k / 17.0k records/s, ending 225k / 4.9k / 3.0k records
-behind; the holdout AUC of tests/trainer/test_minibatch_quality.py's replay arm (60k records)
-was 0.669 / 0.664 / 0.655 with steps of 256 / 512 / 1024: growth 2 keeps it within the test's
-0.01 of a slow stream's.
+trips, the dense update, Python) per record less often. A full poll (``poll_size`` records: that
+many were waiting) means a backlog: its steps are up to ``BACKLOG_GROWTH`` x ``size``; a trainer
+that keeps up gets short polls and trains at ``size``. The rule reads the poll's size only (not a
+lag sampled in time, nor whether this poll happened to reach the log's end), so a stream replayed
+from a pass trains the same steps as the first time (a resumed job matches a clean run,
+tests/trainer/test_streaming_job.py). Measured (#14, `up`'s default two-tower, 20,000
+records/s from bench/rate_source.py, load 13-14 on the 2-core machine, one run each, growth
+from a lag of one poll): growth 1 / 2 / 4 trained 10.4k / 16.7k / 17.0k records/s, ending 225k /
+4.9k / 3.0k records behind; the holdout AUC of tests/trainer/test_minibatch_quality.py's replay
+arm (60k records) was 0.669 / 0.664 / 0.655 with steps of 256 / 512 / 1024: growth 2 keeps it
+within the test's 0.01 of a slow stream's.
 
 The offset rule (:mod:`streaming.offsets`) holds per poll: a poll's span is marked pushed
 after the step of the mini-batch holding its LAST record (``MiniBatch.completes``), so its
@@ -45,7 +48,6 @@ import numpy as np
 
 from streaming.batch import Batch, concat_batches
 
-BACKLOG_POLLS = 1  # full polls waiting in Kafka beyond which steps grow (~0.4 s of a 10k/s worker)
 BACKLOG_GROWTH = 2  # steps of up to this many times the size meanwhile
 
 
@@ -79,11 +81,11 @@ class MiniBatcher:
         """Records waiting for a mini-batch."""
         return self._held_n
 
-    def add(self, poll: Batch | None, *, caught_up: bool = False, lag: int = 0) -> list[MiniBatch]:
+    def add(self, poll: Batch | None, *, caught_up: bool = False) -> list[MiniBatch]:
         """Take a poll (None: nothing arrived, so whatever is held goes now); returns the
         mini-batches ready to train, in order. ``caught_up``: the consumer read its log to the
-        end with this poll, so no more records are waiting and the held ones go now. ``lag``:
-        records known to wait in Kafka after this poll (steps grow beyond a backlog)."""
+        end with this poll, so no more records are waiting and the held ones go now. A full
+        poll is a backlog: its steps grow."""
         if poll is None:
             return self.flush()
         if len(poll) == 0:
@@ -93,7 +95,7 @@ class MiniBatcher:
         self._held.append(poll)
         self._held_n += len(poll)
         if caught_up or self._held_n >= self.size or self.clock() - self._held_since >= self.wait_s:
-            behind = not caught_up and self.poll_size is not None and lag > BACKLOG_POLLS * self.poll_size
+            behind = self.poll_size is not None and len(poll) >= self.poll_size
             return self.flush(step=self.size * BACKLOG_GROWTH if behind else self.size)
         return []
 

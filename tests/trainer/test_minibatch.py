@@ -9,7 +9,7 @@ import pytest
 from core.errors import Conflict
 from streaming.batch import Batch
 from streaming.offsets import OffsetTracker
-from trainer.minibatch import BACKLOG_GROWTH, BACKLOG_POLLS, MiniBatcher
+from trainer.minibatch import BACKLOG_GROWTH, MiniBatcher
 
 
 def poll(first: int, n: int) -> Batch:
@@ -93,29 +93,30 @@ def test_a_caught_up_poll_goes_at_once_and_a_backlog_still_gives_full_steps() ->
     assert caught_up_big == [256, 256, 256, 256]  # caught up or not, a big poll is split into full steps
 
 
-def test_steps_grow_only_while_a_backlog_waits_in_kafka() -> None:
-    """Beyond BACKLOG_POLLS full polls of lag, a poll trains as steps of up to BACKLOG_GROWTH x size
-    (fewer steps' fixed costs, #14); at a smaller lag, or caught up, steps are ``size`` again, and
-    offsets are still marked after the step that holds a poll's last record."""
-    batcher = MiniBatcher(256, 0.5, poll_size=1024, clock=lambda: 0.0)
+def test_steps_grow_only_for_full_polls_of_a_backlog() -> None:
+    """A full poll (that many records were waiting) trains as steps of up to BACKLOG_GROWTH x size
+    (fewer steps' fixed costs, #14), whether or not it reached the log's end (the steps depend on
+    the polls only); a short poll as steps of ``size``; offsets are still marked after the step
+    that holds a poll's last record."""
+    batcher = MiniBatcher(256, 0.5, poll_size=2048, clock=lambda: 0.0)
     tracker = OffsetTracker()
     sizes = []
     first = 0
-    for lag in (BACKLOG_POLLS * 1024 + 1, 10_000, BACKLOG_POLLS * 1024, 0):
-        p = poll(first, 2048)
+    for n in (2048, 2048, 2047, 1024):
+        p = poll(first, n)
         tracker.issued(p)
-        minis = batcher.add(p, lag=lag)
+        minis = batcher.add(p)
         sizes.append([len(m.batch) for m in minis])
         for m in minis:
             for done in m.completes:
                 tracker.mark_pushed(done)
-        first += 2048
+        first += n
     grown = 256 * BACKLOG_GROWTH
     assert sizes[:2] == [[grown] * (2048 // grown)] * 2
-    assert sizes[2:] == [[256] * 8] * 2
+    assert len(sizes[2]) == 8 and set(sizes[2]) <= {255, 256} and sizes[3] == [256] * 4
     assert batcher.grown_steps == 2 * 2048 // grown
     assert tracker.committable() == {0: first}
-    caught_up = batcher.add(poll(first, 2048), caught_up=True, lag=10_000)  # caught up: no backlog after all
-    assert [len(m.batch) for m in caught_up] == [256] * 8
+    caught_up = batcher.add(poll(first, 2048), caught_up=True)  # full, though at the log's end now
+    assert [len(m.batch) for m in caught_up] == [grown] * (2048 // grown)
     never = MiniBatcher(256, 0.5, clock=lambda: 0.0)  # no poll size: steps never grow
-    assert [len(m.batch) for m in never.add(poll(0, 2048), lag=10**9)] == [256] * 8
+    assert [len(m.batch) for m in never.add(poll(0, 2048))] == [256] * 8
