@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[bytes, Message], "Message | None"]  # (client identity, request) -> reply, or None: deferred
 _OP_NAMES = {op: op.name.lower() for op in Op}  # the requests counter's keys (Enum.name is a slow property)
 _AUTH_BIT = int(Flag.AUTH)  # IntFlag's & runs as Python code
+_STOP = Op.STOP
 _IDLE_MS = 1000  # an idle loop wakes this often to count closed connections
 
 
@@ -215,26 +216,30 @@ class ShardServer:
                 _, flags, _ = protocol.peek(body)
                 self._verifier.verify(body, has_tag=bool(int(flags) & _AUTH_BIT), identity=ident)
             msg = protocol.decode(body)
-            self.requests[_OP_NAMES[msg.op]] += 1
-            if ident[:1] == b"\0" and msg.op in MUTATING:
-                # libzmq names a connection without a routing id "\0" + 4 bytes, and so renames
-                # the old connection of a client that reconnected under its id (ROUTER_HANDOVER):
-                # requests still queued on it come under the new name, where the replay cache
-                # cannot tell them from their resends (a push applied twice). The transport
-                # resends every pending request on its new connection: refused, nothing is lost.
-                raise InvalidInput("a request that changes tables needs the client's routing id "
-                                   "(ZMQ_ROUTING_ID) so that a resend is applied once")
-            if self._replay.applied(ident, msg):
-                outbox.reply(ident, Message(msg.op, msg.request_id, msg.table, meta={"replayed": True}))
-                return True
-            handler = self._handlers.get(msg.op)
+            op = msg.op
+            self.requests[_OP_NAMES[op]] += 1
+            mutating = op in MUTATING  # reads skip the replay cache
+            if mutating:
+                if ident[:1] == b"\0":
+                    # libzmq names a connection without a routing id "\0" + 4 bytes, and so renames
+                    # the old connection of a client that reconnected under its id (ROUTER_HANDOVER):
+                    # requests still queued on it come under the new name, where the replay cache
+                    # cannot tell them from their resends (a push applied twice). The transport
+                    # resends every pending request on its new connection: refused, nothing is lost.
+                    raise InvalidInput("a request that changes tables needs the client's routing id "
+                                       "(ZMQ_ROUTING_ID) so that a resend is applied once")
+                if self._replay.applied(ident, msg):
+                    outbox.reply(ident, Message(op, msg.request_id, msg.table, meta={"replayed": True}))
+                    return True
+            handler = self._handlers.get(op)
             if handler is None:
-                raise InvalidInput(f"unknown op {int(msg.op)}")
+                raise InvalidInput(f"unknown op {int(op)}")
             reply = handler(ident, msg)
-            self._replay.remember(ident, msg)
+            if mutating:
+                self._replay.remember(ident, msg)
             if reply is not None:
                 outbox.reply(ident, reply)
-            return msg.op != Op.STOP
+            return op is not _STOP
         except StreamrecError as err:
             self._count_error(err)
             op, _, rid = protocol.peek(body)
