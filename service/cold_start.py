@@ -17,18 +17,17 @@ Computed once per bundle; items that appear live between bundles join at the nex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import Annotated, Protocol
 
 import numpy as np
 from fastapi import Depends, Request
 
-from models.model_config import ModelType, Tower
+from models.model_config import ModelConfig, ModelType, Tower
 from ps.routing import shard_of
 from service.live_rows import LiveRows
+from service.vector_index import ItemIndex
 from streaming.batch import Batch
-
-if TYPE_CHECKING:
-    from service.model_store import Side
+from tables.sparse_table import SparseTable
 
 KEEP = 20_000  # ranked items kept per bundle: max_k plus any exclusions fit
 
@@ -41,6 +40,19 @@ class PopularItems:
     def top(self, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         keep = ~np.isin(self.ids, exclude) if exclude.shape[0] else slice(None)
         return self.ids[keep][:k], self.scores[keep][:k]
+
+
+class Side(Protocol):
+    """What a served side (service.model_store.Side, which holds the popular items) offers here."""
+
+    model: ModelConfig | None
+    items: ItemIndex | None
+    tables: dict[str, list[SparseTable]]
+    popular: PopularItems | None
+
+    def table_of(self, slot: str) -> tuple[str, list[SparseTable]]: ...
+
+    def lookup(self, slot: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class LiveRowsView(Protocol):
