@@ -66,10 +66,15 @@ def test_corrupt_delta_is_rejected_and_the_old_version_keeps_serving(builder: Bu
         assert np.array_equal(_rows(store, "item", ITEM_IDS)[2], builder.expected("item", ITEM_IDS)[1])
 
 
-def test_out_of_chain_and_malformed_bundles_are_rejected(client, builder: BundleBuilder) -> None:
+def test_out_of_chain_and_malformed_bundles_are_rejected(client, builder: BundleBuilder, tmp_path) -> None:
+    # version 2 is built and torn outside the watched dir, then renamed in: the watcher polling
+    # meanwhile must never see it whole (it did, under load, when it was torn in place)
+    watched, builder.root = builder.root, tmp_path / "aside"
     builder.push("user", USER_IDS[:10])
     builder.export("delta")  # version 2
     (bundle_dir(builder.root, 2) / "bundle.json").write_text("{\"version\": 2")  # torn manifest
+    bundle_dir(builder.root, 2).rename(bundle_dir(watched, 2))
+    builder.root = watched
     builder.push("user", USER_IDS[:10])
     builder.export("delta")  # version 3: its parent 2 never became servable
     reload = client.post("/admin/reload", headers=auth()).json()
