@@ -82,16 +82,22 @@ def test_outer_relu_grad_bias_is_the_masked_outer_product_and_its_column_sums() 
     np.testing.assert_allclose(db, want.sum(axis=0), rtol=1e-5, atol=1e-6)
 
 
+def _mlp_with_inputs(sizes: list[int], seed: int, **kw: int) -> tuple[MLP, ParamSet, np.ndarray, np.ndarray]:
+    """An MLP with perturbed initial weights, an 11-row input and an output gradient."""
+    mlp = MLP("m", sizes, **kw)
+    params = ParamSet(mlp.specs())
+    rng = np.random.default_rng(seed)
+    mlp.init(params, rng)
+    params.values[...] += rng.normal(0, 0.1, params.values.shape).astype(np.float32)
+    x = rng.normal(size=(11, sizes[0])).astype(np.float32)
+    dy = rng.normal(size=(11, sizes[-1])).astype(np.float32)
+    return mlp, params, x, dy
+
+
 def test_mlp_with_one_output_and_fewer_input_gradient_columns_matches_numpy() -> None:
     """The one-logit top layer's fused input gradient and the input gradient cut to the first
     columns give what plain numpy does."""
-    mlp = MLP("m", [6, 8, 5, 1], input_grad_cols=4)
-    params = ParamSet(mlp.specs())
-    rng = np.random.default_rng(5)
-    mlp.init(params, rng)
-    params.values[...] += rng.normal(0, 0.1, params.values.shape).astype(np.float32)
-    x = rng.normal(size=(11, 6)).astype(np.float32)
-    dy = rng.normal(size=(11, 1)).astype(np.float32)
+    mlp, params, x, dy = _mlp_with_inputs([6, 8, 5, 1], 5, input_grad_cols=4)
     v = params.value
     h1 = np.maximum(x @ v["m.0.w"] + v["m.0.b"], 0)
     h2 = np.maximum(h1 @ v["m.1.w"] + v["m.1.b"], 0)
@@ -109,13 +115,7 @@ def test_mlp_with_one_output_and_fewer_input_gradient_columns_matches_numpy() ->
 
 
 def test_mlp_with_reused_buffers_computes_what_fresh_outputs_do() -> None:
-    mlp = MLP("m", [6, 8, 5, 2])
-    params = ParamSet(mlp.specs())
-    rng = np.random.default_rng(2)
-    mlp.init(params, rng)
-    params.values[...] += rng.normal(0, 0.1, params.values.shape).astype(np.float32)
-    x = rng.normal(size=(11, 6)).astype(np.float32)
-    dy = rng.normal(size=(11, 2)).astype(np.float32)
+    mlp, params, x, dy = _mlp_with_inputs([6, 8, 5, 2], 2)
     fresh = mlp.forward(params, x).copy()
     dx_fresh = mlp.backward(params, dy).copy()
     g_fresh = params.grads.copy()
