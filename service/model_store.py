@@ -222,6 +222,7 @@ class ModelStore:
         next_items = self._next_items(active, man, items)
         standby = self._ready_standby(active)
         self._load_tables(standby, man, model, dense, next_items)
+        standby.popular = popular_items(standby)  # once per bundle: the other side takes the same
         with self._count_lock:
             self._active, self._standby = standby, active
         now = time.time()
@@ -235,6 +236,7 @@ class ModelStore:
         self._drain(other)
         try:
             self._load_tables(other, man, model, dense, next_items)
+            other.popular = standby.popular
         except StreamrecError:
             other.healthy = False  # replayed before the next bundle
         self._standby = other
@@ -264,7 +266,6 @@ class ModelStore:
                 table.load(man.table_dir(self.root, i, name))
         side.version, side.manifest, side.model, side.dense, side.items = man.version, man, model, dense, items
         side.predictor, side.records = predictor, records
-        side.popular = popular_items(side)
         side.healthy = True
 
     def _ready_standby(self, active: Side | None) -> Side:
@@ -280,6 +281,7 @@ class ModelStore:
             v = man.parent_version if man.kind == "delta" else None
         for man in reversed(chain):
             self._load_tables(standby, man, _model_of(man), active.dense, active.items)
+        standby.popular = active.popular
         self._standby = standby
         return standby
 
