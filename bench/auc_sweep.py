@@ -14,8 +14,9 @@ Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate
 ``sopt``/``wopt``/``dopt`` (more sparse/wide/dense optimizer keys, e.g.
 ``{"initial_accumulator": 1e-5}``; ``dopt`` replaces the bench's dense Adam 1e-3 keys it names),
 ``init`` (init_scale), ``model`` (e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g.
-``{"policy": "count", "min_count": 2}``), ``workers`` (instead of ``--workers``), ``label`` (shown
-instead of the setting).
+``{"policy": "count", "min_count": 2}``), ``workers`` (instead of ``--workers``), ``sync`` (the
+job's ``dense_sync_steps`` instead of bench/train.py's 64), ``dense_update`` (``"local"``/``"ps"``),
+``label`` (shown instead of the setting).
 
 ``--study``: what the peers do that streamrec does not, one change at a time against the defaults
 (``STUDY``; since #16 the defaults take TensorFlow's sparse rates and starts, row-wise), the previous
@@ -43,6 +44,7 @@ from bench.auc_ceiling import make_planted
 from models.model_config import ModelConfig
 from tables.table_config import TableConfig
 from trainer.file_job import FileJob, criteo_model, run_file_job
+from trainer.job_config import DenseUpdate
 
 ROOT = Path(__file__).resolve().parent.parent
 TF_SCRIPT = ROOT / "bench" / "baselines" / "tf_wide_deep.py"
@@ -147,7 +149,8 @@ def main() -> int:
                 model = model_for(setting, seed)
                 job = FileJob(train=(str(data.train),), test=str(data.test), model=model, batch_size=512,
                               servers=1, workers=setting.get("workers", args.workers),
-                              tables=tables_for(setting, model))
+                              tables=tables_for(setting, model), dense_sync_steps=setting.get("sync", 64),
+                              dense_update=DenseUpdate(setting.get("dense_update", "local")))
                 with open("/dev/null", "w") as quiet:
                     r = run_file_job(job, log=quiet)
                 aucs[name].append(r["test_auc"])
