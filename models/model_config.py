@@ -29,6 +29,7 @@ _WIDE_DEEP_TYPES = (ModelType.WIDE_DEEP, "wide_deep", ModelType.DEEPFM, "deepfm"
 class Pooling(StrEnum):
     SUM = "sum"
     MEAN = "mean"
+    ATTENTION = "attention"  # two_tower user tower only: models.history_pooling
 
 
 class Tower(StrEnum):
@@ -165,6 +166,10 @@ class ModelConfig(FrozenModel):
             towers = {s.tower for s in self.slots}
             if towers != {Tower.USER, Tower.ITEM}:
                 raise ValueError("two_tower needs at least one user slot and one item slot")
+        wrong = [s.name for s in self.slots if s.pooling is Pooling.ATTENTION
+                 and (self.type is not ModelType.TWO_TOWER or s.tower is not Tower.USER)]
+        if wrong:
+            raise ValueError(f"pooling: attention is for two_tower user-tower slots only: {wrong}")
         return self
 
     def dim_of(self, slot: SlotSpec) -> int:

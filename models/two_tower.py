@@ -3,7 +3,9 @@ slots), each an MLP over pooled embeddings (L2-normalised when ``retrieval.norma
 click logit (``/v1/predict``) is ``a * scale * <u, v> + wide + b`` (scale: 1/temperature when
 normalised, else 1; ``a`` learned, starting at 1; ``wide``: the per-id wide weights of the
 record's user and item ids, as in wide & deep); the item tower alone gives the vectors the
-service indexes, the user tower the queries.
+service indexes, the user tower the queries. A user-tower list slot with ``pooling: attention``
+(the user's history) is pooled by :mod:`models.history_pooling` (a learned query and per-position
+biases) instead of the EmbeddingBlock, its columns after the block's.
 
 Why the wide weights and ``a``: the softmax teaches the towers which items a user picks, not
 whether they like what they picked; an item's own like rate (which the wide weight of its id
@@ -30,9 +32,10 @@ import numpy as np
 from models.base import Model
 from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
+from models.history_pooling import POSITIONS, attention_backward, attention_forward
 from models.item_frequency import ItemFrequency
 from models.layers import MLP
-from models.model_config import ModelConfig, RetrievalLossKind, Tower
+from models.model_config import ModelConfig, Pooling, RetrievalLossKind, Tower
 from models.negative_pool import NegativePool
 from models.retrieval_loss import item_hashes, softmax_loss, unit_rows, unit_rows_backward
 from streaming.batch import Batch, Ragged
@@ -70,11 +73,25 @@ class TwoTower(Model):
     def __init__(self, config: ModelConfig) -> None:
         self.user_slots = tuple(s for s in config.slots if s.tower is Tower.USER)
         self.item_slots = tuple(s for s in config.slots if s.tower is Tower.ITEM)
-        self.user_emb = EmbeddingBlock(config, self.user_slots)
+        # attention-pooled slots (models.history_pooling) come after the EmbeddingBlock's columns
+        self.attention_slots = tuple(s for s in self.user_slots if s.pooling is Pooling.ATTENTION)
+        self.user_emb = EmbeddingBlock(config, tuple(s for s in self.user_slots if s.pooling is not Pooling.ATTENTION))
         self.item_emb = EmbeddingBlock(config, self.item_slots)
-        self.user_mlp = MLP("user", [self.user_emb.width + config.n_dense, *config.mlp, config.tower_dim])
+        self._attention_cols = []
+        col = self.user_emb.width
+        for s in self.attention_slots:
+            self._attention_cols.append(col)
+            col += config.dim_of(s)
+        self.user_width = col  # embedding columns of the user tower's input; the dense inputs follow
+        self.user_mlp = MLP("user", [self.user_width + config.n_dense, *config.mlp, config.tower_dim])
         self.item_mlp = MLP("item", [self.item_emb.width, *config.mlp, config.tower_dim])
-        super().__init__(config, [*self.user_mlp.specs(), *self.item_mlp.specs(), ("score.a", (1,)), ("score.b", (1,))])
+        attention = [spec for s in self.attention_slots
+                     for spec in ((f"attention.{s.name}.query", (config.dim_of(s),)),
+                                  (f"attention.{s.name}.position", (POSITIONS,)))]
+        super().__init__(config, [*self.user_mlp.specs(), *self.item_mlp.specs(), *attention,
+                                  ("score.a", (1,)), ("score.b", (1,))])
+        self._attention_weights: list[np.ndarray] = []
+        self._rows: dict[str, np.ndarray] = {}
         rng = np.random.default_rng(config.seed)
         self.user_mlp.init(self.params, rng)
         self.item_mlp.init(self.params, rng)
@@ -120,11 +137,34 @@ class TwoTower(Model):
 
     # -- towers -----------------------------------------------------------------------------------
 
+    def _attention_input(self, f: Features, slot_name: str) -> tuple[str, np.ndarray, np.ndarray, int]:
+        spec = next(s for s in self.attention_slots if s.name == slot_name)
+        table = self.config.table_name(spec)
+        ti = f.tables[table]
+        at = [s.name for s in ti.slots].index(slot_name)
+        return table, ti.idx, np.ascontiguousarray(ti.offs[at]), self.config.dim_of(spec)
+
     def _user_out(self, f: Features, rows: dict[str, np.ndarray], wide: np.ndarray | None = None) -> np.ndarray:
-        x = np.empty((f.n, self.user_emb.width + self.config.n_dense), np.float32)
+        x = np.empty((f.n, self.user_width + self.config.n_dense), np.float32)
         self.user_emb.forward(f, rows, out=x, wide=wide)
-        x[:, self.user_emb.width :] = f.dense
+        self._attention_weights = []
+        for s, col in zip(self.attention_slots, self._attention_cols, strict=True):
+            table, idx, offs, dim = self._attention_input(f, s.name)
+            weights = np.empty(idx.shape[0], np.float32)
+            attention_forward(rows[table], idx, offs, self.user_emb.c0, dim,
+                              self.params.value[f"attention.{s.name}.query"],
+                              self.params.value[f"attention.{s.name}.position"], x, col, weights)
+            self._attention_weights.append(weights)
+        x[:, self.user_width :] = f.dense
         return self.user_mlp.forward(self.params, x)
+
+    def _attention_backward(self, f: Features, dx: np.ndarray, grads: dict[str, np.ndarray]) -> None:
+        for s, col, weights in zip(self.attention_slots, self._attention_cols, self._attention_weights, strict=True):
+            table, idx, offs, dim = self._attention_input(f, s.name)
+            attention_backward(dx, self._rows[table], idx, offs, self.user_emb.c0, dim,
+                               self.params.value[f"attention.{s.name}.query"], weights, col, grads[table],
+                               self.params.grad[f"attention.{s.name}.query"],
+                               self.params.grad[f"attention.{s.name}.position"])
 
     def _item_out(self, f: Features, rows: dict[str, np.ndarray], wide: np.ndarray | None = None) -> np.ndarray:
         return self.item_mlp.forward(self.params, self.item_emb.forward(f, rows, wide=wide))
@@ -144,6 +184,7 @@ class TwoTower(Model):
 
     def forward(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
         self._f = f
+        self._rows = rows
         items = f.items if isinstance(f, TwoTowerFeatures) else f
         wide = np.zeros(f.n, np.float32)
         item_wide = np.zeros(items.n, np.float32)  # the sampled negatives' too (not part of any click)
@@ -179,6 +220,7 @@ class TwoTower(Model):
             dv = unit_rows_backward(dv, self._v, self._vn)
         dxu = self.user_mlp.backward(self.params, du)
         self.user_emb.backward(f, dxu, grads, dwide=dl)
+        self._attention_backward(f, np.ascontiguousarray(dxu), grads)
         items = f.items if isinstance(f, TwoTowerFeatures) else f
         dxi = self.item_mlp.backward(self.params, dv)
         item_dwide = np.zeros(items.n, np.float32)

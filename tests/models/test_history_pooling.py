@@ -1,0 +1,89 @@
+"""Attention pooling of a user-tower list slot (models.history_pooling) in two_tower."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models import build_model
+from models.layers import bce_with_logits
+from models.model_config import ModelConfig
+from tests.models.helpers import random_batch, small_config
+
+
+def _attention_config(**overrides: object) -> ModelConfig:
+    base = small_config("two_tower", **overrides)
+    slots = [s.model_dump() for s in base.slots]
+    slots[1]["pooling"] = "attention"  # "b": a user-tower list slot, 0-3 ids per record
+    return ModelConfig.model_validate({**base.model_dump(), "slots": slots})
+
+
+def _loss(model, f, rows) -> float:
+    """The summed click loss, plus the mean softmax loss (what backward's gradients are of)."""
+    z = model.forward(f, rows)
+    click = float((np.maximum(z, 0) - z * f.labels + np.log1p(np.exp(-np.abs(z)))).astype(np.float64).sum())
+    if model.config.retrieval.loss.value == "pointwise":
+        return click
+    model.backward(np.zeros_like(z))  # the softmax loss is computed in backward
+    return click + model.last_softmax_loss
+
+
+@pytest.mark.parametrize("loss", ["pointwise", "both"])
+def test_attention_backward_matches_numerical_gradients(loss: str) -> None:
+    model = build_model(_attention_config(retrieval={"loss": loss, "logq": False}))
+    f = model.features(random_batch(9, seed=1))
+    rng = np.random.default_rng(8)
+    rows = {t: rng.normal(0, 0.5, (ti.keys.shape[0], model.row_width[t])).astype(np.float32)
+            for t, ti in f.tables.items()}
+    model.params.values[...] += rng.normal(0, 0.05, model.params.values.shape).astype(np.float32)
+    for name in ("attention.b.query", "attention.b.position"):  # far from the mean pooling they start as
+        model.params.value[name][...] = rng.normal(0, 0.7, model.params.value[name].shape)
+
+    z = model.forward(f, rows)
+    _, _, dlogits = bce_with_logits(z, f.labels)
+    sparse = model.backward(dlogits * f.n)
+    dense = {k: v.copy() for k, v in model.params.grad.items()}
+    eps = 1e-3
+
+    def numeric(arr: np.ndarray, i: int) -> float:
+        old = arr.flat[i]
+        arr.flat[i] = old + eps
+        up = _loss(model, f, rows)
+        arr.flat[i] = old - eps
+        down = _loss(model, f, rows)
+        arr.flat[i] = old
+        return (up - down) / (2 * eps)
+
+    for name in ("attention.b.query", "attention.b.position"):
+        value = model.params.value[name]
+        used = range(value.size) if value.size < 8 else range(4)  # positions past 3 ids get no gradient
+        want = np.array([numeric(value, i) for i in used])
+        np.testing.assert_allclose(dense[name].flat[list(used)], want, rtol=3e-2, atol=3e-3, err_msg=name)
+        assert np.abs(dense[name]).sum() > 0
+    for t, g in sparse.items():
+        want = np.array([numeric(rows[t], i) for i in range(g.size)]).reshape(g.shape)
+        np.testing.assert_allclose(g, want, rtol=3e-2, atol=3e-3, err_msg=f"table {t}")
+
+
+def test_attention_starts_as_the_mean() -> None:
+    """Query and position biases start at zero: the user vectors are the mean pooling's."""
+    attention = build_model(_attention_config())
+    mean = build_model(small_config("two_tower"))
+    f = attention.features(random_batch(9, seed=2))
+    rng = np.random.default_rng(3)
+    rows = {t: rng.normal(0, 0.5, (ti.keys.shape[0], attention.row_width[t])).astype(np.float32)
+            for t, ti in f.tables.items()}
+    got = attention.user_vectors(f, rows)
+    np.testing.assert_allclose(got, mean.user_vectors(mean.features(random_batch(9, seed=2)), rows), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_attention_only_in_the_two_tower_user_tower() -> None:
+    base = small_config("two_tower").model_dump()
+    base["slots"][2]["pooling"] = "attention"  # "c": an item-tower slot
+    with pytest.raises(ValueError, match="user-tower slots only"):
+        ModelConfig.model_validate(base)
+    wide = small_config("wide_deep").model_dump()
+    wide["slots"][1]["pooling"] = "attention"
+    with pytest.raises(ValueError, match="user-tower slots only"):
+        ModelConfig.model_validate(wide)
