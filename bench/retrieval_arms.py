@@ -28,6 +28,8 @@ class Arm:
     model: dict[str, Any] = field(default_factory=dict)  # train.model overrides (nested mappings merge)
     history: bool = False  # schema.history + its slot in the user tower
     what: str = ""
+    history_length: int = HISTORY_LENGTH
+    pooling: str = "mean"  # the history slot's: mean, or attention (models.history_pooling)
 
 
 def _loss(kind: str, **more: Any) -> dict[str, Any]:
@@ -41,6 +43,9 @@ ARMS: tuple[Arm, ...] = (
     Arm("softmax+logQ", _loss("softmax", logq=True), False, "softmax with the logQ correction"),
     Arm("pointwise+history", _loss("pointwise"), True, "pointwise, user history pooled in the user tower"),
     Arm("softmax+logQ+history", _loss("softmax", logq=True), True, "softmax with logQ, user history"),
+    Arm("history-attention", {}, True, "the default, user history attention-pooled (learned query, position "
+        "biases)", pooling="attention"),
+    Arm("history-last5", {}, True, "the default, the user's last 5 positives mean-pooled", history_length=5),
 )
 ARM_NAMES = tuple(a.name for a in ARMS)
 
@@ -71,8 +76,8 @@ def arm_config(base: dict[str, Any], arm: Arm) -> tuple[dict[str, Any] | None, s
     model = config["train"]["model"]
     _merge(model, copy.deepcopy(arm.model))
     if arm.history:
-        config["schema"]["history"] = {"slot": "history", "length": HISTORY_LENGTH}
-        model["slots"].append({"name": "history", "tower": "user", "pooling": "mean"})
+        config["schema"]["history"] = {"slot": "history", "length": arm.history_length}
+        model["slots"].append({"name": "history", "tower": "user", "pooling": arm.pooling})
     try:
         StreamrecConfig.model_validate(config)
     except ValidationError as err:
