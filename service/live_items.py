@@ -5,8 +5,9 @@ Every ``items_interval_s`` the thread reads each shard's changed-keys log of the
 table after its cursor (``PSClient.changes``, :mod:`ps.shard_changes`), keeps the ids of the
 item slot, pulls their live rows (existing-only), computes their vectors with the served
 bundle's item tower (its own copy of the model: the request threads' copy keeps its
-activations) and swaps a new index snapshot in (:meth:`ModelStore.replace_items`: remove +
-add of that batch, :meth:`ItemIndex.live_upserted`). New items enter the index the same way.
+activations) and writes that batch into the index (:meth:`ModelStore.upsert_items_live`: the
+store's two sides take turns, each index changed in place while the other serves). New items
+enter the index the same way.
 
 A served state is a bundle version plus how far the live updates reached (``status()``: the
 version, each shard's log cursor, the receipt time of the newest change applied). When a new
@@ -52,9 +53,8 @@ from streaming.batch import Batch
 
 log = logging.getLogger("streamrec.service")
 
-# Each swap copies the index (remove + add on a clone, then numpy copies of its arrays): with
-# 200k items, ten swaps a second cost the request threads 1.6-2x their similar/recommend p99
-# (bench/serve.py --live-rate). Changes read in between wait for the next swap (items' target: 2 s).
+# Each write waits for both sides' readers to drain in turn and costs the batch twice: changes
+# read in between wait for the next write, so a write covers several polls (items' target: 2 s).
 SWAP_EVERY_S = 0.5
 FRESHNESS_SAMPLES = 4096  # recent items whose receipt -> index lag the quantiles cover
 MAX_CATALOGUE_TRIES = 50  # polls an item waits for its catalogue row (5 s at the default interval)
@@ -265,18 +265,11 @@ class LiveItems:
             self._tries.pop(i, None)
         if not ids.size:
             return 0
-        while True:
-            with self.store.read() as side:
-                if side.version != tower.version:  # a new bundle: the next poll does these on top of it
-                    self._retry.update(zip(ids.tolist(), pushed.tolist(), strict=True))
-                    return 0
-                current = side.items
-            if current is None:
-                return 0
-            fresh, added = current.live_upserted(ids, vectors)
-            if self.store.replace_items(tower.version, current, fresh):
-                self._swapped_at = time.monotonic()
-                break  # else the index changed meanwhile (an IVF rebuild): redo on the new one
+        added = self.store.upsert_items_live(tower.version, ids, vectors)
+        if added is None:  # a new bundle: the next poll does these on top of it
+            self._retry.update(zip(ids.tolist(), pushed.tolist(), strict=True))
+            return 0
+        self._swapped_at = time.monotonic()
         now = time.time()
         self._since_bundle.update(ids.tolist())
         stamped = pushed[np.isfinite(pushed)]

@@ -300,17 +300,33 @@ class ModelStore:
                     s.items = fresh
         return True
 
-    def replace_items(self, version: int, expected: ItemIndex, fresh: ItemIndex) -> bool:
-        """The live path's swap: ``fresh`` replaces ``expected`` on every side serving ``version``;
-        False (nothing changed) when a bundle or a rebuild replaced the index since it was read."""
+    def upsert_items_live(self, version: int, ids: np.ndarray, vectors: np.ndarray) -> int | None:
+        """The live path's item batch, on the served item index of bundle ``version``; returns
+        how many items were new, None (nothing changed) when another bundle is served.
+
+        The sides take turns as for a bundle: the standby's index is changed in place once its
+        readers drained, the sides swap, and the old active side's index takes the same batch
+        once its readers drained. So a batch costs two in-place updates, not a copy of the index;
+        a copy is made once per bundle or rebuild, when both sides still share one index."""
         with self._apply_lock:
-            active = self._active
-            if active is None or active.version != version or active.items is not expected:
-                return False
-            for s in (active, self._standby):
-                if s is not None and s.version == version and s.items is expected:
-                    s.items = fresh
-        return True
+            active, standby = self._active, self._standby
+            if active is None or active.version != version or active.items is None:
+                return None
+            if standby is None or not standby.healthy or standby.version != version or standby.items is None:
+                old = active.items
+                active.items, added = old.live_upserted(ids, vectors)  # no twin: a new snapshot
+                if standby is not None and standby.items is old:
+                    standby.items = active.items
+                return added
+            self._drain(standby)
+            if standby.items is active.items:  # a bundle or a rebuild gave both sides one index
+                standby.items = active.items.copy()
+            standby.items, added = standby.items.upsert_in_place(ids, vectors)
+            with self._count_lock:
+                self._active, self._standby = standby, active
+            self._drain(active)
+            active.items, _ = active.items.upsert_in_place(ids, vectors)
+            return added
 
     def status(self) -> dict[str, Any]:
         side = self._active

@@ -158,3 +158,68 @@ def test_an_item_tower_with_more_slots_reads_item_features_from_the_catalogue(tm
         with store.read() as side:
             got = side.items.vectors[[side.items.position_of(int(i)) for i in new]]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_live_batches_take_turns_on_the_two_sides_while_readers_search(tmp_path: Path, kind: str) -> None:
+    """ModelStore.upsert_items_live: each side's index is changed in place only while no reader
+    holds it, readers always get k known items, and afterwards both sides hold every batch, in
+    two indexes of their own; refreshed known items do not count towards an IVF retrain."""
+    import threading
+
+    from service.model_store import ModelStore
+
+    b = BundleBuilder(tmp_path / "exports")
+    b.push("user", np.arange(1, 10, dtype=np.uint64))
+    rng = np.random.default_rng(7)
+    ids, vecs = random_items(rng, 2000, 8, clusters=8)
+    b.export("base", items=(ids, vecs))
+    store = ModelStore(b.root, IndexSettings(kind=kind, nlist=8, nprobe=8, rebuild_fraction=0.05))
+    store.apply(1)
+    new_ids = np.arange(1, 201, dtype=np.uint64) << np.uint64(20)
+    new_ids = new_ids[~np.isin(new_ids, ids)]
+    known = set(ids.tolist()) | set(new_ids.tolist())
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader(seed: int) -> None:
+        q = np.random.default_rng(seed).standard_normal((2, 8)).astype(np.float32)
+        while not stop.is_set():
+            try:
+                with store.read() as side:
+                    items = side.items
+                    before = items.vectors.copy()
+                    got, _ = items.search(q, 20)
+                    assert all(g.shape[0] == 20 and set(g.tolist()) <= known for g in got)
+                    np.testing.assert_array_equal(items.vectors, before)  # nobody writes a held index
+            except BaseException as err:
+                errors.append(err)
+                return
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    moved: dict[int, np.ndarray] = {}
+    try:
+        for step in range(20):
+            batch = np.concatenate([rng.choice(ids, 50, replace=False), new_ids[step * 10 : step * 10 + 10]])
+            v = rng.standard_normal((batch.shape[0], 8)).astype(np.float32) * 5
+            assert store.upsert_items_live(1, batch, v) == min(10, max(0, new_ids.shape[0] - step * 10))
+            moved.update(zip(batch.tolist(), v, strict=True))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert store.upsert_items_live(2, ids[:1], vecs[:1]) is None, "another bundle's batch changes nothing"
+    sides = [store._active, store._standby]
+    assert sides[0].items is not sides[1].items and sides[0].items.index is not sides[1].items.index
+    some = list(moved)[::25]
+    for side in sides:
+        items = side.items
+        assert items.size == ids.shape[0] + new_ids.shape[0] and items.index.ntotal == items.size
+        assert items.changed == new_ids.shape[0], "only new items count towards a retrain"
+        for item in some:  # the vectors and the Faiss index itself hold the newest vector
+            pos = items.position_of(item)
+            np.testing.assert_array_equal(items.vectors[pos], moved[item])
+            np.testing.assert_array_equal(items.index.reconstruct(pos), moved[item])
