@@ -84,6 +84,14 @@ class RetrievalConfig(FrozenModel):
         return self
 
 
+class DenseMerge(StrEnum):
+    """``dense_update: local`` with several workers: how a worker's change since the last merge
+    enters the PS dense vector (:mod:`trainer.dense_sync`)."""
+
+    SUM = "sum"  # added whole (Paddle's GEO rule)
+    MEAN = "mean"  # added / workers: the average of the workers' models (local SGD, FedAvg)
+
+
 class SlotSpec(FrozenModel):
     name: str = Field(min_length=1)
     dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
@@ -135,6 +143,7 @@ class ModelConfig(FrozenModel):
     # (these optimizer and init defaults are lr's; wide_deep/deepfm: WIDE_DEEP_DEFAULTS; two_tower: TWO_TOWER_DEFAULTS)
     wide_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.01)
     init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
+    dense_merge: DenseMerge = DenseMerge.SUM
     retrieval: RetrievalConfig = RetrievalConfig()  # two_tower only
     seed: int = Field(0, ge=0)
 
