@@ -6,12 +6,12 @@
   float32 rows, ``Ticket[Found]``: rows and which ids are stored, ``Ticket[None]``: nothing).
   Several tickets may be in flight; each is waited for once. A blocking call is
   ``client.wait(client.pull(...))``.
-- Keys are a 1-d uint64 array, in any order and with repeats: the client deduplicates them,
-  routes each to its shard (:func:`ps.routing.plan_keys`), sends one request per shard at once
-  (the shards work in parallel) and returns rows in the order of ``keys``. A push sums the
-  gradients of repeated keys before sending (one update per key). A shard's part of more than
-  ``ClientConfig.max_keys_per_request`` keys goes as several requests, in order (the shard
-  refuses bigger frames, see :mod:`ps.ps_config`).
+- Keys are a 1-d uint64 array, in any order and with repeats: the client deduplicates them
+  (a small pull's go as they are), routes each to its shard (:func:`ps.routing.plan_keys`),
+  sends one request per shard at once (the shards work in parallel) and returns rows in the
+  order of ``keys``. A push sums the gradients of repeated keys before sending (one update per
+  key). A shard's part of more than ``ClientConfig.max_keys_per_request`` keys goes as several
+  requests, in order (the shard refuses bigger frames, see :mod:`ps.ps_config`).
 - Ordering: requests to one shard are applied in the order they were started (one ordered
   connection per shard, also across resends), so a pull started after a push sees it, unless
   the push is flagged SYNC (held until the step's :meth:`PSClient.barrier`).
@@ -38,13 +38,16 @@ from ps.admin import PSAdmin
 from ps.id_rows_wire import IdRows, rows_of, write_parts
 from ps.protocol import Flag, Message, Op, check_keys
 from ps.ps_config import ClientConfig
-from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS, DenseSlice, KeyPlan, place_dense, plan_keys
+from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS, DenseSlice, KeyPlan, place_dense, plan_keys, route_keys
 from ps.shard_changes import changes_meta, changes_of
 from ps.transport import Transport
 from tables.change_log import Changes
 from tables.table_config import DEFAULT_DENSE_OPTIMIZER, OptimizerConfig
 
 T = TypeVar("T")
+# Pulls of at most this many keys skip the dedupe pass: it costs more than gathering a small
+# request's repeats twice. Bigger ones are deduplicated (fewer bytes, fewer rows to gather).
+_DIRECT_MAX_KEYS = 1024
 
 
 class Ticket(NamedTuple, Generic[T]):
@@ -80,6 +83,7 @@ class PSClient:
         self._transport = Transport(endpoints, config=config, secret=secret)
         self._n_shards = self._transport.n_shards
         self._step = self._transport.config.max_keys_per_request
+        self._direct_max = min(_DIRECT_MAX_KEYS, self._step)
         self._report_restarts = report_restarts
         self.admin = PSAdmin(self._transport)
         # when the records behind the next sparse pushes were received (Kafka time), for the
@@ -112,7 +116,18 @@ class PSClient:
     # ---------------------------------------------------------------- sparse
     def pull(self, table: str, keys: np.ndarray) -> Ticket[np.ndarray]:
         """Start pulling the rows of ``keys``: float32 (n, width), created on first pull."""
-        plan = plan_keys(check_keys(keys), self._n_shards)
+        keys = check_keys(keys)
+        n = keys.shape[0]
+        if 0 < n <= self._direct_max:  # a small pull: sent as it is, repeats and all (no dedupe pass)
+            request = self._transport.request
+            if self._n_shards == 1:
+                return Ticket((request(0, Op.PULL_SPARSE, table, [keys]),), _direct_rows)
+            grouped, position, offsets = route_keys(keys, self._n_shards)
+            bounds = offsets.tolist()
+            rids = tuple(request(s, Op.PULL_SPARSE, table, [grouped[bounds[s] : bounds[s + 1]]])
+                         for s in range(self._n_shards) if bounds[s + 1] > bounds[s])
+            return Ticket(rids, partial(_routed_rows, position))
+        plan = plan_keys(keys, self._n_shards)
         parts = self._start_pull(table, plan, Flag.NONE)
         return Ticket(tuple(parts), partial(_rows, plan, list(parts.values())))
 
@@ -263,6 +278,16 @@ class PSClient:
 # ---------------------------------------------------------------- how tickets finish
 def _nothing(replies: list[Message]) -> None:
     return None
+
+
+def _direct_rows(replies: list[Message]) -> np.ndarray:
+    return replies[0].arrays[0].copy()  # the reply's buffer is read-only; rows are the caller's to change
+
+
+def _routed_rows(position: np.ndarray, replies: list[Message]) -> np.ndarray:
+    if len(replies) == 1:
+        return replies[0].arrays[0].take(position, axis=0)
+    return np.concatenate([reply.arrays[0] for reply in replies]).take(position, axis=0)
 
 
 def _rows(plan: KeyPlan, parts: list[slice], replies: list[Message]) -> np.ndarray:

@@ -130,6 +130,14 @@ def plan_keys(keys: np.ndarray, n_shards: int) -> KeyPlan:
     return KeyPlan(grouped, inverse, offsets, first_inverse, order)
 
 
+def route_keys(keys: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`plan_keys` without deduplication, for small pulls (repeats are gathered twice,
+    cheaper than a dedupe pass): ``(grouped, position, offsets)``, ``keys[i] ==
+    grouped[position[i]]``, shard ``s``'s keys ``grouped[offsets[s]:offsets[s+1]]``."""
+    grouped, position, offsets, _ = _group(keys, np.arange(keys.shape[0]), n_shards, ROUTING_SALT)
+    return grouped, position, offsets
+
+
 @dataclass(frozen=True)
 class DenseSlice:
     """Elements ``[start, stop)`` of a flattened dense array, stored on ``shard`` as ``part``."""

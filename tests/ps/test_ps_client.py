@@ -36,6 +36,24 @@ def test_tickets_in_flight_complete_in_any_order(tmp_path: Path) -> None:
             c.pull("emb", b.astype(np.int64))
 
 
+@pytest.mark.parametrize("n_shards", [1, 2])
+def test_a_small_pull_sent_with_its_repeats_reads_what_a_deduplicated_pull_reads(tmp_path: Path,
+                                                                                 n_shards: int) -> None:
+    rng = np.random.default_rng(5)
+    stored = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+    with shard_processes(tmp_path, [SGD1], n=n_shards) as shards, shards.client() as c:
+        c.wait(c.push("emb", stored, rng.standard_normal((3000, 4)).astype(np.float32)))
+        big = rng.choice(stored, 3000)  # repeats; more keys than a small pull takes: deduplicated
+        small = np.concatenate([big[:40], big[:40], [np.uint64(12345)]])  # repeats and an absent key
+        rows_big = c.wait(c.pull("emb", big))
+        rows_small = c.wait(c.pull("emb", small))
+        np.testing.assert_array_equal(rows_small[:40], rows_big[:40])
+        np.testing.assert_array_equal(rows_small[40:80], rows_big[:40])
+        np.testing.assert_array_equal(rows_small[80], 0.0)  # absent: its (zeros) initializer row
+        rows_small[:] = 1.0  # the rows are the caller's
+        assert c.wait(c.pull("emb", small[:1])).shape == (1, 4)
+
+
 def test_dense_pull_and_push_are_tickets(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [SGD1], n=2) as shards, shards.client() as c:
         with pytest.raises(NotFound, match="init_dense"):
