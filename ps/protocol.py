@@ -120,6 +120,11 @@ _SHAPES = tuple(struct.Struct("<" + "Q" * k) for k in range(MAX_NDIM + 1))
 # Flags as plain ints on the hot path: IntFlag's | & ~ run as Python code and cost microseconds each.
 _AUTH_BIT = int(Flag.AUTH)
 _dump_meta = json.JSONEncoder(separators=(",", ":")).encode
+_HEAD_SIZE = HEADER.size
+_PREFIX = MAGIC + bytes([VERSION])  # what a header of this version starts with
+# (code byte << 8 | ndim byte) -> (dtype, shape struct, descriptor size, inline?), one lookup per array
+_LAYOUTS = {(code | inline) << 8 | ndim: (dt, _SHAPES[ndim], 2 + 8 * ndim, bool(inline))
+            for code, dt in _DTYPES.items() for inline in (0, _INLINE) for ndim in range(MAX_NDIM + 1)}
 
 
 def encode(msg: Message, *, auth: bool = False) -> list[Any]:
@@ -169,26 +174,28 @@ def decode(frames: list[Any]) -> Message:
     """
     if not frames:
         raise InvalidInput("empty message")
-    head = _frame_bytes(frames[0])
+    head = frames[0]
+    if type(head) is not bytes:
+        head = _frame_bytes(head)
     size = len(head)
-    if size < HEADER.size:
-        raise InvalidInput(f"truncated header: {size} bytes, need at least {HEADER.size}")
+    if size < _HEAD_SIZE:
+        raise InvalidInput(f"truncated header: {size} bytes, need at least {_HEAD_SIZE}")
     magic, version, op, flags, status, n_arrays, name_len, meta_len, request_id, incarnation = \
         HEADER.unpack_from(head, 0)
-    if magic != MAGIC:
-        raise InvalidInput(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
-    if version != VERSION:
+    if head[:5] != _PREFIX:  # magic and version in one comparison
+        if magic != MAGIC:
+            raise InvalidInput(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
         raise InvalidInput(f"protocol version {version} is not supported; this peer speaks version {VERSION}")
     op_member = _OPS.get(op)
     if op_member is None or (op == 0 and status != STATUS_ERROR):
         raise InvalidInput(f"unknown op {op}")
     if n_arrays > MAX_ARRAYS:
         raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, header says {n_arrays}")
-    pos = HEADER.size + name_len
+    pos = _HEAD_SIZE + name_len
     if size < pos:
         raise InvalidInput("truncated header: table name cut off")
     try:
-        table = str(head[HEADER.size : pos], "utf-8") if name_len else ""
+        table = str(head[_HEAD_SIZE:pos], "utf-8") if name_len else ""
     except UnicodeDecodeError:
         raise InvalidInput("table name is not valid UTF-8") from None
     layout = []
@@ -197,14 +204,16 @@ def decode(frames: list[Any]) -> Message:
         if size < pos + 2:
             raise InvalidInput(f"truncated header: array {i} descriptor cut off")
         code, ndim = head[pos], head[pos + 1]
-        dtype = _DTYPES.get(code & ~_INLINE)
-        if dtype is None:
-            raise InvalidInput(f"array {i}: unknown dtype code {code & ~_INLINE}")
-        if ndim > MAX_NDIM or size < pos + 2 + 8 * ndim:
+        known = _LAYOUTS.get(code << 8 | ndim)
+        if known is None:
+            if code & ~_INLINE not in _DTYPES:
+                raise InvalidInput(f"array {i}: unknown dtype code {code & ~_INLINE}")
             raise InvalidInput(f"array {i}: bad or truncated shape (ndim {ndim})")
-        shape = _SHAPES[ndim].unpack_from(head, pos + 2)
-        pos += 2 + 8 * ndim
-        is_inline = code & _INLINE
+        dtype, shape_struct, desc_size, is_inline = known
+        if size < pos + desc_size:
+            raise InvalidInput(f"array {i}: bad or truncated shape (ndim {ndim})")
+        shape = shape_struct.unpack_from(head, pos + 2)
+        pos += desc_size
         n_frames += not is_inline
         layout.append((dtype, shape, is_inline))
     n_auth = 1 if flags & _AUTH_BIT else 0
