@@ -24,7 +24,10 @@ GFLOP/s, single-threaded in one process per worker at once (as the workers compu
 just before and just after streamrec's training; the MLP's matmul FLOPs per sample; their
 quotient is the samples/s the matmuls alone allow. Printed: samples/s as a fraction of it, and
 every worker's seconds per phase (prepare, pull, forward, backward, push; the rest of its wall
-time is waiting for the prefetch stage) with the shard's CPU seconds.
+time is waiting for the prefetch stage) with the shard's CPU seconds (during worker 0's training
+loop, and its whole life), and the job's CPU microseconds per sample by part. A short warm-up
+job (--warmup-rows) runs first, so that numba's on-disk caches hold every kernel and the
+measured run is the steady state (a cold cache costs each process seconds of compilation).
 
 Dense update: ``--dense-update local`` (each worker runs Adam and merges its changes
 through the PS every --dense-sync-steps steps) or ``ps`` (workers push dense gradients every
@@ -145,7 +148,24 @@ def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, 
         raise SystemExit(f"train-files failed ({done.returncode}):\n{done.stderr[-4000:]}")
     full = json.loads((work / "job" / "results" / "result.json").read_text())
     return json.loads(done.stdout.strip().splitlines()[-1]) | {
-        "workers": full.get("workers", []), "shard_cpu_s": full.get("shard_cpu_s", [])}
+        "workers": full.get("workers", []), "shard_cpu_s": full.get("shard_cpu_s", []),
+        "shard_loop_cpu_s": full.get("shard_loop_cpu_s", [])}
+
+
+def warm_up(args: argparse.Namespace, train: Path, work: Path) -> float:
+    """A short job first (the first --warmup-rows training lines): every process's numba kernels
+    are compiled and cached before the measured run, whose figures are then the steady state.
+    Returns its wall seconds."""
+    head = work / "warmup.txt"
+    with open(train, "rb") as src, open(head, "wb") as dst:
+        for _ in range(args.warmup_rows):
+            line = src.readline()
+            if not line:
+                break
+            dst.write(line)
+    t = time.perf_counter()
+    run_training(args, head, head, work, args.dense_update)
+    return round(time.perf_counter() - t, 1)
 
 
 def _push_latencies(client, name: str, width: int, rows: int, *, count: int | None = None,
@@ -319,6 +339,8 @@ def main() -> int:
     ap.add_argument("--stall-rows", type=int, default=10_000_000)
     ap.add_argument("--stall-delta-rows", type=int, default=1_000_000)
     ap.add_argument("--skip-stall", action="store_true")
+    ap.add_argument("--warmup-rows", type=int, default=20_000,
+                    help="train a job on this many rows first so numba's caches are warm (0: none)")
     ap.add_argument("--baseline-python", help="python of the TensorFlow venv (default: .venv-baselines if present)")
     ap.add_argument("--torchrec-python", help="python of the TorchRec venv (default: .venv-torchrec if present)")
     ap.add_argument("--no-baseline", action="store_true", help="show the issue's quoted figures instead")
@@ -340,6 +362,7 @@ def main() -> int:
         data = make_planted(work, args.train_rows, args.test_rows, args.seed)
         if args.compare_dense:
             return compare_dense(args, data.train, data.test, data.bayes_auc, work)
+        warmup_s = warm_up(args, data.train, work) if args.warmup_rows else None
         gflops_before = matmul_gflops(args.workers)
         result = run_training(args, data.train, data.test, work, args.dense_update)
         gflops_after = matmul_gflops(args.workers)
@@ -364,8 +387,10 @@ def main() -> int:
     flops = mlp_flops_per_sample(sizes)
     gflops = max(gflops_before["gflops"], gflops_after["gflops"])  # the faster: the stricter limit
     cap = limit(gflops, flops)
-    # the workers' CPU during their training loops (their set-up left out); the shard's whole life
-    job_cpu = sum(w.get("loop_cpu_s", w["cpu_s"]) for w in result["workers"]) + sum(result["shard_cpu_s"])
+    # the workers' CPU during their training loops (their set-up left out); the shards' during worker 0's
+    # loop (their start-up and the evaluation left out), else their whole life
+    shard_cpu = sum(result["shard_loop_cpu_s"]) or sum(result["shard_cpu_s"])
+    job_cpu = sum(w.get("loop_cpu_s", w["cpu_s"]) for w in result["workers"]) + shard_cpu
     compute = {"matmul_gflops": round(gflops, 1), "matmul_before": gflops_before, "matmul_after": gflops_after,
                "mlp_flops_per_sample": flops, "limit_samples_per_s": round(cap, 1),
                "fraction": round(result["samples_per_s"] / cap, 3), "job_cpu_s": round(job_cpu, 2),
@@ -377,7 +402,8 @@ def main() -> int:
                            **{k: round(v, 2) for k, v in w["phases"].items()},
                            "cpu": {k: round(v, 2) for k, v in w.get("phase_cpu", {}).items()}}
                           for w in result["workers"]],
-               "shard_cpu_s": result["shard_cpu_s"]}
+               "shard_cpu_s": result["shard_cpu_s"], "shard_loop_cpu_s": result["shard_loop_cpu_s"],
+               "cpu_us_per_sample": cpu_per_sample(result, shard_cpu), "warmup_s": warmup_s}
     # forward and backward against their matmuls alone at the probe's per-core rate (1/3 and 2/3 of
     # the FLOPs), on their threads' CPU seconds: what the step's own kernels waste, whatever the load
     per_core = gflops / args.workers * 1e9
@@ -421,6 +447,18 @@ def main() -> int:
         return 0
     print_table(args, out, baselines, stall)
     return 0
+
+
+def cpu_per_sample(result: dict, shard_cpu: float) -> dict:
+    """CPU microseconds per training sample of each part of the job during the training loops:
+    the training threads' phases, the rest of the workers' processes (prefetch thread, zmq I/O), the shards."""
+    n = result["train_rows"]
+    ws = result["workers"]
+    us = {p: sum(w.get("phase_cpu", {}).get(p, 0.0) for w in ws) / n * 1e6 for p in PHASES}
+    us["prefetch"] = sum(w.get("loop_cpu_s", 0.0) - w.get("main_cpu_s", 0.0) for w in ws) / n * 1e6
+    us["shard"] = shard_cpu / n * 1e6
+    us["total"] = (sum(w.get("loop_cpu_s", w["cpu_s"]) for w in ws) + shard_cpu) / n * 1e6
+    return {k: round(v, 2) for k, v in us.items()}
 
 
 def targets(out: dict, baselines: dict) -> dict:
@@ -475,7 +513,7 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
               f"the default{'; ' + diffs if diffs else ''}), logloss {v['test_logloss']:.4f}, peak RSS "
               f"{v['peak_rss_mb']:,.0f} MB ({r['peak_rss']:.2f}x)")
     print("per CPU s: training samples per CPU second of all the system's processes and threads (streamrec: its "
-          "workers' loops and its shard's whole life; the baselines' training loops) - on a loaded "
+          "workers' loops and its shard during them; the baselines' training loops) - on a loaded "
           "machine a process with more threads takes more of the cores, so compare this column too")
     if not baselines:
         print("no baseline venv: the issue's figures, quoted and NOT re-run: " + json.dumps(QUOTED))
@@ -508,7 +546,12 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
         cells = "".join(f"{w.get(p, 0.0):>7.2f} ({w['cpu'].get(p, 0.0):>5.2f})" for p in PHASES)
         print(f"{w['rank']:<8}{w['seconds']:>8.2f}{cells}{w['seconds'] - busy:>10.2f}"
               f"{w['loop_cpu_s'] - w['main_cpu_s']:>14.2f}")
-    print(f"shard CPU seconds (its whole life): {c['shard_cpu_s']}; numpy BLAS threads per worker (as the library "
+    u = c["cpu_us_per_sample"]
+    print("CPU us per training sample (all processes, during the loops): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in u.items() if k != "total") + f"; total {u['total']:.2f}")
+    print(f"shard CPU seconds during worker 0's loop: {c['shard_loop_cpu_s']} (its whole life: {c['shard_cpu_s']}); "
+          + (f"warm-up job before the run (numba caches): {c['warmup_s']} s; " if c["warmup_s"] else "")
+          + "numpy BLAS threads per worker (as the library "
           f"reports them): {[w['blas_threads'] for w in c['phases']]}")
     if stall is not None:
         print(f"\ncommit stall, two-phase vs synchronous save (baseline, same run, same shard of {args.stall_rows:,} "

@@ -109,6 +109,8 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         batches.close()
         raise
+    shards = _shard_pids(ps) if spec.rank == 0 else []
+    shard_cpu0 = [process_cpu_seconds(pid) for pid in shards]
     start, main_cpu, loop_cpu = time.perf_counter(), time.thread_time(), time.process_time()
     try:
         for p in batches:
@@ -116,12 +118,15 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     finally:
         batches.close()
     seconds = time.perf_counter() - start
+    # the shards' CPU during this loop: their start-up (imports, numba's first call) and the
+    # evaluation after it are not the training's
+    shard_loop_cpu = [round(process_cpu_seconds(pid) - c, 3) for pid, c in zip(shards, shard_cpu0, strict=True)]
     # loop_cpu_s: this process's CPU during the loop (cpu_s adds its set-up: imports, kernels, model);
     # main_cpu_s: the loop's own thread of it, the rest is the prefetch stage's (thread prefetch)
     result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": batches.result or {},
               "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
               "loop_cpu_s": time.process_time() - loop_cpu, "main_cpu_s": time.thread_time() - main_cpu,
-              "blas_threads": blas_threads(),
+              "blas_threads": blas_threads(), "shard_loop_cpu_s": shard_loop_cpu,
               "phases": dict(worker.phase_seconds),
               "phase_cpu": dict(worker.phase_cpu_seconds), "progressive": worker.metrics.total.summary()}
     results = Path(job["results"])
@@ -138,6 +143,11 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _shard_pids(ps: PSWorker) -> list[int]:
+    """The shards' process ids (their CPU is read from /proc: same host only, else 0)."""
+    return [int(h["pid"]) for h in ps.client.admin.health()]
+
+
 def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: Path) -> None:
     from streaming.generator import roc_auc
 
@@ -151,7 +161,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
     if job.get("predictions"):
         np.savetxt(job["predictions"], p, fmt="%.6f")
     pc = np.clip(p, 1e-7, 1 - 1e-7)
-    shard_pids = [int(h["pid"]) for h in worker.store.worker.client.admin.health()]  # type: ignore[attr-defined]
+    shard_pids = _shard_pids(worker.store.worker)  # type: ignore[attr-defined]
     shard_rss = [process_peak_rss_mb(pid) for pid in shard_pids]
     shard_cpu = [process_cpu_seconds(pid) for pid in shard_pids]
     rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + ranks[0]["prefetch_rss_mb"] + sum(shard_rss)
@@ -162,7 +172,8 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
            "test_auc": roc_auc(y, p), "test_logloss": float(-(y * np.log(pc) + (1 - y) * np.log1p(-pc)).mean()),
            "peak_rss_mb": round(rss, 1), "rss_mb": {"shards": shard_rss, "chief": peak_rss_mb(),
                                                    "workers": [r["peak_rss_mb"] for r in ranks]},
-           "shard_cpu_s": shard_cpu, "rejected": _sum_counts(r["rejected"] for r in ranks),
+           "shard_cpu_s": shard_cpu, "shard_loop_cpu_s": ranks[0].get("shard_loop_cpu_s", []),
+           "rejected": _sum_counts(r["rejected"] for r in ranks),
            "test_rejected": dict(dead.counts),
            "workers": ranks}
     (results / "result.json").write_text(json.dumps(out))
