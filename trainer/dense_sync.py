@@ -4,7 +4,11 @@
   every step, and every ``sync_steps`` steps adds its change since the last sync (local -
   base) to the PS dense vector, then continues from the merged value (Paddle's GEO rule, for
   the dense part). The shard only sums (its rule is SGD at lr 1), and the optimizer state is
-  the worker's (checkpointed in the worker's part of a pass).
+  the worker's (checkpointed in the worker's part of a pass). ``merge``: the change is added
+  whole (``sum``, GEO) or divided by the number of workers (``mean``: the PS vector is then the
+  average of the workers' models, as in local SGD). Summed, two workers' changes since one base
+  were each computed without the other's, and together overshoot: bench/auc_sweep.py measured
+  ``mean`` at the one-worker test AUC (README, Benchmarks), ``sum`` below it.
 - :class:`PSDense` (``ps``): workers push their dense GRADIENTS every step and the shard's
   dense table runs the optimizer (Paddle's async communicator, one gradient per send); each
   worker pulls fresh parameters after every ``sync_steps``-th step. In sync mode the shards
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.model_config import DenseMerge
 from tables.dense_optimizer import DenseOptimizer
 from tables.table_config import OptimizerConfig
 from trainer.job_config import DenseUpdate
@@ -31,15 +36,19 @@ from trainer.params import ParamStore
 
 
 class LocalDense:
-    def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1) -> None:
+    def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1,
+                 merge: DenseMerge = DenseMerge.SUM) -> None:
         self.values = values  # the model's flat dense vector, updated in place
         self.base = values.copy()
         self.optimizer = DenseOptimizer(optimizer, values)
         self.sync_steps = max(1, sync_steps)
+        self.merge = merge
+        self.share = np.float32(1.0)  # the part of a change sent: 1, or 1/workers for mean (start)
         self.steps = 0
 
     def start(self, store: ParamStore) -> None:
         """Begin from the store's current value."""
+        self.share = np.float32(1.0 / store.num_workers if self.merge is DenseMerge.MEAN else 1.0)
         fresh = store.pull_dense()
         self.values[...] = fresh
         self.base[...] = fresh
@@ -51,8 +60,14 @@ class LocalDense:
         self.steps += 1
         if self.steps % self.sync_steps:
             return False
-        store.add_dense(self.values - self.base)
+        self._send(store)
         return True
+
+    def _send(self, store: ParamStore) -> None:
+        change = self.values - self.base
+        if self.share != 1:
+            change *= self.share
+        store.add_dense(change)
 
     def refresh(self, store: ParamStore) -> None:
         self.start(store)
@@ -60,7 +75,7 @@ class LocalDense:
     def flush(self, store: ParamStore) -> None:
         """Send any change not yet sent (end of training, before a checkpoint)."""
         if self.steps % self.sync_steps:
-            store.add_dense(self.values - self.base)
+            self._send(store)
             self.steps += self.sync_steps - self.steps % self.sync_steps
             self.refresh(store)
 
@@ -102,7 +117,8 @@ class PSDense:
 Dense = LocalDense | PSDense
 
 
-def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int) -> Dense:
+def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int,
+               merge: DenseMerge = DenseMerge.SUM) -> Dense:
     if update is DenseUpdate.PS:
         return PSDense(values, sync_steps=sync_steps)
-    return LocalDense(values, optimizer, sync_steps=sync_steps)
+    return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge)

@@ -34,6 +34,8 @@ def dense_rule(update: DenseUpdate, optimizer: OptimizerConfig) -> OptimizerConf
 
 
 class ParamStore(Protocol):
+    num_workers: int  # workers sharing this store's parameters (trainer.dense_sync's mean merge)
+
     def pull_sparse(self, table: str, keys: np.ndarray) -> np.ndarray: ...
     def push_sparse(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray,
                     clicks: np.ndarray) -> None: ...
@@ -50,6 +52,7 @@ class LocalStore:
     def __init__(self, tables: tuple[TableConfig, ...], dense_initial: np.ndarray, *,
                  dense_rule: OptimizerConfig = SUM) -> None:
         self.sparse = {t.name: SparseTable(t) for t in tables}
+        self.num_workers = 1
         self.dense = np.array(dense_initial, np.float32)
         self._rule = DenseOptimizer(dense_rule, self.dense)
 
@@ -83,6 +86,7 @@ class PSStore:
                  dense_rule: OptimizerConfig | None = SUM) -> None:
         """``dense_rule``: what the PS dense vector must run (None: whatever it has; infer mode)."""
         self.worker = worker
+        self.num_workers = worker.num_workers
         self.dense_rule = dense_rule
         self._initial = np.ascontiguousarray(dense_initial, np.float32).copy()
         # async mode: a step's sparse pushes are waited for at the end of the NEXT step, so

@@ -1,0 +1,71 @@
+"""dense_update local with several workers: each worker's change since its last merge enters the
+PS dense vector whole (merge sum) or divided by the workers (merge mean: their models' average)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.model_config import DenseMerge
+from tables.table_config import OptimizerConfig
+from trainer.dense_sync import LocalDense
+
+SGD = OptimizerConfig(kind="sgd", lr=1.0)  # a step moves the weights by exactly -grad
+
+
+class SharedDense:
+    """The PS dense vector as two workers see it: a plain sum of what they add."""
+
+    def __init__(self, initial: np.ndarray, workers: int) -> None:
+        self.dense = initial.copy()
+        self.num_workers = workers
+
+    def pull_dense(self) -> np.ndarray:
+        return self.dense.copy()
+
+    def add_dense(self, delta: np.ndarray) -> None:
+        self.dense += delta
+
+
+@pytest.mark.parametrize(("merge", "share"), [(DenseMerge.SUM, 1.0), (DenseMerge.MEAN, 0.5)])
+def test_two_workers_changes_since_one_base_enter_whole_or_halved(merge: DenseMerge, share: float) -> None:
+    start = np.zeros(4, np.float32)
+    store = SharedDense(start, workers=2)
+    a = LocalDense(start.copy(), SGD, sync_steps=2, merge=merge)
+    b = LocalDense(start.copy(), SGD, sync_steps=2, merge=merge)
+    a.start(store)
+    b.start(store)
+    ga, gb = np.float32([1, 0, 2, 0]), np.float32([1, 4, 0, 0])
+    assert not a.update(ga, store)
+    assert not b.update(gb, store)
+    np.testing.assert_array_equal(store.dense, start)  # nothing sent between merges
+    assert a.update(ga, store)
+    assert b.update(gb, store)
+    np.testing.assert_allclose(store.dense, -2 * share * (ga + gb))
+    a.refresh(store)
+    np.testing.assert_array_equal(a.values, store.dense)
+
+
+def test_flush_sends_the_share_of_the_unsent_change() -> None:
+    store = SharedDense(np.ones(3, np.float32), workers=2)
+    w = LocalDense(np.ones(3, np.float32), SGD, sync_steps=8, merge=DenseMerge.MEAN)
+    w.start(store)
+    w.update(np.float32([2, 0, -2]), store)
+    w.flush(store)
+    np.testing.assert_allclose(store.dense, [0, 1, 2])
+    np.testing.assert_array_equal(w.values, store.dense)
+
+
+def test_one_worker_trains_the_same_either_way() -> None:
+    runs = []
+    for merge in DenseMerge:
+        store = SharedDense(np.zeros(3, np.float32), workers=1)
+        w = LocalDense(np.zeros(3, np.float32), SGD, sync_steps=2, merge=merge)
+        w.start(store)
+        for g in ([1, 2, 3], [0, 1, 0], [4, 0, 0]):
+            if w.update(np.float32(g), store):
+                w.refresh(store)
+        w.flush(store)
+        runs.append(store.dense.copy())
+    np.testing.assert_array_equal(runs[0], runs[1])
+
