@@ -194,6 +194,24 @@ def decode(frames: list[Any]) -> Message:
     pos = _HEAD_SIZE + name_len
     if size < pos:
         raise InvalidInput("truncated header: table name cut off")
+    if n_arrays == 1 and len(frames) == 1 and not meta_len and not flags & _AUTH_BIT and size > pos + 1:
+        # the common small message (a pull, its reply): one inline array and nothing else, read
+        # in one pass; anything else (and every malformed case) takes the general path below
+        known = _LAYOUTS.get(head[pos] << 8 | head[pos + 1])
+        if known is not None and known[3]:
+            dtype, shape_struct, desc_size, _ = known
+            at = pos + desc_size
+            if size >= at:
+                shape = shape_struct.unpack_from(head, pos + 2)
+                count = math.prod(shape)
+                if size == at + count * dtype.itemsize:
+                    try:
+                        table = str(head[_HEAD_SIZE:pos], "utf-8") if name_len else ""
+                    except UnicodeDecodeError:
+                        raise InvalidInput("table name is not valid UTF-8") from None
+                    arr = np.frombuffer(head, dtype, count, at)
+                    return Message(op_member, request_id, table, [arr if len(shape) == 1 else arr.reshape(shape)],
+                                   {}, _FLAGS[flags & _FLAG_BITS], status, incarnation)
     try:
         table = str(head[_HEAD_SIZE:pos], "utf-8") if name_len else ""
     except UnicodeDecodeError:
