@@ -13,10 +13,10 @@ seed) and to TensorFlow: differences of ~0.0005 are within the seed noise.
 Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate),
 ``sopt``/``wopt``/``dopt`` (more sparse/wide/dense optimizer keys, e.g.
 ``{"initial_accumulator": 1e-5}``; ``dopt`` replaces the bench's dense Adam 1e-3 keys it names),
-``init`` (init_scale), ``model`` (e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g.
-``{"policy": "count", "min_count": 2}``), ``workers`` (instead of ``--workers``), ``sync`` (the
-job's ``dense_sync_steps`` instead of bench/train.py's 64), ``dense_update`` (``"local"``/``"ps"``),
-``label`` (shown instead of the setting).
+``init`` (init_scale), ``merge`` (the model's ``dense_merge``: ``"sum"``/``"mean"``), ``model``
+(e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g. ``{"policy": "count", "min_count": 2}``),
+``workers`` (instead of ``--workers``), ``sync`` (the job's ``dense_sync_steps`` instead of bench/train.py's
+64), ``dense_update`` (``"local"``/``"ps"``), ``label`` (shown instead of the setting).
 
 ``--study``: what the peers do that streamrec does not, one change at a time against the defaults
 (``STUDY``; since #16 the defaults take TensorFlow's sparse rates and starts, row-wise), the previous
@@ -82,6 +82,8 @@ def model_for(setting: dict, seed: int) -> ModelConfig:
         update["dense_optimizer"] = base.dense_optimizer.model_copy(update=setting["dopt"])
     if "init" in setting:
         update["init_scale"] = setting["init"]
+    if "merge" in setting:
+        update["dense_merge"] = setting["merge"]
     return ModelConfig.model_validate({**base.model_dump(), **update})
 
 

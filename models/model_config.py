@@ -120,10 +120,13 @@ TWO_TOWER_DEFAULTS: dict[str, Any] = {"embedding_dim": 32, "mlp": (), "tower_dim
 # test AUC 0.7122 +- 0.0001 against 0.7112 +- 0.0004 with the previous defaults (lr 0.05, wide 0.01,
 # accumulators from 0, init 0.01) and TensorFlow's 0.7125 in the same run; element-wise 0.7120; a
 # second run 0.7119 vs 0.7111; deepfm 0.7091 vs 0.6981. With 1 worker the defaults reach TF's 0.7125.
+# dense_merge mean: with 2 workers (dense_update local) their dense changes are averaged at each merge,
+# not summed: 0.7124 vs 0.7116 with sum on seed 0 of bench/auc_sweep.py, 1 worker 0.7127 (README, Benchmarks).
 WIDE_DEEP_DEFAULTS: dict[str, Any] = {
     "sparse_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "wide_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "init_scale": 0.05,
+    "dense_merge": "mean",
 }
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.model_config import DenseMerge
+from models import build_model
+from models.model_config import DenseMerge, ModelConfig
 from tables.table_config import OptimizerConfig
 from trainer.dense_sync import LocalDense
 
@@ -69,3 +70,14 @@ def test_one_worker_trains_the_same_either_way() -> None:
         runs.append(store.dense.copy())
     np.testing.assert_array_equal(runs[0], runs[1])
 
+
+
+def test_wide_deep_and_deepfm_merge_by_mean_others_by_sum() -> None:
+    slots = [{"name": "a", "tower": "user"}, {"name": "b", "tower": "item"}]
+    assert ModelConfig(type="wide_deep", slots=slots).dense_merge is DenseMerge.MEAN
+    assert ModelConfig(type="deepfm", slots=slots).dense_merge is DenseMerge.MEAN
+    assert ModelConfig(type="lr", slots=slots).dense_merge is DenseMerge.SUM
+    assert ModelConfig(type="two_tower", slots=slots).dense_merge is DenseMerge.SUM
+    assert ModelConfig(type="wide_deep", slots=slots, dense_merge="sum").dense_merge is DenseMerge.SUM
+    model = build_model(ModelConfig(type="wide_deep", slots=slots, mlp=(4,), embedding_dim=2))
+    assert model.config.dense_merge is DenseMerge.MEAN
