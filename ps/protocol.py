@@ -131,11 +131,19 @@ def encode(msg: Message, *, auth: bool = False) -> list[Any]:
     """Frames of ``msg`` (without the auth frame, which the caller appends when ``auth``);
     arrays are passed as memoryviews."""
     arrays = msg.arrays
+    flags = int(msg.flags) | _AUTH_BIT if auth else int(msg.flags) & ~_AUTH_BIT
+    if len(arrays) == 1 and not msg.meta:  # the common small message (a pull, its reply): one join
+        arr = arrays[0]
+        code, shape = _CODES.get(arr.dtype), arr.shape
+        if code is not None and len(shape) <= MAX_NDIM and arr.nbytes <= INLINE_MAX_BYTES:
+            name = msg.table.encode()
+            return [b"".join((HEADER.pack(MAGIC, VERSION, msg.op, flags, msg.status, 1, len(name), 0, msg.request_id,
+                                          msg.incarnation), name,
+                              _DESCS[len(shape)].pack(code | _INLINE, len(shape), *shape), arr.tobytes()))]
     if len(arrays) > MAX_ARRAYS:
         raise InvalidInput(f"at most {MAX_ARRAYS} arrays per message, got {len(arrays)}")
     name = msg.table.encode()
     meta = _dump_meta(msg.meta).encode() if msg.meta else b""
-    flags = int(msg.flags) | _AUTH_BIT if auth else int(msg.flags) & ~_AUTH_BIT
     parts: list[Any] = [b"", name]  # the fixed header goes first, packed once the sizes are known
     frames: list[Any] = []
     inline: list[bytes] = []

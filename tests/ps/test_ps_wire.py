@@ -38,6 +38,15 @@ def test_round_trip_keeps_arrays_meta_and_ids() -> None:
     np.testing.assert_array_equal(got.arrays[1], keys)
 
 
+def test_a_small_pull_is_one_frame_laid_out_as_documented() -> None:
+    keys = np.array([3, 2**64 - 1], np.uint64)
+    (frame,) = protocol.encode(Message(Op.PULL_SPARSE, 77, "emb", [keys], flags=Flag.EXISTING), auth=True)
+    header = protocol.HEADER.pack(protocol.MAGIC, protocol.VERSION, Op.PULL_SPARSE, Flag.EXISTING | Flag.AUTH, 0, 1, 3,
+                                  0, 77, 0)
+    descriptor = bytes([1 | 0x80, 1]) + (2).to_bytes(8, "little")  # uint64, inline; 1-d of 2
+    assert frame == header + b"emb" + descriptor + keys.tobytes()
+
+
 _ONE_ARRAY = [bytes(protocol.encode(m)[0]) for m in (
     Message(Op.PULL_SPARSE, 7, "emb", [np.arange(5, dtype=np.uint64)]),
     Message(Op.PULL_SPARSE, 8, "emb", [np.ones((3, 4), np.float32)], incarnation=9),
