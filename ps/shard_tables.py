@@ -23,6 +23,7 @@ from tables.table_config import DEFAULT_DENSE_OPTIMIZER, DenseTableConfig, Optim
 
 # the flags as plain ints: IntFlag's & runs as Python code, microseconds on every request
 _EXISTING, _GEO_DELTA, _SYNC = int(Flag.EXISTING), int(Flag.GEO_DELTA), int(Flag.SYNC)
+_U64 = np.dtype(np.uint64)
 
 
 class ShardTables:
@@ -57,11 +58,18 @@ class ShardTables:
 
     # ---------------------------------------------------------------- sparse
     def pull(self, msg: Message) -> Message:
-        (keys,) = arrays_of(msg, 1)
+        # checks inline, the reply built directly: this is the op a small-pull round trip waits on
+        arrays = msg.arrays
+        keys = arrays[0] if len(arrays) == 1 else arrays_of(msg, 1)[0]
+        if keys.dtype != _U64 or keys.ndim != 1:
+            check_keys(keys)  # raises, naming what the keys are
+        table = self.sparse.get(msg.table)
+        if table is None:
+            table = self.table(msg.table)  # raises NotFound
         if int(msg.flags) & _EXISTING:
-            rows, found = self.table(msg.table).pull_existing(check_keys(keys))
+            rows, found = table.pull_existing(keys)
             return ok(msg, rows, found.view(np.uint8))
-        return ok(msg, self.table(msg.table).pull(check_keys(keys)))
+        return Message(msg.op, msg.request_id, msg.table, [table.pull(keys)], {})
 
     def push(self, msg: Message) -> Message:
         arrays = arrays_of(msg, 2, 4)
