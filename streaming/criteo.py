@@ -7,7 +7,7 @@ rejected records are visited in Python, to describe them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numba import njit
@@ -51,7 +51,7 @@ def _parse_number(buf: np.ndarray, s: int, e: int) -> tuple[bool, float]:
     return True, -v if neg else v
 
 
-@njit(cache=True, nogil=True)  # the training prefetch thread parses while the step's Python runs
+@njit(cache=True, nogil=True, error_model="numpy")  # the training prefetch thread parses while the step's Python runs
 def _parse_lines(
     buf: np.ndarray,
     bounds: np.ndarray,
@@ -60,7 +60,12 @@ def _parse_lines(
     slot_ids: np.ndarray,
     kinds: np.ndarray,
     sparse_reason: np.ndarray,
+    newline_ended: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One pass over each record's bytes: fields are parsed as their tabs are met. A record
+    with the wrong number of fields is FIELD_COUNT whatever else is wrong in it (the rest of
+    its tabs are counted after its first bad field). ``newline_ended``: each record ends with
+    its line's "\n" (file lines), which ``max_bytes`` does not count."""
     n = bounds.shape[0] - 1
     n_sparse = slot_ids.shape[0]
     n_fields = 1 + n_dense + n_sparse
@@ -73,35 +78,37 @@ def _parse_lines(
     for i in range(n):
         s = bounds[i]
         e = bounds[i + 1]
-        if e - s > max_bytes:
+        size = e - s
+        if newline_ended and size > 0 and buf[e - 1] == 10:
+            size -= 1
+        if size > max_bytes:
             status[i] = _OVERSIZED
             continue
         while e > s and (buf[e - 1] == 10 or buf[e - 1] == 13):
             e -= 1
-        tabs = 0
-        for k in range(s, e):
-            if buf[k] == 9:
-                tabs += 1
-        if tabs != n_fields - 1:
-            status[i] = _FIELD_COUNT
-            bad_field[i] = tabs + 1
-            continue
         f = 0
         start = s
-        for k in range(s, e + 1):
+        code = np.int8(0)
+        over = False
+        k = s
+        while k <= e:
             if k < e and buf[k] != 9:
+                k += 1
                 continue
+            if f >= n_fields:  # one field too many: FIELD_COUNT below
+                over = True
+                break
             if f == 0:
                 if k - start == 1 and (buf[start] == 48 or buf[start] == 49):
                     labels[i] = buf[start] - 48
                 else:
-                    status[i] = _BAD_LABEL
+                    code = _BAD_LABEL
             elif f <= n_dense:
                 ok, v = _parse_number(buf, start, k)
                 if ok:
                     dense[i, f - 1] = v
                 else:
-                    status[i] = _BAD_DENSE
+                    code = _BAD_DENSE
             elif k > start:
                 j = f - 1 - n_dense
                 ok, h = token_id(buf, start, k, kinds[j], slot_ids[j])
@@ -109,13 +116,47 @@ def _parse_lines(
                     ids[j, i] = h
                     present[j, i] = True
                 else:
-                    status[i] = sparse_reason[kinds[j]]
-            if status[i] != 0:
-                bad_field[i] = f
-                break
+                    code = sparse_reason[kinds[j]]
             f += 1
             start = k + 1
+            k += 1
+            if code != 0:
+                break
+        if code != 0 or over or f != n_fields:
+            # the field count first: count the tabs this pass did not reach
+            tabs = f if k <= e else f - 1  # k <= e: the last field read ended at a tab
+            for t in range(k, e):
+                if buf[t] == 9:
+                    tabs += 1
+            if tabs != n_fields - 1:
+                status[i] = _FIELD_COUNT
+                bad_field[i] = tabs + 1
+            else:
+                status[i] = code
+                bad_field[i] = f - 1
     return labels, dense, ids, present, status, bad_field
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _ragged_slots(ids: np.ndarray, present: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every slot's present ids of the ``rows`` records, slot after slot in one array, and each
+    slot's offsets (n_slots, len(rows) + 1, each from 0): all slots in one pass."""
+    n_slots = ids.shape[0]
+    m = rows.shape[0]
+    offs = np.empty((n_slots, m + 1), np.int64)
+    values = np.empty(n_slots * m, np.uint64)
+    nnz = 0
+    for j in range(n_slots):
+        offs[j, 0] = 0
+        c = 0
+        for t in range(m):
+            r = rows[t]
+            if present[j, r]:
+                values[nnz] = ids[j, r]
+                nnz += 1
+                c += 1
+            offs[j, t + 1] = c
+    return values[:nnz], offs
 
 
 def join_messages(values: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -153,25 +194,42 @@ class CriteoParser:
 
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
         buf, bounds = join_messages(values)
+        return self._parse(buf, bounds, lambda i: values[i], newline_ended=False)
+
+    def parse_lines(self, lines: tuple[np.ndarray, np.ndarray]) -> tuple[Batch, list[Rejected]]:
+        """Records that are lines of one buffer, each with its "\n" (the last may lack it):
+        ``(buf, bounds)``, record i is ``buf[bounds[i]:bounds[i + 1]]``. No bytes object per line."""
+        buf, bounds = lines
+
+        def raw(i: int) -> bytes:
+            line = buf[bounds[i] : bounds[i + 1]].tobytes()
+            return line[:-1] if line.endswith(b"\n") else line
+
+        return self._parse(buf, bounds, raw, newline_ended=True)
+
+    def _parse(self, buf: np.ndarray, bounds: np.ndarray, raw: Callable[[int], bytes], *,
+               newline_ended: bool) -> tuple[Batch, list[Rejected]]:
         labels, dense, ids, present, status, bad_field = _parse_lines(
-            buf, bounds, self.max_message_bytes, self._n_dense, self._slot_ids, self._kinds, _SPARSE_REASON
+            buf, bounds, self.max_message_bytes, self._n_dense, self._slot_ids, self._kinds, _SPARSE_REASON,
+            newline_ended,
         )
         bad = np.flatnonzero(status)
-        rejected = [self._describe(int(i), values[i], int(status[i]), int(bad_field[i])) for i in bad]
+        rejected = [self._describe(int(i), raw(int(i)), int(status[i]), int(bad_field[i])) for i in bad]
         rows = np.flatnonzero(status == 0) if bad.size else None
         return self._assemble(labels, dense, ids, present, rows), rejected
 
     def _assemble(
         self, labels: np.ndarray, dense: np.ndarray, ids: np.ndarray, present: np.ndarray, rows: np.ndarray | None
     ) -> Batch:
+        values, offs = _ragged_slots(ids, present, np.arange(labels.shape[0]) if rows is None else rows)
         if rows is not None:
-            labels, dense, ids, present = labels[rows], dense[rows], ids[:, rows], present[:, rows]
-        n = labels.shape[0]
+            labels, dense, ids = labels[rows], dense[rows], ids[:, rows]
         slots = {}
-        for j, name in enumerate(self._sparse_names):
-            offsets = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(present[j], out=offsets[1:])
-            slots[name] = (ids[j][present[j]], offsets)
+        start = 0
+        for j, name in enumerate(self._sparse_names):  # views of one array: no per-slot work
+            stop = start + int(offs[j, -1])
+            slots[name] = (values[start:stop], offs[j])
+            start = stop
         col = {name: j for j, name in enumerate(self._sparse_names)}
         user = self.schema.user_id
         item = self.schema.item_id

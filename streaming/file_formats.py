@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from core.errors import InvalidInput
 from streaming.batch import Batch
+from streaming.criteo import CriteoParser
 from streaming.csv_lines import CsvLinesParser, read_header
 from streaming.parsers import make_parser
 from streaming.rejects import Rejected
@@ -57,6 +60,59 @@ def line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, list[bytes]]]
         pending.append(carry)
     if pending:
         yield from _drop_empty(line_no, pending)
+
+
+def buffer_line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """:func:`line_blocks` without a bytes object per line: ``(first line number, (buf, bounds))``,
+    line i of a block is ``buf[bounds[i]:bounds[i + 1]]`` with its "\n" (the file's last line
+    may lack it). Newlines are found by one numpy pass per read; blocks are views of the read
+    buffer. Empty lines are dropped the same way (a block with one is cut around it)."""
+    carry = b""
+    line_no = 1
+    with _open(path) as f:
+        while True:
+            chunk = f.read(_BLOCK_BYTES)
+            data = carry + chunk if carry else chunk
+            if not data:
+                return
+            buf = np.frombuffer(data, np.uint8)
+            ends = np.flatnonzero(buf == 10) + 1  # one past each line's "\n"
+            if not chunk:  # end of file: the last line may have no "\n"
+                if not ends.shape[0] or ends[-1] != buf.shape[0]:
+                    ends = np.append(ends, buf.shape[0])
+                full = ends.shape[0]
+            else:
+                full = ends.shape[0] - ends.shape[0] % max_lines  # lines of whole blocks; the rest waits
+            start = 0
+            for b in range(0, full, max_lines):
+                bounds = np.empty(min(max_lines, full - b) + 1, np.int64)
+                bounds[0] = start
+                bounds[1:] = ends[b : b + bounds.shape[0] - 1]
+                yield from _drop_empty_lines(line_no, buf, bounds)
+                line_no += bounds.shape[0] - 1
+                start = int(bounds[-1])
+            if not chunk:
+                return
+            carry = data[start:]
+
+
+def _drop_empty_lines(first: int, buf: np.ndarray, bounds: np.ndarray
+                      ) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """The block, or its runs of non-empty lines (an empty line is "\n", "\r\n", "\r" or nothing)."""
+    size = np.diff(bounds)
+    last = buf[np.maximum(bounds[1:] - 1, 0)]
+    body = size - (last == 10)  # without the "\n"
+    empty = (body == 0) | ((body == 1) & (buf[np.minimum(bounds[:-1], buf.shape[0] - 1)] == 13))
+    if not empty.any():
+        yield first, (buf, bounds)
+        return
+    kept = np.flatnonzero(~empty)
+    if not kept.shape[0]:
+        return
+    cuts = np.flatnonzero(np.diff(kept) != 1) + 1  # runs of consecutive kept lines
+    for run in np.split(kept, cuts):
+        a, z = int(run[0]), int(run[-1]) + 1
+        yield first + a, (buf, bounds[a : z + 1])
 
 
 def _drop_empty(first: int, lines: list[bytes]) -> Iterator[tuple[int, list[bytes]]]:
@@ -129,6 +185,11 @@ class FileReader:
             reader = ParquetReader(schema)
             for first, rb in reader.blocks(path, batch_size):
                 yield Block(path, first, rb, reader.parse)
+            return
+        if schema.format == "criteo":  # its parser reads the lines in place
+            criteo = CriteoParser(schema, max_message_bytes=self.max_message_bytes)
+            for first, lines in buffer_line_blocks(path, batch_size):
+                yield Block(path, first, lines, criteo.parse_lines)
             return
         if schema.format != "csv":
             parser = make_parser(schema, max_message_bytes=self.max_message_bytes)

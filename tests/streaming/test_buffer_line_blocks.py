@@ -1,0 +1,88 @@
+"""streaming.file_formats.buffer_line_blocks against line_blocks (the bytes-per-line reference),
+and the Criteo parser reading those blocks in place against parsing the same lines as messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streaming import file_formats
+from streaming.criteo import CriteoParser
+from streaming.file_formats import buffer_line_blocks, line_blocks
+
+
+def _lines_of(block: tuple[np.ndarray, np.ndarray]) -> list[bytes]:
+    buf, bounds = block
+    out = []
+    for i in range(bounds.shape[0] - 1):
+        line = buf[bounds[i] : bounds[i + 1]].tobytes()
+        out.append(line[:-1] if line.endswith(b"\n") else line)
+    return out
+
+
+def _random_text(rng: np.random.Generator, n: int, final_newline: bool) -> bytes:
+    pool = [b"", b"\r", b"a", b"bb\r", b"c\td", b"\r\r", b"xyz" * 7]
+    lines = [pool[int(i)] for i in rng.integers(0, len(pool), n)]
+    return b"\n".join(lines) + (b"\n" if final_newline else b"")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_same_blocks_as_line_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(file_formats, "_BLOCK_BYTES", int(rng.integers(1, 64)))  # reads cut lines anywhere
+    path = tmp_path / "f.txt"
+    path.write_bytes(_random_text(rng, int(rng.integers(0, 300)), final_newline=bool(seed % 2)))
+    for max_lines in (1, 3, 7, 64):
+        want = list(line_blocks(path, max_lines))
+        got = [(first, _lines_of(block)) for first, block in buffer_line_blocks(path, max_lines)]
+        assert got == want
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"")
+    assert list(buffer_line_blocks(path, 4)) == []
+
+
+def _criteo_line(rng: np.random.Generator) -> bytes:
+    dense = [b"" if rng.random() < 0.2 else str(int(rng.integers(0, 50))).encode() for _ in range(13)]
+    cats = [b"" if rng.random() < 0.2 else f"{int(rng.integers(0, 1 << 32)):08x}".encode() for _ in range(26)]
+    line = b"\t".join([str(int(rng.integers(0, 2))).encode(), *dense, *cats])
+    r = rng.random()
+    if r < 0.05:
+        line = line.replace(b"\t", b"\tzz", 1)  # bad dense
+    elif r < 0.1:
+        line += b"\t1"  # a field too many
+    elif r < 0.15:
+        line = line[: line.rfind(b"\t")]  # one too few
+    elif r < 0.2:
+        line = b"7" + line[1:]  # bad label
+    elif r < 0.25:
+        line += b"0" * 300  # oversized
+    return line
+
+
+def test_criteo_lines_in_place_parse_as_messages(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    lines = [_criteo_line(rng) for _ in range(700)]
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    parser = CriteoParser(max_message_bytes=300)
+    reasons = set()
+    for first, block in buffer_line_blocks(path, 128):
+        msgs = _lines_of(block)
+        assert msgs == lines[first - 1 : first - 1 + len(msgs)]
+        want, want_rej = parser.parse(msgs)
+        got, got_rej = parser.parse_lines(block)
+        assert [(r.index, r.reason, r.detail, r.raw) for r in got_rej] == \
+            [(r.index, r.reason, r.detail, r.raw) for r in want_rej]
+        reasons |= {r.reason for r in got_rej}
+        np.testing.assert_array_equal(got.labels, want.labels)
+        np.testing.assert_array_equal(got.dense, want.dense)
+        assert got.slots.keys() == want.slots.keys()
+        for name, (values, offsets) in want.slots.items():
+            np.testing.assert_array_equal(got.slots[name][0], values)
+            np.testing.assert_array_equal(got.slots[name][1], offsets)
+    assert len(reasons) >= 4  # bad dense, field count, bad label, oversized
