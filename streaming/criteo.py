@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from streaming.batch import Batch
-from streaming.hashing import KIND_CODE, token_id
+from streaming.hashing import KIND_CODE, SLOT_SHIFT, token_id
 from streaming.rejects import Rejected, RejectReason
 from streaming.stream_config import SchemaConfig
 
@@ -22,6 +22,28 @@ _FIELD_COUNT = np.int8(RejectReason.FIELD_COUNT)
 _BAD_LABEL = np.int8(RejectReason.BAD_LABEL)
 _BAD_DENSE = np.int8(RejectReason.BAD_DENSE)
 _SPARSE_REASON = np.array([RejectReason.BAD_TEXT, RejectReason.BAD_HEX, RejectReason.BAD_INT], dtype=np.int8)
+
+
+_HEX_DIGIT = np.full(256, -1, np.int8)  # byte -> its hex digit value, -1 when not one
+_HEX_DIGIT[48:58] = np.arange(10)
+_HEX_DIGIT[97:103] = np.arange(10, 16)
+_HEX_DIGIT[65:71] = np.arange(10, 16)
+_U4 = np.uint64(4)
+
+
+@njit(cache=True, inline="always")
+def _hex_id(buf: np.ndarray, start: int, end: int, slot_id: int, digits: np.ndarray) -> tuple[bool, np.uint64]:
+    """:func:`streaming.hashing.token_id` of a ``hex`` field, by table lookup: one load a byte
+    instead of three range tests."""
+    if end - start > 14:
+        return False, np.uint64(0)
+    v = np.uint64(0)
+    for k in range(start, end):
+        d = digits[buf[k]]
+        if d < 0:
+            return False, np.uint64(0)
+        v = (v << _U4) | np.uint64(d)
+    return True, (np.uint64(slot_id) << np.uint64(SLOT_SHIFT)) | v
 
 
 @njit(cache=True, inline="always")
@@ -61,6 +83,7 @@ def _parse_lines(
     kinds: np.ndarray,
     sparse_reason: np.ndarray,
     newline_ended: bool,
+    digits: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One pass over each record's bytes: fields are parsed as their tabs are met. A record
     with the wrong number of fields is FIELD_COUNT whatever else is wrong in it (the rest of
@@ -92,9 +115,8 @@ def _parse_lines(
         over = False
         k = s
         while k <= e:
-            if k < e and buf[k] != 9:
+            while k < e and buf[k] != 9:
                 k += 1
-                continue
             if f >= n_fields:  # one field too many: FIELD_COUNT below
                 over = True
                 break
@@ -111,7 +133,10 @@ def _parse_lines(
                     code = _BAD_DENSE
             elif k > start:
                 j = f - 1 - n_dense
-                ok, h = token_id(buf, start, k, kinds[j], slot_ids[j])
+                if kinds[j] == 1:
+                    ok, h = _hex_id(buf, start, k, slot_ids[j], digits)
+                else:
+                    ok, h = token_id(buf, start, k, kinds[j], slot_ids[j])
                 if ok:
                     ids[j, i] = h
                     present[j, i] = True
@@ -211,7 +236,7 @@ class CriteoParser:
                newline_ended: bool) -> tuple[Batch, list[Rejected]]:
         labels, dense, ids, present, status, bad_field = _parse_lines(
             buf, bounds, self.max_message_bytes, self._n_dense, self._slot_ids, self._kinds, _SPARSE_REASON,
-            newline_ended,
+            newline_ended, _HEX_DIGIT,
         )
         bad = np.flatnonzero(status)
         rejected = [self._describe(int(i), raw(int(i)), int(status[i]), int(bad_field[i])) for i in bad]

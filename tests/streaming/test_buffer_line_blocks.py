@@ -86,3 +86,18 @@ def test_criteo_lines_in_place_parse_as_messages(tmp_path: Path) -> None:
             np.testing.assert_array_equal(got.slots[name][0], values)
             np.testing.assert_array_equal(got.slots[name][1], offsets)
     assert len(reasons) >= 4  # bad dense, field count, bad label, oversized
+
+
+def test_hex_lookup_agrees_with_token_id() -> None:
+    from streaming.criteo import _HEX_DIGIT, _hex_id
+    from streaming.hashing import KIND_CODE, token_id
+    from streaming.stream_config import HashKind
+
+    rng = np.random.default_rng(3)
+    alphabet = b"0123456789abcdefABCDEFgG-x \xff"
+    tokens = [b"0", b"f" * 14, b"F" * 15, b"deadBEEF", b"g"]
+    tokens += [bytes(rng.choice(list(alphabet), int(rng.integers(1, 17)))) for _ in range(500)]
+    for tok in tokens:
+        buf = np.frombuffer(tok, np.uint8)
+        want = token_id(buf, 0, len(tok), KIND_CODE[HashKind.HEX], 7)
+        assert _hex_id(buf, 0, len(tok), 7, _HEX_DIGIT) == want, tok
