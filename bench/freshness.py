@@ -120,17 +120,19 @@ def _trained(api: str, token: str) -> float | None:
         return None
 
 
-def job_throughput(api: str, token: str, since_wall: float) -> dict[str, Any]:
-    """Records/s the whole job trained from the last pass committed before ``since_wall`` to the
-    newest pass (the pass totals: every worker), and the newest pass's consumer lag."""
+def job_throughput(api: str, token: str, since_wall: float, until_wall: float) -> dict[str, Any]:
+    """Records/s the whole job trained between the first and the last pass committed while the
+    source ran (``since_wall`` .. ``until_wall``; the pass totals: every worker), and the consumer
+    lag of that last pass. Passes outside the window would mix in the idle stream before and
+    after the source (1 event/s): a trainer that keeps up then reads as slower than the source."""
     try:
         points = _http(f"{api}/admin/passes?since=-1", token=token, timeout=10)["points"]
     except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError):
         return {"train_rate": None, "lag": None}
-    before = [p for p in points if p["time"] <= since_wall]
-    if not before or points[-1]["time"] <= before[-1]["time"]:
-        return {"train_rate": None, "lag": points[-1].get("lag") if points else None}
-    a, b = before[-1], points[-1]
+    inside = [p for p in points if since_wall <= p["time"] <= until_wall]
+    if len(inside) < 2:
+        return {"train_rate": None, "lag": inside[-1].get("lag") if inside else None}
+    a, b = inside[0], inside[-1]
     return {"train_rate": round((b["records_total"] - a["records_total"]) / (b["time"] - a["time"]), 1),
             "lag": b.get("lag")}
 
@@ -330,7 +332,7 @@ def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | N
         token = (run_dir / "admin-token").read_text().strip()
         source = start_source(kafka, events, rate, args.warmup + args.markers * args.spacing + args.timeout) \
             if events is not None and args.source == "batches" else None
-        since_wall = time.time()  # training throughput: from the source's start (passes count every ~2 s)
+        since_wall = time.time() + 1.0  # training throughput: from the source's start (passes every ~2 s)
         time.sleep(args.warmup)  # the stream at its rate, a few passes behind it
         loader = serve_load(api, args.serve_concurrency, args.markers * args.spacing + 2.0) \
             if args.serve_concurrency else None
@@ -340,10 +342,10 @@ def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | N
                       timeout_s=args.timeout, seed=args.seed)
         cpu = role_cpu.usage(cpu_a, role_cpu.sample(roots), time.monotonic() - cpu_t)
         serving = json.loads(loader.communicate(timeout=600)[0]) if loader is not None else None
+        until_wall = time.time()
         sent = stop_source(source) if source is not None else None
         live_status = _http(f"{api}/admin/status", token=token).get("live")
-        time.sleep(2.5)  # one more pass, so the throughput window covers the measurement
-        job = job_throughput(api, token, since_wall)
+        job = job_throughput(api, token, since_wall, until_wall)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)  # `up` stops every role it started
