@@ -34,7 +34,8 @@ class Watch:
 
 
 def live_line(status: dict[str, Any] | None) -> str:
-    """``live: on, items p50 0.21 s p95 0.40 s, 1,234 refreshed`` from /admin/status; '' without a live path."""
+    """``live: on, rows p50 0.08 s p95 0.12 s, items p50 0.21 s p95 0.40 s, 1,234 refreshed`` from
+    /admin/status (receipt -> served); '' without a live path."""
     live = (status or {}).get("live")
     if not live:
         return ""
@@ -43,7 +44,10 @@ def live_line(status: dict[str, Any] | None) -> str:
         return "–" if v is None else f"{v:.2f} s"
 
     state = "on" if live.get("state") == "live" else "stopped until a newer bundle (rollback/restart)"
-    return (f"live: {state}, items p50 {sec(live.get('item_freshness_p50_s'))} "
+    rows = live.get("rows") or {}
+    row_part = (f"rows p50 {sec(rows.get('row_freshness_p50_s'))} p95 {sec(rows.get('row_freshness_p95_s'))}, "
+                if rows else "")
+    return (f"live: {state}, {row_part}items p50 {sec(live.get('item_freshness_p50_s'))} "
             f"p95 {sec(live.get('item_freshness_p95_s'))}, {live.get('items_refreshed', 0):,} refreshed")
 
 

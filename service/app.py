@@ -41,9 +41,14 @@ def _register_gauges(metrics: Metrics, store: ModelStore, job: JobLink) -> None:
 
 
 def _register_live(metrics: Metrics, live: LiveItems) -> None:
-    """The live path's freshness (push -> item vector in the index) and progress."""
+    """The live path's freshness from the receipt of the records behind a change (item vector in
+    the index; embedding row in the service's memory) and progress."""
     metrics.gauge("live_item_freshness_p50_seconds", lambda: live.freshness(0.5))
     metrics.gauge("live_item_freshness_p95_seconds", lambda: live.freshness(0.95))
+    if live.read_through is not None:
+        rows = live.read_through.overlay
+        metrics.gauge("live_row_freshness_p50_seconds", lambda: rows.freshness(0.5))
+        metrics.gauge("live_row_freshness_p95_seconds", lambda: rows.freshness(0.95))
     metrics.gauge("live_reached_timestamp_seconds", lambda: live.reached)
     metrics.gauge("live_paused", lambda: 0.0 if live.paused_at is None else 1.0)
     metrics.counter("live_items_refreshed", lambda: live.items_refreshed)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from deploy.up_watch import live_line
 from exports.item_catalog import CATALOG_TABLE, ItemCatalog
 from exports.predictor import Predictor
 from service.settings import IndexSettings, ReadThroughSettings
@@ -87,7 +88,11 @@ def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live
         status = client.get("/admin/status", headers={"Authorization": "Bearer test-admin-token-5f2b"}).json()
         assert status["served"]["version"] == 1 and status["served"]["live"]["state"] == "live"
         assert status["live"]["items_added"] == 5 and status["live"]["reached"] is not None
-        assert "streamrec_live_item_freshness_p95_seconds" in client.get("/metrics").text
+        metrics = client.get("/metrics").text
+        assert "streamrec_live_item_freshness_p95_seconds" in metrics
+        row_p95 = next(line for line in metrics.splitlines() if line.startswith("streamrec_live_row_freshness_p95"))
+        assert 0.0 <= float(row_p95.split()[-1]) < 60.0, "the changed rows' receipt -> memory lag is measured"
+        assert "rows p50" in live_line(status), "the console shows the rows' freshness"
 
         # shard 0 restarts empty: its log starts a new generation -> the live path stops
         shards.kill(0)
