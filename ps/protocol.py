@@ -217,9 +217,11 @@ def decode(frames: list[Any]) -> Message:
                         table = str(head[_HEAD_SIZE:pos], "utf-8") if name_len else ""
                     except UnicodeDecodeError:
                         raise InvalidInput("table name is not valid UTF-8") from None
-                    arr = np.frombuffer(head, dtype, count, at)
-                    return Message(op_member, request_id, table, [arr if len(shape) == 1 else arr.reshape(shape)],
-                                   {}, _FLAGS[flags & _FLAG_BITS], status, incarnation)
+                    # np.ndarray over the buffer: one call where frombuffer + reshape take two
+                    arr = (np.frombuffer(head, dtype, count, at) if len(shape) == 1 else
+                           np.ndarray(shape, dtype, head, at))
+                    return Message(op_member, request_id, table, [arr], {}, _FLAGS[flags & _FLAG_BITS], status,
+                                   incarnation)
     try:
         table = str(head[_HEAD_SIZE:pos], "utf-8") if name_len else ""
     except UnicodeDecodeError:
@@ -266,8 +268,8 @@ def decode(frames: list[Any]) -> Message:
             frame_at += 1
         if got != nbytes:
             raise InvalidInput(f"array {i}: shape {shape} of {dtype} needs {nbytes} bytes, got {got}")
-        arr = np.frombuffer(buf, dtype, count, offset)
-        arrays.append(arr if len(shape) == 1 else arr.reshape(shape))
+        arrays.append(np.frombuffer(buf, dtype, count, offset) if len(shape) == 1 else
+                      np.ndarray(shape, dtype, buf, offset))
     if inline_at != size:
         raise InvalidInput(f"header is {size} bytes, its fields, meta and inline arrays make {inline_at}")
     meta: dict[str, Any] = {}
