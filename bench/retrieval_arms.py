@@ -43,6 +43,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("softmax+logQ", _loss("softmax", logq=True), False, "softmax with the logQ correction"),
     Arm("pointwise+history", _loss("pointwise"), True, "pointwise, user history pooled in the user tower"),
     Arm("softmax+logQ+history", _loss("softmax", logq=True), True, "softmax with logQ, user history"),
+    Arm("sparse-adam", {"sparse_optimizer": {"kind": "adam", "lr": 0.01}}, False,
+        "the default with Adam (lr 0.01) on the embeddings instead of row-wise Adagrad (drift: steps do not decay)"),
     Arm("history-attention", {}, True, "the default, user history attention-pooled (learned query, position "
         "biases)", pooling="attention"),
     Arm("history-last5", {}, True, "the default, the user's last 5 positives mean-pooled", history_length=5),
