@@ -34,8 +34,8 @@ class Watch:
 
 
 def live_line(status: dict[str, Any] | None) -> str:
-    """``live: on, rows p50 0.08 s p95 0.12 s, items p50 0.21 s p95 0.40 s, 1,234 refreshed`` from
-    /admin/status (receipt -> served); '' without a live path."""
+    """``live: on, rows p50 0.08 s p95 0.12 s, items p50 0.21 s p95 0.40 s, 1,234 refreshed, history
+    p50 0.01 s p95 0.02 s`` from /admin/status (receipt -> served); '' without a live path."""
     live = (status or {}).get("live")
     if not live:
         return ""
@@ -47,8 +47,12 @@ def live_line(status: dict[str, Any] | None) -> str:
     rows = live.get("rows") or {}
     row_part = (f"rows p50 {sec(rows.get('row_freshness_p50_s'))} p95 {sec(rows.get('row_freshness_p95_s'))}, "
                 if rows else "")
+    # the user history the service reads live is as fresh as the trainers' writes of it
+    job = ((status or {}).get("job") or {}).get("status") or {}
+    history = (f", history p50 {sec(job['history_freshness_p50_s'])} p95 {sec(job.get('history_freshness_p95_s'))}"
+               if job.get("history_freshness_p50_s") is not None else "")
     return (f"live: {state}, {row_part}items p50 {sec(live.get('item_freshness_p50_s'))} "
-            f"p95 {sec(live.get('item_freshness_p95_s'))}, {live.get('items_refreshed', 0):,} refreshed")
+            f"p95 {sec(live.get('item_freshness_p95_s'))}, {live.get('items_refreshed', 0):,} refreshed{history}")
 
 
 def watch_live(w: Watch, *, run_dir: str, started: float, refresh_s: float) -> int:

@@ -38,6 +38,8 @@ def _register_gauges(metrics: Metrics, store: ModelStore, job: JobLink) -> None:
     metrics.gauge("training_lag_records", job.training_lag_records)
     metrics.gauge("training_lag_seconds", job.training_lag_seconds)
     metrics.gauge("training_auc", job.auc)
+    metrics.gauge("history_freshness_p50_seconds", lambda: job.history_freshness("p50"))
+    metrics.gauge("history_freshness_p95_seconds", lambda: job.history_freshness("p95"))
 
 
 def _register_live(metrics: Metrics, live: LiveItems) -> None:

@@ -111,6 +111,11 @@ class JobLink:
         newest = _find(self.cached_status, "newest_record_time")
         return None if newest is None else max(0.0, time.time() - newest)
 
+    def history_freshness(self, q: str) -> float | None:
+        """The chief trainer's receipt -> user history seconds at quantile ``q`` ("p50", "p95"):
+        how fresh the history is that /v1/recommend reads live (trainer.history_join)."""
+        return _find(self.cached_status, f"history_freshness_{q}_s")
+
     def auc(self) -> float | None:
         """The job's progressive-validation AUC (trainer status: auc, the running pass's, else the
         newest committed pass's; the cumulative one is auc_total, trainer.pass_history)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
 
 import numpy as np
 from numba import njit
@@ -101,6 +102,9 @@ def point_in_time(user: np.ndarray, times: np.ndarray, positive: np.ndarray, ite
     return values, offsets
 
 
+FRESHNESS_SAMPLES = 1024  # recent batches whose receipt -> PS history lag the quantiles cover
+
+
 class HistoryJoin:
     """Joins batches with the PS history through its own ``client`` (it runs in the prefetch thread)."""
 
@@ -110,6 +114,9 @@ class HistoryJoin:
         self.config: HistoryConfig = schema.history
         self.client = client
         self.words = history_words(schema)
+        # receipt of a batch's newest record -> its positives in the PS history, which the service
+        # reads live (service.user_history): the served history's freshness, recent batches
+        self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
 
     def join(self, batch: Batch) -> Batch:
         """``batch`` with the history slot added; its positives appended to the PS history."""
@@ -131,7 +138,15 @@ class HistoryJoin:
                                         self.config.length)
         values = slot_ids(self.schema, values)
         self.append(users, items, times, positive)
+        if batch.received_at is not None and positive.any():
+            self._lags.append(time.time() - batch.received_at)
         return dataclasses.replace(batch, slots={**batch.slots, self.config.slot: (values, offsets)})
+
+    def freshness(self, q: float) -> float | None:
+        """Quantile ``q`` (0..1) of receipt -> history seconds over the recent batches with positives."""
+        if not self._lags:
+            return None
+        return float(np.quantile(np.array(tuple(self._lags)), q))  # tuple(): one C-level copy, taken whole
 
     def append(self, users: np.ndarray, items: np.ndarray, times: np.ndarray, positive: np.ndarray) -> None:
         sel = np.flatnonzero(positive)
@@ -151,6 +166,9 @@ class NoHistory:
 
     def join(self, batch: Batch) -> Batch:
         return batch
+
+    def freshness(self, q: float) -> float | None:
+        return None
 
     def close(self) -> None:
         pass

@@ -36,7 +36,7 @@ from ps.ps_config import PSConfig, load_ps_config
 from stores.store import open_store
 from streaming.group_offsets import GroupOffsets
 from trainer import checkpoints
-from trainer.history_join import open_history
+from trainer.history_join import HistoryJoin, NoHistory, open_history
 from trainer.job_config import JobConfig
 from trainer.job_context import JobContext
 from trainer.job_stream import JobStream
@@ -112,6 +112,7 @@ class StreamingJob:
         tt = self.model.config.type is ModelType.TWO_TOWER
         item_slots = tuple(s.name for s in getattr(self.model, "item_slots", ()))
         self.catalog = ItemCatalog(item_slots, client=self.client) if tt else None  # the job's, in the PS
+        self.history: HistoryJoin | NoHistory = NoHistory()  # run() opens the job's, on a client of its own
         self.worker: Worker | None = None  # made by run() once the shards hold the restored pass
         self.stream: JobStream | None = None  # made by run(), seeked to the restored offsets
         self._peer_look_at = 0.0
@@ -175,7 +176,8 @@ class StreamingJob:
             # its pulls only prefetch: the training client's waits report a shard restart
             pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret(), report_restarts=False)
         pull = None if pull_client is None else lambda t, k: pull_client.wait(pull_client.pull(t, k))
-        history = open_history(self.config.records, self.spec)  # each batch joined with its users' history (#11)
+        # each batch joined with its users' history (#11)
+        history = self.history = open_history(self.config.records, self.spec)
         idle_since = time.monotonic()
         try:
             while not self.stopping.is_set():  # once, unless a rollback re-seeks the stream
@@ -362,6 +364,9 @@ class StreamingJob:
                 "progressive": None if w is None else w.metrics.summary(),
                 "phase_seconds": {} if w is None else dict(w.phase_seconds),
                 "newest_record_time": progress.newest_time, "recoveries": self.recovery.recoveries,
+                # receipt -> the batch's positives in the PS user history, which the service reads live
+                "history_freshness_p50_s": self.history.freshness(0.5),
+                "history_freshness_p95_s": self.history.freshness(0.95),
                 "regroups": self.recovery.regroups,
                 # records not yet consumed on this worker's partitions (rank 0's when asked through job control)
                 "lag": sum(lag.values()), "lag_partitions": lag,

@@ -48,6 +48,7 @@ class TableJob:
     def status(self) -> dict[str, Any]:
         return {"job": "test", "paused": self.paused, "passes": self.committed, "lag": 42,
                 "progressive": {"auc": 0.75}, "newest_record_time": time.time() - 30.0,
+                "history_freshness_p50_s": 0.25, "history_freshness_p95_s": 0.5,
                 "shards": [{"rows": self.table.size()}]}
 
     def passes(self) -> list[dict[str, Any]]:
@@ -146,6 +147,8 @@ def test_admin_ops_reach_the_job(admin_client: TestClient, job: TableJob) -> Non
     wait_until(lambda: "streamrec_training_lag_records 42" in admin_client.get("/metrics").text, what="job metrics")
     metrics = admin_client.get("/metrics").text
     assert "streamrec_training_auc 0.75" in metrics
+    assert "streamrec_history_freshness_p50_seconds 0.25" in metrics  # the served history's, from the chief
+    assert "streamrec_history_freshness_p95_seconds 0.5" in metrics
     lag_s = next(float(line.split()[1]) for line in metrics.splitlines()
                  if line.startswith("streamrec_training_lag_seconds "))
     assert 30.0 <= lag_s < 300.0

@@ -108,3 +108,25 @@ def test_a_replayed_batch_sees_no_label_of_its_own_and_leaves_the_history_as_it_
     for (v1, o1), (v2, o2) in ((first, again),):
         assert o1.tolist() == o2.tolist() == [0, 0, 1, 3] and v1.tolist() == v2.tolist() == [11, 12, 11]
     np.testing.assert_array_equal(client.table.read(users[:1])[0], stored)  # type: ignore[union-attr]
+
+
+def test_history_freshness_runs_from_the_batch_receipt_to_its_write() -> None:
+    """The served history's freshness (trainer status history_freshness_*): receipt of a batch
+    with positives -> its positives written; batches without positives or a receipt time add nothing."""
+    import time
+
+    join = HistoryJoin(_schema(), TableClient())  # type: ignore[arg-type]
+    assert join.freshness(0.5) is None
+
+    def batch(labels: list[float], received_at: float | None) -> Batch:
+        n = len(labels)
+        return Batch(labels=np.array(labels, np.float32), dense=np.zeros((n, 0), np.float32), slots={},
+                     event_time=np.arange(1.0, n + 1), user_id=np.full(n, 7, np.uint64),
+                     item_id=np.arange(11, 11 + n, dtype=np.uint64), received_at=received_at)
+
+    join.join(batch([0.0, 0.0], time.time() - 100.0))  # no positive: nothing reached the history
+    join.join(batch([1.0, 1.0], None))  # file data: no receipt time
+    assert join.freshness(0.5) is None
+    t0 = time.time()
+    join.join(batch([1.0, 0.0], t0 - 3.0))
+    assert 3.0 <= join.freshness(0.5) <= 3.0 + (time.time() - t0)
