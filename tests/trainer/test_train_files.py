@@ -42,3 +42,6 @@ def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path, pre
     result = json.loads((tmp_path / "job" / "results" / "result.json").read_text())
     assert sum(result["rejected"].values()) == 1
     assert {w["prefetch"] for w in result["workers"]} == {prefetch}
+    # every shard's CPU during worker 0's loop: read from /proc (same host), no more than its whole life's
+    loop, life = result["shard_loop_cpu_s"], result["shard_cpu_s"]
+    assert len(loop) == len(life) == 2 and all(0 <= a <= b for a, b in zip(loop, life, strict=True))
