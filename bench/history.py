@@ -44,6 +44,9 @@ import numpy as np
 import yaml
 from fastapi.testclient import TestClient
 
+# run as a script, bench/ comes first on the path and its tables.py would shadow the package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.model_config import ModelConfig
