@@ -46,14 +46,18 @@ def _encode_slot(values: np.ndarray, offsets: np.ndarray, records: np.ndarray, o
 
 class ItemCatalog:
     """The catalogue's layout for the job's item slots; ``client``: where :meth:`observe` writes
-    (the training thread's), None for a copy that only encodes and decodes (the exporter's)."""
+    (the training thread's), None for a copy that only encodes and decodes (the exporter's).
+    ``ttl_passes``: the item-id table's eviction ttl; an item unseen that long leaves the
+    catalogue at the shards' next shrink as its row leaves the table, so the next base bundle
+    neither exports nor indexes it (None: items stay)."""
 
     def __init__(self, item_slots: tuple[str, ...], *, client: PSClient | None = None,
-                 ids_per_slot: int = IDS_PER_SLOT) -> None:
+                 ids_per_slot: int = IDS_PER_SLOT, ttl_passes: int | None = None) -> None:
         self.item_slots = item_slots
         self.client = client
         self.k = ids_per_slot
         self.words = len(item_slots) * (1 + ids_per_slot)
+        self.ttl_passes = ttl_passes
 
     def encode(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """The batch's items (non-zero item ids, each once) and their rows, from each item's last record."""
@@ -75,7 +79,8 @@ class ItemCatalog:
         assert self.client is not None, "a catalogue copy without a client cannot write"
         ids, rows = self.encode(batch)
         if ids.shape[0]:
-            self.client.wait(self.client.write_id_rows(CATALOG_TABLE, ids, [rows], mode="put", words=self.words))
+            self.client.wait(self.client.write_id_rows(CATALOG_TABLE, ids, [rows], mode="put", words=self.words,
+                                                       ttl_passes=self.ttl_passes))
 
     def snapshot(self) -> ItemCatalog:
         """What the export thread gets: the layout, no client (it has its own)."""

@@ -29,7 +29,7 @@ import numpy as np
 from core.errors import ConfigError, NotFound, Unavailable
 from exports.item_catalog import ItemCatalog
 from models import build_model
-from models.model_config import ModelType
+from models.model_config import ModelConfig, ModelType
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from ps.ps_config import PSConfig, load_ps_config
@@ -111,7 +111,10 @@ class StreamingJob:
         self.commit_stall_s: list[float] = []
         tt = self.model.config.type is ModelType.TWO_TOWER
         item_slots = tuple(s.name for s in getattr(self.model, "item_slots", ()))
-        self.catalog = ItemCatalog(item_slots, client=self.client) if tt else None  # the job's, in the PS
+        # the job's, in the PS; items leave it as their item-id rows leave the table
+        self.catalog = ItemCatalog(item_slots, client=self.client,
+                                   ttl_passes=_item_ttl(self.model.config, ps_config, config.records.item_id)) \
+            if tt else None
         self.history: HistoryJoin | NoHistory = NoHistory()  # run() opens the job's, on a client of its own
         self.worker: Worker | None = None  # made by run() once the shards hold the restored pass
         self.stream: JobStream | None = None  # made by run(), seeked to the restored offsets
@@ -376,3 +379,13 @@ class StreamingJob:
                               "pass_records": progress.clock.count},
                 "last_commit": {k: v for k, v in committer.last_commit.items() if k != "files"},
                 "last_export": committer.last_export}
+
+
+def _item_ttl(model: ModelConfig, ps_config: PSConfig, item_field: str | None) -> int | None:
+    """The eviction ttl (passes) of the table holding the item-id slot's rows, if it has one."""
+    spec = next((s for s in model.slots if s.name == item_field), None)
+    if spec is None:
+        return None
+    name = model.table_name(spec)
+    table = next((t for t in ps_config.tables if t.name == name), None)
+    return None if table is None else table.eviction.ttl_passes

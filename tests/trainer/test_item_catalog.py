@@ -75,3 +75,35 @@ def test_items_seen_only_by_a_non_chief_worker_are_exported_and_searchable(tmp_p
             r = client.get(f"/v1/items/{item}/similar", params={"k": 5})
             assert r.status_code == 200, r.text
             assert len(r.json()["items"]) == 5
+
+
+def test_the_catalogue_takes_the_item_tables_eviction_ttl() -> None:
+    """Items leave the catalogue as their item-id rows leave the table: the job gives the
+    catalogue the ttl of the table holding the item-id slot, and every write carries it."""
+    from ps.ps_config import PSConfig
+    from trainer.job import _item_ttl
+
+    model = ModelConfig.model_validate(SMALL_MODEL)
+    tables = {t.name: t for t in model.table_configs()}  # emb8 (users), emb16 (items)
+    table = tables["emb16"]
+    ps = PSConfig(tables=(tables["emb8"].model_copy(update={"eviction": table.eviction.model_copy(
+        update={"ttl_passes": 1})}), table.model_copy(update={"eviction": table.eviction.model_copy(
+            update={"ttl_passes": 3})})))
+    assert _item_ttl(model, ps, "item") == 3
+    assert _item_ttl(model, PSConfig(tables=(table,)), "item") is None  # no ttl: items stay
+    assert _item_ttl(model, ps, "no-such-field") is None and _item_ttl(model, PSConfig(), "item") is None
+
+    class Capture:
+        def __init__(self) -> None:
+            self.metas: list[dict] = []
+
+        def write_id_rows(self, table, keys, columns, *, mode, words, ttl_passes=None):
+            self.metas.append({"table": table, "mode": mode, "ttl_passes": ttl_passes, "n": keys.shape[0]})
+
+        def wait(self, ticket):
+            return ticket
+
+    client = Capture()
+    catalog = ItemCatalog(("item",), client=client, ttl_passes=3)  # type: ignore[arg-type]
+    catalog.observe(_batch(np.array([5, 9], np.uint64) | ITEM))
+    assert client.metas == [{"table": "ids.items", "mode": "put", "ttl_passes": 3, "n": 2}]
