@@ -55,7 +55,7 @@ log = logging.getLogger("streamrec.service")
 
 # Each write waits for both sides' readers to drain in turn and costs the batch twice: changes
 # read in between wait for the next write, so a write covers several polls (items' target: 2 s).
-SWAP_EVERY_S = 0.5
+SWAP_EVERY_S = 0.25
 FRESHNESS_SAMPLES = 4096  # recent items whose receipt -> index lag the quantiles cover
 MAX_CATALOGUE_TRIES = 50  # polls an item waits for its catalogue row (5 s at the default interval)
 
