@@ -127,7 +127,8 @@ class Verifier:
         ``identity``. Raises on any failure; on success the tag is remembered."""
         if not has_tag or len(frames) < 2:
             raise Unauthorized("this shard requires authenticated requests (HMAC auth frame missing)")
-        tag = bytes(_buffer(frames[-1]))
+        last = frames[-1]
+        tag = last if type(last) is bytes else bytes(_buffer(last))
         if len(tag) != TAG_SIZE:
             raise Forbidden(f"malformed auth frame: {len(tag)} bytes, expected {TAG_SIZE}")
         ts = tag[: _TS.size]

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[bytes, Message], "Message | None"]  # (client identity, request) -> reply, or None: deferred
 _OP_NAMES = {op: op.name.lower() for op in Op}  # the requests counter's keys (Enum.name is a slow property)
 _AUTH_BIT = int(Flag.AUTH)  # IntFlag's & runs as Python code
+_HEADER_SIZE, _FLAGS_AT = protocol.HEADER.size, 6  # the flags field (u16 LE) after magic, version, op
 _STOP = Op.STOP
 _IDLE_MS = 1000  # an idle loop wakes this often to count closed connections
 
@@ -213,8 +214,9 @@ class ShardServer:
         """Answer one request from client ``ident``; False once it was STOP."""
         try:
             if self._verifier is not None:
-                _, flags, _ = protocol.peek(body)
-                self._verifier.verify(body, has_tag=bool(int(flags) & _AUTH_BIT), identity=ident)
+                head = body[0]  # bytes (_recv_body): the flags' low byte read in place, as protocol.peek would
+                has_tag = len(head) >= _HEADER_SIZE and bool(head[_FLAGS_AT] & _AUTH_BIT)
+                self._verifier.verify(body, has_tag=has_tag, identity=ident)
             msg = protocol.decode(body)
             op = msg.op
             self.requests[_OP_NAMES[op]] += 1

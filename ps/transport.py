@@ -38,6 +38,7 @@ from ps.protocol import Flag, Message, Op
 from ps.ps_config import ClientConfig
 
 _MAX_WAIT_MS = 1 << 30  # ZMQ_RCVTIMEO is a C int
+_NOBLOCK_MORE = zmq.NOBLOCK | zmq.SNDMORE
 
 
 @dataclass(slots=True)
@@ -142,13 +143,19 @@ class Transport:
     def _transmit(self, shard: int, msg: Message) -> None:
         secret = self._secret
         frames = protocol.encode(msg, auth=secret is not None)
-        if secret is not None:
-            frames.append(sign(secret, frames, identity=self._identity))
+        sock = self._socks[shard]
         try:
+            if secret is not None:
+                tag = sign(secret, frames, identity=self._identity)
+                if len(frames) == 1:  # a small signed request: two copied frames, no multipart loop
+                    sock.send(frames[0], _NOBLOCK_MORE)
+                    sock.send(tag, zmq.NOBLOCK)
+                    return
+                frames.append(tag)
             if len(frames) == 1:  # a small request: one copied frame, no multipart loop
-                self._socks[shard].send(frames[0], zmq.NOBLOCK)
+                sock.send(frames[0], zmq.NOBLOCK)
             else:
-                self._socks[shard].send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:
             pass  # no connection to the shard right now: the request times out and is resent
 
