@@ -25,9 +25,10 @@ WORKER_SCRIPT = Path(__file__).with_name("worker_process.py")
 
 
 class Shards:
-    def __init__(self, tmp: Path, tables: Sequence[dict[str, Any]], n: int, secret: bytes | None) -> None:
+    def __init__(self, tmp: Path, tables: Sequence[dict[str, Any]], n: int, secret: bytes | None,
+                 auth: dict[str, Any] | None = None) -> None:
         self.config = tmp / "ps.yaml"
-        self.config.write_text(yaml.safe_dump({"tables": list(tables)}))
+        self.config.write_text(yaml.safe_dump({"tables": list(tables), **({"auth": auth} if auth else {})}))
         self.checkpoints = tmp / "checkpoints"
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -99,8 +100,9 @@ class Shards:
 
 @contextmanager
 def shard_processes(tmp: Path, tables: Sequence[dict[str, Any]], n: int = 2, *,
-                    secret: bytes | None = None) -> Iterator[Shards]:
-    shards = Shards(tmp, tables, n, secret)
+                    secret: bytes | None = None, auth: dict[str, Any] | None = None) -> Iterator[Shards]:
+    """``auth``: the PS config's ``auth`` section (default: its defaults)."""
+    shards = Shards(tmp, tables, n, secret, auth)
     try:
         for i in range(n):
             shards.start(i)
