@@ -121,7 +121,8 @@ TWO_TOWER_DEFAULTS: dict[str, Any] = {"embedding_dim": 32, "mlp": (), "tower_dim
 # accumulators from 0, init 0.01) and TensorFlow's 0.7125 in the same run; element-wise 0.7120; a
 # second run 0.7119 vs 0.7111; deepfm 0.7091 vs 0.6981. With 1 worker the defaults reach TF's 0.7125.
 # dense_merge mean: with 2 workers (dense_update local) their dense changes are averaged at each merge,
-# not summed: 0.7124 vs 0.7116 with sum on seed 0 of bench/auc_sweep.py, 1 worker 0.7127 (README, Benchmarks).
+# not summed: bench/auc_sweep.py seeds 0-2 0.7123 +- 0.0001 vs 0.7120 +- 0.0002 with sum, 1 worker 0.7125,
+# TF 0.7125; deepfm 0.7100 vs 0.7094 (README, Benchmarks).
 WIDE_DEEP_DEFAULTS: dict[str, Any] = {
     "sparse_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "wide_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
