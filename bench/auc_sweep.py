@@ -24,8 +24,10 @@ defaults, and deepfm under both. Per-slot learning rates are not in the model co
 uses them (TensorFlow and TorchRec run one rate per table), and the MLP's Glorot-uniform weights and
 zero biases are already the peers', so neither is swept. Findings: README's Benchmarks section.
 
-Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]`` or
-``python bench/auc_sweep.py --study --seeds 3 --tf``.
+``--dense``: how the 2 workers combine the dense model (``DENSE_STUDY``: merge rule, merge interval,
+``dense_update: ps``, 1 worker).
+
+Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]``, or with ``--study`` or ``--dense``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ STUDY = [
     {"label": "dense Adam lr 2e-3", "dopt": {"lr": 2e-3}},
     {"label": "deepfm, defaults", "model": "deepfm"},
     {**OLD_DEFAULTS, "label": "deepfm, previous defaults", "model": "deepfm"},
+]
+
+# How 2 asynchronous workers combine the dense (MLP) model (the rest of the gap to 1 worker, #16);
+# since #16 the default merges by mean.
+DENSE_STUDY = [
+    {"label": "dense_merge sum (GEO: each worker's change added whole; before #16)", "merge": "sum"},
+    {"label": "dense_merge sum, merged every step", "merge": "sum", "sync": 1},
+    {"label": "dense_merge sum, merged every 16 steps", "merge": "sum", "sync": 16},
+    {"label": "dense_merge mean, merged every 16 steps", "sync": 16},
+    {"label": "dense_update ps (the shard runs Adam), pulled every step", "dense_update": "ps", "sync": 1},
+    {"label": "1 worker", "workers": 1},
 ]
 
 
@@ -125,6 +138,7 @@ def main() -> int:
     ap.add_argument("settings", nargs="?", default="[]",
                     help="JSON list of settings (the defaults run first as the baseline)")
     ap.add_argument("--study", action="store_true", help="run the STUDY settings (after any given)")
+    ap.add_argument("--dense", action="store_true", help="run the DENSE_STUDY settings (after any given)")
     ap.add_argument("--seeds", type=int, default=3, help="model seeds 0..N-1, each setting once per seed")
     ap.add_argument("--tf", action="store_true", help="TensorFlow single-process on the same files and seeds")
     ap.add_argument("--tf-python", default=str(ROOT / ".venv-baselines" / "bin" / "python"))
@@ -133,7 +147,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    settings = [{}, *json.loads(args.settings), *(STUDY if args.study else [])]
+    settings = [{}, *json.loads(args.settings), *(STUDY if args.study else []), *(DENSE_STUDY if args.dense else [])]
     names = [s.get("label", json.dumps(s)) if s else "defaults" for s in settings]
     aucs: dict[str, list[float]] = {n: [] for n in names}
     losses: dict[str, list[float]] = {n: [] for n in names}
