@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from models.model_config import ModelConfig
@@ -32,3 +34,14 @@ def random_batch(n: int, seed: int = 0, *, vocab: int = 7) -> Batch:
         slots[name] = ((base + rng.integers(0, vocab, offsets[-1])).astype(np.uint64), offsets)
     return Batch(labels=(rng.random(n) < 0.4).astype(np.float32), dense=rng.integers(0, 9, (n, 3)).astype(np.float32),
                  slots=slots)
+
+
+def central_difference(loss: Callable[[], float], arr: np.ndarray, i: int, eps: float = 1e-3) -> float:
+    """d loss / d arr.flat[i] by a central difference (``arr`` is restored)."""
+    old = arr.flat[i]
+    arr.flat[i] = old + eps
+    up = loss()
+    arr.flat[i] = old - eps
+    down = loss()
+    arr.flat[i] = old
+    return (up - down) / (2 * eps)

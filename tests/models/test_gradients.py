@@ -7,7 +7,7 @@ import pytest
 
 from models import build_model
 from models.layers import bce_with_logits
-from tests.models.helpers import random_batch, small_config
+from tests.models.helpers import central_difference, random_batch, small_config
 
 MODELS = ["lr", "wide_deep", "deepfm", "two_tower"]
 
@@ -33,13 +33,7 @@ def test_backward_matches_numerical_gradients(kind: str) -> None:
     eps = 1e-3
 
     def numeric(arr: np.ndarray, i: int) -> float:
-        old = arr.flat[i]
-        arr.flat[i] = old + eps
-        up = _loss(model, f, rows)
-        arr.flat[i] = old - eps
-        down = _loss(model, f, rows)
-        arr.flat[i] = old
-        return (up - down) / (2 * eps)
+        return central_difference(lambda: _loss(model, f, rows), arr, i, eps)
 
     picks = rng.choice(dense.size, min(60, dense.size), replace=False)
     want = np.array([numeric(model.params.values, int(i)) for i in picks])

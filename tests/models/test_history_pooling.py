@@ -8,7 +8,7 @@ import pytest
 from models import build_model
 from models.layers import bce_with_logits
 from models.model_config import ModelConfig
-from tests.models.helpers import random_batch, small_config
+from tests.models.helpers import central_difference, random_batch, small_config
 
 
 def _attention_config(**overrides: object) -> ModelConfig:
@@ -46,13 +46,7 @@ def test_attention_backward_matches_numerical_gradients(loss: str) -> None:
     eps = 1e-3
 
     def numeric(arr: np.ndarray, i: int) -> float:
-        old = arr.flat[i]
-        arr.flat[i] = old + eps
-        up = _loss(model, f, rows)
-        arr.flat[i] = old - eps
-        down = _loss(model, f, rows)
-        arr.flat[i] = old
-        return (up - down) / (2 * eps)
+        return central_difference(lambda: _loss(model, f, rows), arr, i, eps)
 
     for name in ("attention.b.query", "attention.b.position"):
         value = model.params.value[name]
