@@ -78,6 +78,28 @@ class Exporter:
             sel = where == i
             t.push(keys[sel], grads[sel])
 
+    def pull(self, keys: np.ndarray) -> np.ndarray:
+        """Rows of ``keys`` (created at their initializer rows when new, as the shards create them)."""
+        from ps.routing import shard_of
+
+        out = np.empty((keys.shape[0], self.tables[0].width), np.float32)
+        where = shard_of(keys, self.shards)
+        for i, t in enumerate(self.tables):
+            sel = np.flatnonzero(where == i)
+            out[sel] = t.pull(keys[sel])
+        return out
+
+    def item_vectors(self, item_ids: np.ndarray) -> np.ndarray:
+        """The model's item tower over the items' rows: what an exporter writes, and what the live
+        path computes from the shards' rows of the same items."""
+        from exports.predictor import Predictor
+        from streaming.batch import Batch
+
+        n = item_ids.shape[0]
+        batch = Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
+                      slots={"item": (item_ids, np.arange(n + 1, dtype=np.int64))}, item_id=item_ids)
+        return Predictor(self.model.model_dump(mode="json"), self.dense, lambda t, k: self.pull(k)).item_vectors(batch)
+
     def export(self, kind: str, items: tuple[np.ndarray, np.ndarray], items_full: bool) -> None:
         from exports.bundle import publish, staging_dir, table_dir
 
@@ -107,7 +129,12 @@ def build_base(ex: Exporter, n_items: int, dim: int, rng: np.random.Generator, *
     item_ids = np.unique(rng.integers(0, np.iinfo(np.uint64).max, n_items, dtype=np.uint64, endpoint=True))
     if item_slot:  # ids of the schema's item slot
         item_ids = np.unique((item_ids & np.uint64((1 << 56) - 1)) | ITEM_SLOT)
-    vectors = rng.standard_normal((item_ids.shape[0], dim), dtype=np.float32)
+        # the item tower's vectors, as the live path computes them: random vectors here would sit
+        # in other IVF lists than the live ones, and the lists the refreshed items crowd into
+        # would make the live service's searches slower for a reason no real job has
+        vectors = ex.item_vectors(item_ids)
+    else:
+        vectors = rng.standard_normal((item_ids.shape[0], dim), dtype=np.float32)
     ex.export("base", (item_ids, vectors), items_full=True)
     return item_ids
 
@@ -347,9 +374,9 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
             for _ in range(2):
                 keys = rng.choice(args.rows, 1000, replace=False).astype(np.uint64) + np.uint64(1)
                 ex.push(keys, rng.standard_normal((keys.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
-                moved = rng.choice(item_ids, 100, replace=False)
-                ex.export("delta", (moved, rng.standard_normal((moved.shape[0], args.dim), dtype=np.float32)),
-                          items_full=False)
+                moved = rng.choice(item_ids, 100, replace=False)  # trained items: new rows, new tower vectors
+                ex.push(moved, rng.standard_normal((moved.shape[0], ex.tables[0].width), dtype=np.float32) * 0.01)
+                ex.export("delta", (moved, ex.item_vectors(moved)), items_full=False)
                 for p in (port, base_port):
                     wait_version(p, ex.version)
             answered = wait_answered(port)
