@@ -34,13 +34,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from core.errors import NotFound, StreamrecError
+from core.lag_window import LagWindow
 from exports.item_catalog import CATALOG_TABLE, ItemCatalog
 from models import build_model
 from models.features import build_features
@@ -135,7 +135,7 @@ class LiveItems:
         self._since_bundle: set[int] = set()  # items refreshed live since the served bundle
         self._retry: dict[int, float] = {}  # items to do next poll (bundle swap, catalogue): id -> receipt time
         self._tries: dict[int, int] = {}  # items not in the catalogue yet: polls tried
-        self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
+        self._lags = LagWindow(FRESHNESS_SAMPLES)
         self._held: list[tuple[np.ndarray, np.ndarray]] = []  # changes read since the last swap (keys, times)
         self._swapped_at = -SWAP_EVERY_S  # monotonic time of the last live swap
         self.paused_at: int | None = None  # the bundle version served when a shard's log restarted
@@ -273,7 +273,7 @@ class LiveItems:
         now = time.time()
         self._since_bundle.update(ids.tolist())
         stamped = pushed[np.isfinite(pushed)]
-        self._lags.extend((now - stamped).tolist())
+        self._lags.add((now - stamped).tolist())
         if stamped.size:
             self.reached = max(self.reached or 0.0, float(stamped.max()))
         self.items_refreshed += int(ids.shape[0])
@@ -301,9 +301,7 @@ class LiveItems:
     # ---------------------------------------------------------------- reports
     def freshness(self, q: float) -> float | None:
         """Quantile ``q`` (0..1) of receipt -> index seconds over the recent refreshed items."""
-        if not self._lags:
-            return None
-        return float(np.quantile(np.array(tuple(self._lags)), q))  # tuple(): one C-level copy, taken whole
+        return self._lags.quantile(q)
 
     def status(self) -> dict[str, Any]:
         tower = self._tower

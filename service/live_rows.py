@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from core.lag_window import LagWindow
 from ps.client import PSClient
 from tables import hashmap
 
@@ -106,7 +107,7 @@ class LiveRows:
         self._cursors: dict[str, list[tuple[int, int]]] = {}
         self._gap: dict[str, float] = {}  # the newest time changes of the table may be missing from
         self._bundles: deque[tuple[int, float | None]] = deque(maxlen=2)  # (version, newest record time) served
-        self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
+        self._lags = LagWindow(FRESHNESS_SAMPLES)
         self.rows_pulled = 0
         self.lost = 0
 
@@ -181,7 +182,7 @@ class LiveRows:
                 if overlay is None or overlay.width != rows.shape[1]:
                     overlay = self._tables[table] = RowOverlay(rows.shape[1])
                 overlay.upsert(keys[found], rows[found], now)
-            self._lags.extend((now - pushed[found]).tolist())
+            self._lags.add((now - pushed[found]).tolist())
             self.rows_pulled += int(found.sum())
             done += int(found.sum())
         return done
@@ -195,9 +196,7 @@ class LiveRows:
 
     def freshness(self, q: float) -> float | None:
         """Quantile ``q`` of receipt -> overlay seconds over the recent changed rows (the log's times)."""
-        if not self._lags:
-            return None
-        return float(np.quantile(np.array(tuple(self._lags)), q))
+        return self._lags.quantile(q)
 
     def status(self) -> dict[str, Any]:
         return {"tables_followed": sorted(self._cursors),

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import deque
 
 import numpy as np
 from numba import njit
 
+from core.lag_window import LagWindow
 from exports.history_table import HISTORY_TABLE, history_words, slot_ids
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
@@ -116,7 +116,7 @@ class HistoryJoin:
         self.words = history_words(schema)
         # receipt of a batch's newest record -> its positives in the PS history, which the service
         # reads live (service.user_history): the served history's freshness, recent batches
-        self._lags: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
+        self._lags = LagWindow(FRESHNESS_SAMPLES)
 
     def join(self, batch: Batch) -> Batch:
         """``batch`` with the history slot added; its positives appended to the PS history."""
@@ -139,14 +139,12 @@ class HistoryJoin:
         values = slot_ids(self.schema, values)
         self.append(users, items, times, positive)
         if batch.received_at is not None and positive.any():
-            self._lags.append(time.time() - batch.received_at)
+            self._lags.add((time.time() - batch.received_at,))
         return dataclasses.replace(batch, slots={**batch.slots, self.config.slot: (values, offsets)})
 
     def freshness(self, q: float) -> float | None:
         """Quantile ``q`` (0..1) of receipt -> history seconds over the recent batches with positives."""
-        if not self._lags:
-            return None
-        return float(np.quantile(np.array(tuple(self._lags)), q))  # tuple(): one C-level copy, taken whole
+        return self._lags.quantile(q)
 
     def append(self, users: np.ndarray, items: np.ndarray, times: np.ndarray, positive: np.ndarray) -> None:
         sel = np.flatnonzero(positive)
