@@ -474,9 +474,10 @@ def targets(out: dict, baselines: dict) -> dict:
         x = out["samples_per_s"] / baselines["tensorflow_ps"]["samples_per_s"]
         res["over_tensorflow_ps"] = {"ratio": round(x, 2), "target": TARGETS["over_tensorflow_ps"],
                                      "met": x >= TARGETS["over_tensorflow_ps"]}
-    worst_auc = max(b["test_auc"] for b in baselines.values())
-    res["test_auc_no_lower"] = {"diff_to_best_peer": round(out["test_auc"] - worst_auc, 4),
-                                "met": out["test_auc"] >= worst_auc}
+    # 5 decimals: the AUCs often agree to 4, and a -0.0 hid which side of the peer we were on
+    name, peer = max(baselines.items(), key=lambda nb: nb[1]["test_auc"])
+    res["test_auc_no_lower"] = {"diff_to_best_peer": round(out["test_auc"] - peer["test_auc"], 5),
+                                "best": name, "met": out["test_auc"] >= peer["test_auc"]}
     least_rss = min(b["peak_rss_mb"] for b in baselines.values())
     res["peak_rss_no_higher"] = {"ratio_to_least": round(out["peak_rss_mb"] / least_rss, 3),
                                  "met": out["peak_rss_mb"] <= least_rss}
