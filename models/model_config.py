@@ -147,6 +147,8 @@ class ModelConfig(FrozenModel):
     # (these optimizer and init defaults are lr's; wide_deep/deepfm: WIDE_DEEP_DEFAULTS; two_tower: TWO_TOWER_DEFAULTS)
     wide_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.01)
     init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
+    # wide_deep/deepfm: the logit layer's starting bias, the log-odds of the expected click rate (0: p = 0.5)
+    output_bias: float = Field(0.0, ge=-20.0, le=20.0)
     dense_merge: DenseMerge = DenseMerge.SUM
     retrieval: RetrievalConfig = RetrievalConfig()  # two_tower only
     seed: int = Field(0, ge=0)
