@@ -27,6 +27,7 @@ class WideDeep(Model):
                        input_grad_cols=self.emb.width or None)
         super().__init__(config, self.mlp.specs())
         self.mlp.init(self.params, np.random.default_rng(config.seed))
+        self.params.value[f"deep.{len(config.mlp)}.b"][...] = config.output_bias  # the logit's starting bias
         self._x = np.empty((0, self.emb.width + config.n_dense), np.float32)
 
     def _input(self, f: Features, rows: dict[str, np.ndarray], wide: np.ndarray) -> np.ndarray:
