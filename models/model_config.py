@@ -97,6 +97,9 @@ class SlotSpec(FrozenModel):
     dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
     pooling: Pooling = Pooling.SUM
     tower: Tower = Tower.USER
+    # this slot's rows in a table of their own (``emb{dim}.{name}``) with this update rule, not the model's
+    # sparse_optimizer: e.g. a two_tower user id whose interests drift (Adam's steps do not decay)
+    optimizer: OptimizerConfig | None = None
 
 
 # two_tower's defaults, measured with bench/retrieval.py's data trained in-process (recall@10, planted
@@ -199,15 +202,22 @@ class ModelConfig(FrozenModel):
         return self.type in (ModelType.WIDE_DEEP, ModelType.DEEPFM, ModelType.TWO_TOWER)
 
     def table_name(self, slot: SlotSpec) -> str:
-        return f"emb{self.dim_of(slot)}"
+        return f"emb{self.dim_of(slot)}" + (f".{slot.name}" if slot.optimizer is not None else "")
 
     def table_configs(self) -> tuple[TableConfig, ...]:
-        """The sparse tables the PS must serve: one per distinct embedding dim."""
-        dims = sorted({self.dim_of(s) for s in self.slots})
+        """The sparse tables the PS must serve: one per distinct embedding dim, and one per slot with
+        an optimizer of its own."""
+        dims = sorted({self.dim_of(s) for s in self.slots if s.optimizer is None})
         # LR's single column is a linear weight: it starts at zero like any wide weight
         init = {"kind": "zeros"} if self.type is ModelType.LR else {"kind": "uniform", "scale": self.init_scale}
-        return tuple(
+        shared = tuple(
             TableConfig(name=f"emb{d}", dim=d, wide=self.wide, seed=self.seed, initializer=init,
                         optimizer=self.sparse_optimizer, wide_optimizer=self.wide_optimizer)
             for d in dims
         )
+        own = tuple(
+            TableConfig(name=self.table_name(s), dim=self.dim_of(s), wide=self.wide, seed=self.seed, initializer=init,
+                        optimizer=s.optimizer, wide_optimizer=self.wide_optimizer)
+            for s in self.slots if s.optimizer is not None
+        )
+        return shared + own
