@@ -187,12 +187,29 @@ def outer_relu_grad_bias(dy, w, act, dx, db):
 
 def bce_with_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """Mean binary cross-entropy, the probabilities and d(mean loss)/d(logits)."""
-    z = logits.astype(np.float32, copy=False)
-    prob = 1.0 / (1.0 + np.exp(-z))
-    # log(1 + exp(-|z|)) form: finite for any z
-    loss = np.maximum(z, 0) - z * labels + np.log1p(np.exp(-np.abs(z)))
-    dlogits = ((prob - labels) / np.float32(max(1, z.shape[0]))).astype(np.float32)
-    return float(loss.mean()) if z.shape[0] else 0.0, prob.astype(np.float32), dlogits
+    z = np.ascontiguousarray(logits, np.float32)
+    y = np.ascontiguousarray(labels, np.float32)
+    prob = np.empty(z.shape[0], np.float32)
+    dlogits = np.empty(z.shape[0], np.float32)
+    loss = _bce(z, y, prob, dlogits)
+    return loss / z.shape[0] if z.shape[0] else 0.0, prob, dlogits
+
+
+@njit(**_JIT)
+def _bce(z, y, prob, dz):
+    """One pass (one exp per logit, where numpy's form took three passes of three): prob, dz =
+    (prob - y) / n and the summed loss max(z, 0) - z y + log(1 + exp(-|z|)), finite for any z."""
+    n = z.shape[0]
+    inv_n = _F1 / np.float32(max(1, n))
+    total = 0.0
+    for i in range(n):
+        zi = z[i]
+        e = np.exp(-abs(zi))
+        p = _F1 / (_F1 + e) if zi >= _F0 else e / (_F1 + e)
+        prob[i] = p
+        dz[i] = (p - y[i]) * inv_n
+        total += max(zi, _F0) - zi * y[i] + np.log1p(e)
+    return total
 
 
 @njit(**_JIT)

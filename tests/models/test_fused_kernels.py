@@ -7,7 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from models import build_model
-from models.layers import MLP, ParamSet, outer_relu_grad_bias, pool_backward, pool_forward, relu_grad_bias
+from models.layers import (
+    MLP,
+    ParamSet,
+    bce_with_logits,
+    outer_relu_grad_bias,
+    pool_backward,
+    pool_forward,
+    relu_grad_bias,
+)
 from tests.models.helpers import random_batch, small_config
 
 
@@ -150,3 +158,19 @@ def test_wide_deep_training_and_inference_paths_agree() -> None:
         kept = z2.copy()
         reused.forward(f, rows)
         np.testing.assert_array_equal(z2, kept)
+
+
+def test_bce_with_logits_matches_the_float64_formula_for_any_logit():
+    rng = np.random.default_rng(5)
+    z = (rng.standard_normal(700) * 6).astype(np.float32)
+    z[:5] = [200.0, -200.0, 0.0, 40.0, -40.0]  # exp overflows in the naive form
+    y = (rng.random(700) < 0.4).astype(np.float32)
+    loss, prob, dz = bce_with_logits(z, y)
+    zz = z.astype(np.float64)
+    p = 1.0 / (1.0 + np.exp(-zz))
+    want = (np.maximum(zz, 0) - zz * y + np.log1p(np.exp(-np.abs(zz)))).mean()
+    assert prob.dtype == dz.dtype == np.float32
+    assert np.isfinite(loss) and abs(loss - want) < 1e-5 * max(1.0, want)
+    np.testing.assert_allclose(prob, p, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dz, (p - y) / 700, rtol=1e-5, atol=1e-10)
+    assert bce_with_logits(np.zeros(0, np.float32), np.zeros(0, np.float32))[0] == 0.0
