@@ -9,8 +9,24 @@ a bucket, pairs count one half (ties), so the AUC is exact up to the bucket widt
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 DEFAULT_BUCKETS = 1 << 16
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _count(labels: np.ndarray, probs: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> None:
+    """Each prediction's bucket += 1 in ``pos`` (label > 0.5) or ``neg``, in place: O(batch), where
+    two ``np.bincount(minlength=n_buckets)`` cost two full histograms per batch (~0.5 us/sample
+    of a training step at 65,536 buckets)."""
+    n_buckets = pos.shape[0]
+    for i in range(probs.shape[0]):
+        x = probs[i] * n_buckets
+        b = 0 if not x > 0.0 else (n_buckets - 1 if x >= n_buckets else np.int64(x))  # NaN: bucket 0, as np.clip
+        if labels[i] > 0.5:
+            pos[b] += 1
+        else:
+            neg[b] += 1
 
 
 class BucketAUC:
@@ -23,10 +39,7 @@ class BucketAUC:
         return self.pos.shape[0]
 
     def add(self, labels: np.ndarray, probs: np.ndarray) -> None:
-        b = np.clip((np.asarray(probs, np.float64) * self.n_buckets).astype(np.int64), 0, self.n_buckets - 1)
-        clicked = np.asarray(labels) > 0.5
-        self.pos += np.bincount(b[clicked], minlength=self.n_buckets)
-        self.neg += np.bincount(b[~clicked], minlength=self.n_buckets)
+        _count(np.asarray(labels, np.float64), np.asarray(probs, np.float64), self.pos, self.neg)
 
     def merge(self, other: BucketAUC) -> BucketAUC:
         self.pos += other.pos

@@ -34,3 +34,19 @@ def test_metrics_merge_and_round_trip() -> None:
         got = merged.summary()[key]
         assert got == want or abs(got - want) < 1e-12, key
     assert BucketAUC().auc() is None
+
+
+def test_bucket_counts_match_a_histogram_of_the_clipped_buckets():
+    """BucketAUC.add counts in place: the same histograms as np.bincount of the clipped buckets,
+    edges (0, 1, below 0, above 1) included."""
+    rng = np.random.default_rng(3)
+    for n_buckets in (1024, 1 << 16):
+        p = rng.random(4000)
+        p[:5] = [0.0, 1.0, 1.0 - 1e-9, -0.5, 1.5]
+        y = (rng.random(4000) < 0.3).astype(np.float32)
+        auc = BucketAUC(n_buckets)
+        auc.add(y[:1000], p[:1000])
+        auc.add(y[1000:], p[1000:])
+        b = np.clip((p * n_buckets).astype(np.int64), 0, n_buckets - 1)
+        np.testing.assert_array_equal(auc.pos, np.bincount(b[y > 0.5], minlength=n_buckets))
+        np.testing.assert_array_equal(auc.neg, np.bincount(b[y <= 0.5], minlength=n_buckets))
