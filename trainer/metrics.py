@@ -10,10 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from trainer.auc import DEFAULT_BUCKETS, BucketAUC
 
 _EPS = 1e-7
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _sums(labels: np.ndarray, probs: np.ndarray) -> tuple[float, float, float]:
+    """(log loss, prediction, label) sums over the batch, predictions clipped to [eps, 1 - eps]:
+    one pass in float64 (numpy's took ten temporaries, per metrics object, per step)."""
+    loss, psum, ysum = 0.0, 0.0, 0.0
+    for i in range(probs.shape[0]):
+        p = min(max(np.float64(probs[i]), _EPS), 1.0 - _EPS)
+        y = np.float64(labels[i])
+        loss -= y * np.log(p) + (1.0 - y) * np.log1p(-p)
+        psum += p
+        ysum += y
+    return loss, psum, ysum
 
 
 class Metrics:
@@ -25,13 +40,13 @@ class Metrics:
         self.label_sum = 0.0
 
     def add(self, labels: np.ndarray, probs: np.ndarray) -> None:
-        p = np.clip(np.asarray(probs, np.float64), _EPS, 1 - _EPS)
-        y = np.asarray(labels, np.float64)
-        self.auc.add(y, p)
+        y, p = np.asarray(labels), np.asarray(probs)
+        self.auc.add(y, p)  # clipping to [eps, 1 - eps] leaves every bucket as it is
+        loss, psum, ysum = _sums(y, p)
         self.count += int(y.shape[0])
-        self.logloss_sum += float(-(y * np.log(p) + (1 - y) * np.log1p(-p)).sum())
-        self.pred_sum += float(p.sum())
-        self.label_sum += float(y.sum())
+        self.logloss_sum += loss
+        self.pred_sum += psum
+        self.label_sum += ysum
 
     def merge(self, other: Metrics) -> Metrics:
         self.auc.merge(other.auc)

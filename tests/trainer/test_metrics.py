@@ -50,3 +50,20 @@ def test_bucket_counts_match_a_histogram_of_the_clipped_buckets():
         b = np.clip((p * n_buckets).astype(np.int64), 0, n_buckets - 1)
         np.testing.assert_array_equal(auc.pos, np.bincount(b[y > 0.5], minlength=n_buckets))
         np.testing.assert_array_equal(auc.neg, np.bincount(b[y <= 0.5], minlength=n_buckets))
+
+
+def test_metrics_sums_match_numpy_with_clipped_predictions():
+    rng = np.random.default_rng(4)
+    p = rng.random(3000).astype(np.float32)
+    p[:3] = [0.0, 1.0, 0.5]
+    y = (rng.random(3000) < 0.3).astype(np.float32)
+    m = Metrics()
+    m.add(y, p)
+    pc = np.clip(p.astype(np.float64), 1e-7, 1 - 1e-7)
+    assert m.count == 3000
+    assert abs(m.logloss_sum - float(-(y * np.log(pc) + (1 - y) * np.log1p(-pc)).sum())) < 1e-6
+    assert abs(m.pred_sum - pc.sum()) < 1e-9 and m.label_sum == y.sum()
+    want = BucketAUC()
+    want.add(y, pc)
+    np.testing.assert_array_equal(m.auc.pos, want.pos)
+    np.testing.assert_array_equal(m.auc.neg, want.neg)
