@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+from numba import njit
 
 from core.errors import InvalidInput
 from streaming.batch import Batch
@@ -66,18 +67,24 @@ def buffer_line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, tuple[
     """:func:`line_blocks` without a bytes object per line: ``(first line number, (buf, bounds))``,
     line i of a block is ``buf[bounds[i]:bounds[i + 1]]`` with its "\n" (the file's last line
     may lack it). Newlines are found by one numpy pass per read; blocks are views of the read
-    buffer. Empty lines are dropped the same way (a block with one is cut around it)."""
-    carry = b""
+    buffer. Empty lines are dropped the same way (a block with one is cut around it).
+
+    Each read goes into a fresh buffer behind the previous one's unfinished line (``readinto``:
+    no ``carry + chunk`` copy of the whole read), and a block is checked for empty lines in one
+    kernel pass: a worker of W reads every block of the file, so this is paid W times per record."""
+    carry = np.empty(0, np.uint8)
     line_no = 1
     with _open(path) as f:
         while True:
-            chunk = f.read(_BLOCK_BYTES)
-            data = carry + chunk if carry else chunk
-            if not data:
+            buf = np.empty(carry.shape[0] + _BLOCK_BYTES, np.uint8)
+            buf[: carry.shape[0]] = carry
+            got = f.readinto(memoryview(buf)[carry.shape[0] :])
+            at_end = not got
+            buf = buf[: carry.shape[0] + got]
+            if not buf.shape[0]:
                 return
-            buf = np.frombuffer(data, np.uint8)
             ends = np.flatnonzero(buf == 10) + 1  # one past each line's "\n"
-            if not chunk:  # end of file: the last line may have no "\n"
+            if at_end:  # end of file: the last line may have no "\n"
                 if not ends.shape[0] or ends[-1] != buf.shape[0]:
                     ends = np.append(ends, buf.shape[0])
                 full = ends.shape[0]
@@ -88,12 +95,28 @@ def buffer_line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, tuple[
                 bounds = np.empty(min(max_lines, full - b) + 1, np.int64)
                 bounds[0] = start
                 bounds[1:] = ends[b : b + bounds.shape[0] - 1]
-                yield from _drop_empty_lines(line_no, buf, bounds)
+                if _any_empty(buf, bounds):
+                    yield from _drop_empty_lines(line_no, buf, bounds)
+                else:
+                    yield line_no, (buf, bounds)
                 line_no += bounds.shape[0] - 1
                 start = int(bounds[-1])
-            if not chunk:
+            if at_end:
                 return
-            carry = data[start:]
+            carry = buf[start:]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _any_empty(buf: np.ndarray, bounds: np.ndarray) -> bool:
+    """Whether a line of the block is empty ("\n", "\r\n", "\r" or nothing), as _drop_empty_lines decides."""
+    for i in range(bounds.shape[0] - 1):
+        a, z = bounds[i], bounds[i + 1]
+        body = z - a
+        if body > 0 and buf[z - 1] == 10:
+            body -= 1
+        if body == 0 or (body == 1 and buf[a] == 13):
+            return True
+    return False
 
 
 def _drop_empty_lines(first: int, buf: np.ndarray, bounds: np.ndarray
