@@ -39,6 +39,8 @@ from tables.table_files import TableSave, load_table
 from tables.table_lock import TableLock
 from tables.table_state import TableState
 
+_U64 = np.dtype(np.uint64)
+
 
 class SparseTable:
     """``state`` is everything the table holds (:class:`~tables.table_state.TableState`),
@@ -65,19 +67,27 @@ class SparseTable:
         ic, wc = config.initializer, config.wide_initializer
         self._init_args = (np.uint64(config.seed), KIND_CODES[ic.kind], np.float32(ic.scale),
                            np.uint64(config.seed ^ WIDE_SEED_SALT), KIND_CODES[wc.kind], np.float32(wc.scale))
+        self._gather_args = (self._c0, self.dim, *self._init_args)  # gather's constant tail, built once
 
     # ----------------------------------------------------------------- reads
     def pull(self, keys: Any) -> np.ndarray:
         """Rows of ``keys`` (n, width) in input order; absent ids read as their initializer row."""
-        k = as_keys(keys, table=self.name)
-        out = np.empty((k.shape[0], self.width), np.float32)
+        # a 1-d uint64 array (the wire's keys) skips as_keys' conversions: this is a small pull's hot path
+        if type(keys) is np.ndarray and keys.dtype == _U64 and keys.ndim == 1:
+            k = np.ascontiguousarray(keys)
+        else:
+            k = as_keys(keys, table=self.name)
+        n = k.shape[0]
+        out = np.empty((n, self.width), np.float32)
+        counters = self.counters
         with self.lock.mutex:
-            cols = self.state.rows.cols
-            missing = gather(self.state.slots, cols["keys"], self.state.hash_key, cols["params"], k, out, self._c0,
-                             self.dim, *self._init_args)
-            self.counters["pulls"] += 1
-            self.counters["pulled_keys"] += k.shape[0]
-            self.counters["rejected_pulls"] += missing
+            st = self.state
+            cols = st.rows.cols
+            missing = gather(st.slots, cols["keys"], st.hash_key, cols["params"], k, out, *self._gather_args)
+            counters["pulls"] += 1
+            counters["pulled_keys"] += n
+            if missing:
+                counters["rejected_pulls"] += missing
         return out
 
     def pull_existing(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
