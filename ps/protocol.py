@@ -12,7 +12,7 @@ Frames (no pickle anywhere)::
 - ``array_i``: the raw C-order bytes of array ``i``; sent zero-copy, received with
   ``np.frombuffer`` (no copy either). Arrays of at most ``INLINE_MAX_BYTES`` instead follow
   the meta inside the header frame (their dtype code has bit 0x80 set), in array order.
-- ``auth``: the HMAC tag of :mod:`ps.auth` over all the frames before it.
+- ``auth``: the MAC tag of :mod:`ps.auth` over all the frames before it.
 
 Every frame costs a few microseconds each way, so small options travel inside the header.
 
