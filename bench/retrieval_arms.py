@@ -30,6 +30,7 @@ class Arm:
     what: str = ""
     history_length: int = HISTORY_LENGTH
     pooling: str = "mean"  # the history slot's: mean, or attention (models.history_pooling)
+    user_id_optimizer: dict[str, Any] | None = None  # the user_id slot's own optimizer (its rows' own table)
 
 
 def _loss(kind: str, **more: Any) -> dict[str, Any]:
@@ -48,6 +49,10 @@ ARMS: tuple[Arm, ...] = (
     Arm("history-attention", {}, True, "the default, user history attention-pooled (learned query, position "
         "biases)", pooling="attention"),
     Arm("history-last5", {}, True, "the default, the user's last 5 positives mean-pooled", history_length=5),
+    Arm("user-adam", {}, False, "the default, the user id's rows on Adam (lr 0.01), the others on Adagrad",
+        user_id_optimizer={"kind": "adam", "lr": 0.01}),
+    Arm("user-adam+history", {}, True, "user-adam and the user history attention-pooled", pooling="attention",
+        user_id_optimizer={"kind": "adam", "lr": 0.01}),
 )
 ARM_NAMES = tuple(a.name for a in ARMS)
 
@@ -77,6 +82,10 @@ def arm_config(base: dict[str, Any], arm: Arm) -> tuple[dict[str, Any] | None, s
     config = copy.deepcopy(base)
     model = config["train"]["model"]
     _merge(model, copy.deepcopy(arm.model))
+    if arm.user_id_optimizer is not None:
+        for slot in model["slots"]:
+            if slot["name"] == "user_id":
+                slot["optimizer"] = dict(arm.user_id_optimizer)
     if arm.history:
         config["schema"]["history"] = {"slot": "history", "length": arm.history_length}
         model["slots"].append({"name": "history", "tower": "user", "pooling": arm.pooling})
