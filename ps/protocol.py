@@ -202,9 +202,9 @@ def decode(frames: list[Any]) -> Message:
     pos = _HEAD_SIZE + name_len
     if size < pos:
         raise InvalidInput("truncated header: table name cut off")
-    if n_arrays == 1 and len(frames) == 1 and not meta_len and not flags & _AUTH_BIT and size > pos + 1:
-        # the common small message (a pull, its reply): one inline array and nothing else, read
-        # in one pass; anything else (and every malformed case) takes the general path below
+    if n_arrays == 1 and len(frames) == (2 if flags & _AUTH_BIT else 1) and not meta_len and size > pos + 1:
+        # the common small message (a pull, signed or not, its reply): one inline array and nothing
+        # else, read in one pass; anything else (and every malformed case) takes the general path below
         known = _LAYOUTS.get(head[pos] << 8 | head[pos + 1])
         if known is not None and known[3]:
             dtype, shape_struct, desc_size, _ = known

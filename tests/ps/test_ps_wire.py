@@ -47,6 +47,16 @@ def test_a_small_pull_is_one_frame_laid_out_as_documented() -> None:
     assert frame == header + b"emb" + descriptor + keys.tobytes()
 
 
+def test_a_signed_small_pull_decodes_with_its_tag_and_not_without() -> None:
+    keys = np.array([5, 2**63], np.uint64)
+    (frame,) = protocol.encode(Message(Op.PULL_SPARSE, 9, "emb", [keys]), auth=True)
+    got = protocol.decode([frame, sign(b"s" * 32, [frame], identity=b"c1")])
+    assert (got.op, got.request_id, got.table, got.flags) == (Op.PULL_SPARSE, 9, "emb", Flag.AUTH)
+    np.testing.assert_array_equal(got.arrays[0], keys)
+    with pytest.raises(InvalidInput, match="auth"):
+        protocol.decode([frame])  # the flag announces a tag frame that is not there
+
+
 _ONE_ARRAY = [bytes(protocol.encode(m)[0]) for m in (
     Message(Op.PULL_SPARSE, 7, "emb", [np.arange(5, dtype=np.uint64)]),
     Message(Op.PULL_SPARSE, 8, "emb", [np.ones((3, 4), np.float32)], incarnation=9),
