@@ -16,6 +16,18 @@ from numba.extending import intrinsic
 @intrinsic
 def prefetch(typingctx, arr, index):
     """Prefetch the start of ``arr[index]`` (a row of a 2-d array, or one element of 1-d)."""
+    return _prefetch(arr, index, last=False)
+
+
+@intrinsic
+def prefetch_end(typingctx, arr, index):
+    """Prefetch the end of row ``arr[index]`` of a 2-d array: a row that is not a multiple of the
+    64-byte line (a 40-byte [wide, dim 9] row straddles two lines half of the time) needs its
+    second line too, else that miss is taken one at a time in the loop."""
+    return _prefetch(arr, index, last=True)
+
+
+def _prefetch(arr, index, *, last: bool):
     if not isinstance(arr, types.Array) or not isinstance(index, types.Integer):
         return None
     sig = types.void(arr, index)
@@ -24,9 +36,12 @@ def prefetch(typingctx, arr, index):
         aryty = signature.args[0]
         ary = context.make_array(aryty)(context, builder, args[0])
         idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        shape = cgutils.unpack_tuple(builder, ary.shape)
         inds = [idx] + [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
+        if last and aryty.ndim == 2:
+            inds[1] = builder.sub(shape[1], context.get_constant(types.intp, 1))
         ptr = cgutils.get_item_pointer2(context, builder, data=ary.data,
-                                        shape=cgutils.unpack_tuple(builder, ary.shape),
+                                        shape=shape,
                                         strides=cgutils.unpack_tuple(builder, ary.strides),
                                         layout=aryty.layout, inds=inds)
         i8p = ir.IntType(8).as_pointer()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tables.cache_hint import prefetch
+from tables.cache_hint import prefetch, prefetch_end
 from tables.hashmap import JIT, PF, lookup
 from tables.initializers import fill_row
 
@@ -30,6 +30,7 @@ def gather(
     for i in range(n):
         if i + PF < n and rows[i + PF] >= 0:
             prefetch(params, rows[i + PF])
+            prefetch_end(params, rows[i + PF])  # a row may straddle two lines
         r = rows[i]
         if r >= 0:
             for j in range(width):
