@@ -49,6 +49,11 @@ class Outbox:
         else:  # zero-copy pays off only for big frames
             self._sock.send_multipart([ident, *frames], copy=False)
 
+    def send_frame(self, ident: bytes, frame: Any) -> None:
+        """One frame already encoded, stamped with this outbox's incarnation (a small pull's reply)."""
+        self._sock.send(ident, zmq.SNDMORE)
+        self._sock.send(frame)
+
     def send(self, ident: bytes, frames: list[Any], *, copy: bool = True) -> None:
         """Frames already encoded (a save's outcome, kept for every client that asks)."""
         self._sock.send_multipart([ident, *frames], copy=copy)

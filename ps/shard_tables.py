@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
-from ps.protocol import Flag, Message, check_keys
+from ps.protocol import Flag, Message, check_keys, rows_reply
 from ps.shard_requests import arrays_of, ok
 from ps.sync_steps import HeldGradients, SyncSteps, adds_geo_deltas
 from tables.budget import share_shard_budget
@@ -70,6 +70,23 @@ class ShardTables:
             rows, found = table.pull_existing(keys)
             return ok(msg, rows, found.view(np.uint8))
         return Message(msg.op, msg.request_id, msg.table, [table.pull(keys)], {})
+
+    def pull_frame(self, msg: Message, incarnation: int) -> bytearray | None:
+        """A small pull's whole reply frame, its rows gathered straight into it (no rows array,
+        no encode); None when :meth:`pull` must answer (an existing-only pull, rows too big to
+        travel inline, or a request to refuse)."""
+        arrays = msg.arrays
+        if len(arrays) != 1 or int(msg.flags) & _EXISTING:
+            return None
+        keys = arrays[0]
+        table = self.sparse.get(msg.table)
+        if table is None or keys.dtype != _U64 or keys.ndim != 1:
+            return None
+        reply = rows_reply(msg, keys.shape[0], table.width, incarnation)
+        if reply is None:
+            return None
+        table.pull(keys, out=reply[1])
+        return reply[0]
 
     def push(self, msg: Message) -> Message:
         arrays = arrays_of(msg, 2, 4)

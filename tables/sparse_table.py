@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from core.errors import NonFiniteGradient
+from core.errors import InvalidInput, NonFiniteGradient
 from core.yaml_config import validate_config
 from tables import eviction, hashmap
 from tables.admission import carry_over, make_admission
@@ -70,15 +70,20 @@ class SparseTable:
         self._gather_args = (self._c0, self.dim, *self._init_args)  # gather's constant tail, built once
 
     # ----------------------------------------------------------------- reads
-    def pull(self, keys: Any) -> np.ndarray:
-        """Rows of ``keys`` (n, width) in input order; absent ids read as their initializer row."""
+    def pull(self, keys: Any, *, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows of ``keys`` (n, width) in input order; absent ids read as their initializer row.
+        ``out``: a C-contiguous float32 (n, width) array to write them into (a reply frame's)."""
         # a 1-d uint64 array (the wire's keys) skips as_keys' conversions: this is a small pull's hot path
         if type(keys) is np.ndarray and keys.dtype == _U64 and keys.ndim == 1:
             k = np.ascontiguousarray(keys)
         else:
             k = as_keys(keys, table=self.name)
         n = k.shape[0]
-        out = np.empty((n, self.width), np.float32)
+        if out is None:
+            out = np.empty((n, self.width), np.float32)
+        elif out.dtype != np.float32 or out.shape != (n, self.width) or not out.flags.c_contiguous:
+            raise InvalidInput(f"table {self.name}: out must be C-contiguous float32 ({n}, {self.width}), "
+                               f"got {out.dtype} {out.shape}")
         counters = self.counters
         with self.lock.mutex:
             st = self.state
