@@ -38,11 +38,18 @@ class EmbeddingBlock:
         self.layout = fixed
         self.width = col
         self._sel: list[tuple[np.ndarray, np.ndarray]] = []
+        # table -> (the batch's slot tuple, positions of this block's slots in it, or None for all):
+        # features reuse one slot tuple per table, and matching 26 names against 26 cost ~28 us a step
+        self._pos: dict[str, tuple[tuple[SlotSpec, ...], list[int] | None]] = {}
 
     def _select(self, f: Features, table: str, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         ti = f.tables[table]
-        pos = [i for i, s in enumerate(ti.slots) if s.name in names]
-        if len(pos) == len(ti.slots):
+        hit = self._pos.get(table)
+        if hit is None or hit[0] is not ti.slots:
+            pos: list[int] | None = [i for i, s in enumerate(ti.slots) if s.name in names]
+            hit = self._pos[table] = (ti.slots, None if len(pos) == len(ti.slots) else pos)
+        pos = hit[1]
+        if pos is None:
             return ti.offs, ti.mean
         return np.ascontiguousarray(ti.offs[pos]), ti.mean[pos]
 
