@@ -15,6 +15,7 @@ Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate
 ``{"initial_accumulator": 1e-5}``; ``dopt`` replaces the bench's dense Adam 1e-3 keys it names),
 ``init`` (init_scale), ``merge`` (the model's ``dense_merge``: ``"sum"``/``"mean"``), ``model``
 (e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g. ``{"policy": "count", "min_count": 2}``),
+``bias`` (the model's ``output_bias``: a log-odds, or ``"prior"``: the train file's click rate's),
 ``workers`` (instead of ``--workers``), ``sync`` (the job's ``dense_sync_steps`` instead of bench/train.py's
 64), ``dense_update`` (``"local"``/``"ps"``), ``label`` (shown instead of the setting).
 
@@ -27,13 +28,19 @@ zero biases are already the peers', so neither is swept. Findings: README's Benc
 ``--dense``: how the 2 workers combine the dense model (``DENSE_STUDY``: merge rule, merge interval,
 ``dense_update: ps``, 1 worker).
 
-Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]``, or with ``--study`` or ``--dense``.
+``--one-pass``: what is left to gain once the workers average (``ONE_PASS_STUDY``: the dense rate, betas
+and merge interval for 2 workers, the output bias's start, the sparse rates, init scales and Adagrad
+accumulator starts around the defaults).
+
+Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]``, or with ``--study``, ``--dense``
+or ``--one-pass``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -80,8 +87,25 @@ DENSE_STUDY = [
     {"label": "1 worker", "workers": 1},
 ]
 
+# What is left once 2 workers average their dense changes (#16, "one-pass quality"): the dense rate and
+# merge interval for 2 workers, and the peers' starts the defaults do not copy yet, one at a time.
+ONE_PASS_STUDY = [
+    {"label": "dense Adam lr 1.5e-3 (2 workers' averaged changes: ~sqrt(2) x)", "dopt": {"lr": 1.5e-3}},
+    {"label": "dense Adam lr 2e-3", "dopt": {"lr": 2e-3}},
+    {"label": "dense Adam beta2 0.99", "dopt": {"beta2": 0.99}},
+    {"label": "dense merged every 32 steps", "sync": 32},
+    {"label": "output bias = the train file's log-odds (not 0)", "bias": "prior"},
+    {"label": "embeddings and wide lr 0.015", "slr": 0.015, "wlr": 0.015},
+    {"label": "embedding init 0.03", "init": 0.03},
+    {"label": "embedding init 0.1", "init": 0.1},
+    {"label": "embeddings' Adagrad accumulator from 1e-6", "sopt": {"initial_accumulator": 1e-6}},
+    {"label": "embeddings' Adagrad accumulator from 1e-8", "sopt": {"initial_accumulator": 1e-8}},
+    {"label": "embeddings' Adagrad accumulator from 1e-9", "sopt": {"initial_accumulator": 1e-9}},
+    {"label": "wide weights' Adagrad accumulator from 1e-6", "wopt": {"initial_accumulator": 1e-6}},
+]
 
-def model_for(setting: dict, seed: int) -> ModelConfig:
+
+def model_for(setting: dict, seed: int, prior: float = 0.0) -> ModelConfig:
     base = criteo_model(setting.get("model", "wide_deep"), embedding_dim=9, mlp=(400, 400, 400), optimizer="adam",
                         lr=1e-3, seed=seed)
     update: dict = {}
@@ -97,7 +121,17 @@ def model_for(setting: dict, seed: int) -> ModelConfig:
         update["init_scale"] = setting["init"]
     if "merge" in setting:
         update["dense_merge"] = setting["merge"]
+    if "bias" in setting:
+        update["output_bias"] = prior if setting["bias"] == "prior" else setting["bias"]
     return ModelConfig.model_validate({**base.model_dump(), **update})
+
+
+def prior_log_odds(train: Path) -> float:
+    """The log-odds of the train file's click rate (its lines start with the label)."""
+    with open(train, "rb") as f:
+        labels = [line[:1] == b"1" for line in f]
+    rate = sum(labels) / len(labels)
+    return math.log(rate / (1.0 - rate))
 
 
 def tables_for(setting: dict, model: ModelConfig) -> tuple[TableConfig, ...] | None:
@@ -139,6 +173,7 @@ def main() -> int:
                     help="JSON list of settings (the defaults run first as the baseline)")
     ap.add_argument("--study", action="store_true", help="run the STUDY settings (after any given)")
     ap.add_argument("--dense", action="store_true", help="run the DENSE_STUDY settings (after any given)")
+    ap.add_argument("--one-pass", action="store_true", help="run the ONE_PASS_STUDY settings (after any given)")
     ap.add_argument("--seeds", type=int, default=3, help="model seeds 0..N-1, each setting once per seed")
     ap.add_argument("--tf", action="store_true", help="TensorFlow single-process on the same files and seeds")
     ap.add_argument("--tf-python", default=str(ROOT / ".venv-baselines" / "bin" / "python"))
@@ -147,7 +182,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    settings = [{}, *json.loads(args.settings), *(STUDY if args.study else []), *(DENSE_STUDY if args.dense else [])]
+    settings = [{}, *json.loads(args.settings), *(STUDY if args.study else []), *(DENSE_STUDY if args.dense else []),
+                *(ONE_PASS_STUDY if args.one_pass else [])]
     names = [s.get("label", json.dumps(s)) if s else "defaults" for s in settings]
     aucs: dict[str, list[float]] = {n: [] for n in names}
     losses: dict[str, list[float]] = {n: [] for n in names}
@@ -155,6 +191,7 @@ def main() -> int:
     tf_loss: list[float] = []
     with tempfile.TemporaryDirectory(prefix="streamrec-auc-sweep-") as tmp:
         data = make_planted(Path(tmp), args.train_rows, args.test_rows, seed=0)
+        prior = prior_log_odds(data.train)
         for seed in range(args.seeds):  # seed by seed: a load change falls on every setting alike
             if args.tf:
                 r = run_tf(Path(args.tf_python), data.train, data.test, seed)
@@ -162,7 +199,7 @@ def main() -> int:
                 tf_loss.append(r["test_logloss"])
                 print(f"seed {seed} tensorflow: {r['test_auc']:.4f}", file=sys.stderr)
             for name, setting in zip(names, settings, strict=True):
-                model = model_for(setting, seed)
+                model = model_for(setting, seed, prior)
                 job = FileJob(train=(str(data.train),), test=str(data.test), model=model, batch_size=512,
                               servers=1, workers=setting.get("workers", args.workers),
                               tables=tables_for(setting, model), dense_sync_steps=setting.get("sync", 64),
