@@ -43,3 +43,14 @@ def test_other_models_keep_their_defaults(kind: str) -> None:
     cfg = ModelConfig.model_validate({"type": kind, "slots": SLOTS})
     assert cfg.sparse_optimizer == OptimizerConfig(kind="adagrad", lr=0.05)
     assert cfg.init_scale == 0.01
+
+
+@pytest.mark.parametrize("kind", ["wide_deep", "deepfm"])
+def test_output_bias_is_the_logit_layers_starting_bias(kind: str) -> None:
+    from models import build_model
+
+    cfg = ModelConfig.model_validate({"type": kind, "slots": SLOTS, "mlp": [8, 4], "output_bias": -0.8})
+    model = build_model(cfg)
+    assert model.params.value["deep.2.b"].tolist() == pytest.approx([-0.8])
+    assert not model.params.value["deep.1.b"].any()  # the hidden layers' biases still start at zero
+    assert not build_model(cfg.model_copy(update={"output_bias": 0.0})).params.value["deep.2.b"].any()
