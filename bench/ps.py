@@ -216,16 +216,19 @@ def redis_ops(r: Any, chunk: int = 4096) -> tuple[Callable, Callable]:
 
 def latencies(fns: dict[str, Callable[[np.ndarray], Any]], batches: list[np.ndarray],
               calls: int) -> dict[str, tuple[float, float]]:
-    """p50 and p99 (us) of each of ``fns``, timed call by call in turn (fn a, fn b, ..., fn a, ...)
-    so that load on the machine falls on all of them alike."""
+    """p50 and p99 (us) of each of ``fns``, timed call by call in turn so that load on the
+    machine falls on all of them alike; the turn's order is reversed every other call (a, b, c,
+    c, b, a, ...): with one fixed order, whichever call came first after another process's ran
+    measured up to ~20 us apart from the same call later in the turn."""
     for b in batches[:50]:
         for fn in fns.values():
             fn(b)
     lat = {name: np.empty(calls) for name in fns}
     clock = time.perf_counter
+    turns = (list(fns.items()), list(fns.items())[::-1])
     for i in range(calls):
         b = batches[i % len(batches)]
-        for name, fn in fns.items():
+        for name, fn in turns[i % 2]:
             t = clock()
             fn(b)
             lat[name][i] = clock() - t
