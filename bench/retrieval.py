@@ -196,9 +196,12 @@ def print_dataset(out: dict[str, Any]) -> None:
     if "streamrec_over_oracle" in t:
         print(f"streamrec [default] recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
               f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
-    eff = out["arms"].get("default", {}).get("effective_retrieval")
+    default = out["arms"].get("default", {})
+    if default.get("what"):
+        print(f"default = {default['what']}")
+    eff = default.get("effective_retrieval")
     if eff:
-        print("default = train.model.retrieval " + ", ".join(f"{k} {v}" for k, v in eff.items()
+        print("          train.model.retrieval " + ", ".join(f"{k} {v}" for k, v in eff.items()
                                                             if k in ("loss", "logq", "temperature", "normalize",
                                                                      "negatives")))
     print(f"ablation (each arm its own `streamrec up --replay` runs, their mean; item-rate predict AUC "
