@@ -41,7 +41,8 @@ def _loss(kind: str, **more: Any) -> dict[str, Any]:
 # not decay as row-wise Adagrad's do, so a drifting user's row follows. End to end (2026-11-24, load 5-8) with the
 # history attention-pooled: planted 0.099-0.104 (mean 0.101, 5 runs, lr 0.01 or 0.007) against the default's
 # 0.095-0.101 (0.097, higher in each of the 5 paired runs), but MovieLens 0.063-0.067 against 0.065-0.070 (4
-# paired runs; its 21 seen users fell): not the default.
+# paired runs; its 21 seen users fell): not the default. (Measured with the history's position biases
+# starting at -0.1 p, since reverted: models.history_pooling.)
 USER_ID_ADAM: dict[str, Any] = {"kind": "adam", "lr": 0.007}
 
 ARMS: tuple[Arm, ...] = (
@@ -54,7 +55,7 @@ ARMS: tuple[Arm, ...] = (
     Arm("sparse-adam", {"sparse_optimizer": {"kind": "adam", "lr": 0.01}}, False,
         "the default with Adam (lr 0.01) on the embeddings instead of row-wise Adagrad (drift: steps do not decay)"),
     Arm("history-attention", {}, True, "the default, user history attention-pooled (learned query, position "
-        "biases starting as a recency-weighted mean)", pooling="attention"),
+        "biases)", pooling="attention"),
     Arm("history-last5", {}, True, "the default, the user's last 5 positives mean-pooled", history_length=5),
     Arm("user-adam", {}, False, "the default, the user id's rows on Adam (lr 0.007), the others on Adagrad",
         user_id_optimizer=USER_ID_ADAM),

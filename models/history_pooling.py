@@ -5,18 +5,19 @@ Record i's ids e_0 .. e_{L-1} (the history join gives them newest first) are poo
     w_p = softmax_p( <q, e_p> / sqrt(dim) + b_p ),    out_i = sum_p w_p e_p
 
 with ``q`` (dim) a learned query and ``b`` (POSITIONS) a learned bias per position, positions
-past the last sharing its bias. ``q`` starts at zero and ``b_p`` at ``-RECENCY * p``, so the pooling
-starts as a recency-weighted mean (item p weighs e^(-RECENCY p): users' interests drift, and at
-the dense lr the biases barely move from where they start); ``b`` learns how much recent items
-outweigh older ones, ``q`` which items say more about a user. The two-tower user tower cannot
-see the candidate item, so the query is global, not the target attention of DIN (Zhou et al., KDD 2018).
+past the last sharing its bias. Both start at zero, so the pooling starts as the mean; ``b``
+learns how much recent items outweigh older ones (users' interests drift), ``q`` which items
+say more about a user. The two-tower user tower cannot see the candidate item, so the query is
+global, not the target attention of DIN (Zhou et al., KDD 2018).
 
 Measured (bench/retrieval.py planted 200k, 2026-11-24, load 6-10): end to end, 4 runs each, the
 user history attention-pooled 0.098-0.105 (mean 0.101), mean-pooled 0.098-0.100 (2 runs), no
 history 0.092-0.098 (0.095); in-process (one worker) 0.0994 and 0.1003 (last 10) against 0.1006
 without history. At the dense lr 1e-3 the query and biases stay within +-0.06 of zero, so it
 pools nearly as the mean does; at lr 0.01 they move (the newest items weighted down) and recall
-fell to 0.094 in-process. Gains over the mean pooling: not shown.
+fell to 0.094 in-process. Gains over the mean pooling: not shown. Position biases starting at -0.1 p
+(a recency-weighted mean; 2026-11-24, load 5-8): in-process 0.1026 against 0.0994, end to end 0.094-0.103
+(mean 0.098, 4 runs) against 0.095-0.101 without history: not kept.
 
 No wide weight is read for these ids: the history's item ids carry the items' like rates in
 column 0, which say nothing about the user's click.
@@ -30,14 +31,6 @@ from numba import njit
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _F0 = np.float32(0.0)
 POSITIONS = 128  # history length is at most 127 (streaming.stream_config.HistoryConfig)
-# the position biases' start: -RECENCY per position, the newest first. In-process on bench/retrieval.py's
-# planted 200k (seed 0, 2026-11-24): recall@10 0.1026 (0.1 and 0.3 alike) against 0.0994 starting at zero.
-RECENCY = np.float32(0.1)
-
-
-def position_start() -> np.ndarray:
-    """The position biases' starting values: item p of the newest-first history weighs e^(-RECENCY p)."""
-    return -RECENCY * np.arange(POSITIONS, dtype=np.float32)
 
 
 @njit(**_JIT)

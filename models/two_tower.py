@@ -5,7 +5,7 @@ normalised, else 1; ``a`` learned, starting at 1; ``wide``: the per-id wide weig
 record's user and item ids, as in wide & deep); the item tower alone gives the vectors the
 service indexes, the user tower the queries. A user-tower list slot with ``pooling: attention``
 (the user's history) is pooled by :mod:`models.history_pooling` (a learned query and per-position
-biases, starting as a recency-weighted mean) instead of the EmbeddingBlock, its columns after the block's.
+biases) instead of the EmbeddingBlock, its columns after the block's.
 
 Why the wide weights and ``a``: the softmax teaches the towers which items a user picks, not
 whether they like what they picked; an item's own like rate (which the wide weight of its id
@@ -32,7 +32,7 @@ import numpy as np
 from models.base import Model
 from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
-from models.history_pooling import POSITIONS, attention_backward, attention_forward, position_start
+from models.history_pooling import POSITIONS, attention_backward, attention_forward
 from models.item_frequency import ItemFrequency
 from models.layers import MLP
 from models.model_config import ModelConfig, Pooling, RetrievalLossKind, Tower
@@ -96,8 +96,6 @@ class TwoTower(Model):
         self.user_mlp.init(self.params, rng)
         self.item_mlp.init(self.params, rng)
         self.params.value["score.a"][0] = 1.0
-        for s in self.attention_slots:
-            self.params.value[f"attention.{s.name}.position"][:] = position_start()
         r = config.retrieval
         self.scale = np.float32(1.0 / r.temperature if r.normalize else 1.0)
         self._sample_rng = np.random.default_rng(config.seed + 1)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from models import build_model
-from models.history_pooling import position_start
 from models.layers import bce_with_logits
 from models.model_config import ModelConfig
 from tests.models.helpers import central_difference, random_batch, small_config
@@ -60,15 +59,9 @@ def test_attention_backward_matches_numerical_gradients(loss: str) -> None:
         np.testing.assert_allclose(g, want, rtol=3e-2, atol=3e-3, err_msg=f"table {t}")
 
 
-def test_attention_starts_as_a_recency_weighted_mean() -> None:
-    """The query starts at zero and position p's bias at -RECENCY p; with those biases at zero the
-    user vectors are the mean pooling's."""
+def test_attention_starts_as_the_mean() -> None:
+    """Query and position biases start at zero: the user vectors are the mean pooling's."""
     attention = build_model(_attention_config())
-    np.testing.assert_array_equal(attention.params.value["attention.b.query"], 0.0)
-    position = attention.params.value["attention.b.position"]
-    np.testing.assert_allclose(position, position_start())
-    assert position[0] == 0.0 and np.all(np.diff(position) < 0)  # the newest weighs most
-    position[:] = 0.0
     mean = build_model(small_config("two_tower"))
     f = attention.features(random_batch(9, seed=2))
     rng = np.random.default_rng(3)
