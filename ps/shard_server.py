@@ -108,9 +108,7 @@ class ShardServer:
         self._refusals = RefusalLog(log, f"shard {index}")
         self.errors: Counter[str] = self._refusals.counts  # refusals by error code
         self.connections_closed = 0
-        self._pull = self.tables.pull
-        self._handlers: dict[Op, Handler] = {
-            Op.PULL_SPARSE: lambda ident, msg: self.tables.pull(msg),
+        self._handlers: dict[Op, Handler] = {  # PULL_SPARSE is answered before it (_handle)
             Op.PUSH_SPARSE: lambda ident, msg: self.tables.push(msg),
             Op.INIT_DENSE: lambda ident, msg: self.tables.init_dense(msg),
             Op.PULL_DENSE: lambda ident, msg: self.tables.pull_dense(msg),
@@ -226,7 +224,7 @@ class ShardServer:
                 if frame is not None:
                     outbox.send_frame(ident, frame)
                 else:
-                    outbox.reply(ident, self._pull(msg))
+                    outbox.reply(ident, self.tables.pull(msg))  # refusals, existing-only, big replies
                 return True
             mutating = op in MUTATING  # reads skip the replay cache
             if mutating:
