@@ -92,6 +92,13 @@ class DenseMerge(StrEnum):
     MEAN = "mean"  # added / workers: the average of the workers' models (local SGD, FedAvg)
 
 
+class DenseAverageConfig(FrozenModel):
+    """``model.dense_average``: evaluate and export an exponential moving average of the dense (MLP)
+    weights while training goes on with the raw ones (:mod:`trainer.dense_average`)."""
+
+    decay: float = Field(gt=0.0, lt=1.0)  # per training step of the worker: ~1 / (1 - decay) steps averaged
+
+
 class SlotSpec(FrozenModel):
     name: str = Field(min_length=1)
     dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
@@ -155,6 +162,7 @@ class ModelConfig(FrozenModel):
     # wide_deep/deepfm: the logit layer's starting bias, the log-odds of the expected click rate (0: p = 0.5)
     output_bias: float = Field(0.0, ge=-20.0, le=20.0)
     dense_merge: DenseMerge = DenseMerge.SUM
+    dense_average: DenseAverageConfig | None = None  # None: evaluate and export the raw dense weights
     retrieval: RetrievalConfig = RetrievalConfig()  # two_tower only
     seed: int = Field(0, ge=0)
 

@@ -21,25 +21,45 @@
 
 Both offer the same verbs to the worker and the job: ``start``/``refresh`` (take the PS's
 value), ``update`` (one step; True when the caller must refresh after the step's end),
-``flush`` (send what is not sent yet) and ``state``/``load_state`` (what a pass keeps of
-this worker).
+``flush`` (send what is not sent yet), ``state``/``load_state`` (what a pass keeps of
+this worker), and ``served`` / ``serve_average`` (the weights to evaluate and export: with
+``model.dense_average`` the moving average of the weights this worker trained with after each
+step, :mod:`trainer.dense_average`, kept in the worker's part of a pass; else the raw ones).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from models.model_config import DenseMerge
+from models.model_config import DenseAverageConfig, DenseMerge
 from tables.dense_optimizer import DenseOptimizer
 from tables.table_config import OptimizerConfig
+from trainer.dense_average import DenseAverage
 from trainer.job_config import DenseUpdate
 from trainer.params import ParamStore
 
 
-class LocalDense:
+class _Served:
+    """What both rules share: the weights served for evaluation and export (raw or averaged)."""
+
+    values: np.ndarray
+    average: DenseAverage | None
+
+    def served(self) -> np.ndarray:
+        """The dense vector to evaluate and export (a new array): the average when on, else the raw weights."""
+        return self.values.copy() if self.average is None else self.average.read(self.values)
+
+    def serve_average(self) -> None:
+        """Put the served weights in place of the raw ones (training is over: the file job's evaluation)."""
+        if self.average is not None:
+            self.values[...] = self.average.read(self.values)
+
+
+class LocalDense(_Served):
     def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1,
-                 merge: DenseMerge = DenseMerge.SUM) -> None:
+                 merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None) -> None:
         self.values = values  # the model's flat dense vector, updated in place
+        self.average = None if average is None else DenseAverage(average, values.shape[0])
         self.base = values.copy()
         self.optimizer = DenseOptimizer(optimizer, values)
         self.sync_steps = max(1, sync_steps)
@@ -58,6 +78,8 @@ class LocalDense:
         """Apply one optimizer step; on a sync step also send the change. True when the caller
         must call :meth:`refresh` after the step ends (after the sync barrier)."""
         self.optimizer.step(self.values, grads)
+        if self.average is not None:
+            self.average.update(self.values)
         self.steps += 1
         if self.steps % self.sync_steps:
             return False
@@ -81,15 +103,18 @@ class LocalDense:
             self.refresh(store)
 
     def state(self) -> dict[str, np.ndarray]:
-        return self.optimizer.state
+        return self.optimizer.state if self.average is None else self.optimizer.state | self.average.state
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         self.optimizer.load_state(state)
+        if self.average is not None:
+            self.average.load_state(state)
 
 
-class PSDense:
-    def __init__(self, values: np.ndarray, *, sync_steps: int = 1) -> None:
+class PSDense(_Served):
+    def __init__(self, values: np.ndarray, *, sync_steps: int = 1, average: DenseAverageConfig | None = None) -> None:
         self.values = values
+        self.average = None if average is None else DenseAverage(average, values.shape[0])
         self.sync_steps = max(1, sync_steps)
         self.steps = 0
 
@@ -99,6 +124,8 @@ class PSDense:
     def update(self, grads: np.ndarray, store: ParamStore) -> bool:
         # a copy: an async push is still being sent while the next backward overwrites grads
         store.push_dense(grads.copy())
+        if self.average is not None:  # the weights this step trained with (pulled every sync_steps)
+            self.average.update(self.values)
         self.steps += 1
         return self.steps % self.sync_steps == 0
 
@@ -109,17 +136,18 @@ class PSDense:
         """Nothing is held here: every gradient was sent (``store.drain`` waits for them)."""
 
     def state(self) -> dict[str, np.ndarray]:
-        return {}  # the optimizer state is the shards'
+        return {} if self.average is None else self.average.state  # the optimizer state is the shards'
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        pass
+        if self.average is not None:
+            self.average.load_state(state)
 
 
 Dense = LocalDense | PSDense
 
 
 def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int,
-               merge: DenseMerge = DenseMerge.SUM) -> Dense:
+               merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None) -> Dense:
     if update is DenseUpdate.PS:
-        return PSDense(values, sync_steps=sync_steps)
-    return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge)
+        return PSDense(values, sync_steps=sync_steps, average=average)
+    return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average)
