@@ -138,6 +138,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     ps.client.barrier(_FINISH_STEP, spec.num_workers, timeout_s=3600)
     if spec.rank == 0:
         worker.dense.refresh(store)  # every worker's last change is in
+        worker.dense.serve_average()  # model.dense_average: the test set is scored with the averaged weights
         _evaluate(spec, job, worker, results)
     ps.close()
     return result
