@@ -75,6 +75,10 @@ class RetrievalConfig(FrozenModel):
     frequency_buckets: int = Field(1 << 18, ge=1)  # per hash of the streaming estimate (power of two)
     frequency_hashes: int = Field(2, ge=1, le=8)
     frequency_alpha: float = Field(0.01, gt=0.0, le=1.0)  # the estimate's moving-average rate
+    # a learned per-id bias in the softmax's logit, <u, v> / temperature + b (b: the sum of the item's
+    # item-tower ids' rows in the table ITEM_BIAS_TABLE, updated by this rule; None: no bias). Served as
+    # one more index column: item [v, temperature * b], user query [u, 1] (models.two_tower)
+    item_bias: OptimizerConfig | None = None
 
     @model_validator(mode="after")
     def _powers_of_two(self) -> RetrievalConfig:
@@ -82,6 +86,17 @@ class RetrievalConfig(FrozenModel):
             if v & (v - 1):
                 raise ValueError(f"{name} must be a power of two, got {v}")
         return self
+
+
+ITEM_BIAS_TABLE = "bias.items"  # two_tower's retrieval.item_bias rows: 1 float per item-tower id
+
+
+def item_bias_table(config: RetrievalConfig, seed: int) -> tuple[TableConfig, ...]:
+    """The table of the item biases when ``config.item_bias`` asks for them (zeros at the start)."""
+    if config.item_bias is None:
+        return ()
+    return (TableConfig(name=ITEM_BIAS_TABLE, dim=1, wide=False, seed=seed, initializer={"kind": "zeros"},
+                        optimizer=config.item_bias),)
 
 
 class DenseMerge(StrEnum):
@@ -230,4 +245,5 @@ class ModelConfig(FrozenModel):
                         optimizer=s.optimizer, wide_optimizer=self.wide_optimizer)
             for s in self.slots if s.optimizer is not None
         )
-        return shared + own
+        bias = item_bias_table(self.retrieval, self.seed) if self.type is ModelType.TWO_TOWER else ()
+        return shared + own + bias
