@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from core.errors import InvalidInput
-from models.model_config import ModelConfig, Pooling, SlotSpec
+from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, SlotSpec, Tower
 from streaming.batch import Batch
 from tables.dedupe import dedupe
 
@@ -69,6 +69,11 @@ def _plan(config: ModelConfig, slots: tuple[SlotSpec, ...]) -> list[_TablePlan]:
     for s in slots:
         by_table.setdefault(config.table_name(s), []).append(s)
     plan = []
+    if config.type is ModelType.TWO_TOWER and config.retrieval.item_bias is not None:
+        # two_tower's per-id item biases: the item-tower slots' ids again, in a 1-float table of their own
+        item = [s for s in slots if s.tower is Tower.ITEM]
+        if item:
+            by_table[ITEM_BIAS_TABLE] = item
     for name, specs in by_table.items():
         mean = np.array([s.pooling is Pooling.MEAN for s in specs], np.bool_)
         mean.flags.writeable = False
