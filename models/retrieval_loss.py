@@ -5,11 +5,13 @@ negatives: every other positive's item) and then any items sampled from the cata
 column holding the row's own item again (another record of the same item, or a sampled
 copy of it) is masked out: it is not a negative. The logit of row i and column j is
 
-    s_ij = <u_i, v_j> / temperature - logq_j
+    s_ij = <u_i, v_j> / temperature + b_j - logq_j
 
 with ``logq_j`` the log of item j's expected count among the candidates (Yi et al., RecSys
 2019: the correction that keeps popular items, which are more often in-batch negatives,
-from being pushed down for it). The loss is the mean over rows of ``logsumexp_j s_ij - s_ii``.
+from being pushed down for it) and ``b_j`` the item's learned bias when the model has one
+(0 otherwise: how much more the item is picked than its vector tells, i.e. its popularity
+beyond what the correction takes out). The loss is the mean over rows of ``logsumexp_j s_ij - s_ii``.
 
 Also here: L2 normalisation of tower outputs and its backward, and the item identity of a
 record (a hash of its item-tower ids) that decides which columns are the same item.
@@ -30,8 +32,9 @@ _EPS = np.float32(1e-12)
 
 
 @njit(**_JIT)
-def _softmax_rows(users, items, item_hash, logq, inv_t, du, dv):
-    """Sum over rows of the loss; du, dv (zeroed) get the gradients of that sum, without the 1/p.
+def _softmax_rows(users, items, item_hash, offset, inv_t, du, dv, doffset):
+    """Sum over rows of the loss; du, dv, doffset (zeroed) get the gradients of that sum, without
+    the 1/p (``offset``: each column's b_j - logq_j).
 
     One thread, no BLAS: the p x c products are small, and a threaded GEMM next to other busy
     processes waits for its threads far longer than the arithmetic takes.
@@ -49,7 +52,7 @@ def _softmax_rows(users, items, item_hash, logq, inv_t, du, dv):
             acc = np.float32(0.0)
             for k in range(d):
                 acc += u[k] * items[j, k]
-            s[j] = acc * inv_t - logq[j]
+            s[j] = acc * inv_t + offset[j]
             if s[j] > top:
                 top = s[j]
         own = s[i]
@@ -64,6 +67,7 @@ def _softmax_rows(users, items, item_hash, logq, inv_t, du, dv):
                 g -= np.float32(1.0)
             if g == np.float32(0.0):
                 continue
+            doffset[j] += g
             g *= inv_t
             for k in range(d):
                 du[i, k] += g * items[j, k]
@@ -77,14 +81,24 @@ def softmax_loss(users: np.ndarray, items: np.ndarray, item_hash: np.ndarray, lo
 
     Returns the loss and its gradients for ``users`` and ``items`` (float32).
     """
+    loss, du, dv, _ = softmax_loss_with_bias(users, items, item_hash, logq, np.zeros(items.shape[0], np.float32),
+                                             temperature)
+    return loss, du, dv
+
+
+def softmax_loss_with_bias(users: np.ndarray, items: np.ndarray, item_hash: np.ndarray, logq: np.ndarray,
+                           bias: np.ndarray, temperature: float) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """``softmax_loss`` with the items' biases ``bias`` (c,) in the logits; also returns their gradient."""
     p = users.shape[0]
     du = np.zeros(users.shape, np.float32)
     dv = np.zeros(items.shape, np.float32)
+    db = np.zeros(items.shape[0], np.float32)
+    offset = np.ascontiguousarray(bias, np.float32) - np.ascontiguousarray(logq, np.float32)
     total = _softmax_rows(np.ascontiguousarray(users, np.float32), np.ascontiguousarray(items, np.float32),
-                          np.ascontiguousarray(item_hash, np.uint64), np.ascontiguousarray(logq, np.float32),
-                          np.float32(1.0 / temperature), du, dv)
+                          np.ascontiguousarray(item_hash, np.uint64), offset, np.float32(1.0 / temperature),
+                          du, dv, db)
     scale = np.float32(1.0 / max(p, 1))
-    return float(total) * float(scale), du * scale, dv * scale
+    return float(total) * float(scale), du * scale, dv * scale, db * scale
 
 
 def unit_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

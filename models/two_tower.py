@@ -34,10 +34,10 @@ from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
 from models.history_pooling import POSITIONS, attention_backward, attention_forward
 from models.item_frequency import ItemFrequency
-from models.layers import MLP
-from models.model_config import ModelConfig, Pooling, RetrievalLossKind, Tower
+from models.layers import MLP, wide_backward, wide_forward
+from models.model_config import ITEM_BIAS_TABLE, ModelConfig, Pooling, RetrievalLossKind, Tower
 from models.negative_pool import NegativePool
-from models.retrieval_loss import item_hashes, softmax_loss, unit_rows, unit_rows_backward
+from models.retrieval_loss import item_hashes, softmax_loss_with_bias, unit_rows, unit_rows_backward
 from streaming.batch import Batch, Ragged
 from tables.dedupe import dedupe
 
@@ -103,7 +103,8 @@ class TwoTower(Model):
         self.frequency: ItemFrequency | None = None
         self.pool: NegativePool | None = None
         self.last_softmax_loss = float("nan")
-        self._u = self._v = self._un = self._vn = self._dot = np.empty(0, np.float32)
+        self._u = self._v = self._un = self._vn = self._dot = self._bias = np.empty(0, np.float32)
+        self.item_bias = r.item_bias is not None
 
     # -- features ---------------------------------------------------------------------------------
 
@@ -174,11 +175,26 @@ class TwoTower(Model):
             return unit_rows(x)
         return x, np.ones(x.shape[0], np.float32)
 
+    def _item_bias(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
+        """float32[n]: each item's bias, the sum of its item-tower ids' rows in ITEM_BIAS_TABLE."""
+        b = np.zeros(f.n, np.float32)
+        ti = f.tables[ITEM_BIAS_TABLE]
+        wide_forward(rows[ITEM_BIAS_TABLE], ti.idx, ti.offs, b)
+        return b
+
     def user_vectors(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
-        return self._unit(self._user_out(f, rows))[0]
+        """The queries: u, and with item biases [u, 1] (the bias column's weight)."""
+        u = self._unit(self._user_out(f, rows))[0]
+        return np.hstack([u, np.ones((f.n, 1), np.float32)]) if self.item_bias else u
 
     def item_vectors(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:
-        return self._unit(self._item_out(f, rows))[0]
+        """What the index holds: v, and with item biases [v, temperature * b], so that an inner
+        product with [u, 1] is temperature * (<u, v> / temperature + b): the softmax's ranking."""
+        v = self._unit(self._item_out(f, rows))[0]
+        if not self.item_bias:
+            return v
+        t = np.float32(self.config.retrieval.temperature)
+        return np.hstack([v, (t * self._item_bias(f, rows))[:, None]])
 
     # -- training ---------------------------------------------------------------------------------
 
@@ -190,6 +206,8 @@ class TwoTower(Model):
         item_wide = np.zeros(items.n, np.float32)  # the sampled negatives' too (not part of any click)
         self._u, self._un = self._unit(self._user_out(f, rows, wide))
         self._v, self._vn = self._unit(self._item_out(items, rows, item_wide))
+        if self.item_bias:
+            self._bias = self._item_bias(items, rows)
         self._dot = self.scale * np.einsum("ij,ij->i", self._u, self._v[: f.n])
         p = self.params.value
         return p["score.a"][0] * self._dot + wide + item_wide[: f.n] + p["score.b"][0]
@@ -214,7 +232,7 @@ class TwoTower(Model):
             du += g * self._v[:n]
             dv[:n] += g * self._u
         if r.loss is not RetrievalLossKind.POINTWISE and isinstance(f, TwoTowerFeatures):
-            self._softmax_backward(f, du, dv)
+            self._softmax_backward(f, du, dv, grads)
         if r.normalize:
             du = unit_rows_backward(du, self._u, self._un)
             dv = unit_rows_backward(dv, self._v, self._vn)
@@ -240,8 +258,10 @@ class TwoTower(Model):
             self.frequency = ItemFrequency(r.frequency_buckets, r.frequency_hashes, r.frequency_alpha)
             self.frequency.load_state(mine)
 
-    def _softmax_backward(self, f: TwoTowerFeatures, du: np.ndarray, dv: np.ndarray) -> None:
-        """Add the softmax loss's gradients to ``du``/``dv``; update the frequency estimate and the pool."""
+    def _softmax_backward(self, f: TwoTowerFeatures, du: np.ndarray, dv: np.ndarray,
+                          grads: dict[str, np.ndarray]) -> None:
+        """Add the softmax loss's gradients to ``du``/``dv`` (and the item biases' to ``grads``);
+        update the frequency estimate and the pool."""
         r = self.config.retrieval
         if self.frequency is None:
             self.frequency = ItemFrequency(r.frequency_buckets, r.frequency_hashes, r.frequency_alpha)
@@ -259,8 +279,15 @@ class TwoTower(Model):
             logq = np.log(expected)
         else:
             logq = np.zeros(cols.shape[0], np.float32)
-        self.last_softmax_loss, dq, dc = softmax_loss(self._u[pos], self._v[cols], col_hash, logq, r.temperature)
+        bias = self._bias[cols] if self.item_bias else np.zeros(cols.shape[0], np.float32)
+        self.last_softmax_loss, dq, dc, db = softmax_loss_with_bias(self._u[pos], self._v[cols], col_hash, logq,
+                                                                    bias, r.temperature)
         du[pos] += dq
         dv[cols] += dc  # cols are distinct rows of v
+        if self.item_bias:
+            dbias = np.zeros(f.items.n, np.float32)
+            dbias[cols] = db
+            ti = f.items.tables[ITEM_BIAS_TABLE]
+            wide_backward(dbias, ti.idx, ti.offs, grads[ITEM_BIAS_TABLE])
         if self.pool is not None:
             self.pool.add(f.item_ids, f.item_hash, np.arange(f.n))

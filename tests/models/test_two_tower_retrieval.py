@@ -10,6 +10,7 @@ import pytest
 from models import build_model
 from models.features import build_features
 from models.layers import bce_with_logits
+from models.model_config import ITEM_BIAS_TABLE
 from models.two_tower import TwoTower, TwoTowerFeatures
 from tests.models.helpers import random_batch, small_config
 
@@ -20,6 +21,10 @@ CASES = {
                                            "logq": True, "negatives": 3},
     "softmax, raw dot, no logQ, in-batch": {"loss": "softmax", "temperature": 2.0, "normalize": False,
                                             "logq": False, "negatives": 0},
+    "softmax, item biases, logQ, sampled": {"loss": "softmax", "temperature": 0.5, "normalize": False,
+                                            "logq": True, "negatives": 3, "item_bias": {"kind": "adagrad"}},
+    "both, normalised, item biases, in-batch": {"loss": "both", "temperature": 0.3, "normalize": True,
+                                                "logq": False, "negatives": 0, "item_bias": {"kind": "sgd"}},
 }
 
 
@@ -28,11 +33,21 @@ def _reference(model: TwoTower, f: TwoTowerFeatures, rows: dict[str, np.ndarray]
     r = model.config.retrieval
     u = model.user_vectors(f, rows).astype(np.float64)
     v = model.item_vectors(f.items, rows).astype(np.float64)
+    bias = np.zeros(f.items.n)  # each candidate's bias: its item-tower ids' rows in the bias table
+    if r.item_bias is not None:
+        u, v = u[:, :-1], v[:, :-1]  # the served columns [1] and [temperature * b]: not the towers'
+        ti = f.items.tables[ITEM_BIAS_TABLE]
+        for s in range(len(ti.slots)):
+            for j in range(f.items.n):
+                ids = ti.idx[ti.offs[s, j]:ti.offs[s, j + 1]]
+                bias[j] += sum(float(rows[ITEM_BIAS_TABLE][k, 0]) for k in ids)
     scale = 1.0 / r.temperature if r.normalize else 1.0
     a, b = float(model.params.value["score.a"][0]), float(model.params.value["score.b"][0])
     wide = np.zeros(f.n)  # the wide weights (row column 0) of every id of the record, user and item slots
     for feats, tower in ((f, model.user_slots), (f.items, model.item_slots)):
         for t, ti in feats.tables.items():
+            if t == ITEM_BIAS_TABLE:
+                continue  # the softmax's, not the click's
             for s in range(len(ti.slots)):
                 if ti.slots[s] not in tower:
                     continue
@@ -54,7 +69,7 @@ def _reference(model: TwoTower, f: TwoTowerFeatures, rows: dict[str, np.ndarray]
         for c, j in enumerate(cols):
             if c != row and f.item_hash[j] == f.item_hash[i]:
                 continue  # the row's own item again: not a negative
-            s = float(u[i] @ v[j]) / r.temperature - logq[c]
+            s = float(u[i] @ v[j]) / r.temperature + bias[j] - logq[c]
             logits.append((s, c == row))
         top = max(s for s, _ in logits)
         lse = top + math.log(sum(math.exp(s - top) for s, _ in logits))
@@ -116,8 +131,10 @@ def test_softmax_loss_gradients_match_a_slow_reference(case: str) -> None:
     want = np.array([numeric(model.params.values, int(i), tower=int(i) not in head) for i in picks])
     np.testing.assert_allclose(dense[picks], want, rtol=3e-2, atol=2e-3)
     for t, g in sparse.items():
-        # column 0, the wide weight, is in the click alone; the embedding in the softmax too
-        want = np.array([numeric(rows[t], i, tower=i % g.shape[1] != 0) for i in range(g.size)]).reshape(g.shape)
+        # column 0, the wide weight, is in the click alone; the embedding in the softmax too; the item bias
+        # (its table's only column) in the softmax alone
+        want = np.array([numeric(rows[t], i, tower=t == ITEM_BIAS_TABLE or i % g.shape[1] != 0)
+                         for i in range(g.size)]).reshape(g.shape)
         np.testing.assert_allclose(g, want, rtol=3e-2, atol=2e-3, err_msg=f"table {t}")
         assert np.abs(g).sum() > 0
     if options["negatives"]:  # keys only the sampled negatives hold were appended, pulled and get gradients
