@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.layers import ParamSet
 from models.model_config import DenseAverageConfig, DenseMerge
 from tables.dense_optimizer import DenseOptimizer
 from tables.table_config import OptimizerConfig
@@ -48,6 +49,15 @@ class _Served:
     def served(self) -> np.ndarray:
         """The dense vector to evaluate and export (a new array): the average when on, else the raw weights."""
         return self.values.copy() if self.average is None else self.average.read(self.values)
+
+    def served_params(self, params: ParamSet) -> dict[str, np.ndarray]:
+        """:meth:`served` as the model's named arrays (what a bundle exports), laid out as ``params``."""
+        flat, out, start = self.served(), {}, 0
+        for name, shape in params.shapes.items():
+            size = int(np.prod(shape))
+            out[name] = flat[start : start + size].reshape(shape)
+            start += size
+        return out
 
     def serve_average(self) -> None:
         """Put the served weights in place of the raw ones (training is over: the file job's evaluation)."""
