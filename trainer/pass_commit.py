@@ -43,6 +43,7 @@ from ps.client import PSClient
 from ps.ps_config import ClientConfig
 from stores.store import Store
 from trainer import checkpoints, pass_history
+from trainer.dense_sync import Dense
 from trainer.export import SAVE_TIMEOUT_S, Exporter
 from trainer.job_context import JobContext
 from trainer.metrics import Metrics, WindowedMetrics
@@ -171,6 +172,7 @@ class PassCommitter:
         self.force_base = False  # the next save starts a new chain of table files
         self.last_commit: dict[str, Any] = {}  # the manifest of the newest pass the chief finished committing
         self.last_export: dict[str, Any] = {}  # what the newest bundle's export returned
+        self.served: Dense | None = None  # the chief's dense rule at its last commit: the weights it exports
 
     def start_exporting(self) -> None:
         """The chief exports a bundle after each commit when passes.export is on."""
@@ -227,7 +229,9 @@ class PassCommitter:
         export = None
         if self.exporter is not None:  # the dense weights of the snapshot point: nobody pushed since
             worker.dense.refresh(self.ctx.store)
-            export = (self.model.params.as_dict(), None if self.catalog is None else self.catalog.snapshot())
+            self.served = worker.dense  # model.dense_average: the bundle carries the averaged dense weights
+            export = (self.served.served_params(self.model.params),
+                      None if self.catalog is None else self.catalog.snapshot())
         ranks = list(self.ctx.progress.active)
         if self.finisher is None:
             self.finisher = CommitFinisher(self.background_client())
@@ -285,7 +289,8 @@ class PassCommitter:
             raise Conflict("this worker does not export (not the chief, or passes.export is off)")
         self.finish_wait()
         self.exporter.wait()
-        self.exporter.start(self.ctx.progress.pass_id, dense=self.model.params.as_dict(),
+        dense = self.model.params.as_dict() if self.served is None else self.served.served_params(self.model.params)
+        self.exporter.start(self.ctx.progress.pass_id, dense=dense,
                             newest_record_time=self.ctx.progress.newest_time,
                             catalog=None if self.catalog is None else self.catalog.snapshot())
         return self.exporter.wait() or {}
