@@ -16,8 +16,9 @@ Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate
 ``init`` (init_scale), ``merge`` (the model's ``dense_merge``: ``"sum"``/``"mean"``), ``model``
 (e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g. ``{"policy": "count", "min_count": 2}``),
 ``bias`` (the model's ``output_bias``: a log-odds, or ``"prior"``: the train file's click rate's),
-``workers`` (instead of ``--workers``), ``sync`` (the job's ``dense_sync_steps`` instead of bench/train.py's
-64), ``dense_update`` (``"local"``/``"ps"``), ``label`` (shown instead of the setting).
+``avg`` (the model's ``dense_average`` decay, or null: off), ``workers`` (instead of ``--workers``),
+``sync`` (the job's ``dense_sync_steps`` instead of bench/train.py's 64), ``dense_update``
+(``"local"``/``"ps"``), ``label`` (shown instead of the setting).
 
 ``--study``: what the peers do that streamrec does not, one change at a time against the defaults
 (``STUDY``; since #16 the defaults take TensorFlow's sparse rates and starts, row-wise), the previous
@@ -28,12 +29,14 @@ zero biases are already the peers', so neither is swept. Findings: README's Benc
 ``--dense``: how the 2 workers combine the dense model (``DENSE_STUDY``: merge rule, merge interval,
 ``dense_update: ps``, 1 worker).
 
+``--average``: the dense weights' moving average for evaluation and export (``AVERAGE_STUDY``: decays).
+
 ``--one-pass``: what is left to gain once the workers average (``ONE_PASS_STUDY``: the dense rate, betas
 and merge interval for 2 workers, the output bias's start, the sparse rates, init scales and Adagrad
 accumulator starts around the defaults).
 
 Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]``, or with ``--study``, ``--dense``
-or ``--one-pass``.
+``--one-pass`` or ``--average``.
 """
 
 from __future__ import annotations
@@ -105,6 +108,16 @@ ONE_PASS_STUDY = [
 ]
 
 
+# Averaged dense weights for evaluation and export (#16, "one-pass quality"; model.dense_average): the test
+# set scored with an exponential moving average of the chief's MLP weights, per step, bias-corrected.
+AVERAGE_STUDY = [
+    {"label": "dense_average decay 0.98 (~50 steps)", "avg": 0.98},
+    {"label": "dense_average decay 0.99 (~100 steps)", "avg": 0.99},
+    {"label": "dense_average decay 0.995 (~200 steps)", "avg": 0.995},
+    {"label": "dense_average decay 0.999 (~1000 steps: most of a worker's pass)", "avg": 0.999},
+]
+
+
 def model_for(setting: dict, seed: int, prior: float = 0.0) -> ModelConfig:
     base = criteo_model(setting.get("model", "wide_deep"), embedding_dim=9, mlp=(400, 400, 400), optimizer="adam",
                         lr=1e-3, seed=seed)
@@ -123,6 +136,8 @@ def model_for(setting: dict, seed: int, prior: float = 0.0) -> ModelConfig:
         update["dense_merge"] = setting["merge"]
     if "bias" in setting:
         update["output_bias"] = prior if setting["bias"] == "prior" else setting["bias"]
+    if "avg" in setting:
+        update["dense_average"] = None if setting["avg"] is None else {"decay": setting["avg"]}
     return ModelConfig.model_validate({**base.model_dump(), **update})
 
 
@@ -174,6 +189,7 @@ def main() -> int:
     ap.add_argument("--study", action="store_true", help="run the STUDY settings (after any given)")
     ap.add_argument("--dense", action="store_true", help="run the DENSE_STUDY settings (after any given)")
     ap.add_argument("--one-pass", action="store_true", help="run the ONE_PASS_STUDY settings (after any given)")
+    ap.add_argument("--average", action="store_true", help="run the AVERAGE_STUDY settings (after any given)")
     ap.add_argument("--seeds", type=int, default=3, help="model seeds 0..N-1, each setting once per seed")
     ap.add_argument("--tf", action="store_true", help="TensorFlow single-process on the same files and seeds")
     ap.add_argument("--tf-python", default=str(ROOT / ".venv-baselines" / "bin" / "python"))
@@ -183,7 +199,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     settings = [{}, *json.loads(args.settings), *(STUDY if args.study else []), *(DENSE_STUDY if args.dense else []),
-                *(ONE_PASS_STUDY if args.one_pass else [])]
+                *(ONE_PASS_STUDY if args.one_pass else []), *(AVERAGE_STUDY if args.average else [])]
     names = [s.get("label", json.dumps(s)) if s else "defaults" for s in settings]
     aucs: dict[str, list[float]] = {n: [] for n in names}
     losses: dict[str, list[float]] = {n: [] for n in names}
