@@ -114,6 +114,31 @@ class DenseAverageConfig(FrozenModel):
     decay: float = Field(gt=0.0, lt=1.0)  # per training step of the worker: ~1 / (1 - decay) steps averaged
 
 
+class ScheduleKind(StrEnum):
+    LINEAR = "linear"  # from 1 to end_factor over decay_steps, then end_factor
+    INVERSE_SQRT = "inverse_sqrt"  # sqrt(decay_steps / (decay_steps + s)): halved after 3 x decay_steps
+
+
+class DenseScheduleConfig(FrozenModel):
+    """``model.dense_schedule``: the dense optimizer's lr as a function of the worker's step count
+    (``dense_update: local``; the count is the optimizer's, kept in a pass): a linear warm-up over
+    ``warmup_steps``, then ``kind``'s decay over the ``s`` steps after it (:mod:`tables.dense_optimizer`)."""
+
+    kind: ScheduleKind = ScheduleKind.LINEAR
+    warmup_steps: int = Field(0, ge=0)
+    decay_steps: int = Field(ge=1)
+    end_factor: float = Field(0.0, ge=0.0, le=1.0)  # linear: the lr's multiple from decay_steps on
+
+    def factor(self, step: int) -> float:
+        """The lr's multiple at optimizer step ``step`` (1 for the first)."""
+        if step <= self.warmup_steps:
+            return step / self.warmup_steps
+        s = step - self.warmup_steps
+        if self.kind is ScheduleKind.LINEAR:
+            return 1.0 - (1.0 - self.end_factor) * min(s / self.decay_steps, 1.0)
+        return (self.decay_steps / (self.decay_steps + s)) ** 0.5
+
+
 class SlotSpec(FrozenModel):
     name: str = Field(min_length=1)
     dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
@@ -178,6 +203,7 @@ class ModelConfig(FrozenModel):
     output_bias: float = Field(0.0, ge=-20.0, le=20.0)
     dense_merge: DenseMerge = DenseMerge.SUM
     dense_average: DenseAverageConfig | None = None  # None: evaluate and export the raw dense weights
+    dense_schedule: DenseScheduleConfig | None = None  # None: the dense optimizer's lr throughout
     retrieval: RetrievalConfig = RetrievalConfig()  # two_tower only
     seed: int = Field(0, ge=0)
 

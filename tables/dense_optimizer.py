@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from core.errors import CorruptData
+from core.errors import ConfigError, CorruptData
 from tables.hashmap import JIT
 from tables.table_config import OptimizerConfig
 
@@ -97,20 +97,24 @@ class DenseOptimizer:
     def steps(self) -> int:
         return int(self.state["t"][0])
 
-    def step(self, w: np.ndarray, g: np.ndarray) -> None:
-        """One update of ``w`` with gradient ``g`` (both contiguous float32 of one length)."""
+    def step(self, w: np.ndarray, g: np.ndarray, *, lr_scale: float = 1.0) -> None:
+        """One update of ``w`` with gradient ``g`` (both contiguous float32 of one length);
+        ``lr_scale``: the lr's multiple for this step (a schedule's)."""
         f, s, kind = self._f, self.state, self.config.kind
         s["t"][0] += 1
+        lr = f["lr"] if lr_scale == 1.0 else np.float32(self.config.lr * lr_scale)
         if kind == "adam":
             t = s["t"][0]
             c = self.config
-            lr_t = np.float32(c.lr * np.sqrt(1.0 - c.beta2**t) / (1.0 - c.beta1**t))
+            lr_t = np.float32(c.lr * lr_scale * np.sqrt(1.0 - c.beta2**t) / (1.0 - c.beta1**t))
             _adam(w, g, s["m"], s["v"], lr_t, f["l2"], self._clip, f["eps"], f["beta1"], f["beta2"])
         elif kind == "adagrad":
-            _adagrad(w, g, s["acc"], f["lr"], f["l2"], self._clip, f["eps"])
+            _adagrad(w, g, s["acc"], lr, f["l2"], self._clip, f["eps"])
         elif kind == "sgd":
-            _sgd(w, g, f["lr"], f["l2"], self._clip)
+            _sgd(w, g, lr, f["l2"], self._clip)
         else:
+            if lr_scale != 1.0:  # ftrl's lr is in its closed form: a step of another rate is not a scaled step
+                raise ConfigError("a dense lr schedule is for sgd, adagrad and adam, not ftrl")
             _ftrl(w, g, s["z"], s["n"], f["lr"], f["l2"], self._clip, f["ftrl_beta"], f["l1"])
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:

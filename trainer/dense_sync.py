@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.errors import ConfigError
 from models.layers import ParamSet
-from models.model_config import DenseAverageConfig, DenseMerge
+from models.model_config import DenseAverageConfig, DenseMerge, DenseScheduleConfig
 from tables.dense_optimizer import DenseOptimizer
 from tables.table_config import OptimizerConfig
 from trainer.dense_average import DenseAverage
@@ -67,8 +68,12 @@ class _Served:
 
 class LocalDense(_Served):
     def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1,
-                 merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None) -> None:
+                 merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
+                 schedule: DenseScheduleConfig | None = None) -> None:
         self.values = values  # the model's flat dense vector, updated in place
+        if schedule is not None and optimizer.kind == "ftrl":
+            raise ConfigError("model.dense_schedule is for a dense optimizer of kind sgd, adagrad or adam, not ftrl")
+        self.schedule = schedule
         self.average = None if average is None else DenseAverage(average, values.shape[0])
         self.base = values.copy()
         self.optimizer = DenseOptimizer(optimizer, values)
@@ -87,7 +92,8 @@ class LocalDense(_Served):
     def update(self, grads: np.ndarray, store: ParamStore) -> bool:
         """Apply one optimizer step; on a sync step also send the change. True when the caller
         must call :meth:`refresh` after the step ends (after the sync barrier)."""
-        self.optimizer.step(self.values, grads)
+        scale = 1.0 if self.schedule is None else self.schedule.factor(self.optimizer.steps + 1)
+        self.optimizer.step(self.values, grads, lr_scale=scale)
         if self.average is not None:
             self.average.update(self.values)
         self.steps += 1
@@ -157,7 +163,10 @@ Dense = LocalDense | PSDense
 
 
 def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int,
-               merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None) -> Dense:
+               merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
+               schedule: DenseScheduleConfig | None = None) -> Dense:
     if update is DenseUpdate.PS:
+        if schedule is not None:  # the shard's optimizer has no step count of the worker's
+            raise ConfigError("model.dense_schedule needs dense_update: local (the worker runs the dense optimizer)")
         return PSDense(values, sync_steps=sync_steps, average=average)
-    return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average)
+    return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average, schedule=schedule)
