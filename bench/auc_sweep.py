@@ -16,7 +16,8 @@ Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate
 ``init`` (init_scale), ``merge`` (the model's ``dense_merge``: ``"sum"``/``"mean"``), ``model``
 (e.g. ``"lr"``), ``admission`` (the tables' admission policy, e.g. ``{"policy": "count", "min_count": 2}``),
 ``bias`` (the model's ``output_bias``: a log-odds, or ``"prior"``: the train file's click rate's),
-``avg`` (the model's ``dense_average`` decay, or null: off), ``workers`` (instead of ``--workers``),
+``avg`` (the model's ``dense_average`` decay, or null: off), ``sched`` (the model's ``dense_schedule``;
+``"decay_steps": "pass"``: a worker's steps in the pass after the warm-up), ``workers`` (instead of ``--workers``),
 ``sync`` (the job's ``dense_sync_steps`` instead of bench/train.py's 64), ``dense_update``
 (``"local"``/``"ps"``), ``label`` (shown instead of the setting).
 
@@ -30,13 +31,14 @@ zero biases are already the peers', so neither is swept. Findings: README's Benc
 ``dense_update: ps``, 1 worker).
 
 ``--average``: the dense weights' moving average for evaluation and export (``AVERAGE_STUDY``: decays).
+``--schedule``: the dense lr over the pass (``SCHEDULE_STUDY``: linear decay, warm-up, inverse sqrt).
 
 ``--one-pass``: what is left to gain once the workers average (``ONE_PASS_STUDY``: the dense rate, betas
 and merge interval for 2 workers, the output bias's start, the sparse rates, init scales and Adagrad
 accumulator starts around the defaults).
 
 Run: ``python bench/auc_sweep.py '[{"wlr": 0.05}]' --seeds 3 --tf [--json]``, or with ``--study``, ``--dense``
-``--one-pass`` or ``--average``.
+``--one-pass``, ``--average`` or ``--schedule``.
 """
 
 from __future__ import annotations
@@ -117,8 +119,19 @@ AVERAGE_STUDY = [
     {"label": "dense_average decay 0.999 (~1000 steps: most of a worker's pass)", "avg": 0.999},
 ]
 
+# The dense Adam's lr over the one pass (#16; model.dense_schedule): decayed linearly to 0 over a worker's
+# steps, the same after a warm-up, inverse square root.
+SCHEDULE_STUDY = [
+    {"label": "dense lr linear decay to 0 over the pass", "sched": {"decay_steps": "pass"}},
+    {"label": "dense lr linear decay to 0.1x over the pass", "sched": {"decay_steps": "pass", "end_factor": 0.1}},
+    {"label": "dense lr warm-up 50 steps, then linear decay to 0",
+     "sched": {"warmup_steps": 50, "decay_steps": "pass"}},
+    {"label": "dense lr 1.5e-3, linear decay to 0", "dopt": {"lr": 1.5e-3}, "sched": {"decay_steps": "pass"}},
+    {"label": "dense lr inverse sqrt, time scale 100 steps", "sched": {"kind": "inverse_sqrt", "decay_steps": 100}},
+]
 
-def model_for(setting: dict, seed: int, prior: float = 0.0) -> ModelConfig:
+
+def model_for(setting: dict, seed: int, prior: float = 0.0, steps_per_worker: int = 1) -> ModelConfig:
     base = criteo_model(setting.get("model", "wide_deep"), embedding_dim=9, mlp=(400, 400, 400), optimizer="adam",
                         lr=1e-3, seed=seed)
     update: dict = {}
@@ -136,6 +149,11 @@ def model_for(setting: dict, seed: int, prior: float = 0.0) -> ModelConfig:
         update["dense_merge"] = setting["merge"]
     if "bias" in setting:
         update["output_bias"] = prior if setting["bias"] == "prior" else setting["bias"]
+    if "sched" in setting:  # decay_steps "pass": a worker's steps in the pass (train rows / batch / workers)
+        sched = dict(setting["sched"])
+        if sched.get("decay_steps") == "pass":
+            sched["decay_steps"] = max(1, steps_per_worker - sched.get("warmup_steps", 0))
+        update["dense_schedule"] = sched
     if "avg" in setting:
         update["dense_average"] = None if setting["avg"] is None else {"decay": setting["avg"]}
     return ModelConfig.model_validate({**base.model_dump(), **update})
@@ -190,6 +208,7 @@ def main() -> int:
     ap.add_argument("--dense", action="store_true", help="run the DENSE_STUDY settings (after any given)")
     ap.add_argument("--one-pass", action="store_true", help="run the ONE_PASS_STUDY settings (after any given)")
     ap.add_argument("--average", action="store_true", help="run the AVERAGE_STUDY settings (after any given)")
+    ap.add_argument("--schedule", action="store_true", help="run the SCHEDULE_STUDY settings (after any given)")
     ap.add_argument("--seeds", type=int, default=3, help="model seeds 0..N-1, each setting once per seed")
     ap.add_argument("--tf", action="store_true", help="TensorFlow single-process on the same files and seeds")
     ap.add_argument("--tf-python", default=str(ROOT / ".venv-baselines" / "bin" / "python"))
@@ -199,7 +218,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     settings = [{}, *json.loads(args.settings), *(STUDY if args.study else []), *(DENSE_STUDY if args.dense else []),
-                *(ONE_PASS_STUDY if args.one_pass else []), *(AVERAGE_STUDY if args.average else [])]
+                *(ONE_PASS_STUDY if args.one_pass else []), *(AVERAGE_STUDY if args.average else []),
+                *(SCHEDULE_STUDY if args.schedule else [])]
     names = [s.get("label", json.dumps(s)) if s else "defaults" for s in settings]
     aucs: dict[str, list[float]] = {n: [] for n in names}
     losses: dict[str, list[float]] = {n: [] for n in names}
@@ -215,9 +235,10 @@ def main() -> int:
                 tf_loss.append(r["test_logloss"])
                 print(f"seed {seed} tensorflow: {r['test_auc']:.4f}", file=sys.stderr)
             for name, setting in zip(names, settings, strict=True):
-                model = model_for(setting, seed, prior)
+                workers = setting.get("workers", args.workers)
+                model = model_for(setting, seed, prior, steps_per_worker=args.train_rows // (512 * workers))
                 job = FileJob(train=(str(data.train),), test=str(data.test), model=model, batch_size=512,
-                              servers=1, workers=setting.get("workers", args.workers),
+                              servers=1, workers=workers,
                               tables=tables_for(setting, model), dense_sync_steps=setting.get("sync", 64),
                               dense_update=DenseUpdate(setting.get("dense_update", "local")))
                 with open("/dev/null", "w") as quiet:
