@@ -22,6 +22,7 @@ from numba import njit
 from core.errors import CorruptData
 from models.base import Model
 from models.features import build_features
+from models.two_tower import served_dim
 from ps.client import PSClient
 from stores.store import Store
 from streaming.batch import Batch
@@ -104,7 +105,7 @@ class ItemCatalog:
         """The item tower's vectors of items ``ids`` with catalogue ``rows``: features from the
         catalogue, every table's rows from the shards (the exporter's and the live path's)."""
         if not ids.size:
-            return np.zeros((0, model.config.tower_dim), np.float32)
+            return np.zeros((0, served_dim(model.config)), np.float32)
         f = build_features(model.config, self.batch_of(ids, rows), model.item_slots)  # type: ignore[attr-defined]
         pulled = {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
         return np.ascontiguousarray(model.item_vectors(f, pulled), np.float32)  # type: ignore[attr-defined]

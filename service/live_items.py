@@ -95,7 +95,7 @@ class _Tower:
         from the live shards; an item whose id row is not there is left out."""
         if self.catalog is None:
             rows, found = client.wait(client.pull_existing(self.table, ids))
-            return ids[found], self._from_id_rows(ids[found], rows[found]), ids[:0]
+            return ids[found], self._from_id_rows(client, ids[found], rows[found]), ids[:0]
         try:
             cat = client.wait(client.read_id_rows(CATALOG_TABLE, ids, words=self.catalog.words))
         except NotFound:  # no item written to a shard yet: its catalogue table does not exist
@@ -104,7 +104,7 @@ class _Tower:
         vectors = self.catalog.item_vectors(self.model, client, done, cat.rows[cat.found])  # as the exporter does
         return done, vectors, ids[~cat.found]
 
-    def _from_id_rows(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _from_id_rows(self, client: PSClient, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         n = ids.shape[0]
         batch = Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
                       slots={self.slot: (ids, np.arange(n + 1, dtype=np.int64))}, item_id=ids)
@@ -112,7 +112,10 @@ class _Tower:
         order = np.argsort(ids)
         tables = {}
         for t, ti in f.tables.items():  # the tower's keys of the item slot: our ids, in its own order
-            tables[t] = rows[order[np.searchsorted(ids, ti.keys, sorter=order)]]
+            if t == self.table:
+                tables[t] = rows[order[np.searchsorted(ids, ti.keys, sorter=order)]]
+            else:  # the item biases' table (retrieval.item_bias): the same ids' rows there
+                tables[t] = client.wait(client.pull_existing(t, ti.keys)).rows
         return np.ascontiguousarray(self.model.item_vectors(f, tables), np.float32)
 
 

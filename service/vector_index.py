@@ -216,11 +216,26 @@ class ItemIndex:
             out_scores.append(s[ok])
         return ids, out_scores
 
-    def similar(self, item_id: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` other items for ``item_id`` (the item itself left out)."""
+    def similar(self, item_id: int, k: int, *, prior_columns: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` other items for ``item_id`` (the item itself left out). ``prior_columns``: the
+        vectors' last columns that are not the item tower's (two_tower's item bias,
+        models.two_tower.prior_columns): zero in the query, so items are alike by their towers alone
+        (an approximate index, whose lists or graph the prior column shaped, is asked for 4x the
+        candidates, at least 64, rescored exactly on the tower columns)."""
         pos = self.position_of(item_id)
         _one_omp_thread()
-        scores, labels = self.index.search(self.vectors[pos : pos + 1], min(k + 1, self.size))
+        query = self.vectors[pos : pos + 1].copy()
+        if not prior_columns or self.kind == "flat":
+            query[:, self.dim - prior_columns :] = 0.0
+            scores, labels = self.index.search(query, min(k + 1, self.size))
+        else:  # IVF lists and the HNSW graph were built with the prior column: widen, then rescore exactly
+            tower = self.dim - prior_columns
+            query[:, tower:] = 0.0
+            _, found = self.index.search(query, min(max(4 * (k + 1), 64), self.size))
+            found = found[:, found[0] >= 0]
+            exact = self.vectors[found[0], :tower] @ query[0, :tower]
+            order = np.argsort(-exact, kind="stable")[: k + 1]
+            scores, labels = exact[order][None, :], found[:, order]
         keep = (labels[0] >= 0) & (labels[0] != pos)
         lab, sc = labels[0][keep][:k], scores[0][keep][:k]
         return self.pos_ids[lab], sc

@@ -2,11 +2,15 @@
 
 An item is its feature id, or with ``?raw=true`` the item field's own value (``/v1/items/1193/
 similar?raw=true``), hashed with the bundle's schema as ingestion hashes the item field.
+Similar items compare the item tower's vectors alone: a two_tower with ``retrieval.item_bias``
+indexes one more column (temperature x the item's bias, for /v1/recommend's query [u, 1]), which
+the similar-items query leaves at zero; ``/v1/search`` takes vectors of the index's full width.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Annotated, Any, TypeVar
 
 import numpy as np
@@ -15,6 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
 from core.errors import InvalidInput, Unavailable
+from models.two_tower import prior_columns
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
 from service.schemas import ERROR_RESPONSES, Finite, ItemsResponse, Strict, json_response, scored
@@ -87,7 +92,9 @@ async def similar(item_id: Annotated[str, Path(max_length=200, description="uint
     check_k(k, limits)
     with store.read() as side:
         items = items_of(side.items, side.version)
-        ids, scores = await run_search(items, items.similar, _item_id(side, item_id, raw), k)
+        prior = prior_columns(side.model) if side.model is not None else 0
+        similar = partial(items.similar, prior_columns=prior)
+        ids, scores = await run_search(items, similar, _item_id(side, item_id, raw), k)
         version = side.version
     return json_response({"version": version, "items": scored(ids, scores)})
 

@@ -152,3 +152,30 @@ def test_two_tower_rows_are_pulled_at_the_step_not_prefetched() -> None:
     (trainer.job reads ``prefetch_rows``); the click models keep the prefetched pull."""
     assert build_model(small_config("two_tower")).prefetch_rows is False
     assert build_model(small_config("wide_deep")).prefetch_rows is True
+
+
+def test_served_vectors_rank_by_the_softmax_logit_with_item_biases() -> None:
+    """item [v, T b] . query [u, 1] = T (<u, v> / T + b): the index ranks as the softmax's logit; the
+    bias of an item is the sum of its item-tower ids' rows in the bias table."""
+    model = build_model(small_config("two_tower", retrieval={"temperature": 0.2, "item_bias": {"kind": "adagrad"}}))
+    assert isinstance(model, TwoTower)
+    rng = np.random.default_rng(4)
+    users, items = random_batch(6, seed=2), random_batch(9, seed=3)
+    fu = build_features(model.config, users, model.user_slots)
+    fi = build_features(model.config, items, model.item_slots)
+    assert ITEM_BIAS_TABLE not in fu.tables and ITEM_BIAS_TABLE in fi.tables
+    rows = {t: rng.normal(0, 0.5, (ti.keys.shape[0], model.row_width[t])).astype(np.float32)
+            for f in (fu, fi) for t, ti in f.tables.items()}
+    q, v = model.user_vectors(fu, rows), model.item_vectors(fi, rows)
+    assert q.shape == (6, 5) and v.shape == (9, 5) and (q[:, -1] == 1.0).all()
+    u_tower, v_tower = model._user_out(fu, rows), model._item_out(fi, rows)
+    key_row = {int(k): i for i, k in enumerate(fi.tables[ITEM_BIAS_TABLE].keys)}
+    bias = np.array([sum(float(rows[ITEM_BIAS_TABLE][key_row[int(k)], 0]) for s in ("c", "d")
+                         for k in items.slots[s][0][items.slots[s][1][j]:items.slots[s][1][j + 1]])
+                     for j in range(9)])
+    logit = u_tower.astype(np.float64) @ v_tower.T / 0.2 + bias[None, :]
+    np.testing.assert_allclose(q @ v.T, 0.2 * logit, rtol=1e-4, atol=1e-5)
+    assert (np.argsort(-(q @ v.T), axis=1, kind="stable") == np.argsort(-logit, axis=1, kind="stable")).all()
+    plain = build_model(small_config("two_tower", retrieval={"temperature": 0.2}))
+    assert ITEM_BIAS_TABLE not in build_features(plain.config, items, plain.item_slots).tables
+    assert ITEM_BIAS_TABLE not in {t.name for t in plain.tables}
