@@ -45,6 +45,13 @@ def _loss(kind: str, **more: Any) -> dict[str, Any]:
 # starting at -0.1 p, since reverted: models.history_pooling.)
 USER_ID_ADAM: dict[str, Any] = {"kind": "adam", "lr": 0.007}
 
+# A learned per-id item bias in the softmax's logit (models.two_tower, retrieval.item_bias), served as one more
+# index column. In-process (2026-11-24, /work/tools/exp/inproc.py, seeds 0-1): planted 0.0998 (lr 0.2) and
+# 0.0996 (0.05) against the default's 0.1006; MovieLens 0.0676 / 0.0705 (lr 0.2) against 0.0688 / 0.0677:
+# no gain beyond the noise (the logQ-corrected softmax already learns each item's popularity through the
+# towers: the correction puts back what in-batch sampling takes out).
+ITEM_BIAS: dict[str, Any] = {"retrieval": {"item_bias": {"kind": "adagrad", "lr": 0.2}}}
+
 ARMS: tuple[Arm, ...] = (
     Arm("default", {}, False, "train.model as the model's defaults give it (what a user gets)"),
     Arm("pointwise", _loss("pointwise"), False, "logistic loss on the rated pairs"),
@@ -61,6 +68,8 @@ ARMS: tuple[Arm, ...] = (
         user_id_optimizer=USER_ID_ADAM),
     Arm("user-adam+history", {}, True, "user-adam and the user history attention-pooled", pooling="attention",
         user_id_optimizer=USER_ID_ADAM),
+    Arm("item-bias", ITEM_BIAS, False, "the default with a learned item bias in the softmax's logit (Adagrad lr 0.2), "
+        "served as one more index column"),
 )
 ARM_NAMES = tuple(a.name for a in ARMS)
 
