@@ -8,11 +8,24 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.settings import IndexSettings
+from exports.predictor import Predictor
+from service.settings import IndexSettings, ReadThroughSettings
 from service.vector_index import ItemIndex
+from streaming.batch import Batch
+from tests.ps.ps_harness import shard_processes
 
-from .service_support import ITEM_IDS, SMALL_MODEL, USER_IDS, BundleBuilder, make_settings, random_items, started
+from .service_support import (
+    ITEM_IDS,
+    SMALL_MODEL,
+    USER_IDS,
+    BundleBuilder,
+    make_settings,
+    random_items,
+    started,
+    wait_until,
+)
 from .test_item_search import brute_force
+from .test_live_items import ITEMS, MODEL, SCHEMA, USERS
 from .test_predict_recommend import _batch, reference
 
 BIASED = {**SMALL_MODEL, "retrieval": {"item_bias": {"kind": "adagrad", "lr": 0.1}, "temperature": 0.25}}
@@ -67,3 +80,37 @@ def test_similar_items_leave_the_prior_column_out_in_every_index_kind(kind: str)
             assert got.tolist() == want
             np.testing.assert_allclose(scores, np.sort(np.delete(towers @ towers[pos], pos))[::-1][:10], rtol=1e-4)
     assert hits / 400 >= 0.95
+
+
+def test_the_live_item_path_serves_the_item_bias_column(tmp_path) -> None:
+    """Items changed between bundles are re-embedded from live rows with their live bias rows."""
+
+    model = {**MODEL, "retrieval": {"item_bias": {"kind": "adagrad"}, "temperature": 0.5}}
+    b = BundleBuilder(tmp_path / "exports", model, schema=SCHEMA.model_dump(mode="json"))
+    b.push("user", USERS)
+    b.push("item", ITEMS[:30])
+    b.export("base", items=(ITEMS[:30], np.random.default_rng(1).standard_normal((30, 9)).astype(np.float32)))
+    configs = {c.name: c for c in b.model.table_configs()}
+    emb, bias = b.table_of("item"), "bias.items"
+    (tmp_path / "ps").mkdir()
+    with shard_processes(tmp_path / "ps", [c.model_dump(mode="json") for c in configs.values()], n=2) as shards, \
+            shards.client() as ps:
+        rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=2.0, items_interval_s=0.02)
+        with started(make_settings(b.root, read_through=rt)) as client:
+            live, store = client.app.state.live, client.app.state.store
+            wait_until(lambda: live.status()["cursors"] is not None, what="the live path following the shards")
+            ids = ITEMS[:4]
+            ps.wait(ps.push(bias, ids, np.array([[1.0], [-2.0], [3.0], [0.5]], np.float32)))  # biases first
+            ps.wait(ps.push(emb, ids, np.full((4, configs[emb].width), 0.25, np.float32)))  # then the logged change
+            wait_until(lambda: live.items_refreshed >= 4, what="the live refresh")
+            rows = {t: ps.wait(ps.pull_existing(t, ids)).rows for t in (emb, bias)}
+            assert (rows[bias][:, 0] != 0).all()
+            by_id = {t: {int(i): r for i, r in zip(ids, rows[t], strict=True)} for t in rows}
+            p = Predictor(b.model.model_dump(mode="json"), b.dense,
+                          lambda t, keys: np.stack([by_id[t][int(k)] for k in keys]))
+            want = p.item_vectors(Batch(labels=np.zeros(4, np.float32), dense=np.zeros((4, 0), np.float32),
+                                        slots={"item": (ids, np.arange(5, dtype=np.int64))}, item_id=ids))
+            np.testing.assert_allclose(want[:, -1], 0.5 * rows[bias][:, 0], rtol=1e-6)
+            with store.read() as side:
+                got = side.items.vectors[[side.items.position_of(int(i)) for i in ids]]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
