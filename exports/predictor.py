@@ -63,7 +63,8 @@ class Predictor:
         return self.model
 
     def user_vectors(self, batch: Batch) -> np.ndarray:
-        """Query vectors float32[n, tower_dim] from the user slots and dense inputs."""
+        """Query vectors float32[n, tower_dim] from the user slots and dense inputs ([u, 1]: one more
+        column with ``retrieval.item_bias``, models.two_tower.served_dim)."""
         m = self._two_tower()
         from models.features import build_features
 
@@ -71,7 +72,8 @@ class Predictor:
         return np.ascontiguousarray(m.user_vectors(f, self._rows(f)), np.float32)
 
     def item_vectors(self, batch: Batch) -> np.ndarray:
-        """Item vectors float32[n, tower_dim] from the item slots only."""
+        """Item vectors float32[n, tower_dim] from the item slots only ([v, temperature * b] with
+        ``retrieval.item_bias``)."""
         m = self._two_tower()
         from models.features import build_features
 
