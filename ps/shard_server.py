@@ -49,6 +49,7 @@ from ps.shard_requests import Outbox, RefusalLog, ok
 from ps.shard_save_runs import ShardSaveRuns
 from ps.shard_saves import managed_saves, shard_dir
 from ps.shard_tables import ShardTables
+from ps.shard_warmup import warm_kernels
 from tables.dense_table import DenseTable
 from tables.sparse_table import SparseTable
 
@@ -94,6 +95,7 @@ class ShardServer:
         self.incarnation = int.from_bytes(os.urandom(8), "little") or 1  # 0 means "not said"
         self.max_frame_bytes = config.max_frame_bytes()
         self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes)
+        self._configs = config.tables
         self.id_rows = ShardIdRows(self.tables)
         # made before the restore: requests signed before this process started are refused
         self._verifier = None if secret is None else Verifier(
@@ -145,6 +147,7 @@ class ShardServer:
     # ---------------------------------------------------------------- loop
     def serve_forever(self) -> None:
         """Serve until a STOP request arrives."""
+        warm_kernels(self._configs)  # before the bind: a shard that answers is warm
         ctx = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client reconnecting with its identity takes over
