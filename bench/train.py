@@ -399,11 +399,13 @@ def main() -> int:
                "phases": [{"rank": w["rank"], "seconds": round(w["seconds"], 2),
                            "loop_cpu_s": round(w.get("loop_cpu_s", w["cpu_s"]), 2),
                            "main_cpu_s": round(w.get("main_cpu_s", 0.0), 2), "blas_threads": w.get("blas_threads"),
+                           "first_batch_s": w.get("first_batch_s"), "first_step_s": w.get("first_step_s"),
                            **{k: round(v, 2) for k, v in w["phases"].items()},
                            "cpu": {k: round(v, 2) for k, v in w.get("phase_cpu", {}).items()}}
                           for w in result["workers"]],
                "shard_cpu_s": result["shard_cpu_s"], "shard_loop_cpu_s": result["shard_loop_cpu_s"],
-               "cpu_us_per_sample": cpu_per_sample(result, shard_cpu), "warmup_s": warmup_s}
+               "cpu_us_per_sample": cpu_per_sample(result, shard_cpu), "prefetch_us_per_sample": prefetch_split(result),
+               "warmup_s": warmup_s}
     # forward and backward against their matmuls alone at the probe's per-core rate (1/3 and 2/3 of
     # the FLOPs), on their threads' CPU seconds: what the step's own kernels waste, whatever the load
     per_core = gflops / args.workers * 1e9
@@ -459,6 +461,23 @@ def cpu_per_sample(result: dict, shard_cpu: float) -> dict:
     us["shard"] = shard_cpu / n * 1e6
     us["total"] = (sum(w.get("loop_cpu_s", w["cpu_s"]) for w in ws) + shard_cpu) / n * 1e6
     return {k: round(v, 2) for k, v in us.items()}
+
+
+def prefetch_split(result: dict) -> dict:
+    """The prefetch column of :func:`cpu_per_sample` in parts, us per sample: the stage thread's
+    parsing, feature building and PS pull (client side), the rest of that thread (hand-over, GIL),
+    and the workers' other threads (zmq's I/O threads, which also carry the training thread's pushes)."""
+    n = result["train_rows"]
+    ws = result["workers"]
+    parts = {k: sum(w.get("prefetch_cpu_s", {}).get(k, 0.0) for w in ws)
+             for k in ("parse", "features", "pull", "stage")}
+    if not parts["stage"]:
+        return {}
+    rest = sum(w.get("loop_cpu_s", 0.0) - w.get("main_cpu_s", 0.0) for w in ws)
+    split = {k: parts[k] for k in ("parse", "features", "pull")}
+    split["stage_rest"] = parts["stage"] - sum(split.values())
+    split["other_threads"] = rest - parts["stage"]
+    return {k: round(v / n * 1e6, 2) for k, v in split.items()}
 
 
 def targets(out: dict, baselines: dict) -> dict:
@@ -551,6 +570,10 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
     u = c["cpu_us_per_sample"]
     print("CPU us per training sample (all processes, during the loops): "
           + ", ".join(f"{k} {v:.2f}" for k, v in u.items() if k != "total") + f"; total {u['total']:.2f}")
+    if c.get("prefetch_us_per_sample"):
+        print("  prefetch in parts: " + ", ".join(f"{k} {v:.2f}" for k, v in c["prefetch_us_per_sample"].items())
+              + " (the stage thread's parsing, features, PS pull and the rest of it; the workers' other threads: "
+              "zmq I/O, also for the pushes)")
     print(f"shard CPU seconds during worker 0's loop: {c['shard_loop_cpu_s']} (its whole life: {c['shard_cpu_s']}); "
           + (f"warm-up job before the run (numba caches): {c['warmup_s']} s; " if c["warmup_s"] else "")
           + "numpy BLAS threads per worker (as the library "

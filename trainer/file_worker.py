@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from models import build_model
+from models.layers import bias_relu
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_from_env
 from streaming.batch import Batch
@@ -33,7 +34,7 @@ from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
 from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb
 from trainer.ps_worker import PSWorker
-from trainer.worker import Prepared, Worker, prepare
+from trainer.worker import Prepared, Worker
 
 _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)
 
@@ -65,23 +66,38 @@ def _client(spec: ClusterSpec) -> PSClient:
     return PSClient(spec.shard_endpoints, secret=spec.secret())
 
 
-def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepared, None, dict[str, int]]:
+def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepared, None, dict[str, Any]]:
     """The prefetch stage of this worker: its batches parsed, their features built and, in async
-    mode, their rows pulled (own PS connection). Returns the rejected-record counts. Runs in the
-    prefetch thread or process, so it builds what it needs from picklable arguments."""
+    mode, their rows pulled (own PS connection). Returns ``{"rejected": counts by reason,
+    "cpu_s": {"parse", "features", "pull", "stage"}}``: this stage's thread CPU seconds by part
+    (``stage``: all of it, hand-over included; the process's other threads, e.g. zmq's I/O, are
+    not in it). Runs in the prefetch thread or process, so it builds what it needs from
+    picklable arguments."""
     model = build_model(job["model"])
     dead = DeadLetters()
     client = _client(spec) if spec.mode == "async" else None
-    pull = None if client is None else lambda t, k: client.wait(client.pull(t, k))
+    cpu = {"parse": 0.0, "features": 0.0, "pull": 0.0, "stage": 0.0}
+    start = time.thread_time()
     try:
         source = file_batches(job["train"], job_schema(job), job["batch_size"], dead, rank=spec.rank,
                               workers=spec.num_workers)
+        t0 = time.thread_time()
         for batch in source:
-            yield prepare(model, batch, pull)
+            t1 = time.thread_time()
+            f = model.features(batch)
+            t2 = time.thread_time()
+            rows = None if client is None else {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
+            t3 = time.thread_time()
+            cpu["parse"] += t1 - t0
+            cpu["features"] += t2 - t1
+            cpu["pull"] += t3 - t2
+            yield Prepared(batch, f, rows)
+            t0 = time.thread_time()
     finally:
         if client is not None:
             client.close()
-    return dict(dead.counts)
+    cpu["stage"] = time.thread_time() - start
+    return {"rejected": dict(dead.counts), "cpu_s": cpu}
 
 
 def blas_threads() -> int | None:
@@ -93,6 +109,16 @@ def blas_threads() -> int | None:
         return None
     counts = [int(p["num_threads"]) for p in threadpool_info() if p.get("user_api") == "blas"]
     return max(counts) if counts else None
+
+
+def load_numba_runtime() -> None:
+    """Load numba's runtime now, at set-up, like an import: a process's first call of any numba
+    kernel, cached or not, imports numba's typing and lowering registries (scipy.linalg among
+    them), ~0.5 s of CPU. Left to the first batch, the training loop waited for it (the first
+    prepared batch came 1.0-1.4 s after the loop started on a loaded machine). One tiny call of a
+    cached kernel, with the argument types the step uses, does it."""
+    y = np.zeros((1, 1), np.float32)
+    bias_relu(y, np.zeros(1, np.float32))
 
 
 def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
@@ -109,11 +135,18 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         batches.close()
         raise
+    load_numba_runtime()
     shards = _shard_pids(ps) if spec.rank == 0 else []
     shard_cpu0 = [process_cpu_seconds(pid) for pid in shards]
     start, main_cpu, loop_cpu = time.perf_counter(), time.thread_time(), time.process_time()
+    first: list[float] = []  # wall seconds to the first batch, and to the end of its step
     try:
         for p in batches:
+            if not first:
+                first.append(time.perf_counter() - start)
+                worker.step(p)
+                first.append(time.perf_counter() - start)
+                continue
             worker.step(p)
     finally:
         batches.close()
@@ -123,7 +156,10 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     shard_loop_cpu = [round(process_cpu_seconds(pid) - c, 3) for pid, c in zip(shards, shard_cpu0, strict=True)]
     # loop_cpu_s: this process's CPU during the loop (cpu_s adds its set-up: imports, kernels, model);
     # main_cpu_s: the loop's own thread of it, the rest is the prefetch stage's (thread prefetch)
-    result = {"rank": spec.rank, "records": worker.records, "seconds": seconds, "rejected": batches.result or {},
+    produced = batches.result or {}
+    result = {"rank": spec.rank, "records": worker.records, "seconds": seconds,
+              "rejected": produced.get("rejected", {}), "prefetch_cpu_s": produced.get("cpu_s", {}),
+              "first_batch_s": first[0] if first else None, "first_step_s": first[1] if len(first) > 1 else None,
               "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
               "loop_cpu_s": time.process_time() - loop_cpu, "main_cpu_s": time.thread_time() - main_cpu,
               "blas_threads": blas_threads(), "shard_loop_cpu_s": shard_loop_cpu,

@@ -99,7 +99,12 @@ def test_process_gives_the_thread_variants_batches_in_order(tmp_path: Path) -> N
             for field in ("keys", "idx", "offs", "shows", "clicks"):
                 np.testing.assert_array_equal(getattr(ta, field), getattr(tb, field))
         assert b.features.dense.flags.writeable and b.rows is None
-    assert got["thread.result"] == got["process.result"] and sum(got["process.result"].values()) == 1
+    rejected = [got[k + ".result"]["rejected"] for k in ("thread", "process")]
+    assert rejected[0] == rejected[1] and sum(rejected[1].values()) == 1
+    for kind in ("thread", "process"):  # the stage's CPU by part: every part inside the whole
+        cpu = got[kind + ".result"]["cpu_s"]
+        assert set(cpu) == {"parse", "features", "pull", "stage"} and min(cpu.values()) >= 0.0
+        assert cpu["parse"] + cpu["features"] + cpu["pull"] <= cpu["stage"] + 1e-3 and cpu["pull"] < 1e-3
 
 
 def test_process_keeps_order_result_and_raises_the_producers_error() -> None:
