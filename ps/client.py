@@ -114,11 +114,13 @@ class PSClient:
         return self._transport.take_restart()
 
     # ---------------------------------------------------------------- sparse
-    def pull(self, table: str, keys: np.ndarray) -> Ticket[np.ndarray]:
-        """Start pulling the rows of ``keys``: float32 (n, width), created on first pull."""
+    def pull(self, table: str, keys: np.ndarray, *, unique: bool = False) -> Ticket[np.ndarray]:
+        """Start pulling the rows of ``keys``: float32 (n, width), created on first pull.
+        ``unique=True``: the caller guarantees no repeats (a batch's deduplicated ids), so the
+        keys go as they are, without a dedupe pass (a repeat is only gathered twice)."""
         keys = check_keys(keys)
         n = keys.shape[0]
-        if 0 < n <= self._direct_max:  # a small pull: sent as it is, repeats and all (no dedupe pass)
+        if 0 < n <= (self._step if unique else self._direct_max):  # sent as they are (no dedupe pass)
             request = self._transport.request
             if self._n_shards == 1:
                 return Ticket((request(0, Op.PULL_SPARSE, table, [keys]),), _direct_rows)
@@ -164,10 +166,42 @@ class PSClient:
         return Ticket(tuple(parts), partial(rows_of, plan, list(parts.values()), words))
 
     def push(self, table: str, keys: np.ndarray, grads: np.ndarray, *, shows: np.ndarray | None = None,
-             clicks: np.ndarray | None = None, flags: Flag = Flag.NONE) -> Ticket[None]:
-        """Start pushing gradients (float32 (n, width)), with optional per-key shows and clicks."""
+             clicks: np.ndarray | None = None, flags: Flag = Flag.NONE, unique: bool = False) -> Ticket[None]:
+        """Start pushing gradients (float32 (n, width)), with optional per-key shows and clicks.
+        ``unique=True``: the caller guarantees no repeats in ``keys``; neither this client nor
+        the shard dedupes them (a broken promise corrupts nothing: the shard finds repeated new
+        ids, and a repeated stored id gets one update per occurrence instead of one for their sum)."""
+        if unique and not flags & Flag.SYNC and 0 < check_keys(keys).shape[0] <= self._step:
+            return Ticket(self._start_unique_push(table, keys, grads, shows, clicks, flags), _nothing)
         _, shards = self._start_push(table, keys, grads, shows, clicks, flags)
         return Ticket(tuple(shards), _nothing)
+
+    def _start_unique_push(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray | None,
+                           clicks: np.ndarray | None, flags: Flag) -> tuple[int, ...]:
+        """A push of keys without repeats, at most one request per shard: no plan, no sums; with
+        one shard the caller's arrays go as they are."""
+        grads = np.asarray(grads)
+        if grads.dtype != np.float32 or grads.ndim != 2 or grads.shape[0] != keys.shape[0]:
+            raise InvalidInput(f"grads must be float32 ({keys.shape[0]}, width), got {grads.dtype} {grads.shape}")
+        if (shows is None) != (clicks is None):
+            raise InvalidInput("pass both shows and clicks, or neither")
+        columns = [grads] if shows is None else [grads, np.asarray(shows, np.float32), np.asarray(clicks, np.float32)]
+        meta = None if self.received_at is None else {"received_at": self.received_at}
+        flags = flags | Flag.UNIQUE
+        request = self._transport.request
+        if self._n_shards == 1:
+            return (request(0, Op.PUSH_SPARSE, table, [keys, *columns], meta=meta, flags=flags),)
+        grouped, position, offsets = route_keys(keys, self._n_shards)
+        placed = []
+        for column in columns:  # each column in the grouped keys' order
+            out = np.empty_like(column)
+            out[position] = column
+            placed.append(out)
+        bounds = offsets.tolist()
+        return tuple(request(s, Op.PUSH_SPARSE, table, [grouped[bounds[s]:bounds[s + 1]],
+                                                        *(c[bounds[s]:bounds[s + 1]] for c in placed)],
+                             meta=meta, flags=flags)
+                     for s in range(self._n_shards) if bounds[s + 1] > bounds[s])
 
     def push_pull(self, table: str, keys: np.ndarray, grads: np.ndarray, *, shows: np.ndarray | None = None,
                   clicks: np.ndarray | None = None, flags: Flag = Flag.NONE) -> Ticket[np.ndarray]:

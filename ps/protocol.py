@@ -81,10 +81,11 @@ class Flag(enum.IntFlag):
     AUTH = 8  # the last frame is an auth tag
     EXISTING = 16  # pull: only stored rows (absent ids read as zeros); the reply adds a uint8 found mask
     DETACH = 32  # save: reply once the consistent point is taken; the shard writes on (SAVE_WAIT collects it)
+    UNIQUE = 64  # push: the sender's keys have no repeats (no dedupe pass; a repeat is still handled safely)
 
 
 _OPS = {int(op): op for op in Op}
-_FLAG_BITS = 0x3F
+_FLAG_BITS = 0x7F
 _FLAGS = tuple(Flag(i) for i in range(_FLAG_BITS + 1))  # enum construction per message is measurably slow
 
 STATUS_OK = 0

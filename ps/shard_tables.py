@@ -22,7 +22,7 @@ from tables.sparse_table import SparseTable
 from tables.table_config import DEFAULT_DENSE_OPTIMIZER, DenseTableConfig, OptimizerConfig, TableConfig
 
 # the flags as plain ints: IntFlag's & runs as Python code, microseconds on every request
-_EXISTING, _GEO_DELTA, _SYNC = int(Flag.EXISTING), int(Flag.GEO_DELTA), int(Flag.SYNC)
+_EXISTING, _GEO_DELTA, _SYNC, _UNIQUE = int(Flag.EXISTING), int(Flag.GEO_DELTA), int(Flag.SYNC), int(Flag.UNIQUE)
 _U64 = np.dtype(np.uint64)
 
 
@@ -107,7 +107,7 @@ class ShardTables:
             self.sync.hold_sparse(msg.table, keys, grads, shows, clicks)
         else:
             received_at = msg.meta.get("received_at")  # the change log's time of these keys (#14)
-            table.push(keys, grads, shows=shows, clicks=clicks,
+            table.push(keys, grads, shows=shows, clicks=clicks, unique=bool(flags & _UNIQUE),
                        received_at=float(received_at) if isinstance(received_at, (int, float)) else None)
         return ok(msg)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from core.errors import StreamrecError
 from ps import protocol
-from ps.protocol import Message, Op
+from ps.protocol import Flag, Message, Op
 from ps.shard_tables import ShardTables
 from tables.table_config import TableConfig
 
@@ -57,3 +57,4 @@ def _warm(configs: Sequence[TableConfig]) -> None:
             counts = np.ones(n, np.float32)
             scratch.push(_wire(Message(Op.PUSH_SPARSE, 2, cfg.name, [keys, grads, counts, counts])))
             scratch.push(_wire(Message(Op.PUSH_SPARSE, 3, cfg.name, [keys, grads])))
+            scratch.push(_wire(Message(Op.PUSH_SPARSE, 4, cfg.name, [keys, grads, counts, counts], flags=Flag.UNIQUE)))

@@ -159,12 +159,15 @@ class SparseTable:
 
     # ---------------------------------------------------------------- writes
     def push(self, keys: Any, grads: Any, shows: Any = None, clicks: Any = None, *,
-             received_at: float | None = None) -> None:
+             received_at: float | None = None, unique: bool = False) -> None:
         """Apply gradients; duplicates are summed first. Unknown ids go through admission:
         admitted ones get a row (initializer values) and then the update; others are only
         counted. NaN/Inf rows are refused (the whole push) or skipped, per config.
         ``received_at``: when the records behind this push were received, for the changed-keys
-        log (default: now)."""
+        log (default: now). ``unique``: the caller says ``keys`` has no repeats, so the dedupe
+        pass is skipped. A promise broken is never corruption: repeated new ids are found
+        (they alone are checked) and the push then dedupes as without the flag; a repeated
+        stored id gets one update per occurrence instead of one for their sum."""
         k = as_keys(keys, table=self.name)
         n = k.shape[0]
         g = as_matrix(grads, n, self.width, name="grads", table=self.name)
@@ -183,13 +186,19 @@ class SparseTable:
             k, g, s, c = k[finite], g[finite], s[finite], c[finite]
             with self.lock.mutex:
                 self.counters["nonfinite_skipped"] += bad
-        uniq, inv = dedupe(k)
-        m = uniq.shape[0]
-        g, s, c = sum_rows(g, inv, m), sum_values(s, inv, m), sum_values(c, inv, m)
+        uniq = k
+        if not unique:
+            uniq, g, s, c = _summed_by_key(k, g, s, c)
         with self.lock.mutex:
             st = self.state
-            rows = np.empty(m, np.int64)
-            if hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows):
+            rows = np.empty(uniq.shape[0], np.int64)
+            missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
+            if missing and unique and dedupe(uniq[rows < 0])[0].shape[0] < missing:
+                # repeated new ids: each would get a row of its own (one id indexed twice)
+                uniq, g, s, c = _summed_by_key(k, g, s, c)
+                rows = np.empty(uniq.shape[0], np.int64)
+                missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
+            if missing:
                 miss = np.flatnonzero(rows < 0)
                 admitted = st.admission.admit(uniq[miss], s[miss], c[miss])
                 new = miss[admitted]
@@ -326,3 +335,11 @@ class SparseTable:
             self.budget.fit_loaded()
             self.changes.restart()  # live readers start over: the rows went back to a save
         return manifest
+
+
+def _summed_by_key(k: np.ndarray, g: np.ndarray, s: np.ndarray,
+                   c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The unique keys (first-seen order) and their gradient rows, shows and clicks summed."""
+    uniq, inv = dedupe(k)
+    m = uniq.shape[0]
+    return uniq, sum_rows(g, inv, m), sum_values(s, inv, m), sum_values(c, inv, m)

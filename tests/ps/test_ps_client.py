@@ -62,3 +62,19 @@ def test_dense_pull_and_push_are_tickets(tmp_path: Path) -> None:
         c.wait(c.push_dense("w", np.ones((2, 3), np.float32)))
         value = c.wait(c.pull_dense("w"))
         assert value.shape == (2, 3) and np.all(value < 0), "adam (the default) moved every weight down"
+
+
+@pytest.mark.parametrize("n_shards", [1, 2])
+def test_unique_keys_pull_and_push_as_the_deduplicating_path_does(tmp_path: Path, n_shards: int) -> None:
+    adagrad = {"name": "ada", "dim": 3, "wide": True, "optimizer": {"kind": "adagrad", "lr": 0.1}}
+    rng = np.random.default_rng(7)
+    keys = rng.permutation(rng.integers(0, 2**64 - 1, 2500, dtype=np.uint64, endpoint=True))
+    with shard_processes(tmp_path, [adagrad, {**adagrad, "name": "ref"}], n=n_shards) as shards, \
+            shards.client() as c:
+        for _ in range(3):  # new ids, then stored ones
+            grads = rng.standard_normal((2500, 4)).astype(np.float32)
+            shows, clicks = rng.integers(1, 4, 2500).astype(np.float32), rng.integers(0, 2, 2500).astype(np.float32)
+            c.wait(c.push("ada", keys, grads, shows=shows, clicks=clicks, unique=True))
+            c.wait(c.push("ref", keys, grads, shows=shows, clicks=clicks))
+            np.testing.assert_array_equal(c.wait(c.pull("ada", keys, unique=True)), c.wait(c.pull("ref", keys)))
+        assert sum(s["tables"]["ada"]["rows"] for s in c.admin.stats()) == 2500

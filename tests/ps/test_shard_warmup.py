@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from ps import protocol
-from ps.protocol import INLINE_MAX_BYTES, Message, Op
+from ps.protocol import INLINE_MAX_BYTES, Flag, Message, Op
 from ps.shard_tables import ShardTables
 from ps.shard_warmup import warm_kernels
-from tables import hashmap, row_kernels
+from tables import hashmap, optimizers, row_kernels
 from tables.table_config import EvictionConfig, OptimizerConfig, TableConfig
 
 WIDE = TableConfig(name="wide", dim=9, wide=True, optimizer=OptimizerConfig(kind="adagrad", lr=0.02))
 ADAM = TableConfig(name="adam", dim=4, optimizer=OptimizerConfig(kind="adam", lr=0.01))
-KERNELS = (row_kernels.gather, row_kernels.touch, hashmap.lookup, hashmap.insert)
+KERNELS = (row_kernels.gather, row_kernels.touch, hashmap.lookup, hashmap.insert, optimizers.adagrad, optimizers.adam)
 
 
 def _wire(msg: Message) -> Message:
@@ -32,8 +32,9 @@ def test_requests_after_the_warm_up_compile_nothing() -> None:
             tables.pull_frame(pull, 1)
             tables.pull(pull)
             counts = np.ones(n, np.float32)
-            tables.push(_wire(Message(Op.PUSH_SPARSE, 2, cfg.name, [keys, np.ones((n, cfg.width), np.float32),
-                                                                    counts, counts])))
+            for flags in (Flag.NONE, Flag.UNIQUE):
+                tables.push(_wire(Message(Op.PUSH_SPARSE, 2, cfg.name, [keys, np.ones((n, cfg.width), np.float32),
+                                                                        counts, counts], flags=flags)))
     assert [len(k.signatures) for k in KERNELS] == compiled
     assert tables.sparse["wide"].size() == INLINE_MAX_BYTES // 8 + 100  # the real tables hold their own rows only
 
