@@ -13,9 +13,12 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from tables.cache_hint import prefetch
+
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
+_OUT_AHEAD = 8  # records ahead whose output lines pool_forward prefetches
 
 
 class ParamSet:
@@ -217,12 +220,22 @@ def pool_forward(rows, idx, offs, c0, dim, mean, out, col0, wide, with_wide):
     """out[i, col0 + s*dim : ...] = sum (or mean) of rows[idx[j], c0:c0+dim] for j in slot s of record i:
     gathered and pooled straight into the next layer's input. With ``with_wide`` also wide[i] +=
     the wide weights (column 0) of those ids, in the same pass over them. (Row slices, the first
-    id copied rather than added to zeros: 1.5x faster than indexing the 2-d arrays per element.)"""
+    id copied rather than added to zeros: 1.5x faster than indexing the 2-d arrays per element.)
+
+    ``out``'s lines are prefetched a few records ahead: a slot's columns of every record are a
+    strided walk (one line per record) that the hardware prefetcher does not follow, and in a
+    training step the input buffer comes back from memory (the shard and the other worker
+    evict it between steps): in-situ 0.73-0.76 -> 0.44-0.46 us per sample, ~10 us slower per
+    call when it is in cache."""
     n_slots, n = offs.shape[0], offs.shape[1] - 1
     for s in range(n_slots):
         base = col0 + s * dim
         ms = mean[s]
         for i in range(n):
+            if i + _OUT_AHEAD < n:
+                ahead = out[i + _OUT_AHEAD]
+                prefetch(ahead, base)
+                prefetch(ahead, base + dim - 1)  # a slot's columns may straddle two lines
             a, b = offs[s, i], offs[s, i + 1]
             o = out[i, base : base + dim]
             if b == a:

@@ -5,6 +5,7 @@ fresh one (the numerical gradient checks of every model are in test_gradients.py
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from models import build_model
 from models.layers import (
@@ -27,9 +28,10 @@ def _ragged(rng: np.random.Generator, n_slots: int, n: int, u: int) -> tuple[np.
     return rng.integers(0, u, offs[-1, -1]).astype(np.int64), offs
 
 
-def test_pool_forward_and_backward_with_the_wide_sum_match_a_slow_reference() -> None:
+@pytest.mark.parametrize("n", [7, 40])  # 40: past the records whose output lines are prefetched ahead
+def test_pool_forward_and_backward_with_the_wide_sum_match_a_slow_reference(n: int) -> None:
     rng = np.random.default_rng(0)
-    n_slots, n, u, dim, col0 = 3, 7, 5, 4, 2
+    n_slots, u, dim, col0 = 3, 5, 4, 2
     idx, offs = _ragged(rng, n_slots, n, u)
     mean = np.array([False, True, False])
     rows = rng.normal(size=(u, 1 + dim)).astype(np.float32)
