@@ -116,7 +116,9 @@ class PSStore:
     def push_sparse(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray,
                     clicks: np.ndarray) -> None:
         if self.worker.mode == "async":
-            self._this_step.append(self.worker.client.push(table, keys, grads, shows=shows, clicks=clicks))
+            # keys come from a batch's features, deduplicated: neither the client nor the shard dedupes them again
+            self._this_step.append(self.worker.client.push(table, keys, grads, shows=shows, clicks=clicks,
+                                                           unique=True))
         else:
             self.worker.push(table, keys, grads, shows=shows, clicks=clicks)
 
