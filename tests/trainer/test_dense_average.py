@@ -154,8 +154,11 @@ def test_config_validation() -> None:
     with pytest.raises(ValidationError):
         DenseAverageConfig()  # the decay has no default: it is the setting
     slots = [{"name": "u", "tower": "user"}, {"name": "i", "tower": "item"}]
-    cfg = ModelConfig(type="lr", slots=slots)
-    assert cfg.dense_average is None
+    for kind in ("lr", "two_tower"):
+        assert ModelConfig(type=kind, slots=slots).dense_average is None
+    for kind in ("wide_deep", "deepfm"):  # WIDE_DEEP_DEFAULTS: on, unless the config turns it off
+        assert ModelConfig(type=kind, slots=slots).dense_average == DenseAverageConfig(decay=0.995)
+        assert ModelConfig(type=kind, slots=slots, dense_average=None).dense_average is None
     cfg = ModelConfig(type="wide_deep", slots=slots, dense_average={"decay": 0.995})
     assert cfg.dense_average == DenseAverageConfig(decay=0.995)
     assert ModelConfig.model_validate(cfg.model_dump(mode="json")) == cfg  # a bundle's config reloads
