@@ -111,16 +111,20 @@ ONE_PASS_STUDY = [
 
 
 # Averaged dense weights for evaluation and export (#16, "one-pass quality"; model.dense_average): the test
-# set scored with an exponential moving average of the chief's MLP weights, per step, bias-corrected.
+# set scored with an exponential moving average of the chief's MLP weights, per step, bias-corrected. Seeds 0-2
+# (2026-11-24, load 4-9), paired to the raw weights: 0.98 +0.0002, 0.99 +0.0003, 0.995 +0.0003 (higher in each
+# seed), 0.999 +0.0001: since then 0.995 is wide_deep's and deepfm's default.
 AVERAGE_STUDY = [
+    {"label": "dense_average off (the raw weights; the default before #16's averaging)", "avg": None},
     {"label": "dense_average decay 0.98 (~50 steps)", "avg": 0.98},
     {"label": "dense_average decay 0.99 (~100 steps)", "avg": 0.99},
-    {"label": "dense_average decay 0.995 (~200 steps)", "avg": 0.995},
     {"label": "dense_average decay 0.999 (~1000 steps: most of a worker's pass)", "avg": 0.999},
 ]
 
 # The dense Adam's lr over the one pass (#16; model.dense_schedule): decayed linearly to 0 over a worker's
-# steps, the same after a warm-up, inverse square root.
+# steps, the same after a warm-up, inverse square root. Seeds 0-1 (load 7-11), paired to the raw-weight
+# defaults: linear +0.0004 / +0.0003, warm-up 50 + linear +0.0005 / +0.0003, inverse sqrt +0.0003 / +0.0000,
+# with dense_average 0.995 +0.0004 / +0.0004 (the average alone +0.0003 / +0.0002).
 SCHEDULE_STUDY = [
     {"label": "dense lr linear decay to 0 over the pass", "sched": {"decay_steps": "pass"}},
     {"label": "dense lr linear decay to 0.1x over the pass", "sched": {"decay_steps": "pass", "end_factor": 0.1}},
