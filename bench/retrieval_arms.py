@@ -54,8 +54,13 @@ USER_ID_ADAM: dict[str, Any] = {"kind": "adam", "lr": 0.007}
 ITEM_BIAS: dict[str, Any] = {"retrieval": {"item_bias": {"kind": "adagrad", "lr": 0.2}}}
 
 # The user id's rows on Adam without momentum (beta1 0, beta2 0.99): an RMSprop-like Adagrad whose accumulator decays
-# (a ~100-step memory), so a drifting user's steps do not shrink. In-process planted, seed 0: 0.1062 (lr 0.007), 0.1025
-# (lr 0.003) against the default's 0.1006.
+# (a ~100-update memory), so a drifting user's steps do not shrink. In-process (tools/exp/inproc.py, lr 0.007): planted
+# seeds 0-2 0.1062, 0.1043, 0.1053 against the default's 0.1006, 0.0975, 0.0949 (lr 0.003: 0.1025); MovieLens seeds 0-3
+# 0.0699, 0.0660, 0.0686, 0.0741 against 0.0688, 0.0677, 0.0688, 0.0634. End to end (2026-11-24, 2 runs per arm and
+# round, load 3-8): planted 200k 0.103 (0.101-0.105) vs 0.097 (0.096-0.097) and 0.106 (0.104-0.108) vs 0.098
+# (0.098-0.099), 0.50-0.51 of the oracle's 0.206; MovieLens 0.067 (0.066-0.068) vs 0.068 (0.067-0.069) and 0.067
+# (0.066-0.068) vs 0.068 (0.068-0.068): lower in each of the 4 paired runs by 0-0.002 (its 21 seen users 0.013-0.021
+# against 0.019-0.025).
 USER_ID_RMS: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2": 0.99}
 
 ARMS: tuple[Arm, ...] = (
