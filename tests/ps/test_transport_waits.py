@@ -44,6 +44,10 @@ def _peer(answer: Callable[[Message], Message | None]) -> Iterator[tuple[str, li
     endpoint = f"tcp://127.0.0.1:{port}"
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
+    # as the shard: a resend comes on a fresh socket under the same identity; without handover a
+    # ROUTER that has not yet seen the old connection close drops it, and the fake clock, moved
+    # only by this peer, would then never reach the deadline (a hang seen under load)
+    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
     sock.bind(endpoint)
     seen: list[Message] = []
     handled = threading.Event()
