@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from bench.retrieval_arms import ARMS, Arm, arm_config, base_config
+from bench.retrieval_arms import ARMS, USER_ID_RMS, Arm, arm_config, base_config
 from bench.retrieval_data import PlantedSpec, oracle_lists, planted, time_split
 from bench.retrieval_metrics import cut_excluding, score_lists
 
@@ -49,8 +49,14 @@ def test_oracle_beats_popularity(log):
 
 def test_arms_are_model_variations_or_not_available(log):
     base = base_config(log)
-    config, why = arm_config(base, ARMS[0])  # default: the base as it is
+    config, why = arm_config(base, Arm("plain"))  # no overrides: the base as it is
     assert why == "" and config == base
+    config, why = arm_config(base, ARMS[0])  # default: the base, the user id's rows on their own optimizer
+    assert why == "" and ARMS[0].name == "default"
+    slots = {s["name"]: s for s in config["train"]["model"]["slots"]}
+    assert slots["user_id"]["optimizer"] == USER_ID_RMS
+    slots["user_id"].pop("optimizer")
+    assert config == base
     assert {s["name"] for s in base["train"]["model"]["slots"] if s["tower"] == "user"} == {
         "user_id", "age", "gender", "region"}
     config, why = arm_config(base, Arm("nope", {"no_such_option": 1}))
