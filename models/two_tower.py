@@ -5,7 +5,10 @@ normalised, else 1; ``a`` learned, starting at 1; ``wide``: the per-id wide weig
 record's user and item ids, as in wide & deep); the item tower alone gives the vectors the
 service indexes, the user tower the queries. A user-tower list slot with ``pooling: attention``
 (the user's history) is pooled by :mod:`models.history_pooling` (a learned query and per-position
-biases) instead of the EmbeddingBlock, its columns after the block's.
+biases) instead of the EmbeddingBlock, its columns after the block's. With ``retrieval.item_bias``
+the softmax's logit is ``<u, v> / temperature + b`` (``b``: the sum of the item's item-tower ids'
+rows in the 1-float table ``bias.items``), and the served vectors carry it as one more column:
+items ``[v, temperature * b]``, queries ``[u, 1]`` (an inner product ranks exactly as the logit).
 
 Why the wide weights and ``a``: the softmax teaches the towers which items a user picks, not
 whether they like what they picked; an item's own like rate (which the wide weight of its id
@@ -35,7 +38,7 @@ from models.features import Features, build_features
 from models.history_pooling import POSITIONS, attention_backward, attention_forward
 from models.item_frequency import ItemFrequency
 from models.layers import MLP, wide_backward, wide_forward
-from models.model_config import ITEM_BIAS_TABLE, ModelConfig, Pooling, RetrievalLossKind, Tower
+from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, RetrievalLossKind, Tower
 from models.negative_pool import NegativePool
 from models.retrieval_loss import item_hashes, softmax_loss_with_bias, unit_rows, unit_rows_backward
 from streaming.batch import Batch, Ragged
@@ -61,6 +64,17 @@ class TwoTowerFeatures(Features):
 
 def _concat_ragged(a: Ragged, b: Ragged) -> Ragged:
     return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1][1:] + a[1][-1]])
+
+
+def prior_columns(config: ModelConfig) -> int:
+    """Columns after the towers' in the served vectors: 1 with ``retrieval.item_bias`` (item
+    [v, temperature * b], query [u, 1]), else 0. Item-to-item similarity leaves them out."""
+    return 1 if config.type is ModelType.TWO_TOWER and config.retrieval.item_bias is not None else 0
+
+
+def served_dim(config: ModelConfig) -> int:
+    """The width of the item vectors the index holds and of the user queries."""
+    return config.tower_dim + prior_columns(config)
 
 
 class TwoTower(Model):
