@@ -16,25 +16,10 @@ from trainer.dense_sync import LocalDense, PSDense
 from trainer.params import LocalStore
 from trainer.worker import Worker
 
+from .shared_dense import SharedDense
+
 SGD = OptimizerConfig(kind="sgd", lr=1.0)  # a step moves the weights by exactly -grad
 GRADS = [np.float32([1, -2, 0.5]), np.float32([0, 4, -1]), np.float32([3, 0, 2]), np.float32([-1, 1, 1])]
-
-
-class SharedDense:
-    """The PS dense vector: a plain sum of what workers add."""
-
-    def __init__(self, initial: np.ndarray, workers: int = 1) -> None:
-        self.dense = initial.copy()
-        self.num_workers = workers
-
-    def pull_dense(self) -> np.ndarray:
-        return self.dense.copy()
-
-    def add_dense(self, delta: np.ndarray) -> None:
-        self.dense += delta
-
-    def push_dense(self, grad: np.ndarray) -> None:
-        self.dense -= grad
 
 
 def reference_average(iterates: list[np.ndarray], decay: float) -> np.ndarray:

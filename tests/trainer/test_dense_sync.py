@@ -11,21 +11,9 @@ from models.model_config import DenseMerge, ModelConfig
 from tables.table_config import OptimizerConfig
 from trainer.dense_sync import LocalDense
 
+from .shared_dense import SharedDense
+
 SGD = OptimizerConfig(kind="sgd", lr=1.0)  # a step moves the weights by exactly -grad
-
-
-class SharedDense:
-    """The PS dense vector as two workers see it: a plain sum of what they add."""
-
-    def __init__(self, initial: np.ndarray, workers: int) -> None:
-        self.dense = initial.copy()
-        self.num_workers = workers
-
-    def pull_dense(self) -> np.ndarray:
-        return self.dense.copy()
-
-    def add_dense(self, delta: np.ndarray) -> None:
-        self.dense += delta
 
 
 @pytest.mark.parametrize(("merge", "share"), [(DenseMerge.SUM, 1.0), (DenseMerge.MEAN, 0.5)])
