@@ -70,7 +70,9 @@ USER_ID_RMS: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2
 # Arm user-rms+history, the same with the user history attention-pooled, one quiet round (2026-11-24, 3 runs per
 # arm, load 0.1-2.3): planted 200k 0.108 (0.107-0.110; 0.52 of the oracle's 0.206 in each run) against the
 # default's 0.103 (0.100-0.105); MovieLens 0.066 (0.065-0.067) against 0.067 (0.065-0.068), its 21 seen users 0.011
-# against 0.017, as user-adam+history before: not the default on one round that costs MovieLens's seen users.
+# against 0.017, as user-adam+history before. A second round (2 runs per arm): planted 0.106 (0.106-0.106) vs 0.103
+# (0.101-0.105), MovieLens 0.065 vs 0.066, seen users 0.004 vs 0.016: planted up, MovieLens's seen users down:
+# not the default.
 
 ARMS: tuple[Arm, ...] = (
     Arm("default", {}, False, "train.model as the model's defaults give it, the user id's rows on RMSprop-like steps "
