@@ -43,6 +43,7 @@ from bench.retrieval_arms import ARM_NAMES, ARMS, arm_config, base_config  # noq
 from bench.retrieval_baselines import baseline_lists  # noqa: E402
 from bench.retrieval_data import Interactions, PlantedSpec, Split, movielens, oracle_lists, planted, time_split  # noqa: E402
 from bench.retrieval_metrics import auc, score_lists  # noqa: E402
+from bench.retrieval_paired import LEVEL, paired_difference, per_user_recall  # noqa: E402
 from bench.retrieval_up import ArmResult, run_arm  # noqa: E402
 from deploy.system_config import StreamrecConfig  # noqa: E402
 
@@ -104,27 +105,32 @@ def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict
     train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-")) / "train.jsonl"
     split.train.write_jsonl(train_file)
     base = base_config(log, seed=args.seed)
+    configs: dict[str, dict[str, Any]] = {}
     for arm in (a for a in ARMS if a.name in arms):
         config, why = arm_config(base, arm)
         if config is None:
             out["arms"][arm.name] = {"available": False, "why": why, "what": arm.what}
-            continue
-        runs = []
-        for rep in range(args.repeats):
-            print(f"[{dataset}] arm {arm.name} (run {rep + 1}/{args.repeats}): streamrec up --replay "
+        else:
+            configs[arm.name] = config
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    for rep in range(args.repeats):  # the arms' runs interleaved: run r of every arm shares the load of its time
+        for name, config in configs.items():
+            print(f"[{dataset}] arm {name} (run {rep + 1}/{args.repeats}): streamrec up --replay "
                   f"{len(split.train)} records", file=sys.stderr, flush=True)
             try:
-                res = run_arm(f"{dataset}-{arm.name}", config, train_file, split, k=K,
+                res = run_arm(f"{dataset}-{name}", config, train_file, split, k=K,
                               timeout_s=args.arm_timeout, seed=args.seed)
             except RuntimeError as err:
-                runs.append({"failed": str(err)})
+                runs[name].append({"failed": str(err)})
                 continue
-            runs.append(arm_run(res, split))
-        done = [r for r in runs if "failed" not in r]
+            runs[name].append(arm_run(res, split))
+    for arm in (a for a in ARMS if a.name in configs):
+        config = configs[arm.name]
+        done = [r for r in runs[arm.name] if "failed" not in r]
         entry: dict[str, Any] = {"available": True, "what": arm.what, "model": config["train"]["model"],
-                                 "effective_retrieval": effective_retrieval(config), "runs": runs}
+                                 "effective_retrieval": effective_retrieval(config), "runs": runs[arm.name]}
         if not done:
-            entry["failed"] = runs[-1]["failed"]
+            entry["failed"] = runs[arm.name][-1]["failed"]
         else:  # the means over the runs that finished; the spread of recall beside them
             entry.update({key: float(np.mean([r[key] for r in done])) for key, v in done[0].items()
                           if isinstance(v, int | float) and not isinstance(v, bool)})
@@ -132,7 +138,23 @@ def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict
                           "runs_done": len(done), "error_count": sum(r["error_count"] for r in done),
                           "errors": [e for r in done for e in r["errors"]][:5]})
         out["arms"][arm.name] = entry
+    out["paired"] = paired_against_default(runs, split)
     out["targets"] = targets(out)
+    return out
+
+
+def paired_against_default(runs: dict[str, list[dict[str, Any]]], split: Split) -> dict[str, Any]:
+    """Each arm's recall minus the default arm's, run r against run r, per user (bench/retrieval_paired.py):
+    over every holdout user and over those seen in train."""
+    default = runs.get("default", [])
+    out: dict[str, Any] = {}
+    for name, rs in runs.items():
+        pairs = [(a, b) for a, b in zip(rs, default, strict=False) if "failed" not in a and "failed" not in b]
+        if name == "default" or not pairs:
+            continue
+        mine = [a["per_user_recall"] for a, _ in pairs]
+        ref = [b["per_user_recall"] for _, b in pairs]
+        out[name] = {"all": paired_difference(mine, ref), "seen": paired_difference(mine, ref, split.known_users)}
     return out
 
 
@@ -143,6 +165,7 @@ def arm_run(res: ArmResult, split: Split) -> dict[str, Any]:
     ok = ~np.isnan(scores)
     return {
         **metrics(res.lists, split),
+        "per_user_recall": per_user_recall(res.lists, split.truth, K),
         "predict_auc": auc(split.test.label[ok], scores[ok]) if ok.any() else float("nan"),
         "train_seconds": round(res.train_seconds, 1), "records_per_s": round(res.records_per_s),
         "recommend_p50_ms": round(float(np.percentile(lat, 50)), 2),
@@ -170,6 +193,10 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     t["predict_auc_above_item_rate"] = bool(arm["predict_auc"] > out["item_rate_auc"])
     t["every_item_in_index"] = arm["items_in_index"] == arm["items_checked"] > 0
     return t
+
+
+def _signed(x: float) -> str:
+    return "-" if np.isnan(x) else f"{x:+.4f}"
 
 
 def _f(x: Any, digits: int = 3) -> str:
@@ -221,6 +248,13 @@ def print_dataset(out: dict[str, Any]) -> None:
                   f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
                   f"{a['items_in_index']:>5.0f}/{a['items_checked']:<5.0f}{spread}"
                   + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
+    if out.get("paired"):
+        print(f"paired against the default arm (run r vs run r, per-user recall@10 differences averaged over the runs; "
+              f"{LEVEL:.0%} bootstrap interval over users; users better/worse):")
+        for name, p in out["paired"].items():
+            cells = [f"{which} {_signed(d['diff'])} [{_signed(d['low'])}, {_signed(d['high'])}] "
+                     f"{d['better']}/{d['worse']} of {d['users']}" for which, d in p.items()]
+            print(f"  {name:<22}{p['all']['runs']} pairs  " + "   ".join(cells))
 
 
 def main() -> int:
