@@ -16,20 +16,10 @@ The sparse rows are not averaged: most are touched a few times in a pass.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from core.errors import CorruptData
 from models.model_config import DenseAverageConfig
-from tables.hashmap import JIT
-
-_F1 = np.float32(1.0)
-
-
-@njit(**JIT)
-def _ema(acc, w, keep):
-    c = _F1 - keep
-    for i in range(acc.shape[0]):
-        acc[i] = keep * acc[i] + c * w[i]
+from tables.dense_optimizer import moving_average
 
 
 class DenseAverage:
@@ -46,8 +36,14 @@ class DenseAverage:
 
     def update(self, values: np.ndarray) -> None:
         """Add one step's weights (after the step's update)."""
+        acc, keep = self.take_step()
+        moving_average(acc, values, keep)
+
+    def take_step(self) -> tuple[np.ndarray, np.float32]:
+        """Count one step whose weights the caller adds itself: returns ``(acc, keep)``, to be made
+        acc = keep * acc + (1 - keep) * w (the dense optimizer does it in its own pass over w)."""
         self.state["avg_t"][0] += 1
-        _ema(self.state["avg"], values, np.float32(self.decay))
+        return self.state["avg"], np.float32(self.decay)
 
     def read(self, values: np.ndarray) -> np.ndarray:
         """The bias-corrected average (a new array); ``values`` when no step was averaged yet."""

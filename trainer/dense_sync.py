@@ -93,9 +93,9 @@ class LocalDense(_Served):
         """Apply one optimizer step; on a sync step also send the change. True when the caller
         must call :meth:`refresh` after the step ends (after the sync barrier)."""
         scale = 1.0 if self.schedule is None else self.schedule.factor(self.optimizer.steps + 1)
-        self.optimizer.step(self.values, grads, lr_scale=scale)
-        if self.average is not None:
-            self.average.update(self.values)
+        # the moving average of the weights is taken in the optimizer's pass over them
+        average = None if self.average is None else self.average.take_step()
+        self.optimizer.step(self.values, grads, lr_scale=scale, average=average)
         self.steps += 1
         if self.steps % self.sync_steps:
             return False
