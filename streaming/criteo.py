@@ -29,6 +29,7 @@ _HEX_DIGIT[48:58] = np.arange(10)
 _HEX_DIGIT[97:103] = np.arange(10, 16)
 _HEX_DIGIT[65:71] = np.arange(10, 16)
 _U4 = np.uint64(4)
+_SHIFT = np.uint64(SLOT_SHIFT)
 
 
 @njit(cache=True, inline="always")
@@ -44,6 +45,18 @@ def _hex_id(buf: np.ndarray, start: int, end: int, slot_id: int, digits: np.ndar
             return False, np.uint64(0)
         v = (v << _U4) | np.uint64(d)
     return True, (np.uint64(slot_id) << np.uint64(SLOT_SHIFT)) | v
+
+
+@njit(cache=True, inline="always")
+def _hex8(buf: np.ndarray, start: int, digits: np.ndarray) -> tuple[bool, np.uint64]:
+    """The 8 hex digits at ``start`` as a number, without branches per digit (False: a byte is not one)."""
+    v = np.int64(0)
+    bad = np.int64(0)
+    for k in range(8):
+        d = np.int64(digits[buf[start + k]])
+        bad |= d
+        v = (v << 4) | (d & 15)
+    return bad >= 0, np.uint64(v)
 
 
 @njit(cache=True, inline="always")
@@ -115,6 +128,32 @@ def _parse_lines(
         over = False
         k = s
         while k <= e:
+            # fast paths, tried before the general one: an 8-digit hex id (Criteo's categoricals) and
+            # a plain non-negative integer (its dense fields), parsed in the pass that finds their
+            # end; anything else (or a bad byte) goes the general way from the field's start
+            if f > n_dense and f < n_fields and kinds[f - 1 - n_dense] == 1 and start + 8 <= e and (
+                    start + 8 == e or buf[start + 8] == 9):
+                ok, h = _hex8(buf, start, digits)
+                if ok:
+                    j = f - 1 - n_dense
+                    ids[j, i] = (np.uint64(slot_ids[j]) << _SHIFT) | h
+                    present[j, i] = True
+                    f += 1
+                    k = start + 9
+                    start = k
+                    continue
+            elif 0 < f <= n_dense:
+                v = 0.0
+                while k < e and 48 <= buf[k] <= 57:
+                    v = v * 10.0 + (buf[k] - 48)
+                    k += 1
+                if k == e or buf[k] == 9:
+                    dense[i, f - 1] = v  # empty: 0, as _parse_number reads it
+                    f += 1
+                    start = k + 1
+                    k += 1
+                    continue
+                k = start
             while k < e and buf[k] != 9:
                 k += 1
             if f >= n_fields:  # one field too many: FIELD_COUNT below

@@ -107,3 +107,22 @@ def test_any_bytes_are_either_parsed_or_rejected_never_lost(records: list[bytes]
     assert len(batch) + len(rejected) == len(records)
     assert all(records[r.index] == r.raw and r.detail for r in rejected)
     assert len({r.index for r in rejected}) == len(rejected)
+
+
+def test_fast_paths_hand_every_unusual_field_to_the_general_one() -> None:
+    """8-digit hex ids and plain integers are parsed in the scan that finds their end; an id of
+    another length, a bad digit, a sign, a decimal point or a last field before "\\r\\n" must read
+    as the general path reads them."""
+    cats = [f"{i:08x}" for i in range(26)]
+    cats[0], cats[1], cats[2], cats[3] = "ABCDEF01", "abc", "123456789", "0000000g"
+    dense = ["-3", "2.5", "007", "", "4294967296", "12x", *[str(i) for i in range(7)]]
+    ok = line("1", dense[:5] + [str(i) for i in range(8)], cats[:3] + cats[4:] + ["ffffffff"])
+    batch, rejected = CriteoParser().parse([ok + b"\r\n"])
+    assert rejected == []
+    _, want_dense, slots = reference(ok)
+    assert batch.dense[0].tolist() == np.array(want_dense, dtype=np.float32).tolist()
+    for name, ids in slots.items():
+        assert batch.slot_ids(name, 0).tolist() == ids
+    bad_dense = line("0", ["12x", *dense[6:], "1", "2", "3", "4", "5"], [f"{i:08x}" for i in range(26)])
+    _, rejected = CriteoParser().parse([line("1", dense[:5] + dense[6:] + ["1"], cats), bad_dense])
+    assert [(r.index, r.reason) for r in rejected] == [(0, RejectReason.BAD_HEX), (1, RejectReason.BAD_DENSE)]
