@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 
 import numpy as np
 import pytest
@@ -153,6 +154,19 @@ def test_the_identity_is_under_the_mac() -> None:
     with pytest.raises(Forbidden, match="signature"):  # replayed from another connection
         verifier.verify(signed, has_tag=True, identity=b"client-b")
     verifier.verify(signed, has_tag=True, identity=b"client-a")
+
+
+@pytest.mark.parametrize("secret", [SECRET, b"k" * 64, b"long" * 40])  # at, and above, SHA-256's block
+@pytest.mark.parametrize("sizes", [[900], [40, 70_000], [200_000, 8, 3]])  # one frame, joined, hashed in place
+def test_the_tag_is_the_documented_hmac_sha256(secret: bytes, sizes: list[int]) -> None:
+    """Peers of any version verify each other's tags: the MAC is HMAC-SHA256 over the documented bytes."""
+    rng = np.random.default_rng(len(secret) + sum(sizes))
+    frames = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+    tag = sign(secret, frames, identity=b"client-a", now_ns=123)
+    ts = tag[:8]
+    signed = ts + len(b"client-a").to_bytes(8, "little") + b"client-a" + b"".join(
+        len(f).to_bytes(8, "little") + f for f in frames)
+    assert tag[8:] == hmac.digest(secret, signed, "sha256")
 
 
 def test_every_tag_of_the_window_is_remembered_however_many_came_after() -> None:
