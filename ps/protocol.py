@@ -168,26 +168,6 @@ def encode(msg: Message, *, auth: bool = False) -> list[Any]:
     return [b"".join(parts), *frames]
 
 
-_F32_DESC = _CODES[np.dtype(np.float32)] | _INLINE
-_F32 = np.dtype(np.float32)
-
-
-def rows_reply(request: Message, n: int, width: int, incarnation: int) -> tuple[bytearray, np.ndarray] | None:
-    """The one frame of the ok reply to ``request`` that carries float32 rows (n, width), laid
-    out as :func:`encode` lays it out, and a writable view of those rows inside it: fill the
-    view, then send the frame (no array to allocate, no copy into the frame). None when the
-    rows are too big to travel inline (:func:`encode` it then)."""
-    nbytes = n * width * 4
-    if nbytes > INLINE_MAX_BYTES:
-        return None
-    name = request.table.encode()
-    head = b"".join((HEADER.pack(MAGIC, VERSION, request.op, 0, STATUS_OK, 1, len(name), 0, request.request_id,
-                                 incarnation), name, _DESCS[2].pack(_F32_DESC, 2, n, width)))
-    frame = bytearray(len(head) + nbytes)
-    frame[: len(head)] = head
-    return frame, np.ndarray((n, width), _F32, frame, len(head))
-
-
 def _frame_bytes(frame: Any) -> Any:
     """A buffer of ``frame`` (bytes as they are, a ``zmq.Frame``'s memoryview, no copy)."""
     if type(frame) is bytes:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
-from ps.protocol import Flag, Message, check_keys, rows_reply
+from ps.protocol import Flag, Message, check_keys
+from ps.pull_reply import PullReplyFrames
 from ps.shard_requests import arrays_of, ok
 from ps.sync_steps import HeldGradients, SyncSteps, adds_geo_deltas
 from tables.budget import share_shard_budget
@@ -37,6 +38,7 @@ class ShardTables:
         self.dense: dict[str, DenseTable] = {}
         self.dense_meta: dict[str, dict[str, Any]] = {}  # name -> {size, optimizer}: what a save records
         self.sync = SyncSteps()
+        self._reply_frames: dict[str, PullReplyFrames] = {}  # per table, made at its first small pull
 
     def add_sparse(self, table: SparseTable) -> None:
         """A table made after start (an id-rows table, by its first write, ps.shard_id_rows): the
@@ -71,22 +73,28 @@ class ShardTables:
             return ok(msg, rows, found.view(np.uint8))
         return Message(msg.op, msg.request_id, msg.table, [table.pull(keys)], {})
 
-    def pull_frame(self, msg: Message, incarnation: int) -> bytearray | None:
-        """A small pull's whole reply frame, its rows gathered straight into it (no rows array,
-        no encode); None when :meth:`pull` must answer (an existing-only pull, rows too big to
-        travel inline, or a request to refuse)."""
+    def pull_frame(self, msg: Message, incarnation: int) -> memoryview | None:
+        """A small pull's whole reply frame, its rows gathered straight into the table's
+        preallocated reply buffer (:mod:`ps.pull_reply`; send it before the next call); None
+        when :meth:`pull` must answer (an existing-only pull, rows too big to travel inline, or
+        a request to refuse)."""
         arrays = msg.arrays
         if len(arrays) != 1 or int(msg.flags) & _EXISTING:
             return None
         keys = arrays[0]
-        table = self.sparse.get(msg.table)
+        name = msg.table
+        table = self.sparse.get(name)
         if table is None or keys.dtype != _U64 or keys.ndim != 1:
             return None
-        reply = rows_reply(msg, keys.shape[0], table.width, incarnation)
-        if reply is None:
+        frames = self._reply_frames.get(name)
+        if frames is None or frames.incarnation != incarnation or frames.width != table.width:
+            frames = self._reply_frames[name] = PullReplyFrames(name, table.width, incarnation)
+        n = keys.shape[0]
+        if n > frames.max_rows:
             return None
-        table.pull(keys, out=reply[1])
-        return reply[0]
+        frame, rows = frames.frame(msg.request_id, n)
+        table.pull(keys, out=rows)
+        return frame
 
     def push(self, msg: Message) -> Message:
         arrays = arrays_of(msg, 2, 4)

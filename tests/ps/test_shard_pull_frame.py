@@ -39,3 +39,17 @@ def test_what_the_frame_cannot_carry_is_left_to_pull() -> None:
     assert tables.pull_frame(_request(np.arange(3, dtype=np.uint64), table="nope"), 1) is None
     assert tables.pull_frame(_request(np.arange(3, dtype=np.int64)), 1) is None
     assert tables.sparse["emb"].counters["pulls"] == 0
+
+
+def test_the_reused_buffer_answers_each_pull_with_its_own_id_and_rows() -> None:
+    """One buffer per table serves every small pull: each frame, taken before the next pull, is
+    that pull's encoded reply (its id, its key count, its rows)."""
+    tables = ShardTables([EMB], index=0)
+    keys = np.arange(1, 257, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    tables.sparse["emb"].push(keys, np.ones((256, 16), np.float32))
+    for rid, n in enumerate((200, 3, 256, 1, 200), start=7):
+        request = protocol.decode(protocol.encode(Message(Op.PULL_SPARSE, rid, "emb", [keys[:n][::-1].copy()])))
+        frame = bytes(tables.pull_frame(request, 99))
+        reply = tables.pull(request)
+        reply.incarnation = 99
+        assert frame == protocol.encode(reply)[0]
