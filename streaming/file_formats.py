@@ -11,6 +11,7 @@ record batches of the schema's columns only.
 from __future__ import annotations
 
 import gzip
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from streaming.rejects import Rejected
 from streaming.stream_config import SchemaConfig
 
 _BLOCK_BYTES = 8 << 20
+_POOL = 3  # read buffers kept for reuse (the one being split, the consumer's last block's, one free)
 
 FORMAT_OF_SUFFIX = {
     ".jsonl": "json", ".ndjson": "json", ".json": "json",
@@ -66,24 +68,30 @@ def line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, list[bytes]]]
 def buffer_line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
     """:func:`line_blocks` without a bytes object per line: ``(first line number, (buf, bounds))``,
     line i of a block is ``buf[bounds[i]:bounds[i + 1]]`` with its "\n" (the file's last line
-    may lack it). Newlines are found by one numpy pass per read; blocks are views of the read
+    may lack it). Newlines are found by one kernel pass per read; blocks are views of the read
     buffer. Empty lines are dropped the same way (a block with one is cut around it).
 
-    Each read goes into a fresh buffer behind the previous one's unfinished line (``readinto``:
-    no ``carry + chunk`` copy of the whole read), and a block is checked for empty lines in one
-    kernel pass: a worker of W reads every block of the file, so this is paid W times per record."""
+    Each read goes behind the previous one's unfinished line (``readinto``: no ``carry + chunk``
+    copy of the whole read) into a buffer no earlier block still refers to (:func:`_read_buffer`),
+    and a block is checked for empty lines in one kernel pass: a worker of W reads every block of
+    the file, so this is paid W times per record."""
     carry = np.empty(0, np.uint8)
     line_no = 1
+    pool: list[np.ndarray] = []
+    ends_out = np.empty(0, np.int64)
     with _open(path) as f:
         while True:
-            buf = np.empty(carry.shape[0] + _BLOCK_BYTES, np.uint8)
+            buf = _read_buffer(pool, carry.shape[0] + _BLOCK_BYTES)
             buf[: carry.shape[0]] = carry
             got = f.readinto(memoryview(buf)[carry.shape[0] :])
             at_end = not got
             buf = buf[: carry.shape[0] + got]
             if not buf.shape[0]:
                 return
-            ends = np.flatnonzero(buf == 10) + 1  # one past each line's "\n"
+            if ends_out.shape[0] < buf.shape[0] // 8 + 1:
+                ends_out = np.empty(buf.shape[0] // 8 + 1, np.int64)
+            count = _newline_ends(buf, ends_out)
+            ends = ends_out[:count] if count >= 0 else np.flatnonzero(buf == 10) + 1  # one past each "\n"
             if at_end:  # end of file: the last line may have no "\n"
                 if not ends.shape[0] or ends[-1] != buf.shape[0]:
                     ends = np.append(ends, buf.shape[0])
@@ -104,6 +112,57 @@ def buffer_line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, tuple[
             if at_end:
                 return
             carry = buf[start:]
+
+
+def _read_buffer(pool: list[np.ndarray], size: int) -> np.ndarray:
+    """A buffer of at least ``size`` bytes for the next read: one of ``pool`` that no block refers to
+    any more, else a new one (kept in the pool, at most _POOL). A fresh 8 MB array is mapped anew by
+    the allocator and its pages faulted in and zeroed at the first write: ~0.06 us per line, paid
+    for every line by every worker, as much as finding the newlines. A block's arrays are views
+    whose ``base`` is the pool's buffer, so a reference count above the pool's own and this loop's
+    means someone still holds one (CPython's counts: the list, the loop variable, the call's argument)."""
+    for b in pool:
+        if b.shape[0] >= size and sys.getrefcount(b) <= 3:
+            return b
+    b = np.empty(size, np.uint8)
+    if len(pool) >= _POOL:
+        pool.pop(0)
+    pool.append(b)
+    return b
+
+
+_NL = np.uint64(0x0A0A0A0A0A0A0A0A)
+_LOW = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _newline_ends(buf: np.ndarray, out: np.ndarray) -> int:
+    """One past each "\n" of ``buf`` into ``out``, their count (-1: more than ``out`` holds). Eight
+    bytes a test (a word has a "\n" iff (x - 0x01..) & ~x & 0x80.. is non-zero, x = word ^ 0x0a..):
+    2.3 -> 1.0 ns a byte against numpy's flatnonzero(buf == 10)."""
+    n = buf.shape[0]
+    whole = n - n % 8
+    words = buf[:whole].view(np.uint64)
+    c = 0
+    cap = out.shape[0]
+    for w in range(words.shape[0]):
+        x = words[w] ^ _NL
+        if (x - _LOW) & ~x & _HIGH:
+            base = w * 8
+            for k in range(base, base + 8):
+                if buf[k] == 10:
+                    if c == cap:
+                        return -1
+                    out[c] = k + 1
+                    c += 1
+    for k in range(whole, n):
+        if buf[k] == 10:
+            if c == cap:
+                return -1
+            out[c] = k + 1
+            c += 1
+    return c
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

@@ -101,3 +101,34 @@ def test_hex_lookup_agrees_with_token_id() -> None:
         buf = np.frombuffer(tok, np.uint8)
         want = token_id(buf, 0, len(tok), KIND_CODE[HashKind.HEX], 7)
         assert _hex_id(buf, 0, len(tok), 7, _HEX_DIGIT) == want, tok
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_blocks_kept_by_the_caller_are_never_overwritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         seed: int) -> None:
+    """Read buffers are reused only when no block refers to them: blocks held while the reading
+    goes on keep their lines."""
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(file_formats, "_BLOCK_BYTES", int(rng.integers(8, 40)))
+    path = tmp_path / "f.txt"
+    path.write_bytes(_random_text(rng, 400, final_newline=True))
+    want = list(line_blocks(path, 5))
+    kept = list(buffer_line_blocks(path, 5))  # every block alive at once
+    assert [(first, _lines_of(block)) for first, block in kept] == want
+    every_other = []  # half the blocks kept: the other buffers are free for reuse
+    for k, (first, block) in enumerate(buffer_line_blocks(path, 5)):
+        if k % 2 == 0:
+            every_other.append((first, block))
+    assert [(first, _lines_of(block)) for first, block in every_other] == want[::2]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_newline_kernel_agrees_with_numpy(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    buf = rng.choice(np.frombuffer(b"\n\tab\r", np.uint8), int(rng.integers(0, 300)), p=[0.1, 0.2, 0.3, 0.3, 0.1])
+    want = np.flatnonzero(buf == 10) + 1
+    out = np.empty(buf.shape[0] + 1, np.int64)
+    count = file_formats._newline_ends(buf, out)
+    assert out[:count].tolist() == want.tolist()
+    if want.shape[0]:  # an output too small says so
+        assert file_formats._newline_ends(buf, np.empty(want.shape[0] - 1, np.int64)) == -1
