@@ -93,6 +93,10 @@ ARMS: tuple[Arm, ...] = (
         user_id_optimizer=USER_ID_ADAM),
     Arm("user-rms+history", {}, True, "the default (user id on RMSprop-like steps) and the user history "
         "attention-pooled", pooling="attention", user_id_optimizer=USER_ID_RMS),
+    Arm("user-rms+history20", {}, True, "user-rms+history with the last 20 positives only (drift: the recent ones)",
+        history_length=20, pooling="attention", user_id_optimizer=USER_ID_RMS),
+    Arm("user-rms+history-mean", {}, True, "the default (user id on RMSprop-like steps) and the user history "
+        "mean-pooled", user_id_optimizer=USER_ID_RMS),
     Arm("item-bias", ITEM_BIAS, False, "the default with a learned item bias in the softmax's logit (Adagrad lr 0.2), "
         "served as one more index column"),
     Arm("user-adagrad", {}, False, "train.model as the model's defaults give it, the user id's rows on the shared "
