@@ -95,6 +95,8 @@ ARMS: tuple[Arm, ...] = (
         "attention-pooled", pooling="attention", user_id_optimizer=USER_ID_RMS),
     Arm("user-rms+history20", {}, True, "user-rms+history with the last 20 positives only (drift: the recent ones)",
         history_length=20, pooling="attention", user_id_optimizer=USER_ID_RMS),
+    Arm("user-rms+history10", {}, True, "user-rms+history with the last 10 positives only",
+        history_length=10, pooling="attention", user_id_optimizer=USER_ID_RMS),
     Arm("user-rms+history-mean", {}, True, "the default (user id on RMSprop-like steps) and the user history "
         "mean-pooled", user_id_optimizer=USER_ID_RMS),
     Arm("item-bias", ITEM_BIAS, False, "the default with a learned item bias in the softmax's logit (Adagrad lr 0.2), "
