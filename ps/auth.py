@@ -68,8 +68,9 @@ def _pads(secret: bytes) -> tuple[Any, Any]:
     return hashlib.sha256(bytes(b ^ 0x36 for b in key)), hashlib.sha256(bytes(b ^ 0x5C for b in key))
 
 
-def _mac(secret: bytes, ts: bytes, identity: bytes, frames: Sequence[Any]) -> bytes:
-    pad_in, pad_out = _pads(secret)
+def _mac(pads: tuple[Any, Any], ts: bytes, identity: bytes, frames: Sequence[Any]) -> bytes:
+    """HMAC-SHA256 of the documented bytes under the key whose inner and outer hashes are ``pads``."""
+    pad_in, pad_out = pads
     h = pad_in.copy()
     if len(frames) == 1 and type(frames[0]) is bytes and len(frames[0]) <= _JOIN_MAX:
         # a small request is one header frame (its arrays inline): hashed in one update
@@ -110,7 +111,7 @@ def sign(secret: bytes, frames: Sequence[Any], *, identity: bytes, now_ns: int |
     """The auth frame for ``frames`` (all frames before the auth frame), sent by the client
     whose ZeroMQ identity is ``identity``."""
     ts = _TS.pack(time.time_ns() if now_ns is None else now_ns)
-    return ts + _mac(secret, ts, identity, frames)
+    return ts + _mac(_pads(secret), ts, identity, frames)
 
 
 class Verifier:
@@ -122,7 +123,7 @@ class Verifier:
 
     def __init__(self, secret: bytes, *, max_skew_s: float = 60.0, capacity: int = 1 << 20,
                  clock: Callable[[], int] = time.time_ns) -> None:
-        self._secret = check_secret(secret)
+        self._pads = _pads(check_secret(secret))
         self._max_skew_ns = int(max_skew_s * 1e9)
         self._clock = clock
         self._not_before_ns = clock()
@@ -141,7 +142,7 @@ class Verifier:
         if len(tag) != TAG_SIZE:
             raise Forbidden(f"malformed auth frame: {len(tag)} bytes, expected {TAG_SIZE}")
         ts = tag[: _TS.size]
-        if not hmac.compare_digest(tag[_TS.size :], _mac(self._secret, ts, identity, frames[:-1])):
+        if not hmac.compare_digest(tag[_TS.size :], _mac(self._pads, ts, identity, frames[:-1])):
             raise Forbidden("request signature does not match the shared secret and this connection")
         ts_ns, now = _TS.unpack(ts)[0], self._clock()
         if abs(now - ts_ns) > self._max_skew_ns:
@@ -151,7 +152,8 @@ class Verifier:
             raise Forbidden(f"request signed {(self._not_before_ns - ts_ns) / 1e9:.3f} s before this shard started "
                             "(a replay to a restarted shard, or the client's clock is behind)",
                             detail={"resign": True})  # the client that signed it sends it again, signed now
-        self._expire(now)
+        if self._seconds and self._seconds[0] < (now - self._max_skew_ns) // _SECOND_NS:
+            self._expire(now)  # the oldest bucket left the window (the test is _expire's own, inline)
         second, mac = ts_ns // _SECOND_NS, tag[_TS.size : _TS.size + _KEPT_MAC_BYTES]
         bucket = self._buckets.get(second)
         if bucket is not None and mac in bucket:
