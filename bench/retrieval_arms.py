@@ -74,6 +74,26 @@ USER_ID_RMS: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2
 # (0.101-0.105), MovieLens 0.065 vs 0.066, seen users 0.004 vs 0.016: planted up, MovieLens's seen users down:
 # not the default.
 
+# Eighth session (2026-11-24, bench/retrieval.py's paired output, arms' runs interleaved, load 1.7-14): why the
+# history seemed to hurt MovieLens's seen users. Its 60 new holdout users get service.cold_start's list whatever the
+# arm (their recall 0.084-0.086 in every run), so only the 21 seen users differ, and their mean recall@10 weighs a
+# hit by 1/|relevant|: over 6 paired runs default and user-rms+history made 38 and 37 hits on them, but the
+# default's included 10 (of 6 runs x 6 relevant) on user 257 (1/6 each) and the history's 13 on user 652 (229
+# relevant, 1/229 each): seen recall 0.017 vs 0.008 from one user. Paired (run r vs run r, per-user differences,
+# 95% bootstrap interval over users): MovieLens user-rms+history -0.0015 [-0.0085, +0.0039], seen -0.0094 [-0.0285,
+# +0.0014] (6 pairs); planted -0.0002 [-0.0046, +0.0046] (4 pairs, 0.100-0.107 against 0.099-0.104: its quiet
+# rounds' 0.106-0.108 did not hold under load). In-process (/work/tools/exp/inproc.py) the history cost MovieLens's
+# new users 0.065-0.071 against 0.084-0.087, as their towers' vector (an empty history, rare in training) is all
+# they get there; history dropout 0.3-0.5 won back half of that; end to end cold_start serves them, so it is moot.
+# The last 20 positives attention-pooled (user-rms+history20), 4 rounds of 2 paired runs: planted 0.1081, 0.1035,
+# 0.1094, 0.1048, 0.1019, 0.1077, 0.1031, 0.1052 (mean 0.1055) against the default's 0.1026, 0.1032, 0.1010, 0.0987,
+# 0.1038, 0.1019, 0.1024, 0.0998 (0.1017): higher in 7 of 8 runs, +0.0038 [-0.0004, +0.0078]; at least half the
+# oracle in 7 of 8 runs (0.494-0.531), >= 0.105 in 4. MovieLens -0.0005 [-0.0074, +0.0051], its seen users -0.0080
+# [-0.0270, +0.0033] (8 pairs; lower in each round, the last round's interval below zero: -0.0114 [-0.0278,
+# -0.0010]). Not the default: planted not >= 0.105 in each run, its gain's interval not clear of zero, and the
+# seen users' sign steady. The last 10: planted 0.104-0.108 (+0.0061 [+0.0008, +0.0117], 2 pairs), MovieLens
+# -0.0021 [-0.0066, +0.0005]; the 50 mean-pooled: planted +0.0009, MovieLens -0.0016 (2 pairs each).
+
 ARMS: tuple[Arm, ...] = (
     Arm("default", {}, False, "train.model as the model's defaults give it, the user id's rows on RMSprop-like steps "
         "(Adam beta1 0, beta2 0.99, lr 0.007: as examples/two_tower.yaml)", user_id_optimizer=USER_ID_RMS),
