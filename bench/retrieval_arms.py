@@ -91,7 +91,10 @@ USER_ID_RMS: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2
 # oracle in 7 of 8 runs (0.494-0.531), >= 0.105 in 4. MovieLens -0.0005 [-0.0074, +0.0051], its seen users -0.0080
 # [-0.0270, +0.0033] (8 pairs; lower in each round, the last round's interval below zero: -0.0114 [-0.0278,
 # -0.0010]). Not the default: planted not >= 0.105 in each run, its gain's interval not clear of zero, and the
-# seen users' sign steady. The last 10: planted 0.104-0.108 (+0.0061 [+0.0008, +0.0117], 2 pairs), MovieLens
+# seen users' sign steady. A fifth, quiet round (load 0.9-2.7): default 0.1071, 0.1039 (0.52, 0.50 of the oracle),
+# user-rms+history20 0.1068, 0.1043 (+0.0001), the last 10 0.1028, 0.1042: the history's planted gain is the loaded
+# runs' (the default's planted recall falls with the load, 0.099-0.104 at load 3-8); over 10 pairs +0.0031 [-0.0008,
+# +0.0069], higher in 8. The last 10: planted 0.104-0.108 (+0.0061 [+0.0008, +0.0117], 2 pairs), MovieLens
 # -0.0021 [-0.0066, +0.0005]; the 50 mean-pooled: planted +0.0009, MovieLens -0.0016 (2 pairs each).
 
 ARMS: tuple[Arm, ...] = (
