@@ -491,8 +491,11 @@ def targets(out: dict, baselines: dict) -> dict:
                                      "met": x >= TARGETS["over_torchrec_best"], "best": best["strategy"]}
     if "tensorflow_ps" in baselines:
         x = out["samples_per_s"] / baselines["tensorflow_ps"]["samples_per_s"]
+        need = TARGETS["over_tensorflow_ps"] * baselines["tensorflow_ps"]["samples_per_s"]
+        # what the target asks in this run's units: above 1.0 of the limit no fp32 MLP can reach it
         res["over_tensorflow_ps"] = {"ratio": round(x, 2), "target": TARGETS["over_tensorflow_ps"],
-                                     "met": x >= TARGETS["over_tensorflow_ps"]}
+                                     "met": x >= TARGETS["over_tensorflow_ps"], "needs_samples_per_s": round(need),
+                                     "needs_of_limit": round(need / out["compute"]["limit_samples_per_s"], 3)}
     # 5 decimals: the AUCs often agree to 4, and a -0.0 hid which side of the peer we were on
     name, peer = max(baselines.items(), key=lambda nb: nb[1]["test_auc"])
     # ours unrounded, as the peers' are (out["test_auc"] is rounded to 4 decimals)
