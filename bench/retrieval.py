@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 from bench.retrieval_arms import ARM_NAMES, ARMS, arm_config, base_config  # noqa: E402
 from bench.retrieval_baselines import baseline_lists  # noqa: E402
 from bench.retrieval_data import Interactions, PlantedSpec, Split, movielens, oracle_lists, planted, time_split  # noqa: E402
-from bench.retrieval_metrics import auc, score_lists  # noqa: E402
+from bench.retrieval_metrics import auc, best_shared_list, score_lists  # noqa: E402
 from bench.retrieval_paired import LEVEL, paired_difference, per_user_recall  # noqa: E402
 from bench.retrieval_up import ArmResult, run_arm  # noqa: E402
 from deploy.system_config import StreamrecConfig  # noqa: E402
@@ -100,6 +100,11 @@ def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict
     for name, lists in baseline_lists(split, K, args.seed).items():
         out["methods"][name] = metrics(lists, split)
     out["baseline_seconds"] = round(time.monotonic() - t, 1)
+    new_users = [u for u in split.truth if u not in split.seen]
+    if new_users and not log.user_fields:
+        # no attributes either: nothing personal is known of them, so the best list they can share bounds every method
+        _, bound = best_shared_list(split.truth, new_users, split.catalogue, K)
+        out["new_users"] = {"users": len(new_users), "best_shared_list_recall": bound}
     out["item_rate_auc"] = auc(split.test.label, item_rate_scores(split))
 
     train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-")) / "train.jsonl"
@@ -190,9 +195,27 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     if oracle:
         t["streamrec_over_oracle"] = got / oracle["recall"]
         t["oracle_target_met"] = t["streamrec_over_oracle"] >= TARGET_VS_ORACLE
+    t.update(new_user_bound(out, base[best_name], got, best_name))
     t["predict_auc_above_item_rate"] = bool(arm["predict_auc"] > out["item_rate_auc"])
     t["every_item_in_index"] = arm["items_in_index"] == arm["items_checked"] > 0
     return t
+
+
+def new_user_bound(out: dict[str, Any], best: float, got: float, best_name: str) -> dict[str, Any]:
+    """What the baseline target asks of the users seen in train, once the users new to the holdout
+    score at most the best list they could share (chosen in hindsight): the seen users' mean
+    recall@10 that 1.2x the best baseline then needs, against the best baseline's and ours there."""
+    new = out.get("new_users")
+    seen_n = out["holdout_users_seen"]
+    if not new or not seen_n:
+        return {}
+    n = out["holdout_users"]
+    need = (TARGET_VS_BASELINE * best * n - new["users"] * new["best_shared_list_recall"]) / seen_n
+    return {"seen_users_recall_needed": need,
+            "best_baseline_seen_recall": out["methods"][best_name]["recall_seen_users"],
+            "streamrec_seen_recall": out["arms"]["default"].get("recall_seen_users"),
+            "streamrec_new_users_recall": (got * n - out["arms"]["default"]["recall_seen_users"] * seen_n)
+            / new["users"] if out["arms"]["default"].get("recall_seen_users") is not None else None}
 
 
 def _signed(x: float) -> str:
@@ -223,6 +246,15 @@ def print_dataset(out: dict[str, Any]) -> None:
     if "streamrec_over_oracle" in t:
         print(f"streamrec [default] recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
               f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
+    if "seen_users_recall_needed" in t:
+        nu = out["new_users"]
+        print(f"users new in the holdout ({nu['users']} of {out['holdout_users']}): the best list all of them could "
+              f"share, chosen in hindsight, scores recall@10 {_f(nu['best_shared_list_recall'])} on them (streamrec "
+              f"{_f(t['streamrec_new_users_recall'])}); so {TARGET_VS_BASELINE}x the best baseline needs the "
+              f"{out['holdout_users_seen']} seen users at >= {_f(t['seen_users_recall_needed'])}: "
+              f"{t['seen_users_recall_needed'] / t['best_baseline_seen_recall']:.1f}x the best baseline's "
+              f"{_f(t['best_baseline_seen_recall'])} on them (streamrec {_f(t['streamrec_seen_recall'])})"
+              if t["best_baseline_seen_recall"] else "")
     default = out["arms"].get("default", {})
     if default.get("what"):
         print(f"default = {default['what']}")

@@ -11,6 +11,12 @@ that forget to exclude them). Lists longer than ``k`` are cut to ``k`` before sc
 - NDCG@k: binary gains, DCG = sum over hits of 1/log2(rank + 1), divided by the DCG of an ideal
   list (min(k, |relevant|) hits at the top).
 - coverage: distinct items in all the lists / items in the catalogue (those seen in train).
+
+For users with nothing in train (and no attributes), any system can only show a list shared by
+all of them. ``best_shared_list`` finds, in hindsight, the shared list with the highest mean
+recall@k on a set of users: recall is additive over a list's items, so it is the top k items by
+the sum over those users of 1/|relevant| for each user who likes the item. No method that learns
+from the train part alone can score higher on them.
 """
 
 from __future__ import annotations
@@ -59,6 +65,24 @@ def score_lists(lists: Mapping[int, Sequence[int]], truth: Mapping[int, set[int]
     shown = {int(i) for u in users for i in list(lists.get(u, ()))[:k]}
     return {"users": len(users), "recall": float(per_user[:, 0].mean()), "hit_rate": float(per_user[:, 1].mean()),
             "ndcg": float(per_user[:, 2].mean()), "coverage": len(shown) / catalogue if catalogue else float("nan")}
+
+
+def best_shared_list(truth: Mapping[int, set[int]], users: Iterable[int], candidates: Iterable[int],
+                     k: int) -> tuple[list[int], float]:
+    """(the k ``candidates`` that one list shown to every one of ``users`` would need for the highest
+    mean recall@k over them, that mean recall). Users without relevant items are left out."""
+    scored = [u for u in users if truth.get(u)]
+    if not scored:
+        return [], float("nan")
+    allowed = {int(i) for i in candidates}
+    weight: dict[int, float] = {}
+    for u in scored:
+        share = 1.0 / len(truth[u])
+        for i in truth[u]:
+            if int(i) in allowed:
+                weight[int(i)] = weight.get(int(i), 0.0) + share
+    top = sorted(weight, key=lambda i: (-weight[i], i))[:k]
+    return top, sum(weight[i] for i in top) / len(scored)
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:

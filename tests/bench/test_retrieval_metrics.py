@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.retrieval_metrics import auc, cut_excluding, score_lists, user_scores
+from bench.retrieval_metrics import auc, best_shared_list, cut_excluding, score_lists, user_scores
 
 
 def test_one_user_by_hand():
@@ -51,3 +51,23 @@ def test_auc_by_hand_with_ties():
     # pairs (pos, neg): (0.9, 0.1) 1, (0.9, 0.4) 1, (0.4, 0.1) 1, (0.4, 0.4) 1/2
     assert auc(np.array([1, 0, 1, 0]), np.array([0.9, 0.1, 0.4, 0.4])) == pytest.approx(3.5 / 4)
     assert math.isnan(auc(np.array([1, 1]), np.array([0.1, 0.2])))
+
+
+def test_best_shared_list_by_hand():
+    # user 1 likes {1, 2} (1/2 each), user 2 likes {2} (1): item 2 weighs 1.5, item 1 0.5; item 3 is
+    # nobody's; item 9 is liked but not a candidate (never in train); user 3 has nothing relevant
+    truth = {1: {1, 2}, 2: {2}, 3: set(), 4: {9}}
+    top, recall = best_shared_list(truth, [1, 2, 3, 4], candidates=[1, 2, 3], k=1)
+    assert top == [2] and recall == pytest.approx(1.5 / 3)
+    assert score_lists({u: top for u in (1, 2, 4)}, {u: truth[u] for u in (1, 2, 4)}, catalogue=3, k=1)["recall"] \
+        == pytest.approx(recall)
+
+
+def test_no_shared_list_beats_the_best_one():
+    rng = np.random.default_rng(0)
+    truth = {u: {int(i) for i in rng.choice(30, size=rng.integers(1, 12), replace=False)} for u in range(40)}
+    top, bound = best_shared_list(truth, truth, candidates=range(30), k=5)
+    assert score_lists({u: top for u in truth}, truth, catalogue=30, k=5)["recall"] == pytest.approx(bound)
+    for _ in range(300):
+        other = [int(i) for i in rng.choice(30, size=5, replace=False)]
+        assert score_lists({u: other for u in truth}, truth, catalogue=30, k=5)["recall"] <= bound + 1e-12
