@@ -25,7 +25,7 @@ Settings are JSON objects with any of ``slr``/``wlr`` (sparse/wide learning rate
 (``STUDY``; since #16 the defaults take TensorFlow's sparse rates and starts, row-wise), the previous
 defaults, and deepfm under both. Per-slot learning rates are not in the model config and no peer
 uses them (TensorFlow and TorchRec run one rate per table), and the MLP's Glorot-uniform weights and
-zero biases are already the peers', so neither is swept. Findings: README's Benchmarks section.
+zero biases are already the peers', so neither is swept. Findings: bench/RESULTS.md.
 
 ``--dense``: how the 2 workers combine the dense model (``DENSE_STUDY``: merge rule, merge interval,
 ``dense_update: ps``, 1 worker).

@@ -174,7 +174,7 @@ TWO_TOWER_DEFAULTS: dict[str, Any] = {"embedding_dim": 32, "mlp": (), "tower_dim
 # second run 0.7119 vs 0.7111; deepfm 0.7091 vs 0.6981. With 1 worker the defaults reach TF's 0.7125.
 # dense_merge mean: with 2 workers (dense_update local) their dense changes are averaged at each merge,
 # not summed: bench/auc_sweep.py seeds 0-2 0.7123 +- 0.0001 vs 0.7120 +- 0.0002 with sum, 1 worker 0.7125,
-# TF 0.7125; deepfm 0.7100 vs 0.7094 (README, Benchmarks).
+# TF 0.7125; deepfm 0.7100 vs 0.7094 (bench/RESULTS.md).
 # init 0.03 (TensorFlow's 0.05 before): bench/auc_sweep.py seeds 0-2 0.7127 +- 0.0001 vs 0.7125 +- 0.0001,
 # +0.0002 in each seed (TF 0.7125); bench/train.py seed 0 0.7127 vs 0.7124, TF PS 0.7126; 0.1: -0.0006, 0.01: -0.0003.
 # dense_average 0.995: the test set and bundles take the MLP weights' moving average over ~200 steps

@@ -9,7 +9,7 @@
   average of the workers' models, as in local SGD). Summed, two workers' changes since one base
   were each computed without the other's, and together overshoot: bench/auc_sweep.py (wide_deep,
   2 workers, merges every 64 steps, seeds 0-2) measured ``mean`` 0.7123, ``sum`` 0.7120, 1 worker
-  0.7125 (README, Benchmarks).
+  0.7125 (bench/RESULTS.md).
 - :class:`PSDense` (``ps``): workers push their dense GRADIENTS every step and the shard's
   dense table runs the optimizer (Paddle's async communicator, one gradient per send); each
   worker pulls fresh parameters after every ``sync_steps``-th step. In sync mode the shards
