@@ -246,15 +246,14 @@ def print_dataset(out: dict[str, Any]) -> None:
     if "streamrec_over_oracle" in t:
         print(f"streamrec [default] recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
               f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
-    if "seen_users_recall_needed" in t:
+    if t.get("best_baseline_seen_recall"):  # the new users' bound, when there are new and seen users
         nu = out["new_users"]
         print(f"users new in the holdout ({nu['users']} of {out['holdout_users']}): the best list all of them could "
               f"share, chosen in hindsight, scores recall@10 {_f(nu['best_shared_list_recall'])} on them (streamrec "
               f"{_f(t['streamrec_new_users_recall'])}); so {TARGET_VS_BASELINE}x the best baseline needs the "
               f"{out['holdout_users_seen']} seen users at >= {_f(t['seen_users_recall_needed'])}: "
               f"{t['seen_users_recall_needed'] / t['best_baseline_seen_recall']:.1f}x the best baseline's "
-              f"{_f(t['best_baseline_seen_recall'])} on them (streamrec {_f(t['streamrec_seen_recall'])})"
-              if t["best_baseline_seen_recall"] else "")
+              f"{_f(t['best_baseline_seen_recall'])} on them (streamrec {_f(t['streamrec_seen_recall'])})")
     default = out["arms"].get("default", {})
     if default.get("what"):
         print(f"default = {default['what']}")
