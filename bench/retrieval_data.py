@@ -17,6 +17,13 @@ subset of the GroupLens MovieLens ``ml-latest-small`` data. No download at run t
 terms allow research use with acknowledgement (F. Maxwell Harper and Joseph A. Konstan, 2015, The
 MovieLens Datasets: History and Context, ACM TiiS 5(4)); the data is not redistributed here. It
 carries no user attributes. Label: rating >= 4.
+
+**MovieLens 100K** (:func:`movielens100k`): the GroupLens ``ml-100k`` data as shipped inside the
+``recbole`` wheel (PyPI ``recbole`` 1.2.1, ``recbole/dataset_example/ml-100k``; installed with
+``--no-deps``, since only its files are read and the package itself would import torch): 100,000
+ratings by 943 users of 1,682 movies (Sept 1997 - April 1998) with the users' age, gender,
+occupation and zip code and the movies' genres and release year: the log #11's user replayed.
+Same terms and citation as above. Label: rating >= 4.
 """
 
 from __future__ import annotations
@@ -246,3 +253,43 @@ def movielens(events: int | None = None) -> Interactions:
     return Interactions("movielens", df.userId.to_numpy(np.int64), df.movieId.to_numpy(np.int64),
                         (df.rating.to_numpy() >= 4.0).astype(np.int8), df.timestamp.to_numpy(np.int64),
                         {}, item_attrs, (), ("genres", "year"))
+
+
+def _recbole_ml100k_dir() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("recbole")  # finds the package without importing it (it imports torch)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("the MovieLens 100K set needs recbole's data files: "
+                         "pip install --no-deps 'recbole==1.2.1' (make .venv/.installed does)")
+    return Path(next(iter(spec.submodule_search_locations))) / "dataset_example" / "ml-100k"
+
+
+def _read_atomic(path: Path) -> tuple[list[str], list[list[str]]]:
+    """An atomic file of recbole's: a tab-separated header of ``name:type`` then rows."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    header = [h.split(":", 1)[0] for h in lines[0].split("\t")]
+    return header, [ln.split("\t") for ln in lines[1:] if ln]
+
+
+def movielens100k(events: int | None = None) -> Interactions:
+    """The GroupLens ``ml-100k`` ratings with user and movie attributes, from the ``recbole`` wheel;
+    label: rating >= 4. ``events``: keep only the first N by time."""
+    root = _recbole_ml100k_dir()
+    _, rows = _read_atomic(root / "ml-100k.inter")
+    raw = np.array([(int(u), int(i), float(r), int(float(t))) for u, i, r, t in rows],
+                   dtype=[("u", np.int64), ("i", np.int64), ("r", np.float64), ("t", np.int64)])
+    raw = raw[np.lexsort((raw["i"], raw["u"], raw["t"]))]
+    if events is not None:
+        raw = raw[:events]
+    user_attrs: dict[int, dict[str, Any]] = {}
+    for uid, age, gender, occupation, zip_code in _read_atomic(root / "ml-100k.user")[1]:
+        # the age as a decade band, the zip code's first digit (a region): raw values the schema hashes
+        user_attrs[int(uid)] = {"age": f"{int(age) // 10 * 10}s", "gender": gender, "occupation": occupation,
+                                "zip": zip_code[:1] if zip_code[:1].isdigit() else "other"}
+    item_attrs: dict[int, dict[str, Any]] = {}
+    for iid, _title, year, genres in _read_atomic(root / "ml-100k.item")[1]:
+        item_attrs[int(iid)] = {"genres": [g for g in genres.split(" ") if g and g != "unknown"],
+                                "year": year or "unknown"}
+    return Interactions("movielens100k", raw["u"], raw["i"], (raw["r"] >= 4.0).astype(np.int8), raw["t"],
+                        user_attrs, item_attrs, ("age", "gender", "occupation", "zip"), ("genres", "year"))

@@ -23,11 +23,11 @@ def test_item_knn_filter_items_list_is_cut_to_n():
 
 
 def test_baselines_give_k_unseen_items_to_every_holdout_user():
-    from bench.retrieval_baselines import baseline_lists
+    from bench.retrieval_baselines import RECENT_NAME, baseline_lists
 
     split = time_split(planted(PlantedSpec(events=6_000, users=200, items=150, seed=1)))
     lists = baseline_lists(split, k=10)
-    assert set(lists) == {"popularity", "item-kNN (cosine, K=50)", "ALS (implicit, 32 factors)",
+    assert set(lists) == {"popularity", RECENT_NAME, "item-kNN (cosine, K=50)", "ALS (implicit, 32 factors)",
                           "BPR (implicit, 64 factors)"}
     for per_user in lists.values():
         assert set(per_user) == set(split.truth)
@@ -35,3 +35,19 @@ def test_baselines_give_k_unseen_items_to_every_holdout_user():
             assert len(items) == 10 and len(set(items)) == 10
             assert not set(items) & split.seen.get(user, set())
             assert set(items) <= set(split.catalogue.tolist())
+
+
+def test_recent_popularity_ranks_by_decayed_positives():
+    from bench.retrieval_baselines import recent_popularity
+    from bench.retrieval_data import Interactions
+
+    # item 1: 6 positives early; item 2: 3 positives late; item 3: 5 late negatives; user 9 held out
+    item = np.array([1] * 6 + [2] * 3 + [3] * 5 + [2, 1])
+    label = np.array([1] * 9 + [0] * 5 + [1, 1], np.int8)
+    user = np.array([5] * 14 + [9, 9])
+    log = Interactions("toy", user, item, label, np.arange(16), {}, {})
+    split = time_split(log, 2 / 16)
+    assert split.truth == {9: {1, 2}}
+    assert recent_popularity(split, 2, half_life=0.1)[9] == [2, 1]  # recent positives outweigh old ones
+    assert recent_popularity(split, 2, half_life=1e6)[9] == [1, 2]  # no decay: plain popularity
+    assert recent_popularity(split, 3, half_life=0.1)[9] == [2, 1]  # never liked: never listed

@@ -72,3 +72,21 @@ def test_arms_are_model_variations_or_not_available(log):
         assert arm.history == ("history" in config["schema"])
         assert {k: v for k, v in config.items() if k not in ("train", "schema")} == {
             k: v for k, v in base.items() if k not in ("train", "schema")}
+
+
+def test_movielens100k_is_the_ratings_with_user_and_movie_attributes():
+    from bench.retrieval_data import movielens100k  # recbole's data files: make installs the wheel --no-deps
+
+    log = movielens100k()
+    assert len(log) == 100_000 and np.all(np.diff(log.time) >= 0)
+    assert len(np.unique(log.user)) == 943 and len(np.unique(log.item)) == 1682
+    assert log.user_fields == ("age", "gender", "occupation", "zip") and log.item_fields == ("genres", "year")
+    assert 0.5 < log.label.mean() < 0.6  # rating >= 4
+    rec = log.record(0)
+    assert set(rec) == {"user_id", "age", "gender", "occupation", "zip", "item_id", "genres", "year", "label",
+                        "timestamp"}
+    assert rec["gender"] in ("M", "F") and rec["age"].endswith("0s") and isinstance(rec["genres"], list)
+    assert log.item_attrs[1]["genres"] == ["Animation", "Children's", "Comedy"]  # Toy Story
+    split = time_split(log)
+    assert len(split.test) == 10_000 and split.train.time.max() <= split.test.time.min()
+    assert len(movielens100k(5_000)) == 5_000

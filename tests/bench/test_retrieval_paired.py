@@ -52,3 +52,18 @@ def test_bench_pairs_each_arm_with_the_default_run_by_run_skipping_failed_runs()
     assert set(got) == {"x"}
     assert got["x"]["all"]["runs"] == 2 and got["x"]["all"]["diff"] == pytest.approx(0.5)
     assert got["x"]["seen"]["users"] == 1 and got["x"]["seen"]["diff"] == pytest.approx(1.0)
+
+
+def test_targets_name_the_issues_best_baseline_and_the_strongest_apart():
+    from bench.retrieval import targets
+    from bench.retrieval_baselines import RECENT_NAME
+
+    m = {"recall_seen_users": 0.1}
+    out = {"methods": {"popularity": {"recall": 0.08, **m}, RECENT_NAME: {"recall": 0.15, **m},
+                       "ALS (implicit, 32 factors)": {"recall": 0.10, **m}},
+           "arms": {"default": {"recall": 0.125, "predict_auc": 0.71, "items_in_index": 5, "items_checked": 5,
+                                "recall_seen_users": 0.1}},
+           "holdout_users": 10, "holdout_users_seen": 5, "item_rate_auc": 0.7}
+    t = targets(out)
+    assert t["best_baseline"] == "ALS (implicit, 32 factors)" and t["recall_target_met"]  # 1.25x the issue's best
+    assert t["strongest_baseline"] == RECENT_NAME and abs(t["streamrec_over_strongest_baseline"] - 0.125 / 0.15) < 1e-9
