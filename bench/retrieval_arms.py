@@ -20,6 +20,7 @@ from bench.retrieval_data import Interactions
 from deploy.system_config import StreamrecConfig
 
 HISTORY_LENGTH = 50
+DEFAULT_HISTORY_LENGTH = 20  # the default arm's: the last 20 positives (drift: the recent ones)
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,14 @@ USER_ID_RMS: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2
 # -0.0021 [-0.0066, +0.0005]; the 50 mean-pooled: planted +0.0009, MovieLens -0.0016 (2 pairs each).
 
 ARMS: tuple[Arm, ...] = (
-    Arm("default", {}, False, "train.model as the model's defaults give it, the user id's rows on RMSprop-like steps "
-        "(Adam beta1 0, beta2 0.99, lr 0.007: as examples/two_tower.yaml)", user_id_optimizer=USER_ID_RMS),
+    Arm("default", {}, True, "train.model as the model's defaults give it, the user id's rows on RMSprop-like steps "
+        "(Adam beta1 0, beta2 0.99, lr 0.007), the user's last 20 positives attention-pooled (schema.history)",
+        history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
+    Arm("frequency-0.1", {"retrieval": {"frequency_alpha": 0.1}}, True, "the default with the logQ correction's "
+        "item-frequency estimate averaging ~10 gaps per item, not ~100 (frequency_alpha 0.1)",
+        history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
+    Arm("no-history", {}, False, "the default without the user history (the default arm until 2026-11-25)",
+        user_id_optimizer=USER_ID_RMS),
     Arm("pointwise", _loss("pointwise"), False, "logistic loss on the rated pairs"),
     Arm("softmax", _loss("softmax", logq=False), False, "softmax over in-batch negatives, no logQ correction"),
     Arm("softmax+logQ", _loss("softmax", logq=True), False, "softmax with the logQ correction"),
@@ -116,8 +123,6 @@ ARMS: tuple[Arm, ...] = (
         user_id_optimizer=USER_ID_ADAM),
     Arm("user-rms+history", {}, True, "the default (user id on RMSprop-like steps) and the user history "
         "attention-pooled", pooling="attention", user_id_optimizer=USER_ID_RMS),
-    Arm("user-rms+history20", {}, True, "user-rms+history with the last 20 positives only (drift: the recent ones)",
-        history_length=20, pooling="attention", user_id_optimizer=USER_ID_RMS),
     Arm("user-rms+history10", {}, True, "user-rms+history with the last 10 positives only",
         history_length=10, pooling="attention", user_id_optimizer=USER_ID_RMS),
     Arm("user-rms+history-mean", {}, True, "the default (user id on RMSprop-like steps) and the user history "

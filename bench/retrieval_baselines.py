@@ -35,7 +35,7 @@ def popularity(split: Split, k: int = 10) -> Lists:
 # events scored recall@10 0.156 / 0.152 / 0.147 / 0.127): tuned for the baseline, so it flatters the baseline,
 # not streamrec.
 RECENT_HALF_LIFE = 0.025
-RECENT_NAME = f"recent popularity (half-life {RECENT_HALF_LIFE:.1%} of events)"
+RECENT_NAME = "recent popularity (decayed)"  # positives weighted by age: RECENT_HALF_LIFE
 
 
 def recent_popularity(split: Split, k: int = 10, half_life: float = RECENT_HALF_LIFE) -> Lists:

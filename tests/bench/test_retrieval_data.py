@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,11 +52,14 @@ def test_arms_are_model_variations_or_not_available(log):
     base = base_config(log)
     config, why = arm_config(base, Arm("plain"))  # no overrides: the base as it is
     assert why == "" and config == base
-    config, why = arm_config(base, ARMS[0])  # default: the base, the user id's rows on their own optimizer
+    # default: the base, the user id's rows on their own optimizer, the last 20 positives attention-pooled
+    config, why = arm_config(base, ARMS[0])
     assert why == "" and ARMS[0].name == "default"
-    slots = {s["name"]: s for s in config["train"]["model"]["slots"]}
-    assert slots["user_id"]["optimizer"] == USER_ID_RMS
-    slots["user_id"].pop("optimizer")
+    assert config["schema"].pop("history") == {"slot": "history", "length": 20}
+    slots = config["train"]["model"]["slots"]
+    assert slots.pop() == {"name": "history", "tower": "user", "pooling": "attention"}
+    user_id = next(s for s in slots if s["name"] == "user_id")
+    assert user_id.pop("optimizer") == USER_ID_RMS
     assert config == base
     assert {s["name"] for s in base["train"]["model"]["slots"] if s["tower"] == "user"} == {
         "user_id", "age", "gender", "region"}
@@ -90,3 +94,16 @@ def test_movielens100k_is_the_ratings_with_user_and_movie_attributes():
     split = time_split(log)
     assert len(split.test) == 10_000 and split.train.time.max() <= split.test.time.min()
     assert len(movielens100k(5_000)) == 5_000
+
+
+def test_the_ratings_example_is_the_default_arm_on_movielens100k():
+    import yaml
+
+    from bench.retrieval_data import movielens100k
+
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "two_tower_ratings.yaml").read_text())
+    config, why = arm_config(base_config(movielens100k(1_000)), ARMS[0])
+    assert why == "" and config is not None
+    assert example["schema"] == config["schema"] and example["train"] == config["train"]
+    assert example["kafka"] == config["kafka"]
+    assert {k: v for k, v in config["up"].items() if k != "commit_on_exit"} == example["up"]
