@@ -32,6 +32,7 @@ class Arm:
     history_length: int = HISTORY_LENGTH
     pooling: str = "mean"  # the history slot's: mean, or attention (models.history_pooling)
     user_id_optimizer: dict[str, Any] | None = None  # the user_id slot's own optimizer (its rows' own table)
+    job: dict[str, Any] = field(default_factory=dict)  # overrides outside train.model (up, kafka, train)
 
 
 def _loss(kind: str, **more: Any) -> dict[str, Any]:
@@ -102,9 +103,14 @@ ARMS: tuple[Arm, ...] = (
     Arm("default", {}, True, "train.model as the model's defaults give it, the user id's rows on RMSprop-like steps "
         "(Adam beta1 0, beta2 0.99, lr 0.007), the user's last 20 positives attention-pooled (schema.history)",
         history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
-    Arm("frequency-0.1", {"retrieval": {"frequency_alpha": 0.1}}, True, "the default with the logQ correction's "
-        "item-frequency estimate averaging ~10 gaps per item, not ~100 (frequency_alpha 0.1)",
+    Arm("frequency-0.01", {"retrieval": {"frequency_alpha": 0.01}}, True, "the default with the logQ correction's "
+        "item-frequency estimate averaging ~100 gaps per item (the paper's alpha; the default until 2026-11-25)",
         history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
+    Arm("frequency-0.2", {"retrieval": {"frequency_alpha": 0.2}}, True, "the default with ~5 gaps per item",
+        history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
+    Arm("one-trainer", {}, True, "the default with one trainer reading one partition", pooling="attention",
+        history_length=DEFAULT_HISTORY_LENGTH, user_id_optimizer=USER_ID_RMS,
+        job={"up": {"workers": 1}, "kafka": {"partitions": 1}}),
     Arm("no-history", {}, False, "the default without the user history (the default arm until 2026-11-25)",
         user_id_optimizer=USER_ID_RMS),
     Arm("pointwise", _loss("pointwise"), False, "logistic loss on the rated pairs"),
@@ -164,6 +170,7 @@ def arm_config(base: dict[str, Any], arm: Arm) -> tuple[dict[str, Any] | None, s
         for slot in model["slots"]:
             if slot["name"] == "user_id":
                 slot["optimizer"] = dict(arm.user_id_optimizer)
+    _merge(config, copy.deepcopy(arm.job))
     if arm.history:
         config["schema"]["history"] = {"slot": "history", "length": arm.history_length}
         model["slots"].append({"name": "history", "tower": "user", "pooling": arm.pooling})

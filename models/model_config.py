@@ -74,7 +74,12 @@ class RetrievalConfig(FrozenModel):
     catalogue_max_ids: int = Field(16, ge=1, le=1024)  # ids kept per item slot of a kept item
     frequency_buckets: int = Field(1 << 18, ge=1)  # per hash of the streaming estimate (power of two)
     frequency_hashes: int = Field(2, ge=1, le=8)
-    frequency_alpha: float = Field(0.01, gt=0.0, le=1.0)  # the estimate's moving-average rate
+    # the estimate's moving-average rate: ~1/alpha gaps per item. 0.1, not the paper's 0.01: where items' rates
+    # drift (new releases) the correction must subtract an item's rate now, or the towers learn a hot item's score
+    # too low. bench/retrieval.py end to end (2026-11-25, 3 + 2 paired runs): MovieLens 100K 0.128-0.148 against
+    # 0.123-0.127 at 0.01 (+0.0104 [+0.0008, +0.0214], +0.0122 [+0.0024, +0.0241]), planted +0.0022, ml-latest-small
+    # +0.0007; in-process (one worker, no history) MovieLens 100K 0.164 against 0.126 (0.2: 0.164, 0.5: 0.146)
+    frequency_alpha: float = Field(0.1, gt=0.0, le=1.0)
     # a learned per-id bias in the softmax's logit, <u, v> / temperature + b (b: the sum of the item's
     # item-tower ids' rows in the table ITEM_BIAS_TABLE, updated by this rule; None: no bias). Served as
     # one more index column: item [v, temperature * b], user query [u, 1] (models.two_tower). Off by default:

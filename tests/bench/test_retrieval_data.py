@@ -69,13 +69,15 @@ def test_arms_are_model_variations_or_not_available(log):
         config, _ = arm_config(base, arm)
         if config is None:
             continue
-        # an arm changes train.model, and a history arm the schema's history (and nothing else)
+        # an arm changes train.model, a history arm the schema's history, and a job arm what it names (nothing else)
         schema = dict(config["schema"])
         schema.pop("history", None)
         assert schema == base["schema"]
         assert arm.history == ("history" in config["schema"])
-        assert {k: v for k, v in config.items() if k not in ("train", "schema")} == {
-            k: v for k, v in base.items() if k not in ("train", "schema")}
+        for key in ("kafka", "up"):
+            assert config[key] == {**base[key], **arm.job.get(key, {})}
+        changed = {k for k, v in config["train"].items() if v != base["train"].get(k)}
+        assert changed <= {"model", *arm.job.get("train", {})}
 
 
 def test_movielens100k_is_the_ratings_with_user_and_movie_attributes():

@@ -102,3 +102,21 @@ def test_one_of_two_trainers_estimates_the_rate_of_items_seen_tens_of_times() ->
     assert err.size > 200
     # the paper's plain average (its first, censored gap weighing 0.99^n): median 0.51, 90th percentile 1.24
     assert np.median(err) < 0.1 and np.percentile(err, 90) < 0.3, (np.median(err), np.percentile(err, 90))
+
+
+def test_a_faster_average_follows_an_item_whose_rate_jumps() -> None:
+    """Why two_tower's default averages ~10 gaps (alpha 0.1), not ~100: an item's rate changes
+    (a new release, a fad) and the logQ correction must subtract its rate now."""
+    slow = ItemFrequency(buckets=1 << 8, hashes=2, alpha=0.01)
+    fast = ItemFrequency(buckets=1 << 8, hashes=2, alpha=0.1)
+    item = np.array([42], np.uint64)
+    none = np.empty(0, np.uint64)
+    for step in range(4000):  # once every 20 steps, then every step
+        occurs = step % 20 == 0 if step < 2000 else True
+        for est in (slow, fast):
+            est.update(item if occurs else none)
+        if step == 1999:
+            assert abs(fast.expected_count(item)[0] * 20 - 1) < 0.2 and abs(slow.expected_count(item)[0] * 20 - 1) < 0.2
+        if step == 2100:  # 100 occurrences after the jump
+            assert fast.expected_count(item)[0] > 0.9  # about once a step, as now
+            assert slow.expected_count(item)[0] < 0.2  # still mostly the old rate
