@@ -99,6 +99,12 @@ USER_ID_RMS: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2
 # +0.0069], higher in 8. The last 10: planted 0.104-0.108 (+0.0061 [+0.0008, +0.0117], 2 pairs), MovieLens
 # -0.0021 [-0.0066, +0.0005]; the 50 mean-pooled: planted +0.0009, MovieLens -0.0016 (2 pairs each).
 
+# Tenth session (2026-11-25, quiet, bench/RESULTS.md): on MovieLens 100K (the log #11's user replayed, with user
+# attributes) the last 20 positives attention-pooled gave 0.130 (0.125-0.137) against 0.105 (0.095-0.111) without,
+# -0.0248 [-0.0484, -0.0027] over 3 pairs for no-history, from the new users; planted 0.104 against 0.100,
+# ml-latest-small 0.067 against 0.068: the default arm since (and examples/two_tower_ratings.yaml). Arm
+# frequency-0.01 is the logQ estimate's rate before models.model_config.RetrievalConfig.frequency_alpha became 0.1.
+
 ARMS: tuple[Arm, ...] = (
     Arm("default", {}, True, "train.model as the model's defaults give it, the user id's rows on RMSprop-like steps "
         "(Adam beta1 0, beta2 0.99, lr 0.007), the user's last 20 positives attention-pooled (schema.history)",
