@@ -1,9 +1,10 @@
-"""Retrieval quality of streamrec against popularity, item-kNN, ALS and BPR on the same split (#11).
+"""Retrieval quality of streamrec against popularity (all-time, recent), item-kNN, ALS and BPR, same split (#11).
 
 For each data set (``--dataset``): the log sorted by time, the last 10% of events held out. The
 first 90% is written to a JSON-lines file and replayed with ``streamrec up --replay`` (embedded
 broker, 2 shards, 2 trainers, the service: the path a user takes), once per ablation arm, each
-arm a generated config differing only in ``train.model`` (bench/retrieval_arms.py). Once every
+arm a generated config differing in ``train.model`` (some also in the schema's history or the
+job's trainers: bench/retrieval_arms.py). Once every
 record is behind a committed pass and its bundle is served, each holdout user with a positive is
 asked for through ``/v1/recommend`` (raw field values, their train items excluded). The baselines
 train on the same train part's positives in this process (bench/retrieval_baselines.py).
