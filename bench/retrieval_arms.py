@@ -1,8 +1,9 @@
 """The streamrec YAML of each arm of ``bench/retrieval.py``: one base config per data set (the
 schema of its records, a two_tower model over its user and item fields, `up` with 2 shards and 2
 trainers), and the ablation arms as variations of it: ``train.model`` overrides (the loss and
-logQ: ``train.model.retrieval``) and, for the history arms, the schema's ``history`` (the users'
-recent positive items, joined from the stream) with its list slot in the user tower.
+logQ: ``train.model.retrieval``), for the history arms (the default among them) the schema's
+``history`` (the users' recent positive items, joined from the stream) with its list slot in the
+user tower, and for a job arm (``one-trainer``) the ``up``/``kafka``/``train`` keys it names.
 
 An arm whose config the schema refuses (its option does not exist in this checkout) is reported
 as not available, with the validation error: never run as something else.
