@@ -60,6 +60,18 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+# What bench/retrieval.py's default arm measured best for a log of users picking items (bench/RESULTS.md)
+USER_ID_OPTIMIZER = ", optimizer: {kind: adam, lr: 0.007, beta1: 0.0, beta2: 0.99}"
+# The user history needs the streaming trainers (`streamrec up`, which join it from the PS); train-files does not
+# join it, so the proposal leaves it to uncomment.
+HISTORY_HINT = [
+    "      # `streamrec up` (not train-files) can also join each user's last liked items, point-in-time: add",
+    "      # `history: {slot: history, length: 20}` under schema and uncomment the slot below (MovieLens 100K",
+    "      # recall@10 0.125-0.137 with it, 0.095-0.111 without: bench/RESULTS.md)",
+    "      # - {name: history, tower: user, pooling: attention}",
+]
+
+
 def _q(name: str) -> str:
     return json.dumps(name)  # a JSON string is a YAML flow scalar: any column name survives
 
@@ -103,7 +115,13 @@ def render_yaml(inference: Inference, *, command: str) -> str:
                 f"    n_dense: {len(dense)}  # the schema's dense fields (they feed the user tower)",
                 "    # sizes: two_tower's defaults (linear towers, 32-dim embeddings, 64-dim vectors)", "    slots:"]
         for f in sparse:
-            out.append(f"      - {{name: {_q(f.name)}, tower: {f.tower}}}  # {f.why.rsplit('; ', 1)[-1]}")
+            extra = USER_ID_OPTIMIZER if f.name == inference.user else ""
+            out.append(f"      - {{name: {_q(f.name)}, tower: {f.tower}{extra}}}  # {f.why.rsplit('; ', 1)[-1]}")
+        if any(f.name == inference.user for f in sparse):
+            out += ["      # (the user id's rows on RMSprop-like steps in a table of their own: a user whose taste",
+                    "      # drifts keeps moving; bench/retrieval.py's default arm, examples/two_tower_ratings.yaml)"]
+        if etime is not None:
+            out += HISTORY_HINT
     else:
         out += ["    type: wide_deep  # no --user/--item: a click model over every field",
                 f"    n_dense: {len(dense)}  # the schema's dense fields", "    embedding_dim: 8", "    mlp: [64, 32]",

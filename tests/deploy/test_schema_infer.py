@@ -78,6 +78,16 @@ def test_infer_proposes_slots_hash_kinds_and_towers(tmp_path: Path, capsys: pyte
     # a comment per guess
     assert "# integer ids -> sparse, int hash" in text and "constant for each item id" in text
     assert "Unix-seconds range" in text and "varies within an item id" in text
+    # bench/retrieval.py's default arm: the user id on RMSprop-like steps, the history left to uncomment for `up`
+    user = next(s for s in model.slots if s.name == "user")
+    assert user.optimizer is not None and user.optimizer.kind == "adam" and user.optimizer.beta1 == 0.0
+    assert "      # - {name: history, tower: user, pooling: attention}" in text
+    with_history = text.replace("      # - {name: history", "      - {name: history").replace(
+        "  slots:\n", "  history: {slot: history, length: 20}\n  slots:\n", 1)
+    path.write_text(with_history)
+    config = load_config(path)
+    assert config.schema_.history is not None and config.schema_.history.length == 20
+    assert [s.pooling.value for s in config.train.model.slots if s.name == "history"] == ["attention"]
 
 
 def test_without_user_and_item_a_wide_deep_model_over_every_field(tmp_path: Path,
