@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from bench.retrieval_data import Interactions
 from deploy.system_config import StreamrecConfig
+from models.model_config import DRIFTING_USER_ID_OPTIMIZER
 
 HISTORY_LENGTH = 50
 DEFAULT_HISTORY_LENGTH = 20  # the default arm's: the last 20 positives (drift: the recent ones)
@@ -69,7 +70,7 @@ ITEM_BIAS: dict[str, Any] = {"retrieval": {"item_bias": {"kind": "adagrad", "lr"
 # config names no user id slot: one that leaves the slot's optimizer out still gets the shared Adagrad.) Confirming
 # run, default vs user-adagrad: planted 0.103 (0.103-0.103) vs 0.100 (0.099-0.102), MovieLens 0.067 vs 0.065; over
 # 9 MovieLens runs each 0.0668 vs 0.0668.
-USER_ID_RMS: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2": 0.99}
+USER_ID_RMS: dict[str, Any] = DRIFTING_USER_ID_OPTIMIZER
 # Arm user-rms+history, the same with the user history attention-pooled, one quiet round (2026-11-24, 3 runs per
 # arm, load 0.1-2.3): planted 200k 0.108 (0.107-0.110; 0.52 of the oracle's 0.206 in each run) against the
 # default's 0.103 (0.100-0.105); MovieLens 0.066 (0.065-0.067) against 0.067 (0.065-0.068), its 21 seen users 0.011

@@ -167,6 +167,12 @@ class SlotSpec(FrozenModel):
 TWO_TOWER_DEFAULTS: dict[str, Any] = {"embedding_dim": 32, "mlp": (), "tower_dim": 64,
                                       "wide_optimizer": {"kind": "adagrad", "lr": 0.2}}
 
+# two_tower's user id slot where users' interests drift: its rows on Adam without momentum (an RMSprop-like
+# Adagrad whose accumulator decays, ~100 updates) in a table of their own, so a user's steps do not shrink. What
+# bench/retrieval.py's default arm, examples/two_tower*.yaml and `schema infer --user --item` give the slot
+# (measured in bench/retrieval_arms.py, USER_ID_RMS). Not a model default: the slot's optimizer is per config.
+DRIFTING_USER_ID_OPTIMIZER: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2": 0.99}
+
 
 # wide_deep's and deepfm's sparse defaults (what their config leaves out): TensorFlow's sparse rates
 # and starts (lr 0.02 for the embeddings and the wide weights, Adagrad accumulators from 1e-7, eps

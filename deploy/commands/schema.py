@@ -60,8 +60,6 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
-# What bench/retrieval.py's default arm measured best for a log of users picking items (bench/RESULTS.md)
-USER_ID_OPTIMIZER = ", optimizer: {kind: adam, lr: 0.007, beta1: 0.0, beta2: 0.99}"
 # The user history needs the streaming trainers (`streamrec up`, which join it from the PS); train-files does not
 # join it, so the proposal leaves it to uncomment.
 HISTORY_HINT = [
@@ -70,6 +68,14 @@ HISTORY_HINT = [
     "      # recall@10 0.125-0.137 with it, 0.095-0.111 without: bench/RESULTS.md)",
     "      # - {name: history, tower: user, pooling: attention}",
 ]
+
+
+def _user_id_optimizer() -> str:
+    """The user id slot's optimizer as YAML flow keys: what bench/retrieval.py's default arm measured best for a
+    log of users picking items (bench/RESULTS.md)."""
+    from models.model_config import DRIFTING_USER_ID_OPTIMIZER
+
+    return ", optimizer: {" + ", ".join(f"{k}: {v}" for k, v in DRIFTING_USER_ID_OPTIMIZER.items()) + "}"
 
 
 def _q(name: str) -> str:
@@ -115,7 +121,7 @@ def render_yaml(inference: Inference, *, command: str) -> str:
                 f"    n_dense: {len(dense)}  # the schema's dense fields (they feed the user tower)",
                 "    # sizes: two_tower's defaults (linear towers, 32-dim embeddings, 64-dim vectors)", "    slots:"]
         for f in sparse:
-            extra = USER_ID_OPTIMIZER if f.name == inference.user else ""
+            extra = _user_id_optimizer() if f.name == inference.user else ""
             out.append(f"      - {{name: {_q(f.name)}, tower: {f.tower}{extra}}}  # {f.why.rsplit('; ', 1)[-1]}")
         if any(f.name == inference.user for f in sparse):
             out += ["      # (the user id's rows on RMSprop-like steps in a table of their own: a user whose taste",
