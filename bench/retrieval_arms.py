@@ -12,7 +12,7 @@ as not available, with the validation error: never run as something else.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -107,18 +107,20 @@ USER_ID_RMS: dict[str, Any] = DRIFTING_USER_ID_OPTIMIZER
 # ml-latest-small 0.067 against 0.068: the default arm since (and examples/two_tower_ratings.yaml). Arm
 # frequency-0.01 is the logQ estimate's rate before models.model_config.RetrievalConfig.frequency_alpha became 0.1.
 
+DEFAULT_ARM = Arm("default", {}, True, "train.model as the model's defaults give it, the user id's rows on "
+                  "RMSprop-like steps (Adam beta1 0, beta2 0.99, lr 0.007), the user's last 20 positives "
+                  "attention-pooled (schema.history)", history_length=DEFAULT_HISTORY_LENGTH, pooling="attention",
+                  user_id_optimizer=USER_ID_RMS)
+
 ARMS: tuple[Arm, ...] = (
-    Arm("default", {}, True, "train.model as the model's defaults give it, the user id's rows on RMSprop-like steps "
-        "(Adam beta1 0, beta2 0.99, lr 0.007), the user's last 20 positives attention-pooled (schema.history)",
-        history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
-    Arm("frequency-0.01", {"retrieval": {"frequency_alpha": 0.01}}, True, "the default with the logQ correction's "
-        "item-frequency estimate averaging ~100 gaps per item (the paper's alpha; the default until 2026-11-25)",
-        history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
-    Arm("frequency-0.2", {"retrieval": {"frequency_alpha": 0.2}}, True, "the default with ~5 gaps per item",
-        history_length=DEFAULT_HISTORY_LENGTH, pooling="attention", user_id_optimizer=USER_ID_RMS),
-    Arm("one-trainer", {}, True, "the default with one trainer reading one partition", pooling="attention",
-        history_length=DEFAULT_HISTORY_LENGTH, user_id_optimizer=USER_ID_RMS,
-        job={"up": {"workers": 1}, "kafka": {"partitions": 1}}),
+    DEFAULT_ARM,
+    replace(DEFAULT_ARM, name="frequency-0.01", model={"retrieval": {"frequency_alpha": 0.01}},
+            what="the default with the logQ correction's item-frequency estimate averaging ~100 gaps per item (the "
+                 "paper's alpha; the default until 2026-11-25)"),
+    replace(DEFAULT_ARM, name="frequency-0.2", model={"retrieval": {"frequency_alpha": 0.2}},
+            what="the default with ~5 gaps per item"),
+    replace(DEFAULT_ARM, name="one-trainer", what="the default with one trainer reading one partition",
+            job={"up": {"workers": 1}, "kafka": {"partitions": 1}}),
     Arm("no-history", {}, False, "the default without the user history (the default arm until 2026-11-25)",
         user_id_optimizer=USER_ID_RMS),
     Arm("pointwise", _loss("pointwise"), False, "logistic loss on the rated pairs"),
