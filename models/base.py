@@ -29,6 +29,7 @@ class Model:
         # Set by a training loop that owns the model (one step at a time, never a concurrent forward,
         # outputs not kept past the next step): the layers then reuse their buffers per batch size.
         self.reuse_buffers = False
+        self.readers = 1  # workers the stream is split between, this model's among them (share_stream)
 
     def features(self, batch: Any) -> Features:
         return build_features(self.config, batch)
@@ -38,6 +39,13 @@ class Model:
 
     def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def share_stream(self, readers: int) -> None:
+        """This model trains on one of ``readers`` equal parts of the stream (one of as many workers):
+        set by the worker that trains it, before any step or restore."""
+        if readers < 1:
+            raise ValueError(f"readers must be at least 1, got {readers}")
+        self.readers = readers
 
     def train_state(self) -> dict[str, np.ndarray]:
         """What training keeps besides parameters and optimizer state (e.g. a streaming

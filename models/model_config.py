@@ -79,6 +79,8 @@ class RetrievalConfig(FrozenModel):
     # too low. bench/retrieval.py end to end (2026-11-25, 3 + 2 paired runs): MovieLens 100K 0.128-0.148 against
     # 0.123-0.127 at 0.01 (+0.0104 [+0.0008, +0.0214], +0.0122 [+0.0024, +0.0241]), planted +0.0022, ml-latest-small
     # +0.0007; in-process (one worker, no history) MovieLens 100K 0.164 against 0.126 (0.2: 0.164, 0.5: 0.146)
+    # Per occurrence in the whole stream: each of W workers (reading 1/W of it) averages at 1 - (1 - alpha)^W
+    # (models.item_frequency.reader_alpha), so the estimate spans the same stretch of the stream whatever W.
     frequency_alpha: float = Field(0.1, gt=0.0, le=1.0)
     # a learned per-id bias in the softmax's logit, <u, v> / temperature + b (b: the sum of the item's
     # item-tower ids' rows in the table ITEM_BIAS_TABLE, updated by this rule; None: no bias). Served as

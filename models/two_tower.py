@@ -36,7 +36,7 @@ from models.base import Model
 from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
 from models.history_pooling import POSITIONS, attention_backward, attention_forward
-from models.item_frequency import ItemFrequency
+from models.item_frequency import ItemFrequency, reader_alpha
 from models.layers import MLP, wide_backward, wide_forward
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, RetrievalLossKind, Tower
 from models.negative_pool import NegativePool
@@ -268,9 +268,13 @@ class TwoTower(Model):
         """Resume from ``train_state()``: the logQ correction goes on from the estimate, not from nothing."""
         mine = {k.removeprefix("frequency."): v for k, v in arrays.items() if k.startswith("frequency.")}
         if mine:
-            r = self.config.retrieval
-            self.frequency = ItemFrequency(r.frequency_buckets, r.frequency_hashes, r.frequency_alpha)
+            self.frequency = self._new_frequency()
             self.frequency.load_state(mine)
+
+    def _new_frequency(self) -> ItemFrequency:
+        r = self.config.retrieval
+        # frequency_alpha is per occurrence in the whole stream; this model's worker reads 1/readers of it
+        return ItemFrequency(r.frequency_buckets, r.frequency_hashes, reader_alpha(r.frequency_alpha, self.readers))
 
     def _softmax_backward(self, f: TwoTowerFeatures, du: np.ndarray, dv: np.ndarray,
                           grads: dict[str, np.ndarray]) -> None:
@@ -278,7 +282,7 @@ class TwoTower(Model):
         update the frequency estimate and the pool."""
         r = self.config.retrieval
         if self.frequency is None:
-            self.frequency = ItemFrequency(r.frequency_buckets, r.frequency_hashes, r.frequency_alpha)
+            self.frequency = self._new_frequency()
         if self.pool is None and r.negatives:
             self.pool = NegativePool([s.name for s in self.item_slots], capacity=r.catalogue_size,
                                      max_ids=r.catalogue_max_ids, n_dense=0)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from models.item_frequency import ItemFrequency
+from models.item_frequency import ItemFrequency, reader_alpha
 
 
 def _stream(steps: int, per_step: int, n_items: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -120,3 +121,31 @@ def test_a_faster_average_follows_an_item_whose_rate_jumps() -> None:
         if step == 2100:  # 100 occurrences after the jump
             assert fast.expected_count(item)[0] > 0.9  # about once a step, as now
             assert slow.expected_count(item)[0] < 0.2  # still mostly the old rate
+
+
+def test_a_worker_reading_half_the_stream_follows_a_rate_jump_as_one_reading_all_of_it() -> None:
+    """``frequency_alpha`` is per occurrence in the whole stream: a worker that reads every other
+    record (one of two trainers) sees each item half as often, and at the same alpha its estimate
+    would lag a jump twice as long; ``reader_alpha`` gives its gaps the weight of two."""
+    rng = np.random.default_rng(0)
+    batch, items = 64, np.arange(1, 201, dtype=np.uint64) * np.uint64(7919)
+    before, after, jump, horizon = 0.0005, 0.005, 64 * 800, 64 * 45  # per record and item; records
+    n = jump + horizon
+    rate = np.where(np.arange(n) < jump, before, after)
+    # each record names one item of `items` with probability 200 * rate, else an item outside them
+    hit = rng.random(n) < rate * items.shape[0]
+    record_item = np.where(hit, items[rng.integers(0, items.shape[0], n)], np.uint64(3))
+
+    def estimate(records: np.ndarray, alpha: float) -> float:
+        est = ItemFrequency(buckets=1 << 12, hashes=2, alpha=alpha)
+        for a in range(0, records.shape[0] - batch + 1, batch):
+            est.update(records[a:a + batch])
+        return float(np.exp(np.mean(np.log(est.expected_count(items)))))  # geometric mean over the items
+
+    whole = estimate(record_item, 0.1)
+    half = record_item[0::2]
+    same_alpha, scaled = estimate(half, 0.1), estimate(half, reader_alpha(0.1, 2))
+    assert reader_alpha(0.1, 1) == pytest.approx(0.1) and reader_alpha(0.1, 2) == pytest.approx(0.19)
+    assert batch * before < whole < batch * after  # on the way from the old rate to the new one
+    assert abs(np.log(scaled / whole)) < 0.2  # the same lag
+    assert np.log(whole / same_alpha) > 0.3  # lagging further behind

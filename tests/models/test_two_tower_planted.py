@@ -6,13 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench.retrieval_loss import model_config, model_scores, planted_stream, recall_at_k, to_batch, train
 from models import build_model
+from models.item_frequency import reader_alpha
 from models.retrieval_loss import item_hashes
 from models.two_tower import TwoTower
 from trainer import checkpoints
+from trainer.params import LocalStore
 from trainer.recovery import model_train_state
+from trainer.worker import Worker
 
 
 def test_softmax_recalls_the_planted_preference_better_than_pointwise() -> None:
@@ -49,3 +53,22 @@ def test_frequency_state_resumes_training_where_it_stopped(tmp_path: Path) -> No
                         ["item_id", "category"])
     np.testing.assert_array_equal(fresh.frequency.expected_count(probe), model.frequency.expected_count(probe))
     assert fresh.frequency.step == model.frequency.step > 0
+
+
+def test_a_worker_of_two_gives_its_frequency_estimate_the_rate_of_two_gaps() -> None:
+    """The worker that trains the model tells it how many share the stream (its store's workers):
+    frequency_alpha is per occurrence in the whole stream, so one of two averages as fast as two."""
+    stream = planted_stream(2_000, n_users=50, n_items=40, seed=4)
+    config = model_config({"loss": "softmax", "frequency_buckets": 1 << 10})
+    rate = config.retrieval.frequency_alpha
+    for workers, alpha in ((1, rate), (2, reader_alpha(rate, 2))):
+        model = build_model(config)
+        store = LocalStore(model.tables, model.params.values)
+        store.num_workers = workers
+        worker = Worker(model, store)
+        worker.step(to_batch(stream.users[:256], stream.items[:256], stream.labels[:256], stream.categories))
+        assert isinstance(model, TwoTower) and model.readers == workers
+        assert model.frequency is not None and model.frequency.alpha == pytest.approx(alpha)
+        # a restore (after the worker is made) keeps the reader's rate
+        model.load_train_state({f"frequency.{k}": v for k, v in model.frequency.state().items()})
+        assert model.frequency.alpha == pytest.approx(alpha)
