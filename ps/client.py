@@ -38,7 +38,7 @@ from ps.admin import PSAdmin
 from ps.id_rows_wire import IdRows, rows_of, write_parts
 from ps.protocol import Flag, Message, Op, check_keys
 from ps.ps_config import ClientConfig
-from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS, DenseSlice, KeyPlan, place_dense, plan_keys, route_keys
+from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS, DenseSlice, KeyPlan, place_dense, plan_keys, route_keys, shard_of
 from ps.shard_changes import changes_meta, changes_of
 from ps.transport import Transport
 from tables.change_log import Changes
@@ -164,6 +164,22 @@ class PSClient:
         parts = {self._transport.request(s, Op.ID_ROWS_READ, table, [plan.keys[sl]], {"words": words}): sl
                  for s, sl in self._parts(plan)}
         return Ticket(tuple(parts), partial(rows_of, plan, list(parts.values()), words))
+
+    def rates(self, table: str, observed: np.ndarray, asked: np.ndarray, *, alpha: float) -> Ticket[np.ndarray]:
+        """Start one step of rate table ``table`` (:mod:`ps.shard_id_rows`, RATES): every shard
+        counts the step (so each shard's clock counts the job's steps), ``observed`` (keys that
+        occurred in it, repeats count) on their shards; the result is the float32 expected
+        occurrences per step of each of ``asked``, in input order. One request per shard: a
+        step's keys, far below a frame's limit."""
+        observed, asked = check_keys(observed), check_keys(asked)
+        where = shard_of(observed, self.n_shards)
+        plan = plan_keys(asked, self.n_shards)
+        bounds = plan.offsets.tolist()
+        meta = {"alpha": float(alpha)}
+        rids = tuple(self._transport.request(s, Op.RATES, table, [np.ascontiguousarray(observed[where == s]),
+                                                                  plan.keys[bounds[s]:bounds[s + 1]]], meta)
+                     for s in range(self.n_shards))
+        return Ticket(rids, partial(_rates_of, plan))
 
     def push(self, table: str, keys: np.ndarray, grads: np.ndarray, *, shows: np.ndarray | None = None,
              clicks: np.ndarray | None = None, flags: Flag = Flag.NONE, unique: bool = False) -> Ticket[None]:
@@ -312,6 +328,10 @@ class PSClient:
 # ---------------------------------------------------------------- how tickets finish
 def _nothing(replies: list[Message]) -> None:
     return None
+
+
+def _rates_of(plan: KeyPlan, replies: list[Message]) -> np.ndarray:
+    return np.concatenate([r.arrays[0] for r in replies])[plan.inverse]
 
 
 def _direct_rows(replies: list[Message]) -> np.ndarray:

@@ -69,6 +69,7 @@ class Op(enum.IntEnum):
     CHANGES = 16  # meta {generation, since, limit}: a table's changed keys after a cursor (ps.shard_changes)
     ID_ROWS_WRITE = 17  # meta {mode: append|put, words, ttl_passes?}: id-rows tables (ps.shard_id_rows)
     ID_ROWS_READ = 18  # meta {words}: stored id rows and a found mask (ps.shard_id_rows)
+    RATES = 19  # meta {alpha}: count a step's keys in a rate table, reply the asked keys' rates (ps.shard_id_rows)
     # worker-rank leases (ps.rank_leases), kept on shard 0; numbered apart from the data ops
     LEASE = 40  # meta {action: claim|renew|release|list, holder, workers, ttl_s, rank}
 

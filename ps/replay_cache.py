@@ -13,7 +13,7 @@ from collections import OrderedDict
 from ps.protocol import Message, Op
 
 MUTATING = frozenset({Op.PUSH_SPARSE, Op.PUSH_DENSE, Op.INIT_DENSE, Op.SHRINK, Op.END_PASS, Op.LOAD,
-                      Op.ID_ROWS_WRITE})
+                      Op.ID_ROWS_WRITE, Op.RATES})
 REPLAY_CACHE_SIZE = 4096  # far more than a client keeps in flight
 
 

@@ -7,6 +7,12 @@ first write, with the layout the write names (later writes must name the same), 
 the shard's sparse tables from then on: every save, load, shrink and pass end sees it. A shard
 restoring a save makes the id-rows tables the save holds before loading them (:func:`adopt_saved`).
 A read of a table no write made yet reads zeros (no ids), as a read of an absent key does.
+
+``RATES`` (meta ``{alpha}``; arrays ``[observed keys, asked keys]``; reply ``[float32 rate per
+asked key]``) counts one step of a rate table (:meth:`tables.id_rows_table.IdRowsTable.observe_rates`,
+made by its first request) and answers the asked keys' expected occurrences per step. Every
+worker sends one to every shard each step, so each shard's clock counts the job's steps. A
+resend of a request already applied (:mod:`ps.replay_cache`) is answered without counting again.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from core.errors import Conflict, CorruptData, InvalidInput
 from ps.protocol import Message, check_keys
 from ps.shard_requests import arrays_of, ok
 from ps.shard_tables import ShardTables
-from tables.id_rows_table import MAX_WORDS, IdRowsTable, id_rows_config, is_id_rows
+from tables.id_rows_table import MAX_WORDS, RATE_WORDS, IdRowsTable, id_rows_config, is_id_rows
 
 
 class ShardIdRows:
@@ -55,6 +61,14 @@ class ShardIdRows:
         _check_kind(table, words)
         rows, found = table.read(keys)  # type: ignore[attr-defined]
         return ok(msg, rows, found.view(np.uint8))
+
+    def rates(self, msg: Message, *, observe: bool = True) -> Message:
+        alpha = msg.meta.get("alpha")
+        if not isinstance(alpha, float | int) or isinstance(alpha, bool):
+            raise InvalidInput(f"rates {msg.table!r}: meta 'alpha' must be a number in (0, 1]")
+        observed, asked = arrays_of(msg, 2)
+        table = self._table(msg.table, RATE_WORDS, None)
+        return ok(msg, table.observe_rates(check_keys(observed), check_keys(asked), float(alpha), observe=observe))
 
     def _table(self, name: str, words: int, ttl_passes: int | None) -> IdRowsTable:
         table = self.tables.sparse.get(name)

@@ -137,6 +137,7 @@ class ShardServer:
             Op.PUSH_DENSE: lambda ident, msg: self.tables.push_dense(msg),
             Op.ID_ROWS_WRITE: lambda ident, msg: self.id_rows.write(msg),
             Op.ID_ROWS_READ: lambda ident, msg: self.id_rows.read(msg),
+            Op.RATES: lambda ident, msg: self.id_rows.rates(msg),
             Op.BARRIER: self._barrier,
             Op.SAVE: self.saves.start,
             Op.SAVE_WAIT: lambda ident, msg: self.saves.wait(self._loop_outbox(), ident, msg),
@@ -260,7 +261,9 @@ class ShardServer:
                     raise InvalidInput("a request that changes tables needs the client's routing id "
                                        "(ZMQ_ROUTING_ID) so that a resend is applied once")
                 if self._replay.applied(ident, msg):
-                    outbox.reply(ident, Message(op, msg.request_id, msg.table, meta={"replayed": True}))
+                    # a resent rates request still needs its answer: read, not counted twice
+                    outbox.reply(ident, self.id_rows.rates(msg, observe=False) if op is Op.RATES else
+                                 Message(op, msg.request_id, msg.table, meta={"replayed": True}))
                     return True
             handler = self._handlers.get(op)
             if handler is None:

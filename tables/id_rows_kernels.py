@@ -90,3 +90,45 @@ def ring_unroll(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ids, tbits, lengths = np.empty((n, cap), np.uint64), np.empty((n, cap), np.uint64), np.empty(n, np.int64)
     _unroll(np.ascontiguousarray(rows, np.uint64), ids, tbits, lengths)
     return ids, tbits.view(np.float64), lengths
+
+
+# Rate rows (:meth:`tables.id_rows_table.IdRowsTable.observe_rates`): 2 words a row, ``[last, gap | weight]``.
+# ``last``: the step the key last occurred + 1 (0: never); word 1 holds two float32, the moving average of the
+# steps between occurrences and the sum of its samples' weights (models.item_frequency's B and W). The clock row
+# holds the steps counted so far in its word 0.
+_RATE_ONE = np.float32(1.0)
+_RATE_MIN_GAP = np.float32(1e-3)  # models.item_frequency's: bounds the rate of a key seen many times a step
+
+
+@njit(**JIT)
+def rate_observe(words: np.ndarray, floats: np.ndarray, rows: np.ndarray, clock: np.int64, alpha: np.float32) -> None:
+    """One step in which the keys of ``rows`` occurred (repeats count; rows < 0 skipped): Yi et al.'s
+    Algorithm 1 with models.item_frequency's bias correction, then the clock row's step count + 1.
+    ``floats`` is ``words`` viewed as float32 (n, 4)."""
+    step = np.int64(words[clock, 0])
+    keep = _RATE_ONE - alpha
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0:
+            continue
+        last = np.int64(words[r, 0])
+        g = np.float32(step + 1) if last == 0 else np.float32(step - (last - 1))
+        floats[r, 2] = keep * floats[r, 2] + alpha * g
+        floats[r, 3] = keep * floats[r, 3] + alpha
+        words[r, 0] = np.uint64(step + 1)
+    words[clock, 0] = np.uint64(step + 1)
+
+
+@njit(**JIT)
+def rate_expected(words: np.ndarray, floats: np.ndarray, rows: np.ndarray, clock: np.int64, out: np.ndarray) -> None:
+    """``out[i]``: expected occurrences per step of ``rows[i]``'s key, 1 / (B / W); a key never seen
+    (row < 0 or no occurrence) counts as once in all the steps so far."""
+    steps = np.int64(words[clock, 0]) if clock >= 0 else np.int64(0)
+    unseen = np.float32(max(steps, 1))
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0 or words[r, 0] == 0 or floats[r, 3] <= 0:
+            out[i] = _RATE_ONE / unseen
+            continue
+        g = floats[r, 2] / floats[r, 3]
+        out[i] = _RATE_ONE / (g if g > _RATE_MIN_GAP else _RATE_MIN_GAP)

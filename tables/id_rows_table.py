@@ -8,6 +8,11 @@ the very code every other table runs. It takes no gradients: its writes are
 ``append`` (ring rows, :mod:`tables.id_rows_kernels`) and ``put`` (whole rows); ``read``
 returns stored rows, zeros for absent keys. Tables of this kind are named ``ids.<name>`` so
 a shard knows their kind from a save (:mod:`ps.shard_id_rows`).
+
+A third write, ``observe_rates``, keeps rate rows: per key the moving average of the steps
+between its occurrences (a streaming item-frequency estimate that every trainer updates, Yi
+et al. 2019, on the parameter servers as the paper has it). Its step clock is the row of key
+:data:`RATE_CLOCK_KEY`, so it is saved and restored with the rows it times.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from core.errors import InvalidInput
+from core.errors import Conflict, InvalidInput
 from tables.batch_checks import as_keys
-from tables.id_rows_kernels import put_rows, ring_append
+from tables.id_rows_kernels import put_rows, rate_expected, rate_observe, ring_append
 from tables.row_kernels import touch
 from tables.sparse_table import SparseTable
 from tables.table_config import EvictionConfig, TableConfig
@@ -27,6 +32,8 @@ from tables.table_files import TableSave
 
 ID_ROWS_PREFIX = "ids."
 MAX_WORDS = 256  # TableConfig.dim <= 512 float32
+RATE_WORDS = 2  # a rate row: [last step + 1, gap float32 | weight float32]
+RATE_CLOCK_KEY = 0  # the rate rows' clock: the steps observed so far (no key observed may be 0)
 
 
 def is_id_rows(name: str) -> bool:
@@ -48,7 +55,7 @@ class IdRowsTable(SparseTable):
     def __init__(self, config: TableConfig) -> None:
         super().__init__(config)
         self.words = config.dim // 2
-        self.counters.update(appends=0, appended=0, puts=0, put_rows=0)
+        self.counters.update(appends=0, appended=0, puts=0, put_rows=0, rate_steps=0)
 
     def _words(self) -> np.ndarray:
         return self.state.rows.cols["params"].view(np.uint64)
@@ -88,6 +95,34 @@ class IdRowsTable(SparseTable):
             put_rows(self._words(), rows, v)
             self.counters["puts"] += 1
             self.counters["put_rows"] += k.shape[0]
+
+    def observe_rates(self, observed: Any, query: Any, alpha: float, *, observe: bool = True) -> np.ndarray:
+        """Rate rows (:data:`RATE_WORDS` words): count one step in which the keys ``observed``
+        occurred (repeats count; ``observe=False``: none, the clock unchanged), then return the
+        expected occurrences per step of each of ``query`` (float32; a key never observed: once
+        in all the steps so far)."""
+        if self.words != RATE_WORDS:
+            raise InvalidInput(f"table {self.name}: rate rows are {RATE_WORDS} words, this table's are {self.words}")
+        if not 0.0 < alpha <= 1.0:
+            raise InvalidInput(f"table {self.name}: alpha must be in (0, 1], got {alpha}")
+        seen, asked = as_keys(observed, table=self.name), as_keys(query, table=self.name)
+        if (seen == RATE_CLOCK_KEY).any() or (asked == RATE_CLOCK_KEY).any():
+            raise InvalidInput(f"table {self.name}: key {RATE_CLOCK_KEY} is the rate rows' clock, not a key to observe")
+        out = np.empty(asked.shape[0], np.float32)
+        with self.lock.mutex:
+            if observe:
+                clock = self._rows_for(np.array([RATE_CLOCK_KEY], np.uint64))
+                if clock[0] < 0:
+                    raise Conflict(f"table {self.name}: the shard's byte budget has no room for the rate rows' clock")
+                rows = self._rows_for(seen) if seen.shape[0] else np.empty(0, np.int64)
+                # read after the rows are made (a table that grew has new arrays)
+                rate_observe(self._words(), self.state.rows.cols["params"], rows, np.int64(clock[0]),
+                             np.float32(alpha))
+                self.counters["rate_steps"] += 1
+            words, floats = self._words(), self.state.rows.cols["params"]
+            clock_row = np.int64(self.state.lookup(np.array([RATE_CLOCK_KEY], np.uint64))[0])
+            rate_expected(words, floats, self.state.lookup(asked), clock_row, out)
+        return out
 
     def _rows_for(self, keys: np.ndarray) -> np.ndarray:
         """Under the lock: the row of each key (created when absent, -1 when the byte budget refuses
