@@ -5,11 +5,13 @@ gradients per table (rows aligned with ``Features.tables[t].keys``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from models.features import Features, build_features
+from models.item_frequency import FrequencyEstimate
 from models.layers import ParamSet, wide_backward, wide_forward
 from models.model_config import ModelConfig
 from tables.table_config import TableConfig
@@ -30,6 +32,8 @@ class Model:
         # outputs not kept past the next step): the layers then reuse their buffers per batch size.
         self.reuse_buffers = False
         self.readers = 1  # workers the stream is split between, this model's among them (share_stream)
+        # the worker's store's item-frequency estimates shared by all workers (alpha -> estimate), if any
+        self.shared_estimates: Callable[[float], FrequencyEstimate] | None = None
 
     def features(self, batch: Any) -> Features:
         return build_features(self.config, batch)
@@ -40,12 +44,14 @@ class Model:
     def backward(self, dlogits: np.ndarray) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
-    def share_stream(self, readers: int) -> None:
-        """This model trains on one of ``readers`` equal parts of the stream (one of as many workers):
-        set by the worker that trains it, before any step or restore."""
+    def share_stream(self, readers: int, estimates: Callable[[float], FrequencyEstimate] | None = None) -> None:
+        """This model trains on one of ``readers`` equal parts of the stream (one of as many workers),
+        and ``estimates`` makes item-frequency estimates that all of them share (a PS's): set by the
+        worker that trains it, before any step or restore."""
         if readers < 1:
             raise ValueError(f"readers must be at least 1, got {readers}")
         self.readers = readers
+        self.shared_estimates = estimates
 
     def train_state(self) -> dict[str, np.ndarray]:
         """What training keeps besides parameters and optimizer state (e.g. a streaming

@@ -20,9 +20,15 @@ stream (one of two trainers), 0.59 -> 0.05.
 
 Memory is ``hashes * buckets * 16`` bytes whatever the number of items. ``state()`` and
 ``load_state()`` give the arrays, so the estimate can be saved beside the trainer's pass.
+
+This estimate is one worker's. Where several trainers share a parameter server, the paper puts
+the arrays there, so that every worker reads the rate of the whole stream:
+:class:`FrequencyEstimate` is what the model asks of either (``trainer.shared_frequency``).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 from numba import njit
@@ -73,6 +79,13 @@ def _expected(items, step, last, gap, weight, out):
         out[i] = _F1 / best
 
 
+class FrequencyEstimate(Protocol):
+    def observe(self, observed: np.ndarray, asked: np.ndarray) -> np.ndarray:
+        """Count one step in which the item hashes ``observed`` occurred (repeats count), then
+        return the expected occurrences per step of each of ``asked`` (float32)."""
+        ...
+
+
 def reader_alpha(alpha: float, readers: int) -> float:
     """The moving average's rate for a worker reading one of ``readers`` parts of the stream, where
     ``alpha`` is per occurrence in the whole stream: such a worker sees an item 1/readers as often,
@@ -103,6 +116,10 @@ class ItemFrequency:
         """Record one step in which ``items`` occurred (repeats count, as in the stream)."""
         _update(np.ascontiguousarray(items, np.uint64), self.step, self.last, self.gap, self.weight, self.alpha)
         self.step += 1
+
+    def observe(self, observed: np.ndarray, asked: np.ndarray) -> np.ndarray:
+        self.update(observed)
+        return self.expected_count(asked)
 
     def expected_count(self, items: np.ndarray) -> np.ndarray:
         """float32: estimated occurrences per step of each item (the paper's p = 1/B)."""

@@ -82,6 +82,14 @@ class RetrievalConfig(FrozenModel):
     # Per occurrence in the whole stream: each of W workers (reading 1/W of it) averages at 1 - (1 - alpha)^W
     # (models.item_frequency.reader_alpha), so the estimate spans the same stretch of the stream whatever W.
     frequency_alpha: float = Field(0.1, gt=0.0, le=1.0)
+    # with a parameter server: one estimate for the whole job, in the PS (rate rows of an id-rows table that every
+    # worker counts its steps into, trainer.shared_frequency; Yi et al. keep the arrays on the parameter servers),
+    # so each worker corrects by the rate of the whole stream; false: each worker its own, at reader_alpha. Without
+    # a PS (one process) the worker's own is the job's. bench/retrieval.py end to end (2026-11-25, 2 trainers):
+    # with dense_update ps as well, MovieLens 100K +0.0030 over 9 paired runs (+0.0111, -0.0025, +0.0031 by round),
+    # planted +0.0007 (4), ml-latest-small +0.0015 (2), none clear of the noise; alone +0.0004 (2); in-process
+    # (two workers, one store, seeds 0-7) MovieLens 100K 0.1619 against 0.1487 (one worker 0.1637), alone 0.1538
+    shared_frequency: bool = True
     # a learned per-id bias in the softmax's logit, <u, v> / temperature + b (b: the sum of the item's
     # item-tower ids' rows in the table ITEM_BIAS_TABLE, updated by this rule; None: no bias). Served as
     # one more index column: item [v, temperature * b], user query [u, 1] (models.two_tower). Off by default:

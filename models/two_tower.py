@@ -21,7 +21,8 @@ takes the click loss of; ``backward(dlogits)`` adds the softmax loss of each pos
 over the batch's positive items and any sampled negatives (:mod:`models.retrieval_loss`),
 so the worker stays the same for every model. The training-only state lives here: the
 streaming item-frequency estimate of the logQ correction (:mod:`models.item_frequency`,
-updated by ``backward`` from the positives) and the pool of trained items the negatives are
+updated by ``backward`` from the positives; the job's one estimate in the PS when the worker
+offers it, ``retrieval.shared_frequency``) and the pool of trained items the negatives are
 drawn from (:mod:`models.negative_pool`, filled by ``backward``; ``features`` draws from it,
 so a model that never trained, e.g. the service's, draws none).
 """
@@ -36,7 +37,7 @@ from models.base import Model
 from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
 from models.history_pooling import POSITIONS, attention_backward, attention_forward
-from models.item_frequency import ItemFrequency, reader_alpha
+from models.item_frequency import FrequencyEstimate, ItemFrequency, reader_alpha
 from models.layers import MLP, wide_backward, wide_forward
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, RetrievalLossKind, Tower
 from models.negative_pool import NegativePool
@@ -114,7 +115,7 @@ class TwoTower(Model):
         self.scale = np.float32(1.0 / r.temperature if r.normalize else 1.0)
         self._sample_rng = np.random.default_rng(config.seed + 1)
         # training state, made by the first backward (the service's model never allocates it)
-        self.frequency: ItemFrequency | None = None
+        self.frequency: FrequencyEstimate | None = None
         self.pool: NegativePool | None = None
         self.last_softmax_loss = float("nan")
         self._u = self._v = self._un = self._vn = self._dot = self._bias = np.empty(0, np.float32)
@@ -261,18 +262,27 @@ class TwoTower(Model):
         return grads
 
     def train_state(self) -> dict[str, np.ndarray]:
-        """The streaming frequency estimate (the pool of negatives refills within a few steps: not kept)."""
-        return {} if self.frequency is None else {f"frequency.{k}": v for k, v in self.frequency.state().items()}
+        """This worker's streaming frequency estimate (one in the PS is saved with the PS's tables; the pool
+        of negatives refills within a few steps: not kept)."""
+        if not isinstance(self.frequency, ItemFrequency):
+            return {}
+        return {f"frequency.{k}": v for k, v in self.frequency.state().items()}
 
     def load_train_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Resume from ``train_state()``: the logQ correction goes on from the estimate, not from nothing."""
         mine = {k.removeprefix("frequency."): v for k, v in arrays.items() if k.startswith("frequency.")}
-        if mine:
-            self.frequency = self._new_frequency()
-            self.frequency.load_state(mine)
+        if not mine:
+            return
+        frequency = self._new_frequency()
+        if isinstance(frequency, ItemFrequency):  # else the PS's estimate, restored with its tables
+            frequency.load_state(mine)
+        self.frequency = frequency
 
-    def _new_frequency(self) -> ItemFrequency:
+    def _new_frequency(self) -> FrequencyEstimate:
         r = self.config.retrieval
+        shared = self.shared_estimates(r.frequency_alpha) if r.shared_frequency and self.shared_estimates else None
+        if shared is not None:  # the PS's, one for the whole job (trainer.shared_frequency)
+            return shared
         # frequency_alpha is per occurrence in the whole stream; this model's worker reads 1/readers of it
         return ItemFrequency(r.frequency_buckets, r.frequency_hashes, reader_alpha(r.frequency_alpha, self.readers))
 
@@ -289,9 +299,8 @@ class TwoTower(Model):
         pos = np.flatnonzero(f.labels > 0.5)
         cols = np.concatenate([pos, f.n + np.arange(f.n_sampled)])
         col_hash = f.item_hash[cols]
-        self.frequency.update(f.item_hash[pos])
+        expected = self.frequency.observe(f.item_hash[pos], col_hash if r.logq else col_hash[:0])
         if r.logq:
-            expected = self.frequency.expected_count(col_hash)
             if f.n_sampled:
                 expected += np.float32(f.n_sampled / f.pool_size)
             logq = np.log(expected)

@@ -17,12 +17,14 @@ from typing import Protocol
 import numpy as np
 
 from core.errors import Conflict
+from models.item_frequency import FrequencyEstimate
 from ps.client import Ticket
 from tables.dense_optimizer import DenseOptimizer
 from tables.sparse_table import SparseTable
 from tables.table_config import OptimizerConfig, TableConfig
 from trainer.job_config import DenseUpdate
 from trainer.ps_worker import PSWorker
+from trainer.shared_frequency import SharedItemFrequency
 
 DENSE_NAME = "dense"
 SUM = OptimizerConfig(kind="sgd", lr=1.0)  # dense_update local: the shard adds what workers send
@@ -42,6 +44,7 @@ class ParamStore(Protocol):
     def pull_dense(self) -> np.ndarray: ...
     def push_dense(self, grad: np.ndarray) -> None: ...
     def add_dense(self, delta: np.ndarray) -> None: ...
+    def shared_frequency(self, alpha: float) -> FrequencyEstimate | None: ...
     def end_step(self) -> None: ...
     def drain(self) -> None: ...
 
@@ -71,6 +74,9 @@ class LocalStore:
 
     def add_dense(self, delta: np.ndarray) -> None:
         self.push_dense(-delta)
+
+    def shared_frequency(self, alpha: float) -> FrequencyEstimate | None:
+        return None  # one process: its worker's own estimate is the job's
 
     def end_step(self) -> None:
         pass
@@ -133,6 +139,9 @@ class PSStore:
 
     def add_dense(self, delta: np.ndarray) -> None:
         self.worker.push_dense(DENSE_NAME, -delta)  # SGD at lr 1: w -= -delta
+
+    def shared_frequency(self, alpha: float) -> FrequencyEstimate | None:
+        return SharedItemFrequency(self.worker.client, alpha)
 
     def end_step(self) -> None:
         for ticket in self._last_step:

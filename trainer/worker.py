@@ -54,7 +54,7 @@ class Worker:
                  dense_sync_steps: int = 1, dense_update: DenseUpdate = DenseUpdate.LOCAL) -> None:
         self.model = model
         model.reuse_buffers = True  # this worker runs its model's steps one at a time
-        model.share_stream(store.num_workers)
+        model.share_stream(store.num_workers, store.shared_frequency)
         self.store = store
         self.metrics = metrics or WindowedMetrics()
         self.dense = make_dense(dense_update, model.params.values, model.config.dense_optimizer,
