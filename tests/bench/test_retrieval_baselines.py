@@ -23,12 +23,12 @@ def test_item_knn_filter_items_list_is_cut_to_n():
 
 
 def test_baselines_give_k_unseen_items_to_every_holdout_user():
-    from bench.retrieval_baselines import RECENT_NAME, baseline_lists
+    from bench.retrieval_baselines import RECENT_NAME, TEMPORAL_MF_NAME, baseline_lists
 
     split = time_split(planted(PlantedSpec(events=6_000, users=200, items=150, seed=1)))
     lists = baseline_lists(split, k=10)
     assert set(lists) == {"popularity", RECENT_NAME, "item-kNN (cosine, K=50)", "ALS (implicit, 32 factors)",
-                          "BPR (implicit, 64 factors)"}
+                          "BPR (implicit, 64 factors)", TEMPORAL_MF_NAME}
     for per_user in lists.values():
         assert set(per_user) == set(split.truth)
         for user, items in per_user.items():

@@ -101,7 +101,11 @@ def _serve_and_ask(up_line: str, api: list[str], checks: list[Callable[[dict[str
             cmd = line.replace("localhost:8000", f"127.0.0.1:{port}")
             _until(up, log, cmd, lambda a, check=check: check(a, item_slot), cwd, env)
         up.send_signal(signal.SIGINT)  # Ctrl-C: a final pass, then every role stops
-        assert up.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
+        try:
+            code = up.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"up did not stop within 120 s of Ctrl-C:\n{log.read_text(errors='replace')[-6000:]}")
+        assert code == 0, log.read_text(errors="replace")[-3000:]
         # the replay may be trained and committed already: an idle job commits no further pass
         assert re.search(r"final pass (committed|skipped: nothing trained since pass [1-9])",
                          log.read_text(errors="replace"))
