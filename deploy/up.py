@@ -43,6 +43,7 @@ from deploy.up_roles import UpRoles
 from deploy.up_run_dir import RunDir, admin_token, ps_secret, records_trained, shard_checkpoints, write_run_configs
 from deploy.up_shutdown import shut_down
 from deploy.up_source import bayes_auc, record_source, streamrec_cli
+from deploy.up_stop import StopRequest, StopRequested
 from deploy.up_watch import Watch, watch_live, watch_plain
 from ps.auth import read_secret
 from ps.launcher import LaunchSpec, free_ports, thread_limits
@@ -63,14 +64,6 @@ class UpOptions:
     replay: Path | None = None  # replay this file instead of generating events
     replay_format: str = "json"
     console: bool = True  # False: plain progress lines (no TTY, tests)
-
-
-class _StopRequested(Exception):
-    pass
-
-
-def _raise_stop(signum: int, frame: object) -> None:
-    raise _StopRequested(signal.Signals(signum).name)
 
 
 def _thread_defaults() -> dict[str, str]:
@@ -136,8 +129,8 @@ class LocalSystem:
         self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env)
         self.roles.launch()
 
-    def watch(self) -> int:
-        """Show the console until Ctrl-C / SIGTERM (0) or a role fails (1)."""
+    def watch(self, stop: StopRequest) -> int:
+        """Show the console until ``stop`` is asked for (Ctrl-C / SIGTERM: 0) or a role fails (1)."""
         from deploy.up_status import StatusCollector
 
         gen = self.cfg.up.generator
@@ -147,7 +140,7 @@ class LocalSystem:
         collector = StatusCollector(self.api_url, self.token, shards, bayes_auc=bayes, end_offsets=topic_end)
         self.say(f"API {self.api_url}  dashboard {self.api_url}/#token={self.token}  logs {self.run.logs}")
         try:
-            watch = Watch(self.roles, collector, self.out, self.say)
+            watch = Watch(self.roles, collector, self.out, self.say, stop)
             if self.opts.console and self.out.isatty():
                 return watch_live(watch, run_dir=str(self.run.root), started=self.started,
                                   refresh_s=self.cfg.up.console_refresh_s)
@@ -171,11 +164,17 @@ def run_up(opts: UpOptions, *, out: IO[str] = sys.stderr) -> int:
     system = LocalSystem(opts, out=out)
     # Both installed explicitly: a shell starts a background job with SIGINT ignored, and
     # Python then leaves it ignored instead of raising KeyboardInterrupt.
-    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop = StopRequest()
+    previous = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         system.start()
-        return system.watch()
-    except (KeyboardInterrupt, _StopRequested):
+        stop.deferred = True  # from here the watch loop waits on the request (deploy.up_stop)
+        code = system.watch(stop)
+        if stop.asked:
+            system.say("stopping")
+            return 0
+        return code
+    except (KeyboardInterrupt, StopRequested):
         system.say("stopping")
         return 0
     except StreamrecError as err:

@@ -1,5 +1,5 @@
 """What `streamrec up` does while the system runs: show its state until a role fails (exit 1) or
-the user stops it (Ctrl-C / SIGTERM raise out of the loop). Every turn restarts the roles of
+the user stops it (Ctrl-C / SIGTERM set the request the loop waits on: :mod:`deploy.up_stop`). Every turn restarts the roles of
 `up`'s own that died (:meth:`deploy.up_roles.UpRoles.tend`); the roles' states show their
 restarts and last exit codes.
 
@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from deploy.up_roles import UpRoles
 from deploy.up_status import StatusCollector
+from deploy.up_stop import StopRequest
 
 _PLAIN_EVERY_S = 10.0
 _PLAIN_POLL_S = 0.2
@@ -31,6 +32,7 @@ class Watch:
     collector: StatusCollector
     out: IO[str]
     say: Callable[[str], None]
+    stop: StopRequest
 
 
 def live_line(status: dict[str, Any] | None) -> str:
@@ -56,7 +58,7 @@ def live_line(status: dict[str, Any] | None) -> str:
 
 
 def watch_live(w: Watch, *, run_dir: str, started: float, refresh_s: float) -> int:
-    """The live console; returns 1 once a role failed."""
+    """The live console; returns 1 once a role failed, 0 once a stop was asked for."""
     from rich.console import Console, Group
     from rich.live import Live
     from rich.text import Text
@@ -74,7 +76,8 @@ def watch_live(w: Watch, *, run_dir: str, started: float, refresh_s: float) -> i
             if reason:
                 w.say(f"failed: {reason}")
                 return 1
-            time.sleep(refresh_s)
+            if w.stop.wait(refresh_s):
+                return 0
 
 
 def _restarted(roles: UpRoles) -> str:
@@ -84,7 +87,7 @@ def _restarted(roles: UpRoles) -> str:
 
 
 def watch_plain(w: Watch) -> int:
-    """Progress lines; returns 1 once a role failed."""
+    """Progress lines; returns 1 once a role failed, 0 once a stop was asked for."""
     from deploy.console import plain_line
 
     last = 0.0
@@ -98,4 +101,5 @@ def watch_plain(w: Watch) -> int:
             extra = live_line(w.collector.admin_status())
             w.say(plain_line(snap) + (f"  {extra}" if extra else "") + _restarted(w.roles))
             last = time.monotonic()
-        time.sleep(_PLAIN_POLL_S)
+        if w.stop.wait(_PLAIN_POLL_S):
+            return 0

@@ -128,9 +128,9 @@ class Transport:
         return restarted
 
     def close(self) -> None:
-        for sock in self._socks:
-            sock.close(linger=0)
-        self._ctx.term()
+        # every socket of the context, not only the listed ones: one an exception left between its
+        # creation and its place in _socks (a signal, in _retry_or_fail) would make term() wait forever
+        self._ctx.destroy(linger=0)
 
     # ---------------------------------------------------------------- sockets
     def _connect(self, shard: int) -> zmq.Socket:

@@ -125,3 +125,17 @@ def test_a_silent_shard_is_resent_to_then_named(clock: _Clock) -> None:
         finally:
             t.close()
     assert [int(m.flags) & int(Flag.RETRY) for m in seen] == [0, int(Flag.RETRY)]
+
+
+def test_close_returns_with_a_socket_left_out_of_the_list() -> None:
+    """A socket an exception left between its creation and its place in the list (a signal in
+    _retry_or_fail's reconnect) must not keep close() waiting in the context's term()."""
+    (port,) = free_ports(1)
+    t = transport.Transport([f"tcp://127.0.0.1:{port}"], config=ClientConfig(timeout_s=0.1, retries=0))
+    orphan = t._ctx.socket(zmq.DEALER)
+    orphan.connect(f"tcp://127.0.0.1:{port}")
+    closer = threading.Thread(target=t.close, daemon=True)
+    closer.start()
+    closer.join(timeout=30.0)
+    assert not closer.is_alive(), "close() waited on a socket it did not list"
+    assert orphan.closed
