@@ -103,8 +103,9 @@ def _serve_and_ask(up_line: str, api: list[str], checks: list[Callable[[dict[str
         up.send_signal(signal.SIGINT)  # Ctrl-C: a final pass, then every role stops
         try:
             code = up.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"up did not stop within 120 s of Ctrl-C:\n{log.read_text(errors='replace')[-6000:]}")
+        except subprocess.TimeoutExpired as late:
+            tail = log.read_text(errors="replace")[-6000:]
+            raise AssertionError(f"up did not stop within 120 s of Ctrl-C:\n{tail}") from late
         assert code == 0, log.read_text(errors="replace")[-3000:]
         # the replay may be trained and committed already: an idle job commits no further pass
         assert re.search(r"final pass (committed|skipped: nothing trained since pass [1-9])",
