@@ -1,7 +1,7 @@
 """What `streamrec up` does while the system runs: show its state until a role fails (exit 1) or
 the user stops it (Ctrl-C / SIGTERM set the request the loop waits on: :mod:`deploy.up_stop`).
-Every turn restarts the roles of `up`'s own that died (:meth:`deploy.up_roles.UpRoles.tend`); the roles' states show their
-restarts and last exit codes.
+Every turn restarts the roles of `up`'s own that died (:meth:`deploy.up_roles.UpRoles.tend`);
+the roles' states show their restarts and last exit codes.
 
 On a terminal, a live rich console redrawn every ``up.console_refresh_s``; elsewhere (tests,
 `--plain`, a pipe) one progress line every 10 s. Either way the roles are checked every turn.
