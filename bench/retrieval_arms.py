@@ -166,6 +166,14 @@ ARMS: tuple[Arm, ...] = (
         "served as one more index column"),
     Arm("user-adagrad", {}, False, "train.model as the model's defaults give it, the user id's rows on the shared "
         "row-wise Adagrad too (the default arm until user-rms won planted and tied MovieLens)"),
+    # End to end (2026-11-25, 3 pairs each, quiet): dim16 planted -0.0041 [-0.0105, +0.0018], ML-100K +0.0039
+    # [-0.0053, +0.0131]; dim64 planted -0.0002 [-0.0058, +0.0053]. The dims are not what one pass lacks
+    # against the batch fit (bench/temporal_mf.py: its epochs and its users' time trend are).
+    replace(DEFAULT_ARM, name="dim16", model={"embedding_dim": 16, "tower_dim": 32},
+            what="the default over 16-dim embeddings into 32-dim vectors (the batch softmax MF's best dim: "
+                 "bench/temporal_mf.py)"),
+    replace(DEFAULT_ARM, name="dim64", model={"embedding_dim": 64, "tower_dim": 128},
+            what="the default over 64-dim embeddings into 128-dim vectors"),
 )
 ARM_NAMES = tuple(a.name for a in ARMS)
 
