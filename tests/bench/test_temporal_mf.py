@@ -47,3 +47,10 @@ def test_the_time_trend_follows_a_user_whose_taste_moves() -> None:
     at = {when: user_vectors(p, np.array([0]), np.array([when], np.float32)) @ p.v.T + p.c for when in (0.0, 1.0)}
     assert set(np.argsort(-at[1.0][0])[:5].tolist()) == {5, 6, 7, 8, 9}
     assert set(np.argsort(-at[0.0][0])[:5].tolist()) == {0, 1, 2, 3, 4}
+
+
+def test_a_static_fit_keeps_no_trend() -> None:
+    rng = np.random.default_rng(2)
+    users, items, t = rng.integers(0, 4, 300), rng.integers(0, 6, 300), np.sort(rng.random(300))
+    static = fit(users, items, t, 4, 6, TemporalMFSpec(dim=3, epochs=2, batch=50, trend=False))
+    assert not static.b.any() and static.a.any()
