@@ -2,7 +2,7 @@
 
 While `up` starts its roles, the signal raises out of the start (:class:`StopRequested`), so a
 user's Ctrl-C is not kept waiting on a broker that is slow to come up. Once `up` watches the
-system, the signal only sets an event that the watch loop waits on between its turns: an
+system, the signal only sets a flag that the watch loop looks at between its turns: an
 exception raised at an arbitrary bytecode inside a client library can leave that library's
 state half-changed, e.g. a ZeroMQ socket created and not yet registered with the PS client
 (whose ``close`` then waits forever in the context's ``term``), or a kafka-python lock taken and
