@@ -3,7 +3,7 @@ over the catalogue for several epochs, each user's vector with a linear time tre
 
 It is the streaming two_tower's loss family fit the way a batch learner can: every train positive
 seen ``epochs`` times in shuffled order, the exact softmax over every item (no sampled negatives,
-no logQ estimate), so it bounds what one pass over the stream gives up to optimisation. The time
+no logQ estimate), so it shows what one pass over the stream gives up to a fit over all of it. The time
 trend is Koren's "Collaborative filtering with temporal dynamics" (KDD 2009) user factor drift,
 ``p_u(t) = a_u + t * b_u``, with ``t`` the event's time as a share of the train part's span and
 the lists made for the holdout's median time (a recommender knows when it serves).
@@ -25,7 +25,7 @@ from bench.retrieval_metrics import cut_excluding
 
 # Chosen on the holdouts (2026-11-25, 4 seeds each; mean recall@10 planted / MovieLens 100K): dim 16, 15
 # epochs, l2 1e-4: 0.113 / 0.123; 10 epochs 0.110 / 0.123; 25 epochs 0.111 / 0.128; l2 0 at 6 epochs 0.104 /
-# 0.115; l2 1e-3: 0.062 / 0.107; dim 32 at 4-10 epochs 0.091-0.100 / 0.111-0.120. Tuned for the baseline, so
+# 0.115; l2 1e-3: 0.062 / 0.107; dim 32 (l2 0) at 4-10 epochs 0.091-0.100 / 0.111-0.120. Tuned for the baseline, so
 # it flatters the baseline, not streamrec.
 @dataclass(frozen=True)
 class TemporalMFSpec:
