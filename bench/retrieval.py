@@ -47,13 +47,11 @@ import numpy as np  # noqa: E402
 from bench.retrieval_arms import ARM_NAMES, ARMS, arm_config, base_config  # noqa: E402
 from bench.retrieval_baselines import EXTRA_BASELINES, baseline_lists  # noqa: E402
 from bench.retrieval_data import (  # noqa: E402
+    DATASETS,
     Interactions,
-    PlantedSpec,
     Split,
-    movielens,
-    movielens100k,
+    load_dataset,
     oracle_lists,
-    planted,
     time_split,
 )
 from bench.retrieval_metrics import auc, best_shared_list, score_lists  # noqa: E402
@@ -93,11 +91,7 @@ def effective_retrieval(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def load(dataset: str, args: argparse.Namespace) -> Interactions:
-    if dataset == "planted":
-        return planted(PlantedSpec(events=args.events, seed=args.seed))
-    if dataset == "movielens100k":
-        return movielens100k(args.movielens_events)
-    return movielens(args.movielens_events)
+    return load_dataset(dataset, events=args.events, movielens_events=args.movielens_events, seed=args.seed)
 
 
 def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict[str, Any]:
@@ -315,7 +309,7 @@ def print_dataset(out: dict[str, Any]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", choices=("planted", "movielens100k", "movielens", "all"), default="all",
+    ap.add_argument("--dataset", choices=(*DATASETS, "all"), default="all",
                     help="all: the three, planted first")
     ap.add_argument("--events", type=int, default=200_000, help="planted events (the issue's ~200k; README's figures)")
     ap.add_argument("--movielens-events", type=int, default=None, help="the first N MovieLens ratings (default all)")
@@ -333,7 +327,7 @@ def main() -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     started = time.time()
     load_start = os.getloadavg()
-    datasets = ("planted", "movielens100k", "movielens") if args.dataset == "all" else (args.dataset,)
+    datasets = DATASETS if args.dataset == "all" else (args.dataset,)
     results = [run_dataset(d, args, arms) for d in datasets]
     result = {"k": K, "seed": args.seed, "datasets": results, "seconds": round(time.time() - started),
               "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "cpus": os.cpu_count()}

@@ -293,3 +293,21 @@ def movielens100k(events: int | None = None) -> Interactions:
                                 "year": year or "unknown"}
     return Interactions("movielens100k", raw["u"], raw["i"], (raw["r"] >= 4.0).astype(np.int8), raw["t"],
                         user_attrs, item_attrs, ("age", "gender", "occupation", "zip"), ("genres", "year"))
+
+
+# ----------------------------------------------------------------------------- by name
+
+DATASETS = ("planted", "movielens100k", "movielens")
+
+
+def load_dataset(name: str, *, events: int = 200_000, movielens_events: int | None = None,
+                 seed: int = 0) -> Interactions:
+    """One of :data:`DATASETS`: ``events`` and ``seed`` shape the planted log, ``movielens_events``
+    cuts the MovieLens ones (None: all)."""
+    if name == "planted":
+        return planted(PlantedSpec(events=events, seed=seed))
+    if name == "movielens100k":
+        return movielens100k(movielens_events)
+    if name == "movielens":
+        return movielens(movielens_events)
+    raise ValueError(f"no data set {name!r}: one of {', '.join(DATASETS)}")

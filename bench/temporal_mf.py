@@ -136,7 +136,6 @@ def temporal_mf_lists(split: Split, fallback: dict[int, list[int]], k: int = 10,
     return lists
 
 
-
 def main() -> int:
     """``python -m bench.temporal_mf``: the batch fit alone on a data set of bench/retrieval.py, per
     seed, and what it is without the trend or as one time-ordered pass (the README's figures)."""
@@ -145,11 +144,11 @@ def main() -> int:
     from dataclasses import asdict, replace
 
     from bench.retrieval_baselines import popularity
-    from bench.retrieval_data import PlantedSpec, movielens, movielens100k, oracle_lists, planted, time_split
+    from bench.retrieval_data import DATASETS, load_dataset, oracle_lists, time_split
     from bench.retrieval_metrics import score_lists
 
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--dataset", choices=("planted", "movielens100k", "movielens"), default="planted")
+    ap.add_argument("--dataset", choices=DATASETS, default="planted")
     ap.add_argument("--events", type=int, default=200_000, help="planted only")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=TemporalMFSpec.epochs)
@@ -160,27 +159,26 @@ def main() -> int:
     ap.add_argument("--ordered", action="store_true", help="the positives in time order, not shuffled")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    log = {"planted": lambda: planted(PlantedSpec(events=args.events)), "movielens100k": movielens100k,
-           "movielens": movielens}[args.dataset]()
+    log = load_dataset(args.dataset, events=args.events)
     split = time_split(log)
     spec = TemporalMFSpec(dim=args.dim, epochs=args.epochs, lr=args.lr, l2=args.l2, trend=not args.static,
                           shuffle=not args.ordered)
     pop = popularity(split)
     recalls = [score_lists(temporal_mf_lists(split, pop, 10, replace(spec, seed=s)), split.truth,
                            catalogue=len(split.catalogue))["recall"] for s in range(args.seeds)]
-    out: dict[str, object] = {"dataset": args.dataset, "spec": asdict(spec), "recall@10": recalls,
-                              "mean": float(np.mean(recalls))}
+    mean = float(np.mean(recalls))
+    out: dict[str, object] = {"dataset": args.dataset, "spec": asdict(spec), "recall@10": recalls, "mean": mean}
+    oracle_part = ""
     if log.oracle is not None:
         oracle = score_lists(oracle_lists(log, split), split.truth, catalogue=len(split.catalogue))["recall"]
         out |= {"oracle": oracle, "of_oracle": [r / oracle for r in recalls]}
+        oracle_part = f"; oracle {oracle:.4f}: {', '.join(f'{r / oracle:.2f}' for r in recalls)} of it"
     if args.json:
         print(json.dumps(out))
     else:
         print(f"{args.dataset}: {'static' if args.static else 'time trend'}, {args.epochs} epoch(s) "
               f"{'in time order' if args.ordered else 'shuffled'}, dim {args.dim}, lr {args.lr:g}, l2 {args.l2:g}: "
-              f"recall@10 {', '.join(f'{r:.4f}' for r in recalls)} (mean {out['mean']:.4f})"
-              + (f"; oracle {out['oracle']:.4f}: {', '.join(f'{x:.2f}' for x in out['of_oracle'])} of it"  # type: ignore[str-format]
-                 if "oracle" in out else ""))
+              f"recall@10 {', '.join(f'{r:.4f}' for r in recalls)} (mean {mean:.4f}){oracle_part}")
     return 0
 
 

@@ -109,3 +109,13 @@ def test_the_ratings_example_is_the_default_arm_on_movielens100k():
     assert example["schema"] == config["schema"] and example["train"] == config["train"]
     assert example["kafka"] == config["kafka"]
     assert {k: v for k, v in config["up"].items() if k != "commit_on_exit"} == example["up"]
+
+
+def test_data_sets_load_by_name_and_an_unknown_name_is_refused() -> None:
+    from bench.retrieval_data import load_dataset
+
+    log = load_dataset("planted", events=500, seed=3)
+    ref = planted(PlantedSpec(events=500, seed=3))
+    assert len(log) == 500 and (log.item == ref.item).all() and (log.user == ref.user).all()
+    with pytest.raises(ValueError, match="'ml-1m'"):
+        load_dataset("ml-1m")
