@@ -66,6 +66,15 @@ class RetrievalConfig(FrozenModel):
 
     loss: RetrievalLossKind = RetrievalLossKind.SOFTMAX
     pointwise_weight: float = Field(1.0, ge=0.0)
+    # the softmax's weight of a record labelled 0. A record is something the user chose in an interaction log (a
+    # rating, a play: label 0 = chose it and did not like it), and the softmax learns which items a user chooses
+    # from every choice; in an impression log (shown, clicked?) label 0 is an item passed over: keep 0 (positives
+    # only). Not the likes' head: /v1/predict learns the label from every record whatever this says. Off by default,
+    # measured end to end (bench/retrieval.py, 2026-11-25, arms label0-*, paired against the default): planted (picks
+    # drawn from the very preference the likes are) 0.5: +0.0122 (1 pair), +0.0073 [+0.0003, +0.0139] (2), 0.25:
+    # +0.0066 (2), 1: +0.0057 (1); MovieLens 100K (a low rating says what a user does not want) 0.5: -0.0257
+    # [-0.0442, -0.0098] (2), 0.25: -0.0101 (2), 1: -0.0278 (1).
+    label0_weight: float = Field(0.0, ge=0.0, le=1.0)
     temperature: float = Field(0.05, gt=0.0, le=100.0)
     normalize: bool = False  # L2-normalised tower outputs (cosine scores, also in the served vectors)
     logq: bool = True  # subtract log(expected count) of each candidate (Yi et al. 2019)

@@ -18,7 +18,8 @@ reaches the towers only with ``pointwise`` or ``both``.
 
 Training (``config.retrieval``): ``forward`` gives the click logits the worker scores and
 takes the click loss of; ``backward(dlogits)`` adds the softmax loss of each positive's user
-over the batch's positive items and any sampled negatives (:mod:`models.retrieval_loss`),
+(and each label-0 record's at ``retrieval.label0_weight``) over those records' items and any
+sampled negatives (:mod:`models.retrieval_loss`),
 so the worker stays the same for every model. The training-only state lives here: the
 streaming item-frequency estimate of the logQ correction (:mod:`models.item_frequency`,
 updated by ``backward`` from the positives; the job's one estimate in the PS when the worker
@@ -296,7 +297,10 @@ class TwoTower(Model):
         if self.pool is None and r.negatives:
             self.pool = NegativePool([s.name for s in self.item_slots], capacity=r.catalogue_size,
                                      max_ids=r.catalogue_max_ids, n_dense=0)
-        pos = np.flatnonzero(f.labels > 0.5)
+        # the softmax's rows: the positives, and the label-0 records when they are choices too (label0_weight)
+        liked = f.labels > 0.5
+        pos = np.arange(f.n) if r.label0_weight > 0.0 else np.flatnonzero(liked)
+        weight = np.where(liked[pos], np.float32(1.0), np.float32(r.label0_weight)).astype(np.float32)
         cols = np.concatenate([pos, f.n + np.arange(f.n_sampled)])
         col_hash = f.item_hash[cols]
         expected = self.frequency.observe(f.item_hash[pos], col_hash if r.logq else col_hash[:0])
@@ -308,7 +312,7 @@ class TwoTower(Model):
             logq = np.zeros(cols.shape[0], np.float32)
         bias = self._bias[cols] if self.item_bias else np.zeros(cols.shape[0], np.float32)
         self.last_softmax_loss, dq, dc, db = softmax_loss_with_bias(self._u[pos], self._v[cols], col_hash, logq,
-                                                                    bias, r.temperature)
+                                                                    bias, r.temperature, weight)
         du[pos] += dq
         dv[cols] += dc  # cols are distinct rows of v
         if self.item_bias:

@@ -25,6 +25,8 @@ CASES = {
                                             "logq": True, "negatives": 3, "item_bias": {"kind": "adagrad"}},
     "both, normalised, item biases, in-batch": {"loss": "both", "temperature": 0.3, "normalize": True,
                                                 "logq": False, "negatives": 0, "item_bias": {"kind": "sgd"}},
+    "softmax, label-0 records at 0.4, logQ, sampled": {"loss": "softmax", "temperature": 0.5, "normalize": False,
+                                                       "logq": True, "negatives": 3, "label0_weight": 0.4},
 }
 
 
@@ -57,7 +59,9 @@ def _reference(model: TwoTower, f: TwoTowerFeatures, rows: dict[str, np.ndarray]
     for i in range(f.n):
         z = a * scale * float(u[i] @ v[i]) + wide[i] + b
         click += max(z, 0.0) - z * f.labels[i] + math.log1p(math.exp(-abs(z)))
-    pos = [i for i in range(f.n) if f.labels[i] > 0.5]
+    # the softmax's rows: the positives at weight 1, the label-0 records at label0_weight (when it is not 0)
+    pos = [i for i in range(f.n) if f.labels[i] > 0.5 or r.label0_weight > 0]
+    weight = [1.0 if f.labels[i] > 0.5 else r.label0_weight for i in pos]
     cols = pos + [f.n + k for k in range(f.n_sampled)]
     logq = np.zeros(len(cols))
     if r.logq:
@@ -73,8 +77,8 @@ def _reference(model: TwoTower, f: TwoTowerFeatures, rows: dict[str, np.ndarray]
             logits.append((s, c == row))
         top = max(s for s, _ in logits)
         lse = top + math.log(sum(math.exp(s - top) for s, _ in logits))
-        soft += lse - next(s for s, own in logits if own)
-    return click / f.n, soft / max(len(pos), 1)
+        soft += weight[row] * (lse - next(s for s, own in logits if own))
+    return click / f.n, soft / sum(weight)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -179,3 +183,23 @@ def test_served_vectors_rank_by_the_softmax_logit_with_item_biases() -> None:
     plain = build_model(small_config("two_tower", retrieval={"temperature": 0.2}))
     assert ITEM_BIAS_TABLE not in build_features(plain.config, items, plain.item_slots).tables
     assert ITEM_BIAS_TABLE not in {t.name for t in plain.tables}
+
+
+def test_softmax_row_weights_weight_each_rows_loss_and_gradient() -> None:
+    """The weighted loss is the weighted mean of the rows' own losses; a row at weight 0 moves nothing
+    of its own user; a negative weight is refused."""
+    from models.retrieval_loss import softmax_loss
+
+    rng = np.random.default_rng(3)
+    users, items = rng.normal(size=(4, 5)).astype(np.float32), rng.normal(size=(6, 5)).astype(np.float32)
+    item_hash, logq = np.arange(6, dtype=np.uint64), rng.normal(size=6).astype(np.float32)
+    weight = np.array([1.0, 0.0, 0.5, 1.0], np.float32)
+    loss, du, _ = softmax_loss(users, items, item_hash, logq, 0.5, weight)
+    own = []
+    for i in range(4):
+        s = users[i].astype(np.float64) @ items.T.astype(np.float64) / 0.5 - logq
+        own.append(float(np.log(np.exp(s - s.max()).sum()) + s.max() - s[i]))
+    assert loss == pytest.approx(float(np.dot(weight, own) / weight.sum()), rel=1e-5)
+    assert not du[1].any() and du[0].any()
+    with pytest.raises(ValueError, match="row weights"):
+        softmax_loss(users, items, item_hash, logq, 0.5, np.array([1.0, -1.0, 1.0, 1.0], np.float32))
