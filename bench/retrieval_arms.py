@@ -182,6 +182,19 @@ ARMS: tuple[Arm, ...] = (
     # +0.0072]: faster steps follow no better.
     replace(DEFAULT_ARM, name="user-rms-0.015", user_id_optimizer={**USER_ID_RMS, "lr": 0.015},
             what="the default, the user id's RMSprop-like steps at lr 0.015 (0.007): a drifting user followed faster"),
+    replace(DEFAULT_ARM, name="label0-1", model={"retrieval": {"label0_weight": 1.0}},
+            what="the default, the softmax learning from every rated record (label 0: rated, not liked) at weight 1, "
+                 "not from the positives alone"),
+    replace(DEFAULT_ARM, name="label0-0.5", model={"retrieval": {"label0_weight": 0.5}},
+            what="the default, the label-0 records in the softmax at weight 0.5"),
+    replace(DEFAULT_ARM, name="label0-0.25", model={"retrieval": {"label0_weight": 0.25}},
+            what="the default, the label-0 records in the softmax at weight 0.25"),
+    replace(DEFAULT_ARM, name="history-every-record", job={"schema": {"history": {"positive_above": -1.0}}},
+            what="the default, the history holding the user's last 20 records of any label (schema.history."
+                 "positive_above: -1), not the positives alone"),
+    replace(DEFAULT_ARM, name="label0-0.5+history-every", model={"retrieval": {"label0_weight": 0.5}},
+            job={"schema": {"history": {"positive_above": -1.0}}},
+            what="label0-0.5 and the history of every record"),
     replace(DEFAULT_ARM, name="dim64", model={"embedding_dim": 64, "tower_dim": 128},
             what="the default over 64-dim embeddings into 128-dim vectors"),
 )
@@ -217,12 +230,12 @@ def arm_config(base: dict[str, Any], arm: Arm) -> tuple[dict[str, Any] | None, s
         for slot in model["slots"]:
             if slot["name"] == "user_id":
                 slot["optimizer"] = dict(arm.user_id_optimizer)
-    _merge(config, copy.deepcopy(arm.job))
     if arm.history:
         config["schema"]["history"] = {"slot": "history", "length": arm.history_length}
         if arm.history_embeddings != "item":  # the schema's default left out, as a user's config would
             config["schema"]["history"]["embeddings"] = arm.history_embeddings
         model["slots"].append({"name": "history", "tower": "user", "pooling": arm.pooling})
+    _merge(config, copy.deepcopy(arm.job))  # after the history: an arm's job may change it
     try:
         StreamrecConfig.model_validate(config)
     except ValidationError as err:

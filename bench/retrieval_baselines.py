@@ -1,4 +1,6 @@
-"""Baselines of ``bench/retrieval.py``, trained on the train part's positives of the same split:
+"""Baselines of ``bench/retrieval.py``, trained on the train part of the same split, each on its
+positives and again on every record (``EVERY_RECORD``: a label-0 rating is still a film the user
+chose to watch, which is what streamrec's softmax learns from with ``retrieval.label0_weight``):
 the most popular items, the most popular lately (positives decayed by their age in events: the
 strong simple baseline of a log that drifts), item-kNN (cosine, K neighbours), ALS and BPR from
 ``implicit`` (bench extra only, never a runtime dependency), and a batch fit of the streaming
@@ -27,9 +29,17 @@ from bench.temporal_mf import TemporalMFSpec, temporal_mf_lists
 Lists = dict[int, list[int]]
 
 
-def popularity(split: Split, k: int = 10) -> Lists:
-    """The train part's most liked items, less each user's own."""
-    order = [i for i, _ in Counter(split.train.item[split.train.label == 1].tolist()).most_common()]
+EVERY_RECORD = ", every record"  # a baseline's name + this: trained on every train record, not its positives alone
+
+
+def trained_on(split: Split, every: bool) -> np.ndarray:
+    """Indices of the train records a baseline learns from: its positives, or all of them."""
+    return np.arange(len(split.train)) if every else np.flatnonzero(split.train.label == 1)
+
+
+def popularity(split: Split, k: int = 10, every: bool = False) -> Lists:
+    """The train part's most liked (``every``: most rated) items, less each user's own."""
+    order = [i for i, _ in Counter(split.train.item[trained_on(split, every)].tolist()).most_common()]
     return {u: cut_excluding(order, split.seen.get(u, ()), k) for u in split.truth}
 
 
@@ -44,12 +54,12 @@ TEMPORAL_MF_NAME = "softmax MF + time trend (batch)"  # bench.temporal_mf, Tempo
 EXTRA_BASELINES = (RECENT_NAME, TEMPORAL_MF_NAME)
 
 
-def recent_popularity(split: Split, k: int = 10, half_life: float = RECENT_HALF_LIFE) -> Lists:
-    """The train part's items by positives weighted ``0.5 ** (age / (half_life * events))``, where
-    ``age`` counts the train events after the positive: what is liked now, less each user's own."""
+def recent_popularity(split: Split, k: int = 10, half_life: float = RECENT_HALF_LIFE, every: bool = False) -> Lists:
+    """The train part's items by positives (``every``: records) weighted ``0.5 ** (age / (half_life *
+    events))``, where ``age`` counts the train events after it: what is liked now, less each user's own."""
     train = split.train
     n = len(train)
-    pos = np.flatnonzero(train.label == 1)
+    pos = trained_on(split, every)
     weight = 0.5 ** ((n - 1 - pos) / max(1.0, half_life * n))
     items, at = np.unique(train.item[pos], return_inverse=True)
     score = np.zeros(items.shape[0])
@@ -59,12 +69,12 @@ def recent_popularity(split: Split, k: int = 10, half_life: float = RECENT_HALF_
 
 
 class Matrix:
-    """The train positives as a users x items CSR matrix over dense indices."""
+    """The train positives (``every``: records) as a users x items CSR matrix over dense indices."""
 
-    def __init__(self, split: Split) -> None:
+    def __init__(self, split: Split, every: bool = False) -> None:
         from scipy.sparse import csr_matrix
 
-        pos = split.train.label == 1
+        pos = trained_on(split, every)
         self.users = np.unique(split.train.user)
         self.items = split.catalogue
         rows = np.searchsorted(self.users, split.train.user[pos])
@@ -111,14 +121,19 @@ def implicit_models(seed: int = 0) -> dict[str, Callable[[], object]]:
 
 
 def baseline_lists(split: Split, k: int = 10, seed: int = 0) -> dict[str, Lists]:
-    """Every baseline's lists for the holdout users of ``split``."""
+    """Every baseline's lists for the holdout users of ``split``, trained on the positives and (names
+    ending in ``EVERY_RECORD``) on every record; a user unknown to train gets the positives' popularity."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # implicit warns (and slows) with threaded BLAS
     pop = popularity(split, k)
-    out: dict[str, Lists] = {"popularity": pop, RECENT_NAME: recent_popularity(split, k)}
-    matrix = Matrix(split)
-    for name, make in implicit_models(seed).items():
-        model = make()
-        model.fit(matrix.csr, show_progress=False)  # type: ignore[attr-defined]
-        out[name] = _implicit_lists(split, model, matrix, k, pop)
-    out[TEMPORAL_MF_NAME] = temporal_mf_lists(split, pop, k, TemporalMFSpec(seed=seed))
+    out: dict[str, Lists] = {}
+    for every in (False, True):
+        suffix = EVERY_RECORD if every else ""
+        out["popularity" + suffix] = popularity(split, k, every)
+        out[RECENT_NAME + suffix] = recent_popularity(split, k, every=every)
+        matrix = Matrix(split, every)
+        for name, make in implicit_models(seed).items():
+            model = make()
+            model.fit(matrix.csr, show_progress=False)  # type: ignore[attr-defined]
+            out[name + suffix] = _implicit_lists(split, model, matrix, k, pop)
+        out[TEMPORAL_MF_NAME + suffix] = temporal_mf_lists(split, pop, k, TemporalMFSpec(seed=seed), every=every)
     return out

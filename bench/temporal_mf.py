@@ -110,11 +110,12 @@ def fit(users: np.ndarray, items: np.ndarray, t: np.ndarray, n_users: int, n_ite
 
 
 def temporal_mf_lists(split: Split, fallback: dict[int, list[int]], k: int = 10,
-                      spec: TemporalMFSpec = TemporalMFSpec()) -> dict[int, list[int]]:
+                      spec: TemporalMFSpec = TemporalMFSpec(), every: bool = False) -> dict[int, list[int]]:
     """Each holdout user's top ``k`` at the holdout's median time, less the user's train items; a
-    user unknown to the train part gets ``fallback`` (the popularity list, as the other baselines)."""
+    user unknown to the train part gets ``fallback`` (the popularity list, as the other baselines).
+    Fit on the train positives, or with ``every`` on every train record (a rating is a choice)."""
     train = split.train
-    pos = train.label == 1
+    pos = np.ones(len(train), bool) if every else train.label == 1
     known = np.unique(train.user)
     items = split.catalogue
     t0, t1 = float(train.time[0]), float(train.time[-1])

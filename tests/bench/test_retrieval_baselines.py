@@ -23,12 +23,13 @@ def test_item_knn_filter_items_list_is_cut_to_n():
 
 
 def test_baselines_give_k_unseen_items_to_every_holdout_user():
-    from bench.retrieval_baselines import RECENT_NAME, TEMPORAL_MF_NAME, baseline_lists
+    from bench.retrieval_baselines import EVERY_RECORD, RECENT_NAME, TEMPORAL_MF_NAME, baseline_lists
 
     split = time_split(planted(PlantedSpec(events=6_000, users=200, items=150, seed=1)))
     lists = baseline_lists(split, k=10)
-    assert set(lists) == {"popularity", RECENT_NAME, "item-kNN (cosine, K=50)", "ALS (implicit, 32 factors)",
-                          "BPR (implicit, 64 factors)", TEMPORAL_MF_NAME}
+    names = {"popularity", RECENT_NAME, "item-kNN (cosine, K=50)", "ALS (implicit, 32 factors)",
+             "BPR (implicit, 64 factors)", TEMPORAL_MF_NAME}
+    assert set(lists) == names | {n + EVERY_RECORD for n in names}
     for per_user in lists.values():
         assert set(per_user) == set(split.truth)
         for user, items in per_user.items():
@@ -51,3 +52,18 @@ def test_recent_popularity_ranks_by_decayed_positives():
     assert recent_popularity(split, 2, half_life=0.1)[9] == [2, 1]  # recent positives outweigh old ones
     assert recent_popularity(split, 2, half_life=1e6)[9] == [1, 2]  # no decay: plain popularity
     assert recent_popularity(split, 3, half_life=0.1)[9] == [2, 1]  # never liked: never listed
+
+
+def test_popularity_of_every_record_counts_the_label_0_records_too():
+    from bench.retrieval_baselines import Matrix, popularity
+    from bench.retrieval_data import Interactions
+
+    # item 1: 3 positives; item 2: 4 records, 1 positive; user 9 held out
+    item = np.array([1, 1, 1, 2, 2, 2, 2, 3])
+    label = np.array([1, 1, 1, 1, 0, 0, 0, 1], np.int8)
+    user = np.array([5, 6, 7, 5, 6, 7, 8, 9])
+    split = time_split(Interactions("toy", user, item, label, np.arange(8), {}, {}), 1 / 8)
+    assert split.truth == {9: {3}}
+    assert popularity(split, 2)[9] == [1, 2]
+    assert popularity(split, 2, every=True)[9] == [2, 1]
+    assert Matrix(split).csr.nnz == 4 and Matrix(split, every=True).csr.nnz == 7
