@@ -61,6 +61,14 @@ class UserHistory:
         self.bundle_reads = 0
         self.last_error: str | None = None
 
+    def key_slots(self, side: Side) -> tuple[str, ...]:
+        """The slot whose id keys the user's history (the schema's ``user_id``) when the history is
+        served, so a request carries it even where the model's towers leave the user id out."""
+        schema = self._schema_of(side)
+        if schema is None or schema.history is None or schema.user_id is None or side.model is None:
+            return ()
+        return (schema.user_id,)
+
     def complete(self, side: Side, batch: Batch) -> Batch:
         """``batch`` (one user) with the history slot filled, unless there is none to fill or it was sent."""
         schema = self._schema_of(side)

@@ -50,11 +50,14 @@ def predictor_of(side: Side) -> Predictor:
     return side.predictor
 
 
-def batch_of(side: Side, records: Sequence[Instance | dict[str, Any]], where: Sequence[str]) -> Batch:
-    """The Batch of hashed or raw records (``where[i]`` names record i in errors)."""
+def batch_of(side: Side, records: Sequence[Instance | dict[str, Any]], where: Sequence[str],
+             also: Sequence[str] = ()) -> Batch:
+    """The Batch of hashed or raw records (``where[i]`` names record i in errors): the model's slots,
+    and the schema slots ``also`` the service itself reads (the user id that keys the history)."""
     model = side.model
     assert model is not None
     slots = [s.name for s in model.slots]
+    slots += [a for a in also if a not in slots]
     hasher = side.records
     raw = [i for i, r in enumerate(records) if not isinstance(r, Instance)]
     if raw and hasher is None:

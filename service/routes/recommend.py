@@ -49,7 +49,7 @@ async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECO
         items = items_of(side.items, side.version)
         predictor = predictor_of(side)
         # a known user's latest behaviour, unless the request sent its history (service.user_history)
-        user_batch = history.complete(side, batch_of(side, [body.user], ["user"]))
+        user_batch = history.complete(side, batch_of(side, [body.user], ["user"], also=history.key_slots(side)))
         user = finite_or_fail(predictor.user_vectors(user_batch), "user vector")
         exclude = np.array(body.exclude, np.uint64)
         if body.exclude_values:

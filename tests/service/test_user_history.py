@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from exports.item_catalog import ItemCatalog
 from models import build_model
@@ -37,8 +38,12 @@ def _events(users: np.ndarray, items: np.ndarray, t0: float) -> Batch:
                  user_id=users, item_id=items)
 
 
-def test_recommend_reads_the_users_history_live_and_from_the_bundle(tmp_path: Path) -> None:
-    model = ModelConfig.model_validate(MODEL)
+@pytest.mark.parametrize("user_slot", [True, False], ids=["user-id-in-the-tower", "history-alone"])
+def test_recommend_reads_the_users_history_live_and_from_the_bundle(tmp_path: Path, user_slot: bool) -> None:
+    """Also for a user tower without the user id's rows (behaviour alone, as YouTube's DNN): the
+    request's user id still keys the history."""
+    slots = [s for s in MODEL["slots"] if user_slot or s["name"] != "user"]
+    model = ModelConfig.model_validate({**MODEL, "slots": slots})
     tables = [t.model_dump(mode="json") for t in model.table_configs()]
     users = np.arange(1, 4, dtype=np.uint64) | USER
     items = np.arange(1, 41, dtype=np.uint64) | ITEM
@@ -71,6 +76,8 @@ def test_recommend_reads_the_users_history_live_and_from_the_bundle(tmp_path: Pa
         with started(settings) as client:
             for u in users:
                 assert recommend(client, u) == recommend(client, u, live_history[int(u)]), int(u)
+            if not user_slot:  # the history is all the tower knows of a user: different histories, different lists
+                assert recommend(client, users[0]) != recommend(client, users[1])
             sent = [int(items[0])]  # (an empty list counts as not sent)
             assert recommend(client, users[0], sent) != recommend(client, users[0])  # a sent history is served
     assert len(exported) == 4
