@@ -69,6 +69,12 @@ HISTORY_HINT = [
     "      # - {name: history, tower: user, pooling: attention}",
 ]
 
+LABEL0_HINT = [
+    "    # retrieval: {label0_weight: 0.5}  # when a label-0 record is still the user's choice (rated low, not",
+    "    # passed over): the softmax learns from it too. Left off: on MovieLens 100K it cost recall@10, on a",
+    "    # planted log of picks it gained (bench/RESULTS.md)",
+]
+
 
 def _user_id_optimizer() -> str:
     """The user id slot's optimizer as YAML flow keys: what bench/retrieval.py's default arm measured best for a
@@ -128,6 +134,7 @@ def render_yaml(inference: Inference, *, command: str) -> str:
                     "      # drifts keeps moving; bench/retrieval.py's default arm, examples/two_tower_ratings.yaml)"]
         if etime is not None:
             out += HISTORY_HINT
+        out += LABEL0_HINT
     else:
         out += ["    type: wide_deep  # no --user/--item: a click model over every field",
                 f"    n_dense: {len(dense)}  # the schema's dense fields", "    embedding_dim: 8", "    mlp: [64, 32]",

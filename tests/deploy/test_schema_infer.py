@@ -88,6 +88,11 @@ def test_infer_proposes_slots_hash_kinds_and_towers(tmp_path: Path, capsys: pyte
     config = load_config(path)
     assert config.schema_.history is not None and config.schema_.history.length == 20
     assert [s.pooling.value for s in config.train.model.slots if s.name == "history"] == ["attention"]
+    # the softmax's label-0 records: a commented line that loads once uncommented
+    assert config.train.model.retrieval.label0_weight == 0.0
+    hint = "    # retrieval: {label0_weight: 0.5}"
+    path.write_text(with_history.replace(hint, hint.replace("# ", "", 1)))
+    assert load_config(path).train.model.retrieval.label0_weight == 0.5
 
 
 def test_without_user_and_item_a_wide_deep_model_over_every_field(tmp_path: Path,
