@@ -1,12 +1,13 @@
-"""The served user history (#11): /v1/recommend for a known user reads the user's latest behaviour.
+"""The served user history (#11): /v1/recommend and /v1/predict for a known user read the user's
+latest behaviour, as the towers were trained with it.
 
 When the bundle's schema has ``history`` and the model a user-tower slot of that name, a
-request that does not send the slot gets the user's history as the trainers keep it (the
+record that does not send the slot gets its user's history as the trainers keep it (the
 id-rows table ``ids.history``, :mod:`trainer.history_join`): from the live shards through the
 read-through client when one is configured and answers (an event shows up as soon as its batch
 was prepared), else from the served bundle's own saves of that table (as of its pass). A
-request that sends the slot is served with what it sent. The user is the first id of the
-schema's ``user_id`` slot; no id, no history.
+record that sends the slot is served with what it sent. The user is the first id of the
+schema's ``user_id`` slot; no id, no history. A predict batch reads each distinct user once.
 
 When the shards do not answer within the read-through's timeout, the bundle's history is
 served and the shards are asked again only after ``LIVE_BACKOFF_S``: while they are down or
@@ -70,21 +71,35 @@ class UserHistory:
         return (schema.user_id,)
 
     def complete(self, side: Side, batch: Batch) -> Batch:
-        """``batch`` (one user) with the history slot filled, unless there is none to fill or it was sent."""
+        """``batch`` with each record's history slot filled with its user's, unless there is none to
+        fill or the record sent its own (a non-empty list)."""
         schema = self._schema_of(side)
         if schema is None or schema.history is None or side.model is None or schema.user_id is None:
             return batch
         slot = schema.history.slot
-        if all(s.name != slot for s in side.model.slots) or _ids(batch, slot).size:
+        if all(s.name != slot for s in side.model.slots):
             return batch
-        user = _ids(batch, schema.user_id)[:1]
-        if not user.size:
+        n = len(batch)
+        users = _first_ids(batch, schema.user_id, n)
+        sent_values, sent_offsets = batch.slots.get(slot, (np.empty(0, np.uint64), np.zeros(n + 1, np.int64)))
+        lengths = np.diff(sent_offsets)
+        need = (lengths == 0) & (users != 0)
+        if not need.any():
             return batch
-        words = history_words(schema)
-        rows = self.rows(side, user, words)
-        ids, _, lengths = ring_unroll(rows)
-        hist = slot_ids(schema, ids[0, : lengths[0]])
-        return dataclasses.replace(batch, slots={**batch.slots, slot: (hist, np.array([0, hist.shape[0]], np.int64))})
+        uniq, inv = np.unique(users[need], return_inverse=True)
+        ids, _, stored_len = ring_unroll(self.rows(side, uniq, history_words(schema)))
+        lengths = lengths.copy()
+        lengths[need] = stored_len[inv]
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.empty(int(offsets[-1]), np.uint64)
+        keep = ~need  # the records' own lists (maybe empty), moved to their new places
+        values[_ranges(offsets[:-1][keep], lengths[keep])] = sent_values[
+            _ranges(sent_offsets[:-1][keep], lengths[keep])]
+        mine = np.arange(ids.shape[1])[None, :] < stored_len[inv][:, None]  # (records in need, ring length)
+        values[(offsets[:-1][need][:, None] + np.arange(ids.shape[1])[None, :])[mine]] = slot_ids(
+            schema, ids[inv][mine])
+        return dataclasses.replace(batch, slots={**batch.slots, slot: (values, offsets)})
 
     def rows(self, side: Side, user: np.ndarray, words: int) -> np.ndarray:
         """History rows (uint64 (n, words)) of ``user``: live from the shards when they answer,
@@ -107,9 +122,14 @@ class UserHistory:
                 log.warning("user history from bundle %s unavailable: %s", side.version, err.message)
             self.last_error = err.message
             tables = []
+        out = np.zeros((user.shape[0], words), np.uint64)
         if not tables:
-            return np.zeros((user.shape[0], words), np.uint64)
-        return tables[int(shard_of(user[:1], len(tables))[0])].read(user)[0]
+            return out
+        shard = shard_of(user, len(tables))
+        for s in np.unique(shard).tolist():
+            on = shard == s
+            out[on] = tables[s].read(user[on])[0]
+        return out
 
     def _schema_of(self, side: Side) -> SchemaConfig | None:
         if side.version not in self._schemas:
@@ -145,12 +165,24 @@ class UserHistory:
                 "bundle_version": self._version, "last_error": self.last_error}
 
 
-def _ids(batch: Batch, slot: str) -> np.ndarray:
+def _first_ids(batch: Batch, slot: str, n: int) -> np.ndarray:
+    """Each record's first id in ``slot`` (0: none)."""
+    out = np.zeros(n, np.uint64)
     got = batch.slots.get(slot)
-    if got is None:
-        return np.empty(0, np.uint64)
-    values, offsets = got
-    return values[offsets[0] : offsets[1]]
+    if got is not None:
+        values, offsets = got
+        has = offsets[1:] > offsets[:-1]
+        out[has] = values[offsets[:-1][has]]
+    return out
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenated ``arange(start, start + length)`` of each pair, vectorised."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.empty(0, np.int64)
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
 
 
 async def user_history_of(request: Request) -> UserHistory:

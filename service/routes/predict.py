@@ -2,7 +2,9 @@
 
 An instance is hashed ids (``{"dense": [...], "slots": {slot: [ids]}}``) or a record's own field
 values (``{"user_id": 259, "genres": ["Comedy"]}``), hashed with the bundle's schema
-(exports.raw_records); hashed ids of a schema slot must carry that slot's id.
+(exports.raw_records); hashed ids of a schema slot must carry that slot's id. When the job keeps
+user histories, an instance without one is scored with its user's latest (service.user_history),
+as the towers were trained.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from exports.predictor import Predictor, instances_to_batch
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
 from service.schemas import ERROR_RESPONSES, Instance, Record, Strict, json_response
+from service.user_history import HistoryDep
 from streaming.batch import Batch
 
 router = APIRouter(tags=["predict"], responses=ERROR_RESPONSES)
@@ -89,13 +92,16 @@ def finite_or_fail(values: np.ndarray, what: str) -> np.ndarray:
 
 @router.post("/v1/predict", response_model=PredictResponse, summary="CTR scores of instances")
 async def predict(body: Annotated[PredictRequest, Body(openapi_examples=PREDICT_EXAMPLES)], store: StoreDep,
-                  limits: LimitsDep) -> Response:
+                  limits: LimitsDep, history: HistoryDep) -> Response:
     if len(body.instances) > limits.max_instances:
         raise InvalidInput(f"instances: {len(body.instances)} exceed the limit of {limits.max_instances}",
                            detail={"max_instances": limits.max_instances})
     with store.read() as side:
         predictor = predictor_of(side)
-        batch = batch_of(side, body.instances, [f"instances[{i}]" for i in range(len(body.instances))])
+        # each known user's latest behaviour, unless the instance sent its history (service.user_history)
+        batch = history.complete(side, batch_of(side, body.instances, [f"instances[{i}]" for i in
+                                                                       range(len(body.instances))],
+                                                also=history.key_slots(side)))
         if len(body.instances) <= _INLINE_INSTANCES:
             raw = predictor.predict(batch)
         else:  # big batches score in a worker thread, off the event loop

@@ -69,6 +69,11 @@ def test_recommend_reads_the_users_history_live_and_from_the_bundle(tmp_path: Pa
             assert r.status_code == 200, r.text
             return [x["id"] for x in r.json()["items"]], [x["score"] for x in r.json()["items"]]
 
+        def predict(client, instances):
+            r = client.post("/v1/predict", json={"instances": instances})
+            assert r.status_code == 200, r.text
+            return r.json()["scores"]
+
         live_history = {int(u): _newest_first(stored[int(u)]) for u in users}
         assert len(live_history[int(users[0])]) == 5 and live_history[int(users[0])][:2] == late[::-1].tolist()
         settings = make_settings(tmp_path / "exports", read_through={"endpoints": endpoints, "timeout_s": 5.0,
@@ -78,6 +83,17 @@ def test_recommend_reads_the_users_history_live_and_from_the_bundle(tmp_path: Pa
                 assert recommend(client, u) == recommend(client, u, live_history[int(u)]), int(u)
             if not user_slot:  # the history is all the tower knows of a user: different histories, different lists
                 assert recommend(client, users[0]) != recommend(client, users[1])
+            # /v1/predict: each instance's user's history, read once per user of the batch, unless it sent one
+            item = int(items[5])
+            batch = [{"slots": {"user": [int(u)], "item": [item]}} for u in (*users, users[0])]
+            batch.append({"slots": {"user": [int(users[0])], "item": [item], "history": [int(items[0])]}})
+            explicit = [{"slots": {"user": [int(u)], "item": [item], "history": live_history[int(u)]}}
+                        for u in (*users, users[0])]
+            scores = predict(client, batch)
+            assert scores[:4] == predict(client, explicit)
+            assert scores[4] == predict(client, [batch[4]])[0] != scores[0]  # its own, as sent
+            if not user_slot:
+                assert scores[0] != scores[1]
             sent = [int(items[0])]  # (an empty list counts as not sent)
             assert recommend(client, users[0], sent) != recommend(client, users[0])  # a sent history is served
     assert len(exported) == 4
