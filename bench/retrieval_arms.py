@@ -187,6 +187,7 @@ ARMS: tuple[Arm, ...] = (
     # (0.5: +0.0073 over 2 pairs) and lose on MovieLens 100K (0.5: -0.0257, 0.25: -0.0101); the history of every
     # record likewise (+0.0031 / -0.0143); batch 128 / 512, history 50 and the user id's lr 0.0035 / 0.002 within
     # the noise. no-user-id (attributes and history alone) planted -0.0079, MovieLens 100K -0.0139 (2 pairs each).
+    # dense-average 0.98 / 0.995 planted -0.0003 / -0.0019 (2 pairs).
     replace(DEFAULT_ARM, name="label0-1", model={"retrieval": {"label0_weight": 1.0}},
             what="the default, the softmax learning from every rated record (label 0: rated, not liked) at weight 1, "
                  "not from the positives alone"),
@@ -213,6 +214,10 @@ ARMS: tuple[Arm, ...] = (
             what="the default, the user id's RMSprop-like steps at lr 0.0035 (0.007): a longer memory per user"),
     replace(DEFAULT_ARM, name="user-rms-0.002", user_id_optimizer={**USER_ID_RMS, "lr": 0.002},
             what="the default, the user id's RMSprop-like steps at lr 0.002 (0.007)"),
+    replace(DEFAULT_ARM, name="dense-average-0.98", model={"dense_average": {"decay": 0.98}},
+            what="the default, its towers' dense weights served as their moving average over ~50 steps"),
+    replace(DEFAULT_ARM, name="dense-average-0.995", model={"dense_average": {"decay": 0.995}},
+            what="the default, its towers' dense weights served as their moving average over ~200 steps"),
     replace(DEFAULT_ARM, name="dim64", model={"embedding_dim": 64, "tower_dim": 128},
             what="the default over 64-dim embeddings into 128-dim vectors"),
 )
