@@ -187,7 +187,8 @@ ARMS: tuple[Arm, ...] = (
     # (0.5: +0.0073 over 2 pairs) and lose on MovieLens 100K (0.5: -0.0257, 0.25: -0.0101); the history of every
     # record likewise (+0.0031 / -0.0143); batch 128 / 512, history 50 and the user id's lr 0.0035 / 0.002 within
     # the noise. no-user-id (attributes and history alone) planted -0.0079, MovieLens 100K -0.0139 (2 pairs each).
-    # dense-average 0.98 / 0.995 planted -0.0003 / -0.0019 (2 pairs).
+    # dense-average 0.98 / 0.995 planted -0.0003 / -0.0019; both-0.3 / both-1 planted -0.0007 / +0.0005, MovieLens
+    # 100K +0.0035 / -0.0193 (2 pairs each).
     replace(DEFAULT_ARM, name="label0-1", model={"retrieval": {"label0_weight": 1.0}},
             what="the default, the softmax learning from every rated record (label 0: rated, not liked) at weight 1, "
                  "not from the positives alone"),
@@ -218,6 +219,11 @@ ARMS: tuple[Arm, ...] = (
             what="the default, its towers' dense weights served as their moving average over ~50 steps"),
     replace(DEFAULT_ARM, name="dense-average-0.995", model={"dense_average": {"decay": 0.995}},
             what="the default, its towers' dense weights served as their moving average over ~200 steps"),
+    replace(DEFAULT_ARM, name="both-0.3", model={"retrieval": {"loss": "both", "pointwise_weight": 0.3}},
+            what="the default, the towers also trained by the click loss on every record at weight 0.3 (a label-0 "
+                 "record pushes its pair apart)"),
+    replace(DEFAULT_ARM, name="both-1", model={"retrieval": {"loss": "both", "pointwise_weight": 1.0}},
+            what="the default, the towers also trained by the click loss at weight 1"),
     replace(DEFAULT_ARM, name="dim64", model={"embedding_dim": 64, "tower_dim": 128},
             what="the default over 64-dim embeddings into 128-dim vectors"),
 )
