@@ -43,6 +43,13 @@ def _loss(kind: str, **more: Any) -> dict[str, Any]:
     return {"retrieval": {"loss": kind, **more}}
 
 
+def _label0(weight: float) -> dict[str, Any]:
+    return {"retrieval": {"label0_weight": weight}}
+
+
+EVERY_RECORD_HISTORY: dict[str, Any] = {"schema": {"history": {"positive_above": -1.0}}}  # any label enters it
+
+
 # The user id's rows on Adam in a table of their own (models.model_config.SlotSpec.optimizer): Adam's steps do
 # not decay as row-wise Adagrad's do, so a drifting user's row follows. End to end (2026-11-24, load 5-8) with the
 # history attention-pooled: planted 0.099-0.104 (mean 0.101, 5 runs, lr 0.01 or 0.007) against the default's
@@ -189,24 +196,17 @@ ARMS: tuple[Arm, ...] = (
     # the noise. no-user-id (attributes and history alone) planted -0.0079, MovieLens 100K -0.0139 (2 pairs each).
     # dense-average 0.98 / 0.995 planted -0.0003 / -0.0019; both-0.3 / both-1 planted -0.0007 / +0.0005, MovieLens
     # 100K +0.0035 / -0.0193 (2 pairs each).
-    replace(DEFAULT_ARM, name="label0-1", model={"retrieval": {"label0_weight": 1.0}},
-            what="the default, the softmax learning from every rated record (label 0: rated, not liked) at weight 1, "
-                 "not from the positives alone"),
-    replace(DEFAULT_ARM, name="label0-0.5", model={"retrieval": {"label0_weight": 0.5}},
-            what="the default, the label-0 records in the softmax at weight 0.5"),
-    replace(DEFAULT_ARM, name="label0-0.25", model={"retrieval": {"label0_weight": 0.25}},
-            what="the default, the label-0 records in the softmax at weight 0.25"),
-    replace(DEFAULT_ARM, name="history-every-record", job={"schema": {"history": {"positive_above": -1.0}}},
+    *(replace(DEFAULT_ARM, name=f"label0-{w:g}", model=_label0(w),
+              what=f"the default, the softmax learning from the label-0 records too (rated, not liked) at weight "
+                   f"{w:g}, not from the positives alone") for w in (1.0, 0.5, 0.25)),
+    replace(DEFAULT_ARM, name="history-every-record", job=EVERY_RECORD_HISTORY,
             what="the default, the history holding the user's last 20 records of any label (schema.history."
                  "positive_above: -1), not the positives alone"),
-    replace(DEFAULT_ARM, name="label0-0.5+hist-every", model={"retrieval": {"label0_weight": 0.5}},
-            job={"schema": {"history": {"positive_above": -1.0}}},
+    replace(DEFAULT_ARM, name="label0-0.5+hist-every", model=_label0(0.5), job=EVERY_RECORD_HISTORY,
             what="label0-0.5 and the history of every record"),
-    replace(DEFAULT_ARM, name="batch-128", job={"train": {"batch_size": 128}},
-            what="the default at 128 records per step (256): twice the steps over one pass, half the in-batch "
-                 "negatives"),
-    replace(DEFAULT_ARM, name="batch-512", job={"train": {"batch_size": 512}},
-            what="the default at 512 records per step: half the steps, twice the in-batch negatives"),
+    *(replace(DEFAULT_ARM, name=f"batch-{n}", job={"train": {"batch_size": n}},
+              what=f"the default at {n} records per step (256): more steps over one pass with fewer in-batch "
+                   "negatives, or fewer with more") for n in (128, 512)),
     replace(DEFAULT_ARM, name="history-50", history_length=50,
             what="the default with the user's last 50 positives attention-pooled (20)"),
     replace(DEFAULT_ARM, name="no-user-id", without_slots=("user_id",),
