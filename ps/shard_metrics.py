@@ -7,7 +7,7 @@ metric families at scrape time, in the metrics thread (:mod:`core.metrics_http`)
 
 Every label value comes from a closed set: ``op`` a protocol op, ``code`` an error class of
 :mod:`core.errors`, ``table`` a table of the PS config, ``reason`` one of the fixed names
-below; ``shard`` is the shard's index.
+below or of :class:`ps.shard_requests.Outbox`; ``shard`` is the shard's index.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ class ShardCollector(Collector):
                                      "peer connections closed (oversized frames among them)", labels=("shard",))
         closed.add_metric((shard,), server.connections_closed)
         yield closed
+        dropped = CounterMetricFamily("streamrec_shard_dropped_replies",
+                                      "replies not queued: the peer was gone or not reading, by reason",
+                                      labels=("shard", "reason"))
+        for reason, n in sorted(server.replies_dropped.items()):
+            dropped.add_metric((shard, reason), n)
+        yield dropped
         yield from _table_families(shard, tables)
         held = GaugeMetricFamily("streamrec_shard_dense_elements", "dense parameters held (all dense parts)",
                                  labels=("shard",))

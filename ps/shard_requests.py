@@ -5,6 +5,7 @@ bounded)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -32,34 +33,57 @@ def arrays_of(msg: Message, *counts: int) -> list[np.ndarray]:
     return msg.arrays
 
 
+# Why a reply could not be queued: its peer's queue is full (it sends without reading), or the
+# peer disconnected. A ROUTER drops such replies silently; the shard's socket is made to say so
+# (ROUTER_MANDATORY) and never to block on one peer (DONTWAIT), and the drop is counted here.
+_DROPPED = {errno.EAGAIN: "peer_not_reading", errno.EHOSTUNREACH: "peer_gone"}
+_FIRST = zmq.SNDMORE | zmq.DONTWAIT
+
+
 class Outbox:
     """Replies through the shard's ROUTER socket, addressed by client identity (loop thread only),
-    each stamped with the shard's ``incarnation``."""
+    each stamped with the shard's ``incarnation``. A reply its peer cannot take now is dropped
+    and counted in ``dropped`` by reason: the loop never waits for one client (the client's
+    transport resends after its timeout)."""
 
     def __init__(self, sock: zmq.Socket, incarnation: int) -> None:
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock = sock
         self.incarnation = incarnation
+        self.dropped: Counter[str] = Counter()
 
     def reply(self, ident: bytes, msg: Message) -> None:
         msg.incarnation = self.incarnation
         frames = protocol.encode(msg)
         if len(frames) == 1:  # a small reply: copied, two sends without the multipart loop
-            self._sock.send(ident, zmq.SNDMORE)
-            self._sock.send(frames[0])
+            self.send_frame(ident, frames[0])
         else:  # zero-copy pays off only for big frames
-            self._sock.send_multipart([ident, *frames], copy=False)
+            self.send(ident, frames, copy=False)
 
     def send_frame(self, ident: bytes, frame: Any) -> None:
         """One frame already encoded, stamped with this outbox's incarnation (a small pull's reply)."""
-        self._sock.send(ident, zmq.SNDMORE)
-        self._sock.send(frame)
+        if self._routed(ident):
+            self._sock.send(frame)
 
     def send(self, ident: bytes, frames: list[Any], *, copy: bool = True) -> None:
         """Frames already encoded (a save's outcome, kept for every client that asks)."""
-        self._sock.send_multipart([ident, *frames], copy=copy)
+        if self._routed(ident):  # the rest of a routed message is queued whole: ZeroMQ sends it atomically
+            self._sock.send_multipart(frames, copy=copy)
 
     def error(self, ident: bytes, op: int, request_id: int, err: StreamrecError) -> None:
-        self._sock.send_multipart([ident, *protocol.error_reply(op, request_id, err, incarnation=self.incarnation)])
+        self.send(ident, protocol.error_reply(op, request_id, err, incarnation=self.incarnation))
+
+    def _routed(self, ident: bytes) -> bool:
+        """Send the identity frame that opens a reply to ``ident``; False (counted) when it cannot go."""
+        try:
+            self._sock.send(ident, _FIRST)
+        except zmq.ZMQError as exc:
+            reason = _DROPPED.get(exc.errno)
+            if reason is None:
+                raise
+            self.dropped[reason] += 1
+            return False
+        return True
 
 
 class RefusalLog:

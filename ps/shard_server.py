@@ -16,8 +16,9 @@ disconnected; libzmq does not say why it closes a connection, so the shard count
 closed connection (``connections_closed`` in its stats). Everything else is authenticated
 (:mod:`ps.auth`) before it is decoded; every refusal is counted by error code, and the log
 shows the first few of each minute, then one summary line (:class:`ps.shard_requests.RefusalLog`).
-Every reply carries the shard's ``incarnation``, random at each process start, so clients
-notice a restart (:mod:`ps.transport`).
+A reply its peer cannot take now (gone, or sending without reading) is dropped and counted
+(``replies_dropped``), never waited for. Every reply carries the shard's ``incarnation``,
+random at each process start, so clients notice a restart (:mod:`ps.transport`).
 """
 
 from __future__ import annotations
@@ -293,6 +294,11 @@ class ShardServer:
             recv_monitor_message(monitor)
             self.connections_closed += 1
 
+    @property
+    def replies_dropped(self) -> dict[str, int]:
+        """Replies dropped by reason (:class:`ps.shard_requests.Outbox`): a copy, safe from any thread."""
+        return dict(self._outbox.dropped) if self._outbox is not None else {}
+
     def _fresh_stats(self) -> dict[str, Any]:
         self._count_closed()
         return self.stats()
@@ -339,6 +345,7 @@ class ShardServer:
             "requests": dict(self.requests),
             "errors": dict(self.errors),
             "connections_closed": self.connections_closed,
+            "replies_dropped": self.replies_dropped,
             "max_frame_bytes": self.max_frame_bytes,
             "tables": {n: t.stats() for n, t in self.sparse.items()},
             "dense": {n: m["size"] for n, m in self.tables.dense_meta.items()},
