@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+
+from core.kernel_cache import kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -69,14 +70,14 @@ def crafted_ids(n: int) -> np.ndarray:
 _S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
 
 
-@njit(cache=True, error_model="numpy")
+@kernel(error_model="numpy")
 def _old_mix_nb(x: np.uint64) -> np.uint64:
     x = (x ^ (x >> _S30)) * np.uint64(_M1)
     x = (x ^ (x >> _S27)) * np.uint64(_M2)
     return x ^ (x >> _S31)
 
 
-@njit(cache=True, error_model="numpy")
+@kernel(error_model="numpy")
 def _old_insert(slots: np.ndarray, keys: np.ndarray) -> None:
     """The old index's insert (unkeyed hash, linear probing), rows 0..n-1."""
     mask = np.uint64(slots.shape[0] - 1)

@@ -17,23 +17,22 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from core.errors import CorruptData
+from core.kernel_cache import JIT, kernel
 from models.base import Model
 from models.features import build_features
 from models.two_tower import served_dim
 from ps.client import PSClient
 from stores.store import Store
 from streaming.batch import Batch
-from tables.hashmap import JIT
 from tables.id_rows_files import decode_saved_rows
 
 CATALOG_TABLE = "ids.items"
 IDS_PER_SLOT = 15
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _encode_slot(values: np.ndarray, offsets: np.ndarray, records: np.ndarray, out: np.ndarray, col0: int,
                  k: int) -> None:
     for i in range(records.shape[0]):

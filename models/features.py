@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from core.errors import InvalidInput
+from core.kernel_cache import kernel
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, SlotSpec, Tower
 from streaming.batch import Batch
 from tables.dedupe import dedupe
@@ -94,7 +94,7 @@ def _slot(batch: Batch, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _offsets_and_counts(raw, idx, labels, m):
     """Slots end to end: ``offs`` (n_slots, n + 1) with slot s's offsets shifted to where its
     values start; and per unique key, its occurrences (shows) and those in clicked records

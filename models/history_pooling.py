@@ -26,14 +26,14 @@ column 0, which say nothing about the user's click.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+from core.kernel_cache import JIT, kernel
+
 _F0 = np.float32(0.0)
 POSITIONS = 128  # history length is at most 127 (streaming.stream_config.HistoryConfig)
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def attention_forward(rows, idx, offs, c0, dim, query, position, out, col0, weights):
     """out[i, col0:col0+dim] = the attention-pooled rows of record i's ids; weights[j] = id j's w."""
     n = offs.shape[0] - 1
@@ -67,7 +67,7 @@ def attention_forward(rows, idx, offs, c0, dim, query, position, out, col0, weig
                 o[k] += w * r[c0 + k]
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def attention_backward(dout, rows, idx, offs, c0, dim, query, weights, col0, grad, dquery, dposition):
     """The adjoint of attention_forward: grad rows (aligned with rows), dquery and dposition added to."""
     n = offs.shape[0] - 1

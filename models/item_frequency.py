@@ -31,21 +31,20 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from tables.hashmap import mix64
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _F1 = np.float32(1.0)
 _MIN_GAP = np.float32(1e-3)  # bounds 1/B for items seen many times in every step
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def _bucket(h, row, mask):
     return np.int64(mix64(h ^ (np.uint64(row + 1) * np.uint64(0x9E3779B97F4A7C15))) & mask)
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def _update(items, step, last, gap, weight, alpha):
     """Algorithm 1 for every occurrence of ``items`` at ``step`` (a new bucket's first gap: step + 1)."""
     rows, n_buckets = last.shape
@@ -60,7 +59,7 @@ def _update(items, step, last, gap, weight, alpha):
             last[r, b] = step
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def _expected(items, step, last, gap, weight, out):
     """1 / max over hashes of B / W; an item no bucket has seen counts as once in step + 1 steps."""
     rows, n_buckets = last.shape

@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from tables.cache_hint import prefetch
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
 _OUT_AHEAD = 8  # records ahead whose output lines pool_forward prefetches
@@ -147,7 +146,7 @@ class MLP:
         return dy
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def bias_relu(y, b):
     """y = max(y + b, 0) in place, one pass (b broadcast over rows)."""
     n, m = y.shape
@@ -158,7 +157,7 @@ def bias_relu(y, b):
             r[j] = v if v > _F0 else _F0
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def relu_grad_bias(dx, act, db):
     """dx = 0 where the ReLU output ``act`` was not positive, in place, and db = dx's column sums
     (the bias gradient of the ReLU's layer), in one pass."""
@@ -173,7 +172,7 @@ def relu_grad_bias(dx, act, db):
             db[j] += v
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def outer_relu_grad_bias(dy, w, act, dx, db):
     """dx = outer(dy, w) where the ReLU output ``act`` was positive, else 0, and db = dx's column
     sums: the input gradient of a one-output layer through the ReLU below it, in one pass."""
@@ -198,7 +197,7 @@ def bce_with_logits(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.n
     return loss / z.shape[0] if z.shape[0] else 0.0, prob, dlogits
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def _bce(z, y, prob, dz):
     """One pass (one exp per logit, where numpy's form took three passes of three): prob, dz =
     (prob - y) / n and the summed loss max(z, 0) - z y + log(1 + exp(-|z|)), finite for any z."""
@@ -215,7 +214,7 @@ def _bce(z, y, prob, dz):
     return total
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def pool_forward(rows, idx, offs, c0, dim, mean, out, col0, wide, with_wide):
     """out[i, col0 + s*dim : ...] = sum (or mean) of rows[idx[j], c0:c0+dim] for j in slot s of record i:
     gathered and pooled straight into the next layer's input. With ``with_wide`` also wide[i] +=
@@ -258,7 +257,7 @@ def pool_forward(rows, idx, offs, c0, dim, mean, out, col0, wide, with_wide):
                     o[k] *= scale
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def pool_backward(dout, idx, offs, c0, dim, mean, grad, col0, dwide, with_wide):
     """Scatter-add the pooled gradient back to the unique rows (the adjoint of pool_forward), and
     with ``with_wide`` dwide[i] to the wide weight of every id of record i."""
@@ -282,7 +281,7 @@ def pool_backward(dout, idx, offs, c0, dim, mean, grad, col0, dwide, with_wide):
                     gg[k] += d[k] * scale
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def wide_forward(rows, idx, offs, out):
     """out[i] += sum of the wide weights (column 0) of every id of record i, over all slots."""
     n_slots, n = offs.shape[0], offs.shape[1] - 1
@@ -294,7 +293,7 @@ def wide_forward(rows, idx, offs, out):
             out[i] += acc
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def wide_backward(dz, idx, offs, grad):
     n_slots, n = offs.shape[0], offs.shape[1] - 1
     for s in range(n_slots):

@@ -16,15 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from streaming.batch import Batch, Ragged
 from tables.hashmap import mix64
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 
-
-@njit(**_JIT)
+@kernel(**JIT)
 def _place(item_hash, rows, key, taken, n_taken, where):
     """where[r] = place of item ``rows[r]``; new places are appended to ``taken``. Returns the new count."""
     mask = np.uint64(key.shape[0] - 1)
@@ -39,7 +37,7 @@ def _place(item_hash, rows, key, taken, n_taken, where):
     return n_taken
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def _store_slot(rows, where, values, offsets, ids, lens):
     max_ids = ids.shape[1]
     for r in range(rows.shape[0]):

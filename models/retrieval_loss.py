@@ -24,16 +24,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from streaming.batch import Batch
 from tables.hashmap import mix64
 
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 _EPS = np.float32(1e-12)
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def _softmax_rows(users, items, item_hash, offset, weight, inv_t, du, dv, doffset):
     """Weighted sum over rows of the loss; du, dv, doffset (zeroed) get the gradients of that sum,
     without the 1/sum(weight) (``offset``: each column's b_j - logq_j).
@@ -123,7 +122,7 @@ def unit_rows_backward(dy: np.ndarray, y: np.ndarray, norm: np.ndarray) -> np.nd
     return ((dy - y * dot[:, None]) / norm[:, None]).astype(np.float32)
 
 
-@njit(**_JIT)
+@kernel(**JIT)
 def _hash_slot(values, offsets, salt, out):
     """out[i] = mix(out[i] + sum of mix(id ^ salt) over record i's ids): order-free within a slot."""
     for i in range(offsets.shape[0] - 1):

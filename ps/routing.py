@@ -15,9 +15,9 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
+from core.kernel_cache import kernel
 from tables.dedupe import dedupe, sum_rows, sum_values
 
 ROUTING_SALT = np.uint64(0x2545F4914F6CDD1D)
@@ -56,7 +56,7 @@ def shard_of_key(key: int, n_shards: int) -> int:
     return (z >> 32) % n_shards
 
 
-@nb.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _fmix64(z: np.uint64) -> np.uint64:
     z ^= z >> np.uint64(33)
     z *= np.uint64(0xFF51AFD7ED558CCD)
@@ -65,7 +65,7 @@ def _fmix64(z: np.uint64) -> np.uint64:
     return z ^ (z >> np.uint64(33))
 
 
-@nb.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _group(uniq: np.ndarray, first_inverse: np.ndarray, n_shards: int,
            salt: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Route (as :func:`shard_of`) and counting-sort the unique keys by shard, in one pass each."""

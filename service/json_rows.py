@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from core.kernel_cache import kernel
 
 _SIG = 9  # significant digits that identify any float32
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _write_float(v: np.float32, out: np.ndarray, pos: int) -> int:
     x = np.float64(v)
     if not np.isfinite(x):
@@ -73,7 +74,7 @@ def _write_float(v: np.float32, out: np.ndarray, pos: int) -> int:
     return pos
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _encode(rows: np.ndarray, out: np.ndarray) -> int:
     pos = 0
     out[pos] = 91  # "["

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import kernel
 from streaming.batch import Batch
 from streaming.hashing import KIND_CODE, SLOT_SHIFT, token_id
 from streaming.rejects import Rejected, RejectReason
@@ -32,7 +32,7 @@ _U4 = np.uint64(4)
 _SHIFT = np.uint64(SLOT_SHIFT)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _hex_id(buf: np.ndarray, start: int, end: int, slot_id: int, digits: np.ndarray) -> tuple[bool, np.uint64]:
     """:func:`streaming.hashing.token_id` of a ``hex`` field, by table lookup: one load a byte
     instead of three range tests."""
@@ -47,7 +47,7 @@ def _hex_id(buf: np.ndarray, start: int, end: int, slot_id: int, digits: np.ndar
     return True, (np.uint64(slot_id) << np.uint64(SLOT_SHIFT)) | v
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _hex8(buf: np.ndarray, start: int, digits: np.ndarray) -> tuple[bool, np.uint64]:
     """The 8 hex digits at ``start`` as a number, without branches per digit (False: a byte is not one)."""
     v = np.int64(0)
@@ -59,7 +59,7 @@ def _hex8(buf: np.ndarray, start: int, digits: np.ndarray) -> tuple[bool, np.uin
     return bad >= 0, np.uint64(v)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _parse_number(buf: np.ndarray, s: int, e: int) -> tuple[bool, float]:
     # [-]digits[.digits]; empty is a missing value (0).
     if s == e:
@@ -86,7 +86,7 @@ def _parse_number(buf: np.ndarray, s: int, e: int) -> tuple[bool, float]:
     return True, -v if neg else v
 
 
-@njit(cache=True, nogil=True, error_model="numpy")  # the training prefetch thread parses while the step's Python runs
+@kernel(nogil=True, error_model="numpy")  # the training prefetch thread parses while the step's Python runs
 def _parse_lines(
     buf: np.ndarray,
     bounds: np.ndarray,
@@ -201,7 +201,7 @@ def _parse_lines(
     return labels, dense, ids, present, status, bad_field
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _ragged_slots(ids: np.ndarray, present: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every slot's present ids of the ``rows`` records, slot after slot in one array, and each
     slot's offsets (n_slots, len(rows) + 1, each from 0): all slots in one pass."""

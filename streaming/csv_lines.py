@@ -21,9 +21,9 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
 from core.errors import InvalidInput
+from core.kernel_cache import kernel
 from streaming.batch import Batch
 from streaming.criteo import join_messages
 from streaming.hashing import KIND_CODE, hash_tokens, token_id
@@ -51,7 +51,7 @@ SLOT_REASON = {
 }
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel(inline="always", error_model="numpy")
 def _number(buf: np.ndarray, p: int, e: int) -> tuple[int, float]:
     """(NUM_OK | NUM_BAD | NUM_SLOW, value) of buf[p:e]; exact like Python's float() on the fast path."""
     neg = p < e and buf[p] == 45
@@ -87,7 +87,7 @@ def _number(buf: np.ndarray, p: int, e: int) -> tuple[int, float]:
     return NUM_OK, -v if neg else v
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def scan_csv(  # one pass over the bytes of a batch
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int, delim: int,
     role: np.ndarray, col: np.ndarray, n_dense: int,

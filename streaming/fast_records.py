@@ -27,13 +27,14 @@ from kafka import KafkaConsumer
 from kafka.consumer.fetcher import ConsumerRecord, Fetcher
 from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
-from numba import njit
+
+from core.kernel_cache import kernel
 
 _LOG_APPEND_TIME = 1
 _new_tuple = tuple.__new__  # ConsumerRecord (a namedtuple) from a tuple of its fields, without its Python __new__
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _varint(buf: np.ndarray, p: int, end: int) -> tuple[int, int]:
     """The zigzag varint at ``p`` and the position after it; position -1 when it runs past ``end``."""
     shift = 0
@@ -50,7 +51,7 @@ def _varint(buf: np.ndarray, p: int, end: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), p
 
 
-@njit(cache=True)
+@kernel()
 def decode_records(buf: np.ndarray, pos: int, count: int, out: np.ndarray) -> int:
     """Walks ``count`` v2 records from ``pos``; row i of ``out`` (int64, count x 7) gets record i's
     offset delta, timestamp delta, key start, key length, value start, value length and size in

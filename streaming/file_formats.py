@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-from numba import njit
 
 from core.errors import InvalidInput
+from core.kernel_cache import kernel
 from streaming.batch import Batch
 from streaming.criteo import CriteoParser
 from streaming.csv_lines import CsvLinesParser, read_header
@@ -136,7 +136,7 @@ _LOW = np.uint64(0x0101010101010101)
 _HIGH = np.uint64(0x8080808080808080)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _newline_ends(buf: np.ndarray, out: np.ndarray) -> int:
     """One past each "\n" of ``buf`` into ``out``, their count (-1: more than ``out`` holds). Eight
     bytes a test (a word has a "\n" iff (x - 0x01..) & ~x & 0x80.. is non-zero, x = word ^ 0x0a..):
@@ -165,7 +165,7 @@ def _newline_ends(buf: np.ndarray, out: np.ndarray) -> int:
     return c
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _any_empty(buf: np.ndarray, bounds: np.ndarray) -> bool:
     """Whether a line of the block is empty ("\n", "\r\n", "\r" or nothing), as _drop_empty_lines decides."""
     for i in range(bounds.shape[0] - 1):

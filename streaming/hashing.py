@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import kernel
 from streaming.stream_config import HashKind
 
 SLOT_SHIFT = 56
@@ -27,7 +27,7 @@ _MASK56 = np.uint64(LOW_MASK)
 _INT_LIMIT = np.uint64(1 << SLOT_SHIFT)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _avalanche(z: np.uint64) -> np.uint64:
     # splitmix64 finalizer: FNV alone mixes the low bits poorly for short strings.
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -35,7 +35,7 @@ def _avalanche(z: np.uint64) -> np.uint64:
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def token_id(buf: np.ndarray, start: int, end: int, kind: int, slot_id: int) -> tuple[bool, np.uint64]:
     """Id of ``buf[start:end]``; ``(False, 0)`` when the text is not valid for ``kind``."""
     prefix = np.uint64(slot_id) << np.uint64(SLOT_SHIFT)
@@ -74,7 +74,7 @@ def token_id(buf: np.ndarray, start: int, end: int, kind: int, slot_id: int) -> 
     return True, prefix | v
 
 
-@njit(cache=True)
+@kernel()
 def _hash_tokens(buf: np.ndarray, bounds: np.ndarray, kind: int, slot_id: int) -> tuple[np.ndarray, np.ndarray]:
     n = bounds.shape[0] - 1
     ids = np.zeros(n, dtype=np.uint64)

@@ -9,8 +9,8 @@ record for the reference ``json.loads`` path, which decides. Both paths give equ
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import kernel
 from streaming.hashing import token_id
 from streaming.rejects import RejectReason
 
@@ -24,14 +24,14 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _POW10 = np.array([10.0**k for k in range(23)])
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _ws(buf: np.ndarray, p: int, e: int) -> int:
     while p < e and (buf[p] == 32 or buf[p] == 9 or buf[p] == 10 or buf[p] == 13):
         p += 1
     return p
 
 
-@njit(cache=True)
+@kernel()
 def _string_end(buf: np.ndarray, p: int, e: int) -> int:
     """p is just after the opening quote; index of the closing quote, -1 on escape/control/EOF.
 
@@ -74,7 +74,7 @@ def _string_end(buf: np.ndarray, p: int, e: int) -> int:
     return -1
 
 
-@njit(cache=True)
+@kernel()
 def _number(buf: np.ndarray, p: int, e: int) -> tuple[int, float, bool]:
     """(end, value, is_integer_literal); end = -1 when the number needs the reference parser."""
     s = p
@@ -113,7 +113,7 @@ def _number(buf: np.ndarray, p: int, e: int) -> tuple[int, float, bool]:
     return p, (-v if neg else v), integer and p - s > 0
 
 
-@njit(cache=True)
+@kernel()
 def _literal(buf: np.ndarray, p: int, e: int, word: np.ndarray) -> int:
     if p + word.shape[0] > e:
         return -1
@@ -128,7 +128,7 @@ _FALSE = np.frombuffer(b"false", dtype=np.uint8)
 _NULL = np.frombuffer(b"null", dtype=np.uint8)
 
 
-@njit(cache=True)
+@kernel()
 def _scalar_end(buf: np.ndarray, p: int, e: int) -> int:
     """End of a string/number/true/false/null at p; -1 for containers or anything needing the reference parser."""
     c = buf[p]
@@ -146,7 +146,7 @@ def _scalar_end(buf: np.ndarray, p: int, e: int) -> int:
     return -1
 
 
-@njit(cache=True, nogil=True)  # the consumer parses one piece while kafka-python decodes the next
+@kernel(nogil=True)  # the consumer parses one piece while kafka-python decodes the next
 def scan_json(  # one pass over the bytes; splitting it up would cost a call per token
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int,
     key_buf: np.ndarray, key_bounds: np.ndarray, role: np.ndarray, col: np.ndarray,

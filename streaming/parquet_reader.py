@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from core.errors import ConfigError, InvalidInput
+from core.kernel_cache import kernel
 from streaming.batch import Batch
 from streaming.csv_lines import SLOT_REASON, slot_detail
 from streaming.hashing import KIND_CODE, SLOT_SHIFT, token_id
@@ -44,7 +44,7 @@ def require_pyarrow() -> Any:
     return pa
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def hash_string_column(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray, kind: int,
                        slot_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Ids of an Arrow string column (``data`` bytes, ``offsets[n + 1]``); nulls get no id and are ok."""

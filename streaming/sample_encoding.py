@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import kernel
 from streaming.criteo import join_messages
 from streaming.generator import ITEM_SLOT, N_DENSE, N_SPARSE, USER_SLOT, PlantedModel, Sample, roc_auc
 from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
@@ -22,7 +22,7 @@ _ROW_MAX = 2 + N_DENSE * 21 + N_SPARSE * 9 + 1
 _JSON_ROW_MAX = 40 + N_DENSE * (8 + 21) + N_SPARSE * (12 + 10) + 2
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _put_int(buf: np.ndarray, pos: int, v: int, digits: np.ndarray) -> int:
     if v < 0:
         buf[pos] = 45
@@ -40,7 +40,7 @@ def _put_int(buf: np.ndarray, pos: int, v: int, digits: np.ndarray) -> int:
     return pos + k
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _put_hex8(buf: np.ndarray, pos: int, value: np.uint32, hexdigits: np.ndarray) -> int:
     v = np.uint64(value)
     for m in range(8):
@@ -49,14 +49,14 @@ def _put_hex8(buf: np.ndarray, pos: int, value: np.uint32, hexdigits: np.ndarray
     return pos + 8
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _put(buf: np.ndarray, pos: int, src: np.ndarray, a: int, b: int) -> int:
     for k in range(b - a):
         buf[pos + k] = src[a + k]
     return pos + b - a
 
 
-@njit(cache=True)
+@kernel()
 def _encode_rows(
     as_json: bool, labels: np.ndarray, event_ms: np.ndarray, dense: np.ndarray, dense_missing: np.ndarray,
     sparse: np.ndarray, sparse_missing: np.ndarray, keys: np.ndarray, key_bounds: np.ndarray, hexdigits: np.ndarray,

@@ -9,12 +9,13 @@ turns the triples of the OK records into each slot's ``(values, offsets)`` in on
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from core.kernel_cache import kernel
 
 OK = 0
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def group_by_slot(
     status: np.ndarray, t_row: np.ndarray, t_slot: np.ndarray, t_id: np.ndarray, n_slots: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
-from tables.hashmap import JIT, mix64
+from core.kernel_cache import JIT, kernel
+from tables.hashmap import mix64
 from tables.sketch import CountMinSketch
 from tables.table_config import AlwaysAdmission, CountAdmission, ProbabilityAdmission, ScoreAdmission
 
@@ -22,7 +22,7 @@ _S40 = np.uint64(40)
 _INV24 = np.float64(1.0 / (1 << 24))
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _coin(keys: np.ndarray, seed: np.uint64, draw: np.uint64, p: float, out: np.ndarray) -> None:
     salt = mix64(seed ^ mix64(draw))
     for i in range(keys.shape[0]):

@@ -10,16 +10,16 @@ before the table's own index is reached. First-seen order does not depend on the
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from tables.cache_hint import prefetch
-from tables.hashmap import JIT, PF, hash_keys, new_hash_key
+from tables.hashmap import PF, hash_keys, new_hash_key
 
 _ONE = np.uint64(1)
 _KEY = new_hash_key()  # passed to the kernel, never a global of it: cached machine code would freeze it
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _dedupe(keys: np.ndarray, uniq: np.ndarray, inverse: np.ndarray, hkey: np.ndarray) -> int:
     n = keys.shape[0]
     cap = 16
@@ -58,7 +58,7 @@ def dedupe(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq[:m], inverse
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def sum_rows(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
     """Sum the rows of ``values`` (n, d) that share an ``inverse`` index into (m, d).
 
@@ -79,7 +79,7 @@ def sum_rows(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
     return out
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def sum_values(values: np.ndarray, inverse: np.ndarray, m: int) -> np.ndarray:
     """Sum the entries of ``values`` (n,) that share an ``inverse`` index into (m,)."""
     out = np.zeros(m, np.float32)

@@ -18,10 +18,9 @@ second pass reads the weights back from L3 or memory), for the other rules in a 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from core.errors import ConfigError, CorruptData
-from tables.hashmap import JIT
+from core.kernel_cache import JIT, kernel
 from tables.table_config import OptimizerConfig
 
 _F0 = np.float32(0.0)
@@ -29,20 +28,20 @@ _F1 = np.float32(1.0)
 _NO_AVERAGE = np.zeros(0, np.float32)  # _adam's avg when there is none (one compiled signature)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def _prep(g, w, clip, l2):
     if clip > _F0:
         g = min(max(g, -clip), clip)
     return g + l2 * w
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _sgd(w, g, lr, l2, clip):
     for i in range(w.shape[0]):
         w[i] -= lr * _prep(g[i], w[i], clip, l2)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _adagrad(w, g, acc, lr, l2, clip, eps):
     for i in range(w.shape[0]):
         gi = _prep(g[i], w[i], clip, l2)
@@ -51,7 +50,7 @@ def _adagrad(w, g, acc, lr, l2, clip, eps):
         w[i] -= lr * gi / (np.sqrt(a) + eps)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def moving_average(acc, w, keep):
     """acc = keep * acc + (1 - keep) * w, element-wise."""
     c = _F1 - keep
@@ -59,7 +58,7 @@ def moving_average(acc, w, keep):
         acc[i] = keep * acc[i] + c * w[i]
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def _adam_at(w, m, v, i, gi, lr_t, eps, b1, b2, c1, c2):
     mi = b1 * m[i] + c1 * gi
     vi = b2 * v[i] + c2 * gi * gi
@@ -70,7 +69,7 @@ def _adam_at(w, m, v, i, gi, lr_t, eps, b1, b2, c1, c2):
     return wi
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _adam(w, g, m, v, lr_t, l2, clip, eps, b1, b2, avg, keep):
     """Adam; with a non-empty ``avg`` also avg = keep * avg + (1 - keep) * (the new w) in the same
     pass. The clip and the average are decided once, outside the loops: a test per element kept
@@ -93,7 +92,7 @@ def _adam(w, g, m, v, lr_t, l2, clip, eps, b1, b2, avg, keep):
             _adam_at(w, m, v, i, g[i] + l2 * w[i], lr_t, eps, b1, b2, c1, c2)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _ftrl(w, g, z, n, alpha, l2, clip, beta, l1):
     for i in range(w.shape[0]):
         gi = _prep(g[i], _F0, clip, _F0)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from tables.hashmap import JIT
+from core.kernel_cache import JIT, kernel
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def finite_rows(grads: np.ndarray, shows: np.ndarray, clicks: np.ndarray, ok: np.ndarray) -> int:
     """``ok[i]`` = row i of grads and its show/click are finite; returns the count of bad rows."""
     bad = 0

@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from tables.cache_hint import prefetch
 
 MAX_LOAD = 0.7
@@ -49,11 +49,10 @@ _FF = np.uint64(0xFF)
 _R13, _R16, _R17, _R21, _R32 = (np.uint64(r) for r in (13, 16, 17, 21, 32))
 _R51, _R48, _R47, _R43 = (np.uint64(64 - r) for r in (13, 16, 17, 21))
 
-JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 PF = 16  # how many keys ahead the kernels prefetch
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def mix64(x: np.uint64) -> np.uint64:
     """splitmix64 finalizer: a bijective, well-mixed hash of a uint64."""
     x = (x ^ (x >> _S30)) * _M1
@@ -66,7 +65,7 @@ def new_hash_key() -> np.ndarray:
     return np.frombuffer(os.urandom(16), np.uint64).copy()
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def _sipround(v0: np.uint64, v1: np.uint64, v2: np.uint64, v3: np.uint64) -> tuple:
     v0 += v1
     v1 = ((v1 << _R13) | (v1 >> _R51)) ^ v0
@@ -81,7 +80,7 @@ def _sipround(v0: np.uint64, v1: np.uint64, v2: np.uint64, v3: np.uint64) -> tup
     return v0, v1, v2, v3
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def keyed_hash(x: np.uint64, k0: np.uint64, k1: np.uint64) -> np.uint64:
     """SipHash-1-3 of the 8 little-endian bytes of ``x`` under the key ``(k0, k1)``."""
     v0, v1, v2, v3 = k0 ^ _C0, k1 ^ _C1, k0 ^ _C2, k1 ^ (_C3 ^ x)
@@ -97,7 +96,7 @@ def keyed_hash(x: np.uint64, k0: np.uint64, k1: np.uint64) -> np.uint64:
     return v0 ^ v1 ^ v2 ^ v3
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def hash_keys(keys: np.ndarray, hkey: np.ndarray, out: np.ndarray) -> None:
     """``keyed_hash`` of each key into ``out`` (uint64)."""
     k0, k1 = hkey[0], hkey[1]
@@ -115,7 +114,7 @@ def slots_for(n_rows: int) -> int:
     return cap
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, h: np.uint64, mask: np.uint64) -> np.int64:
     """Slot holding key ``k`` (whose hash is ``h``), or -1. The one probe loop every reader
     and writer shares."""
@@ -130,7 +129,7 @@ def find_slot(slots: np.ndarray, keys_col: np.ndarray, k: np.uint64, h: np.uint6
         pos = (pos + _ONE) & mask
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def lookup(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, query: np.ndarray,
            out_rows: np.ndarray) -> int:
     """Row of each query key into ``out_rows`` (-1 when absent); returns the number absent."""
@@ -150,7 +149,7 @@ def lookup(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, query: np.
     return missing
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def insert(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, rows: np.ndarray) -> None:
     """Index ``rows`` (whose keys are already in ``keys_col`` and absent from the index)."""
     mask = np.uint64(slots.shape[0] - 1)
@@ -167,7 +166,7 @@ def insert(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, rows: np.n
         slots[pos] = ((h >> U32) << U32) | np.uint64(rows[i] + 1)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def delete(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, keys: np.ndarray) -> int:
     """Remove ``keys`` from the index (backward-shift deletion); returns how many were present."""
     mask = np.int64(slots.shape[0] - 1)
@@ -201,7 +200,7 @@ def delete(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, keys: np.n
     return removed
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def relink(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, old_rows: np.ndarray,
            new_rows: np.ndarray) -> None:
     """Point the slots of rows moved from ``old_rows`` to ``new_rows`` (keys already copied)."""
@@ -225,7 +224,7 @@ def rebuild(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, n: int) -
     insert(slots, keys_col, hkey, np.arange(n, dtype=np.int64))
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def probe_lengths(slots: np.ndarray) -> np.ndarray:
     """Per stored key, how many slots a lookup of it reads (1 = found at its home slot):
     the cost a flood of colliding ids would drive up. For diagnostics and tests."""

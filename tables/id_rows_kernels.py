@@ -10,9 +10,8 @@ as their bits. A put row is whatever the caller encoded: the table does not read
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from tables.hashmap import JIT
+from core.kernel_cache import JIT, kernel
 
 
 def ring_words(capacity: int) -> int:
@@ -24,7 +23,7 @@ def ring_capacity(words: int) -> int:
     return (words - 1) // 2
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def ring_append(words: np.ndarray, rows: np.ndarray, ids: np.ndarray, time_bits: np.ndarray) -> None:
     """Append ``(ids[i], time_bits[i])`` to ring row ``rows[i]`` of ``words`` (uint64 (n, W)), in
     input order (a key's events must arrive oldest first); rows < 0 are skipped. An entry the
@@ -51,7 +50,7 @@ def ring_append(words: np.ndarray, rows: np.ndarray, ids: np.ndarray, time_bits:
         words[r, 0] = c + np.uint64(1)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def put_rows(words: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
     """``words[rows[i]] = values[i]`` in input order (the last of duplicate rows wins); rows < 0 skipped."""
     w = words.shape[1]
@@ -66,7 +65,7 @@ def put_rows(words: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
 _NAN_BITS = np.uint64(0x7FF8000000000000)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _unroll(rows: np.ndarray, ids_out: np.ndarray, tbits_out: np.ndarray, lengths: np.ndarray) -> None:
     cap = (rows.shape[1] - 1) // 2
     for i in range(rows.shape[0]):
@@ -100,7 +99,7 @@ _RATE_ONE = np.float32(1.0)
 _RATE_MIN_GAP = np.float32(1e-3)  # models.item_frequency's: bounds the rate of a key seen many times a step
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def rate_observe(words: np.ndarray, floats: np.ndarray, rows: np.ndarray, clock: np.int64, alpha: np.float32) -> None:
     """One step in which the keys of ``rows`` occurred (repeats count; rows < 0 skipped): Yi et al.'s
     Algorithm 1 with models.item_frequency's bias correction, then the clock row's step count + 1.
@@ -119,7 +118,7 @@ def rate_observe(words: np.ndarray, floats: np.ndarray, rows: np.ndarray, clock:
     words[clock, 0] = np.uint64(step + 1)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def rate_expected(words: np.ndarray, floats: np.ndarray, rows: np.ndarray, clock: np.int64, out: np.ndarray) -> None:
     """``out[i]``: expected occurrences per step of ``rows[i]``'s key, 1 / (B / W); a key never seen
     (row < 0 or no occurrence) counts as once in all the steps so far."""

@@ -5,9 +5,9 @@ unknown id returns exactly the row a later admission would create."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from tables.hashmap import JIT, mix64
+from core.kernel_cache import JIT, kernel
+from tables.hashmap import mix64
 
 ZEROS, UNIFORM, NORMAL = 0, 1, 2
 KIND_CODES = {"zeros": ZEROS, "uniform": UNIFORM, "normal": NORMAL}
@@ -24,7 +24,7 @@ _TWO32 = np.float32(2.0)
 _MINUS2 = np.float32(-2.0)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def fill_row(out: np.ndarray, c0: int, d: int, key: np.uint64, seed: np.uint64, kind: int, scale: np.float32) -> None:
     """Write the initial values of ``key`` into ``out[c0:c0+d]``."""
     if kind == ZEROS:
@@ -43,7 +43,7 @@ def fill_row(out: np.ndarray, c0: int, d: int, key: np.uint64, seed: np.uint64, 
             out[c0 + j] = np.sqrt(_MINUS2 * np.log(u1)) * np.cos(_TWO_PI * u2) * scale
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def fill_rows(
     out: np.ndarray, out_rows: np.ndarray, c0: int, d: int, keys: np.ndarray, seed: np.uint64, kind: int,
     scale: np.float32,

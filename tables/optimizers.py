@@ -12,17 +12,17 @@ State layouts (per row, ``S`` float32 columns):
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from tables.cache_hint import prefetch, prefetch_end
-from tables.hashmap import JIT, PF
+from tables.hashmap import PF
 from tables.table_config import OptimizerConfig
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def _prep(g: np.float32, w: np.float32, clip: np.float32, l2: np.float32) -> np.float32:
     if clip > _F0:
         g = min(max(g, -clip), clip)
@@ -33,7 +33,7 @@ def _prep(g: np.float32, w: np.float32, clip: np.float32, l2: np.float32) -> np.
 # a scratch array; with the prefetch this measured 2-3x faster than row views (p = params[r]).
 # Both ends of a row are prefetched: a 40-byte row straddles two cache lines half of the time,
 # and an unprefetched second line cost adagrad 1.8x (70.6 -> 38.8 ns a row, 3M-row table).
-@njit(**JIT)
+@kernel(**JIT)
 def sgd(params, state, rows, grads, c0, d, lr, l2, clip):
     for i in range(rows.shape[0]):
         if i + PF < rows.shape[0]:  # written out: numba-level inlining of a helper lost most of the gain
@@ -45,7 +45,7 @@ def sgd(params, state, rows, grads, c0, d, lr, l2, clip):
             params[r, c0 + j] -= lr * _prep(grads[i, c0 + j], params[r, c0 + j], clip, l2)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def adagrad(params, state, rows, grads, c0, d, lr, l2, clip, eps):
     inv_d = _F1 / np.float32(d)
     for i in range(rows.shape[0]):
@@ -65,7 +65,7 @@ def adagrad(params, state, rows, grads, c0, d, lr, l2, clip, eps):
             params[r, c0 + j] -= scale * _prep(grads[i, c0 + j], params[r, c0 + j], clip, l2)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def adagrad_element(params, state, rows, grads, c0, d, lr, l2, clip, eps):
     for i in range(rows.shape[0]):
         if i + PF < rows.shape[0]:  # written out: numba-level inlining of a helper lost most of the gain
@@ -81,7 +81,7 @@ def adagrad_element(params, state, rows, grads, c0, d, lr, l2, clip, eps):
             params[r, c0 + j] -= lr * g / (np.sqrt(acc) + eps)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def adam(params, state, rows, grads, c0, d, lr, l2, clip, eps, b1, b2):
     for i in range(rows.shape[0]):
         if i + PF < rows.shape[0]:  # written out: numba-level inlining of a helper lost most of the gain
@@ -104,7 +104,7 @@ def adam(params, state, rows, grads, c0, d, lr, l2, clip, eps, b1, b2):
             params[r, c0 + j] -= lr_t * m / (np.sqrt(v) + eps)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def _ftrl_weight(z, n, alpha, beta, l1, l2):
     if abs(z) <= l1:
         return _F0
@@ -112,7 +112,7 @@ def _ftrl_weight(z, n, alpha, beta, l1, l2):
     return -(z - sign * l1) / ((beta + np.sqrt(n)) / alpha + l2)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def ftrl(params, state, rows, grads, c0, d, alpha, l2, clip, beta, l1):
     for i in range(rows.shape[0]):
         if i + PF < rows.shape[0]:  # written out: numba-level inlining of a helper lost most of the gain
@@ -133,7 +133,7 @@ def ftrl(params, state, rows, grads, c0, d, alpha, l2, clip, beta, l1):
             params[r, c0 + j] = _ftrl_weight(z, n_new, alpha, beta, l1, l2)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _init_ftrl(params, state, rows, c0, d, alpha, l2, beta, l1):
     # Choose z so that the closed form reproduces the initializer's weight (n = 0).
     for i in range(rows.shape[0]):

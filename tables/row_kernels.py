@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from tables.cache_hint import prefetch, prefetch_end
-from tables.hashmap import JIT, PF, lookup
+from tables.hashmap import PF, lookup
 from tables.initializers import fill_row
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def gather(
     slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, params: np.ndarray, query: np.ndarray,
     out: np.ndarray,
@@ -42,7 +42,7 @@ def gather(
     return missing
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def touch(
     show: np.ndarray, click: np.ndarray, last_seen: np.ndarray, mod_epoch: np.ndarray, rows: np.ndarray,
     shows: np.ndarray, clicks: np.ndarray, current_pass: int, epoch: np.uint32, decay: np.float32,

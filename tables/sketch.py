@@ -6,9 +6,9 @@ total mass per row."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from tables.hashmap import JIT, mix64
+from core.kernel_cache import JIT, kernel
+from tables.hashmap import mix64
 
 _SEEDS = np.array([0x243F6A8885A308D3, 0x13198A2E03707344, 0xA4093822299F31D0, 0x082EFA98EC4E6C89,
                    0x452821E638D01377, 0xBE5466CF34E90C6C, 0xC0AC29B7C97C50DD, 0x3F84D5B5B5470917,
@@ -17,7 +17,7 @@ _SEEDS = np.array([0x243F6A8885A308D3, 0x13198A2E03707344, 0xA4093822299F31D0, 0
                   dtype=np.uint64)
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def add(table: np.ndarray, seeds: np.ndarray, keys: np.ndarray, amounts: np.ndarray, out: np.ndarray) -> int:
     """Add ``amounts[i]`` to ``keys[i]``; ``out[i]`` = estimate after the add. Returns how many
     keys had a zero estimate before (new pending ids, for the pending-count estimate)."""
@@ -40,7 +40,7 @@ def add(table: np.ndarray, seeds: np.ndarray, keys: np.ndarray, amounts: np.ndar
     return fresh
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def subtract(table: np.ndarray, seeds: np.ndarray, keys: np.ndarray, amounts: np.ndarray) -> None:
     """Take ``amounts[i]`` off every counter of ``keys[i]`` (floored at 0). Not ``add`` with a
     negative amount: a conservative update only ever raises counters, so that would be a no-op.

@@ -17,13 +17,12 @@ from __future__ import annotations
 import mmap
 
 import numpy as np
-from numba import njit
 
-from tables.hashmap import JIT
+from core.kernel_cache import JIT, kernel
 from tables.rows import RowStore
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def _claim(rows: np.ndarray, written: int, n0: int, saved: np.ndarray, out: np.ndarray) -> int:
     """Rows that need a pre-image now (not yet copied by the writer, none saved yet); marks
     them in the ``saved`` bitmap (one bit per row: small enough to stay in cache)."""

@@ -9,12 +9,13 @@ a bucket, pairs count one half (ties), so the AUC is exact up to the bucket widt
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from core.kernel_cache import kernel
 
 DEFAULT_BUCKETS = 1 << 16
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _count(labels: np.ndarray, probs: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> None:
     """Each prediction's bucket += 1 in ``pos`` (label > 0.5) or ``neg``, in place: O(batch), where
     two ``np.bincount(minlength=n_buckets)`` cost two full histograms per batch (~0.5 us/sample

@@ -24,20 +24,19 @@ import dataclasses
 import time
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import JIT, kernel
 from core.lag_window import LagWindow
 from exports.history_table import HISTORY_TABLE, history_words, slot_ids
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from streaming.batch import Batch
 from streaming.stream_config import HistoryConfig, SchemaConfig
-from tables.hashmap import JIT
 from tables.id_rows_kernels import ring_unroll
 from tables.id_rows_table import time_bits
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always", **JIT)
 def _in_batch(order: np.ndarray, a: int, p: int, positive: np.ndarray, items: np.ndarray, times: np.ndarray,
               item: np.uint64, t: np.float64) -> bool:
     for q in range(a, p):
@@ -47,7 +46,7 @@ def _in_batch(order: np.ndarray, a: int, p: int, positive: np.ndarray, items: np
     return False
 
 
-@njit(**JIT)
+@kernel(**JIT)
 def point_in_time(user: np.ndarray, times: np.ndarray, positive: np.ndarray, items: np.ndarray,
                   order: np.ndarray, stored_ids: np.ndarray, stored_times: np.ndarray, stored_len: np.ndarray,
                   cap: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from core.kernel_cache import kernel
 from trainer.auc import DEFAULT_BUCKETS, BucketAUC
 
 _EPS = 1e-7
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _sums(labels: np.ndarray, probs: np.ndarray) -> tuple[float, float, float]:
     """(log loss, prediction, label) sums over the batch, predictions clipped to [eps, 1 - eps]:
     one pass in float64 (numpy's took ten temporaries, per metrics object, per step)."""

@@ -1,0 +1,67 @@
+"""How every numba kernel of streamrec is compiled: :func:`kernel`, numba's ``njit`` with its
+on-disk cache, the cache made safe for processes that compile at the same time.
+
+Why: numba (0.68) saves a compiled overload in two steps, the cache index (signature -> data
+file) and then the data file, and names a new data file by the first number its own reading of
+the index left free. Two processes saving different signatures of one kernel at once (the
+shards, trainers and service of one job, or a test beside a benchmark, after an edit made the
+cache stale) can both take number 1; the index then names one signature's file holding the
+other's machine code. A process that loads it runs code compiled for other argument types:
+garbage values (~1e20 in a served vector, seen here) or a crash, in every process that loads
+it until the source changes (numba issue #10128 describes the same race for gufuncs). Every
+save here holds an exclusive ``flock`` on the cache directory's lock file from reading the
+index to writing the data, and every load a shared one, so an index never names a file
+another signature's save wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from numba import njit
+from numba.core.caching import IndexDataCacheFile
+
+# The hot kernels' options (tables, optimizers, gathers): no GIL, numpy's float semantics
+# (3.8x faster than numba's Python error model here, ../shared/PERF-NOTES.md).
+JIT: dict[str, Any] = {"nogil": True, "error_model": "numpy"}
+LOCK_NAME = ".streamrec-cache.lock"
+
+
+def kernel(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(cache=True, **options)`` with the cache made process-safe first."""
+    make_cache_process_safe()
+    return njit(cache=True, **options)
+
+
+def make_cache_process_safe() -> None:
+    """Lock numba's cache index and data files across processes (module docstring); idempotent."""
+    if getattr(IndexDataCacheFile.save, "locked_across_processes", False):
+        return
+    save, load = IndexDataCacheFile.save, IndexDataCacheFile.load
+
+    def locked_save(self: IndexDataCacheFile, key: Any, data: Any) -> None:
+        with cache_lock(self._cache_path, fcntl.LOCK_EX):
+            save(self, key, data)
+
+    def locked_load(self: IndexDataCacheFile, key: Any) -> Any:
+        with cache_lock(self._cache_path, fcntl.LOCK_SH):
+            return load(self, key)
+
+    locked_save.locked_across_processes = True  # type: ignore[attr-defined]
+    IndexDataCacheFile.save, IndexDataCacheFile.load = locked_save, locked_load
+
+
+@contextlib.contextmanager
+def cache_lock(cache_path: str, mode: int) -> Iterator[None]:
+    """Hold ``flock(mode)`` on ``cache_path``'s lock file (a file of its own: numba replaces the
+    index and data files by rename, so a lock on them would not be held by the new file)."""
+    fd = os.open(os.path.join(cache_path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
