@@ -74,7 +74,7 @@ class Model:
     def _add_wide(f: Features, rows: dict[str, np.ndarray], z: np.ndarray) -> None:
         """z += the wide weights (row column 0) of every id of each record."""
         for t, ti in f.tables.items():
-            wide_forward(rows[t], ti.idx, ti.offs, z)
+            wide_forward(f.rows_of(rows, t), ti.idx, ti.offs, z)
 
     @staticmethod
     def _wide_grads(f: Features, dlogits: np.ndarray, grads: dict[str, np.ndarray]) -> None:

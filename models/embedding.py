@@ -65,7 +65,7 @@ class EmbeddingBlock:
         for table, names, dim, col in self.layout:
             offs, mean = self._select(f, table, names)
             self._sel.append((offs, mean))
-            pool_forward(rows[table], f.tables[table].idx, offs, self.c0, dim, mean, out, col,
+            pool_forward(f.rows_of(rows, table), f.tables[table].idx, offs, self.c0, dim, mean, out, col,
                          _NONE if wide is None else wide, wide is not None)
         return out
 

@@ -46,6 +46,15 @@ class Features:
     dense: np.ndarray  # float32[n, n_dense], transformed
     tables: dict[str, TableInput]
 
+    def rows_of(self, rows: dict[str, np.ndarray], table: str) -> np.ndarray:
+        """``rows[table]``, checked to hold a row for each of this batch's keys of ``table``: the
+        kernels index it without bounds checks, and rows pulled for another batch would be read
+        past their end (garbage, not an error)."""
+        got, want = rows[table].shape[0], self.tables[table].keys.shape[0]
+        if got < want:
+            raise ValueError(f"table {table!r}: {got} rows for a batch of {want} keys (rows of another batch?)")
+        return rows[table]
+
 
 @dataclass(frozen=True)
 class _TablePlan:

@@ -168,7 +168,7 @@ class TwoTower(Model):
         for s, col in zip(self.attention_slots, self._attention_cols, strict=True):
             table, idx, offs, dim = self._attention_input(f, s.name)
             weights = np.empty(idx.shape[0], np.float32)
-            attention_forward(rows[table], idx, offs, self.user_emb.c0, dim,
+            attention_forward(f.rows_of(rows, table), idx, offs, self.user_emb.c0, dim,
                               self.params.value[f"attention.{s.name}.query"],
                               self.params.value[f"attention.{s.name}.position"], x, col, weights)
             self._attention_weights.append(weights)
@@ -195,7 +195,7 @@ class TwoTower(Model):
         """float32[n]: each item's bias, the sum of its item-tower ids' rows in ITEM_BIAS_TABLE."""
         b = np.zeros(f.n, np.float32)
         ti = f.tables[ITEM_BIAS_TABLE]
-        wide_forward(rows[ITEM_BIAS_TABLE], ti.idx, ti.offs, b)
+        wide_forward(f.rows_of(rows, ITEM_BIAS_TABLE), ti.idx, ti.offs, b)
         return b
 
     def user_vectors(self, f: Features, rows: dict[str, np.ndarray]) -> np.ndarray:

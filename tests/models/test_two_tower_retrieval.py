@@ -168,13 +168,14 @@ def test_served_vectors_rank_by_the_softmax_logit_with_item_biases() -> None:
     fu = build_features(model.config, users, model.user_slots)
     fi = build_features(model.config, items, model.item_slots)
     assert ITEM_BIAS_TABLE not in fu.tables and ITEM_BIAS_TABLE in fi.tables
-    rows = {t: rng.normal(0, 0.5, (ti.keys.shape[0], model.row_width[t])).astype(np.float32)
-            for f in (fu, fi) for t, ti in f.tables.items()}
-    q, v = model.user_vectors(fu, rows), model.item_vectors(fi, rows)
+    # rows per batch: a table both towers read (emb4) has other keys in each
+    user_rows, item_rows = ({t: rng.normal(0, 0.5, (ti.keys.shape[0], model.row_width[t])).astype(np.float32)
+                             for t, ti in f.tables.items()} for f in (fu, fi))
+    q, v = model.user_vectors(fu, user_rows), model.item_vectors(fi, item_rows)
     assert q.shape == (6, 5) and v.shape == (9, 5) and (q[:, -1] == 1.0).all()
-    u_tower, v_tower = model._user_out(fu, rows), model._item_out(fi, rows)
+    u_tower, v_tower = model._user_out(fu, user_rows), model._item_out(fi, item_rows)
     key_row = {int(k): i for i, k in enumerate(fi.tables[ITEM_BIAS_TABLE].keys)}
-    bias = np.array([sum(float(rows[ITEM_BIAS_TABLE][key_row[int(k)], 0]) for s in ("c", "d")
+    bias = np.array([sum(float(item_rows[ITEM_BIAS_TABLE][key_row[int(k)], 0]) for s in ("c", "d")
                          for k in items.slots[s][0][items.slots[s][1][j]:items.slots[s][1][j + 1]])
                      for j in range(9)])
     logit = u_tower.astype(np.float64) @ v_tower.T / 0.2 + bias[None, :]
@@ -203,3 +204,16 @@ def test_softmax_row_weights_weight_each_rows_loss_and_gradient() -> None:
     assert not du[1].any() and du[0].any()
     with pytest.raises(ValueError, match="row weights"):
         softmax_loss(users, items, item_hash, logq, 0.5, np.array([1.0, -1.0, 1.0, 1.0], np.float32))
+
+
+def test_rows_of_another_batch_are_refused_not_read_past_their_end() -> None:
+    """A table both towers read has other keys in each tower's batch: the item batch's rows given
+    to the user tower are fewer than its keys, an error naming the table, never garbage."""
+    model = build_model(small_config("two_tower", retrieval={"temperature": 0.2}))
+    assert isinstance(model, TwoTower)
+    fu = build_features(model.config, random_batch(6, seed=2), model.user_slots)
+    fi = build_features(model.config, random_batch(9, seed=3), model.item_slots)
+    assert fi.tables["emb4"].keys.shape[0] < fu.tables["emb4"].keys.shape[0]
+    item_rows = {t: np.zeros((ti.keys.shape[0], model.row_width[t]), np.float32) for t, ti in fi.tables.items()}
+    with pytest.raises(ValueError, match=r"table 'emb4': 6 rows for a batch of 12 keys"):
+        model.user_vectors(fu, item_rows)
