@@ -7,8 +7,10 @@ the index left free. Two processes saving different signatures of one kernel at 
 shards, trainers and service of one job, or a test beside a benchmark, after an edit made the
 cache stale) can both take number 1; the index then names one signature's file holding the
 other's machine code. A process that loads it runs code compiled for other argument types:
-garbage values (~1e20 in a served vector, seen here) or a crash, in every process that loads
-it until the source changes (numba issue #10128 describes the same race for gufuncs). Every
+garbage values or a crash, in every process that loads it until the source changes (shown
+here by interleaving two savers, tests/core/test_kernel_cache.py; in a plain run, 2 of 20
+pairs of processes compiling one kernel at once lost an index entry, the race's first half;
+numba issue #10128 describes the same race for gufuncs). Every
 save here holds an exclusive ``flock`` on the cache directory's lock file from reading the
 index to writing the data, and every load a shared one, so an index never names a file
 another signature's save wrote.
