@@ -207,6 +207,9 @@ ARMS: tuple[Arm, ...] = (
     *(replace(DEFAULT_ARM, name=f"batch-{n}", job={"train": {"batch_size": n}},
               what=f"the default at {n} records per step (256): more steps over one pass with fewer in-batch "
                    "negatives, or fewer with more") for n in (128, 512)),
+    *(replace(DEFAULT_ARM, name=f"steps-{n}", job={"train": {"steps_per_batch": n}},
+              what=f"the default with {n} updates per mini-batch (1): each record learnt from {n} times, "
+                   "as a batch fit rereads its data") for n in (2, 3)),
     replace(DEFAULT_ARM, name="history-50", history_length=50,
             what="the default with the user's last 50 positives attention-pooled (20)"),
     replace(DEFAULT_ARM, name="no-user-id", without_slots=("user_id",),

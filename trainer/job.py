@@ -140,7 +140,8 @@ class StreamingJob:
         restored = self.recovery.start()
         sync_steps = 1 if self.spec.mode == "sync" else self.config.dense_sync_steps
         self.worker = Worker(self.model, self.store, metrics=WindowedMetrics(self.config.metric_window),
-                             dense_sync_steps=sync_steps, dense_update=self.config.dense_update)
+                             dense_sync_steps=sync_steps, dense_update=self.config.dense_update,
+                             steps_per_batch=self.config.steps_per_batch)
         opt_state = dense_optimizer_state(restored.worker_arrays)
         if opt_state:
             self.worker.dense.load_state(opt_state)

@@ -64,6 +64,8 @@ class JobConfig(FrozenModel):
     # records per training step, whatever the size of Kafka's polls (trainer.minibatch): big polls
     # are split, small ones joined. 256: holdout AUC as with batches of 50 (tests/trainer/test_minibatch_quality.py)
     batch_size: int = Field(256, ge=1, le=1 << 20)
+    # updates per mini-batch: a repeat learns from the same records once more (the one pass of a stream, reread)
+    steps_per_batch: int = Field(1, ge=1, le=8)
     # a mini-batch not full yet waits at most this long for more polls (an empty poll sends it at once)
     batch_wait_ms: int = Field(500, ge=0)
     # each worker's /metrics (trainer.trainer_metrics); host None: the control endpoint's; `--metrics-port` overrides

@@ -49,10 +49,18 @@ def prepare(model: Model, batch: Batch, pull: Callable[[str, np.ndarray], np.nda
     return Prepared(batch, f, rows)
 
 
+def _zeros_like(a: np.ndarray) -> np.ndarray:
+    return np.zeros(a.shape[0], np.float32)
+
+
 class Worker:
     def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None,
-                 dense_sync_steps: int = 1, dense_update: DenseUpdate = DenseUpdate.LOCAL) -> None:
+                 dense_sync_steps: int = 1, dense_update: DenseUpdate = DenseUpdate.LOCAL,
+                 steps_per_batch: int = 1) -> None:
+        if steps_per_batch < 1:
+            raise ValueError(f"steps_per_batch must be >= 1, got {steps_per_batch}")
         self.model = model
+        self.steps_per_batch = steps_per_batch
         model.reuse_buffers = True  # this worker runs its model's steps one at a time
         model.share_stream(store.num_workers, store.shared_frequency)
         self.store = store
@@ -75,30 +83,42 @@ class Worker:
         return t1
 
     def step(self, item: Batch | Prepared) -> float:
-        """Train on one batch; returns its mean loss (measured before the update)."""
+        """Train on one batch (``steps_per_batch`` updates); returns its mean loss (measured before
+        the first update)."""
         t = (time.perf_counter(), time.thread_time())
         p = item if isinstance(item, Prepared) else prepare(self.model, item)
         t = self._timed("prepare", t)
         f = p.features
-        rows = p.rows if p.rows is not None else {
-            name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
+        loss = self._update(f, p.rows, t, first=True)
+        for _ in range(self.steps_per_batch - 1):
+            self._update(f, None, (time.perf_counter(), time.thread_time()), first=False)
+        self.steps += 1
+        self.records += f.n
+        self.loss_sum += loss * f.n
+        return loss
+
+    def _update(self, f: Features, rows: dict[str, np.ndarray] | None, t: tuple[float, float], *,
+                first: bool) -> float:
+        """One update from ``f``. Only the first counts the batch's metrics and its keys' shows and
+        clicks (admission, CTR): a repeat is the same records, learnt from once more."""
+        if rows is None:  # a repeat pulls the rows its previous update moved (pushes to a shard apply in order)
+            rows = {name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
         t = self._timed("pull", t)
         logits = self.model.forward(f, rows)
         loss, probs, dlogits = bce_with_logits(logits, f.labels)
-        self.metrics.add(f.labels, probs)
+        if first:
+            self.metrics.add(f.labels, probs)
         t = self._timed("forward", t)
         grads = self.model.backward(dlogits)
         t = self._timed("backward", t)
         for name, ti in f.tables.items():
-            self.store.push_sparse(name, ti.keys, grads[name], ti.shows, ti.clicks)
+            shows, clicks = (ti.shows, ti.clicks) if first else (_zeros_like(ti.shows), _zeros_like(ti.clicks))
+            self.store.push_sparse(name, ti.keys, grads[name], shows, clicks)
         synced = self.dense.update(self.model.params.grads, self.store)
         self.store.end_step()
         if synced:
             self.dense.refresh(self.store)
         self._timed("push", t)
-        self.steps += 1
-        self.records += f.n
-        self.loss_sum += loss * f.n
         return loss
 
     def score(self, batch: Batch) -> np.ndarray:
