@@ -23,6 +23,9 @@ read-through client polls the user's history until the event's item shows: delay
 handed to the join. Not included: the Kafka poll and the mini-batch wait before a trainer
 prepares the batch (``train.batch_wait_ms``); the bundle path lags by up to a pass.
 
+``/v1/predict`` is timed the same way for one instance (the user and an item): the history read
+by the service (it fills each instance's history) against the client sending it.
+
 Target: recommend p99 <= 10 ms with a 50-item history. Prints a table (or ``--json``).
 """
 
@@ -125,25 +128,27 @@ async def _asgi_post(app: Any, path: str, body: bytes) -> int:
     return status
 
 
-def _in_loop(svc: TestClient, ways: list[tuple[TestClient, list[bytes]]],
-             extra: Callable[[int], object]) -> list[np.ndarray]:
-    """Per way (a service and its encoded request bodies), then ``extra(i)`` (a bare step timed the
-    same way), the latency of each call in ms, measured in the service's event loop (``svc``'s).
+Way = tuple[TestClient, str, list[bytes]]  # a service, the path asked, each request's encoded body
+
+
+def _in_loop(svc: TestClient, ways: list[Way], extra: Callable[[int], object]) -> list[np.ndarray]:
+    """Per way (a service, a path and its encoded request bodies), then ``extra(i)`` (a bare step
+    timed the same way), the latency of each call in ms, measured in the service's event loop (``svc``'s).
     The ways take turns request by request, so the machine's load falls on them alike, and the
     turn's first place rotates (after a burst of requests, a blocking wait is woken later)."""
-    apps = [(c.app, bodies) for c, bodies in ways]
+    apps = [(c.app, path, bodies) for c, path, bodies in ways]
 
     async def timed() -> list[list[float]]:
-        for app, bodies in apps:  # warm-up: numba, the bundle's history tables, connections
+        for app, path, bodies in apps:  # warm-up: numba, the bundle's history tables, connections
             for body in bodies[:20]:
-                assert await _asgi_post(app, "/v1/recommend", body) == 200
+                assert await _asgi_post(app, path, body) == 200
         n = len(apps) + 1
         out: list[list[float]] = [[] for _ in range(n)]
-        for i in range(len(apps[0][1])):
+        for i in range(len(apps[0][2])):
             for w in ((i + j) % n for j in range(n)):  # each in every position of a turn as often
                 t0 = time.perf_counter()
                 if w < len(apps):
-                    assert await _asgi_post(apps[w][0], "/v1/recommend", apps[w][1][i]) == 200
+                    assert await _asgi_post(apps[w][0], apps[w][1], apps[w][2][i]) == 200
                 else:
                     extra(i)
                 out[w].append(time.perf_counter() - t0)
@@ -152,15 +157,15 @@ def _in_loop(svc: TestClient, ways: list[tuple[TestClient, list[bytes]]],
     return [np.array(o) * 1e3 for o in svc.portal.call(timed)]
 
 
-def _through_test_client(ways: list[tuple[TestClient, list[bytes]]]) -> list[np.ndarray]:
+def _through_test_client(ways: list[Way]) -> list[np.ndarray]:
     """The same through Starlette's TestClient (the harness of the first figures): each request
     also crosses between the caller's thread and the client's event-loop thread several times."""
     out: list[list[float]] = [[] for _ in ways]
     headers = {"content-type": "application/json"}
-    for i in range(len(ways[0][1])):
-        for w, (client, bodies) in enumerate(ways):
+    for i in range(len(ways[0][2])):
+        for w, (client, path, bodies) in enumerate(ways):
             t0 = time.perf_counter()
-            r = client.post("/v1/recommend", content=bodies[i], headers=headers)
+            r = client.post(path, content=bodies[i], headers=headers)
             out[w].append(time.perf_counter() - t0)
             assert r.status_code == 200, r.text
     return [np.array(o) * 1e3 for o in out]
@@ -216,6 +221,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         by_id = [json.dumps({"user": {"slots": {"user": [int(u)]}}, "k": 10}).encode() for u in asked]
         sent = [json.dumps({"user": {"slots": {"user": [int(u)], "history": hist_ids[i].tolist()}}, "k": 10}).encode()
                 for i, u in enumerate(asked)]
+        items_asked = rng.choice(items, args.requests)  # predict: the user with one item, its history read or sent
+        predict_by_id = [json.dumps({"instances": [{"slots": {"user": [int(u)], "item": [int(items_asked[i])]}}]})
+                         .encode() for i, u in enumerate(asked)]
+        predict_sent = [json.dumps({"instances": [{"slots": {"user": [int(u)], "item": [int(items_asked[i])],
+                                                             "history": hist_ids[i].tolist()}}]}).encode()
+                        for i, u in enumerate(asked)]
         base = {"exports_dir": str(exports), "admin_token": "bench-token-0123456789", "poll_seconds": 0.2}
         live_settings = ServiceSettings(**base, read_through={"endpoints": endpoints, "timeout_s": 1.0,
                                                               "live_items": False})
@@ -223,15 +234,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _ready(live)
             _ready(bundle)
             reader = live.app.state.read_through  # type: ignore[attr-defined]
-            ways = [(live, by_id), (bundle, by_id), (live, sent)]
+            ways: list[Way] = [(live, "/v1/recommend", by_id), (bundle, "/v1/recommend", by_id),
+                               (live, "/v1/recommend", sent), (live, "/v1/predict", predict_by_id),
+                               (live, "/v1/predict", predict_sent)]
             with _busy_processes(args.load_procs):
                 time.sleep(1.0 if args.load_procs else 0.0)  # let the spinners take their cores
                 got = _in_loop(live, ways, lambda i: reader.id_rows("ids.history", asked[i : i + 1], 1 + 2 * LENGTH))
                 load = {"in_loop": os.getloadavg()[0]}
                 tc = _through_test_client(ways) if args.test_client else []
                 load["test_client"] = os.getloadavg()[0]
-            results = {k: _stats(v) for k, v in zip(("live", "bundle", "sent", "read"), got, strict=True)}
-            results_tc = {k: _stats(v) for k, v in zip(("live", "bundle", "sent"), tc, strict=True)} if tc else {}
+            names = ("live", "bundle", "sent", "predict_live", "predict_sent")
+            results = {k: _stats(v) for k, v in zip((*names, "read"), got, strict=True)}
+            results_tc = {k: _stats(v) for k, v in zip(names, tc, strict=True)} if tc else {}
             delays = _delays(live, join, users, rng, args.markers)
             reads = live.app.state.user_history.status()  # type: ignore[attr-defined]
         join.close()
@@ -240,6 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "requests": args.requests, "join_events_per_s": join_rate, "recommend": results,
                 "recommend_test_client": results_tc,
                 "ratio_live_vs_sent_p99": results["live"]["p99_ms"] / results["sent"]["p99_ms"],
+                "predict_ratio_live_vs_sent_p99": results["predict_live"]["p99_ms"] / results["predict_sent"]["p99_ms"],
                 "target_p99_ms": 10.0, "met": results["live"]["p99_ms"] <= 10.0,
                 "delay_ms": {"p50": float(np.percentile(delays, 50)), "p95": float(np.percentile(delays, 95)),
                              "max": float(delays.max())},
@@ -304,12 +319,15 @@ def main() -> None:
     print(f"{'/v1/recommend (known user)':<42}{'in the service loop':>27}{'via TestClient':>20}")
     print(f"{'':<42}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'p50 ms':>10}{'p99 ms':>10}")
     for key, what in (("live", "history read live from the shards"), ("bundle", "history read from the bundle"),
-                      ("sent", "baseline: client sends the 50 ids"), ("read", "  (the live history read alone)")):
+                      ("sent", "baseline: client sends the 50 ids"), ("read", "  (the live history read alone)"),
+                      ("predict_live", "/v1/predict, 1 instance, history read live"),
+                      ("predict_sent", "/v1/predict, baseline: client sends the 50")):
         s = r["recommend"][key]
         t = f"{tc[key]['p50_ms']:>10.2f}{tc[key]['p99_ms']:>10.2f}" if key in tc else ""
         print(f"{what:<42}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}{s['mean_ms']:>9.2f}{t}")
     print(f"p99 live / baseline: {r['ratio_live_vs_sent_p99']:.2f}x; target p99 <= 10 ms (in the service loop): "
           f"{'met' if r['met'] else 'NOT met'}")
+    print(f"/v1/predict p99 history read live / sent by the client: {r['predict_ratio_live_vs_sent_p99']:.2f}x")
     d = r["delay_ms"]
     print(f"event -> served history (join + shard read, no Kafka/batching): p50 {d['p50']:.2f} ms, "
           f"p95 {d['p95']:.2f} ms, max {d['max']:.2f} ms; join {r['join_events_per_s']:,.0f} events/s")
