@@ -37,6 +37,10 @@ def arrays_of(msg: Message, *counts: int) -> list[np.ndarray]:
 # peer disconnected. A ROUTER drops such replies silently; the shard's socket is made to say so
 # (ROUTER_MANDATORY) and never to block on one peer (DONTWAIT), and the drop is counted here.
 _DROPPED = {errno.EAGAIN: "peer_not_reading", errno.EHOSTUNREACH: "peer_gone"}
+# Replies queued per peer (the ROUTER's SNDHWM; ZeroMQ's default 1,000): a client may keep thousands of
+# requests in flight, whose replies wait here while it sends; a peer that never reads holds at most
+# this many (junk's error replies are ~60 bytes: ~1 MB).
+REPLIES_QUEUED_PER_PEER = 16_384
 _FIRST = zmq.SNDMORE | zmq.DONTWAIT
 
 

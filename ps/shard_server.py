@@ -46,7 +46,7 @@ from ps.replay_cache import MUTATING, ReplayCache
 from ps.shard_changes import changes_reply
 from ps.shard_id_rows import ShardIdRows
 from ps.shard_policy import policy_reply
-from ps.shard_requests import Outbox, RefusalLog, ok
+from ps.shard_requests import REPLIES_QUEUED_PER_PEER, Outbox, RefusalLog, ok
 from ps.shard_save_runs import ShardSaveRuns
 from ps.shard_saves import managed_saves, shard_dir
 from ps.shard_tables import ShardTables
@@ -175,6 +175,7 @@ class ShardServer:
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a client reconnecting with its identity takes over
         sock.setsockopt(zmq.LINGER, 1000)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)  # a bigger frame: peer disconnected, not buffered
+        sock.setsockopt(zmq.SNDHWM, REPLIES_QUEUED_PER_PEER)
         sock.bind(self.endpoint)
         monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         # the save thread wakes the loop through an inproc pair: ZeroMQ sockets belong to one thread

@@ -1,5 +1,5 @@
 """PSClient's four verbs through real shard processes: push_pull returns the rows its own push
-updated, several tickets may be in flight, dense arrays follow the same ticket convention."""
+updated, several tickets (thousands) may be in flight, dense arrays follow the same ticket convention."""
 
 from __future__ import annotations
 
@@ -34,6 +34,19 @@ def test_tickets_in_flight_complete_in_any_order(tmp_path: Path) -> None:
         np.testing.assert_array_equal(rows[:, 0], np.where(b < 100, -1.0, 0.0))
         with pytest.raises(InvalidInput, match="uint64"):
             c.pull("emb", b.astype(np.int64))
+
+
+def test_thousands_of_tickets_in_flight_to_one_shard_are_all_answered_without_a_resend(tmp_path: Path) -> None:
+    """More requests in flight than ZeroMQ's default queue (1,000): none is dropped at the send (it
+    would wait out its timeout: retries 0 makes that an error here), no reply is dropped at the shard."""
+    keys = np.arange(3, dtype=np.uint64)
+    with shard_processes(tmp_path, [SGD1], n=1) as shards, shards.client(timeout_s=120, retries=0) as c:
+        c.wait(c.push("emb", keys, np.ones((3, 4), np.float32)))
+        for _ in range(3):
+            tickets = [c.pull("emb", keys) for _ in range(3_000)]  # sent before any reply is read
+            for ticket in tickets:
+                np.testing.assert_array_equal(c.wait(ticket)[:, 0], -1.0)
+        assert c.admin.stats()[0]["replies_dropped"] == {}
 
 
 @pytest.mark.parametrize("n_shards", [1, 2])

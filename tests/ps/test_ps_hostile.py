@@ -176,8 +176,8 @@ def test_junk_is_counted_every_time_and_logged_within_bounds(tmp_path: Path) -> 
                 frames = [junk] if i % 2 else [bytes(f) for f in protocol.encode(Message(Op.PULL_SPARSE, i, "emb",
                                                                                          [KEYS]))]
                 sock.send_multipart(frames)
-                # at most 500 unanswered, as a client keeps: more than the shard's queue to one peer
-                # holds (1,000 replies) may be dropped (counted below: ps/shard_requests.Outbox)
+                # at most 500 unanswered: a peer that sends without reading has replies dropped (and
+                # counted) once the shard's queue to it is full (ps/shard_requests.Outbox)
                 if i + 1 - answered > 500:
                     read_reply()
             while answered < 3_000:  # every junk message gets its error reply
