@@ -207,6 +207,8 @@ ARMS: tuple[Arm, ...] = (
     *(replace(DEFAULT_ARM, name=f"batch-{n}", job={"train": {"batch_size": n}},
               what=f"the default at {n} records per step (256): more steps over one pass with fewer in-batch "
                    "negatives, or fewer with more") for n in (128, 512)),
+    # End to end (2026-11-25, quiet): steps-2 planted -0.0072 and -0.0135, ML-100K +0.0115 and +0.0101; steps-3
+    # planted -0.0278 (bench/RESULTS.md, fourteenth session).
     *(replace(DEFAULT_ARM, name=f"steps-{n}", job={"train": {"steps_per_batch": n}},
               what=f"the default with {n} updates per mini-batch (1): each record learnt from {n} times, "
                    "as a batch fit rereads its data") for n in (2, 3)),
@@ -229,6 +231,10 @@ ARMS: tuple[Arm, ...] = (
             what="the default, the towers also trained by the click loss at weight 1"),
     replace(DEFAULT_ARM, name="dim64", model={"embedding_dim": 64, "tower_dim": 128},
             what="the default over 64-dim embeddings into 128-dim vectors"),
+    # End to end (2026-11-25, quiet, 1 pair each): planted -0.0170 [-0.0258, -0.0087], ML-100K -0.0007.
+    replace(DEFAULT_ARM, name="mlp-128", model={"mlp": [128]},
+            what="the default with a 128-unit ReLU layer in each tower (linear towers): attributes, history and "
+                 "the id combined non-linearly"),
 )
 ARM_NAMES = tuple(a.name for a in ARMS)
 
