@@ -49,10 +49,6 @@ def prepare(model: Model, batch: Batch, pull: Callable[[str, np.ndarray], np.nda
     return Prepared(batch, f, rows)
 
 
-def _zeros_like(a: np.ndarray) -> np.ndarray:
-    return np.zeros(a.shape[0], np.float32)
-
-
 class Worker:
     def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None,
                  dense_sync_steps: int = 1, dense_update: DenseUpdate = DenseUpdate.LOCAL,
@@ -101,7 +97,7 @@ class Worker:
                 first: bool) -> float:
         """One update from ``f``. Only the first counts the batch's metrics and its keys' shows and
         clicks (admission, CTR): a repeat is the same records, learnt from once more."""
-        if rows is None:  # a repeat pulls the rows its previous update moved (pushes to a shard apply in order)
+        if rows is None:  # not pulled ahead, or a repeat: it reads what its previous update pushed (in order per shard)
             rows = {name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
         t = self._timed("pull", t)
         logits = self.model.forward(f, rows)
@@ -112,7 +108,7 @@ class Worker:
         grads = self.model.backward(dlogits)
         t = self._timed("backward", t)
         for name, ti in f.tables.items():
-            shows, clicks = (ti.shows, ti.clicks) if first else (_zeros_like(ti.shows), _zeros_like(ti.clicks))
+            shows, clicks = (ti.shows, ti.clicks) if first else (np.zeros_like(ti.shows), np.zeros_like(ti.clicks))
             self.store.push_sparse(name, ti.keys, grads[name], shows, clicks)
         synced = self.dense.update(self.model.params.grads, self.store)
         self.store.end_step()
