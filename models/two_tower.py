@@ -119,6 +119,7 @@ class TwoTower(Model):
         self.frequency: FrequencyEstimate | None = None
         self.pool: NegativePool | None = None
         self.last_softmax_loss = float("nan")
+        self._observed: tuple[TwoTowerFeatures | None, np.ndarray] = (None, np.empty(0, np.float32))
         self._u = self._v = self._un = self._vn = self._dot = self._bias = np.empty(0, np.float32)
         self.item_bias = r.item_bias is not None
 
@@ -290,7 +291,7 @@ class TwoTower(Model):
     def _softmax_backward(self, f: TwoTowerFeatures, du: np.ndarray, dv: np.ndarray,
                           grads: dict[str, np.ndarray]) -> None:
         """Add the softmax loss's gradients to ``du``/``dv`` (and the item biases' to ``grads``);
-        update the frequency estimate and the pool."""
+        update the frequency estimate and the pool, once per batch (a repeat of it reuses its logQ)."""
         r = self.config.retrieval
         if self.frequency is None:
             self.frequency = self._new_frequency()
@@ -303,13 +304,18 @@ class TwoTower(Model):
         weight = np.where(liked[pos], np.float32(1.0), np.float32(r.label0_weight)).astype(np.float32)
         cols = np.concatenate([pos, f.n + np.arange(f.n_sampled)])
         col_hash = f.item_hash[cols]
-        expected = self.frequency.observe(f.item_hash[pos], col_hash if r.logq else col_hash[:0])
-        if r.logq:
-            if f.n_sampled:
-                expected += np.float32(f.n_sampled / f.pool_size)
-            logq = np.log(expected)
+        repeat = f is self._observed[0]  # the same batch again (train.steps_per_batch): its items seen once
+        if repeat:
+            logq = self._observed[1]
         else:
-            logq = np.zeros(cols.shape[0], np.float32)
+            expected = self.frequency.observe(f.item_hash[pos], col_hash if r.logq else col_hash[:0])
+            if r.logq:
+                if f.n_sampled:
+                    expected += np.float32(f.n_sampled / f.pool_size)
+                logq = np.log(expected)
+            else:
+                logq = np.zeros(cols.shape[0], np.float32)
+            self._observed = (f, logq)
         bias = self._bias[cols] if self.item_bias else np.zeros(cols.shape[0], np.float32)
         self.last_softmax_loss, dq, dc, db = softmax_loss_with_bias(self._u[pos], self._v[cols], col_hash, logq,
                                                                     bias, r.temperature, weight)
@@ -320,5 +326,5 @@ class TwoTower(Model):
             dbias[cols] = db
             ti = f.items.tables[ITEM_BIAS_TABLE]
             wide_backward(dbias, ti.idx, ti.offs, grads[ITEM_BIAS_TABLE])
-        if self.pool is not None:
+        if self.pool is not None and not repeat:
             self.pool.add(f.item_ids, f.item_hash, np.arange(f.n))

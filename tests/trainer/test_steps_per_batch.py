@@ -46,3 +46,24 @@ def test_steps_per_batch_below_one_is_refused() -> None:
     model = build_model(small_config("wide_deep"))
     with pytest.raises(ValueError, match="steps_per_batch must be >= 1, got 0"):
         Worker(model, LocalStore(model.tables, model.params.values), steps_per_batch=0)
+
+
+def test_a_two_tower_repeat_counts_its_items_once_in_the_frequency_estimate() -> None:
+    """logQ reads how often items occur per step of the stream: a repeat is not another step of it."""
+    from models.item_frequency import ItemFrequency
+
+    batches = [random_batch(32, seed=s) for s in (5, 6, 7)]
+    for b in batches:
+        b.labels[:] = 1.0  # every record a positive: the softmax's rows
+    estimates = []
+    for steps in (1, 3):
+        model = build_model(small_config("two_tower", retrieval={"loss": "softmax"}))
+        worker = Worker(model, LocalStore(model.tables, model.params.values), steps_per_batch=steps)
+        for b in batches:
+            worker.step(b)
+        frequency = model.frequency
+        assert isinstance(frequency, ItemFrequency)
+        assert frequency.step == len(batches)  # one step of the stream per batch, whatever the repeats
+        hashes = model.features(batches[0]).item_hash
+        estimates.append(frequency.expected_count(hashes))
+    np.testing.assert_array_equal(estimates[0], estimates[1])
