@@ -208,7 +208,8 @@ ARMS: tuple[Arm, ...] = (
               what=f"the default at {n} records per step (256): more steps over one pass with fewer in-batch "
                    "negatives, or fewer with more") for n in (128, 512)),
     # End to end (2026-11-25, quiet): steps-2 planted -0.0072 and -0.0135, ML-100K +0.0115 and +0.0101; steps-3
-    # planted -0.0278 (bench/RESULTS.md, fourteenth session).
+    # planted -0.0278; with repeats reusing their logQ, steps-2 planted -0.0043, ML-100K -0.0190 (bench/RESULTS.md,
+    # fourteenth session).
     *(replace(DEFAULT_ARM, name=f"steps-{n}", job={"train": {"steps_per_batch": n}},
               what=f"the default with {n} updates per mini-batch (1): each record learnt from {n} times, "
                    "as a batch fit rereads its data") for n in (2, 3)),
