@@ -217,21 +217,15 @@ ARMS: tuple[Arm, ...] = (
             what="the default with the user's last 50 positives attention-pooled (20)"),
     replace(DEFAULT_ARM, name="no-user-id", without_slots=("user_id",),
             what="the default without the user id's rows in the user tower: attributes and history alone"),
-    replace(DEFAULT_ARM, name="user-rms-0.0035", user_id_optimizer={**USER_ID_RMS, "lr": 0.0035},
-            what="the default, the user id's RMSprop-like steps at lr 0.0035 (0.007): a longer memory per user"),
-    replace(DEFAULT_ARM, name="user-rms-0.002", user_id_optimizer={**USER_ID_RMS, "lr": 0.002},
-            what="the default, the user id's RMSprop-like steps at lr 0.002 (0.007)"),
-    replace(DEFAULT_ARM, name="dense-average-0.98", model={"dense_average": {"decay": 0.98}},
-            what="the default, its towers' dense weights served as their moving average over ~50 steps"),
-    replace(DEFAULT_ARM, name="dense-average-0.995", model={"dense_average": {"decay": 0.995}},
-            what="the default, its towers' dense weights served as their moving average over ~200 steps"),
-    replace(DEFAULT_ARM, name="both-0.3", model={"retrieval": {"loss": "both", "pointwise_weight": 0.3}},
-            what="the default, the towers also trained by the click loss on every record at weight 0.3 (a label-0 "
-                 "record pushes its pair apart)"),
-    replace(DEFAULT_ARM, name="both-1", model={"retrieval": {"loss": "both", "pointwise_weight": 1.0}},
-            what="the default, the towers also trained by the click loss at weight 1"),
-    replace(DEFAULT_ARM, name="dim64", model={"embedding_dim": 64, "tower_dim": 128},
-            what="the default over 64-dim embeddings into 128-dim vectors"),
+    *(replace(DEFAULT_ARM, name=f"user-rms-{lr:g}", user_id_optimizer={**USER_ID_RMS, "lr": lr},
+              what=f"the default, the user id's RMSprop-like steps at lr {lr:g} (0.007): a longer memory per user")
+      for lr in (0.0035, 0.002)),
+    *(replace(DEFAULT_ARM, name=f"dense-average-{decay:g}", model={"dense_average": {"decay": decay}},
+              what=f"the default, its towers' dense weights served as their moving average over "
+                   f"~{round(1 / (1 - decay)):d} steps") for decay in (0.98, 0.995)),
+    *(replace(DEFAULT_ARM, name=f"both-{w:g}", model={"retrieval": {"loss": "both", "pointwise_weight": w}},
+              what=f"the default, the towers also trained by the click loss on every record at weight {w:g} (a "
+                   "label-0 record pushes its pair apart)") for w in (0.3, 1.0)),
     # End to end (2026-11-25, quiet, 1 pair each): planted -0.0170 [-0.0258, -0.0087], ML-100K -0.0007.
     replace(DEFAULT_ARM, name="mlp-128", model={"mlp": [128]},
             what="the default with a 128-unit ReLU layer in each tower (linear towers): attributes, history and "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+import tomllib
 from pathlib import Path
 
 from numba.core.caching import IndexDataCacheFile
@@ -13,8 +14,8 @@ from numba.core.caching import IndexDataCacheFile
 from core.kernel_cache import make_cache_process_safe
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "tables", "ps", "stores", "streaming", "models", "exports", "jobcontrol", "trainer", "service",
-            "deploy", "bench")
+# the installed packages (the import contract's list) and the benchmarks
+PACKAGES = (*tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"], "bench")
 WAIT_S = 0.5  # how long a saver waits for the other to interleave; under the lock it never can
 
 
