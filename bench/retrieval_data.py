@@ -56,6 +56,9 @@ class Interactions:
     # (user ids, unix time) -> scores (len(users), len(items_of_oracle)); planted only
     oracle: Callable[[np.ndarray, float], np.ndarray] | None = field(default=None, repr=False)
     oracle_items: np.ndarray | None = None  # item ids, the oracle's columns
+    # planted only, rows as oracle_items: the true item factors and popularity bias (bench/retrieval_ceiling.py)
+    item_factors: np.ndarray | None = field(default=None, repr=False)
+    item_bias: np.ndarray | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return int(self.user.shape[0])
@@ -63,7 +66,7 @@ class Interactions:
     def take(self, idx: np.ndarray | slice) -> Interactions:
         return Interactions(self.name, self.user[idx], self.item[idx], self.label[idx], self.time[idx],
                             self.user_attrs, self.item_attrs, self.user_fields, self.item_fields,
-                            self.oracle, self.oracle_items)
+                            self.oracle, self.oracle_items, self.item_factors, self.item_bias)
 
     def record(self, i: int) -> dict[str, Any]:
         """Event ``i`` as the JSON record the replay sends."""
@@ -203,7 +206,7 @@ def planted(spec: PlantedSpec = PlantedSpec()) -> Interactions:
         tags = rng.choice(spec.tags_per_genre, size=2, replace=False)
         item_attrs[int(item_ids[k])] = {"genre": f"g{g}", "tags": [f"t{g}.{int(x)}" for x in sorted(tags)]}
     return Interactions("planted", user_ids[users], item_ids[picks], likes, times, user_attrs, item_attrs,
-                        ("age", "gender", "region"), ("genre", "tags"), oracle, item_ids)
+                        ("age", "gender", "region"), ("genre", "tags"), oracle, item_ids, v, bias)
 
 
 def _factor(u0: np.ndarray, u1: np.ndarray, rows: np.ndarray, angle: np.ndarray) -> np.ndarray:
