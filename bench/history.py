@@ -51,6 +51,7 @@ from fastapi.testclient import TestClient
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exports.item_catalog import ItemCatalog
+from exports.raw_records import RecordHasher
 from models import build_model
 from models.model_config import ModelConfig
 from ps.client import PSClient
@@ -221,6 +222,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         by_id = [json.dumps({"user": {"slots": {"user": [int(u)]}}, "k": 10}).encode() for u in asked]
         sent = [json.dumps({"user": {"slots": {"user": [int(u)], "history": hist_ids[i].tolist()}}, "k": 10}).encode()
                 for i, u in enumerate(asked)]
+        # a heavy user's seen items excluded: the item field's own values, or the same items' hashed ids
+        excluded = [rng.choice(1 << 40, args.exclude, replace=False).tolist() for _ in asked]
+        excluded_ids = [np.asarray(RecordHasher(SCHEMA).values("item", v, "exclude_values")).tolist() for v in excluded]
+        excluding_values = [json.dumps({"user": {"slots": {"user": [int(u)]}}, "k": 10, "exclude_values": excluded[i]})
+                            .encode() for i, u in enumerate(asked)]
+        excluding_ids = [json.dumps({"user": {"slots": {"user": [int(u)]}}, "k": 10, "exclude": excluded_ids[i]})
+                         .encode() for i, u in enumerate(asked)]
         items_asked = rng.choice(items, args.requests)  # predict: the user with one item, its history read or sent
         predict_by_id = [json.dumps({"instances": [{"slots": {"user": [int(u)], "item": [int(items_asked[i])]}}]})
                          .encode() for i, u in enumerate(asked)]
@@ -236,17 +244,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             reader = live.app.state.read_through  # type: ignore[attr-defined]
             ways: list[Way] = [(live, "/v1/recommend", by_id), (bundle, "/v1/recommend", by_id),
                                (live, "/v1/recommend", sent), (live, "/v1/predict", predict_by_id),
-                               (live, "/v1/predict", predict_sent)]
+                               (live, "/v1/predict", predict_sent), (live, "/v1/recommend", excluding_values),
+                               (live, "/v1/recommend", excluding_ids)]
             with _busy_processes(args.load_procs):
                 time.sleep(1.0 if args.load_procs else 0.0)  # let the spinners take their cores
                 got = _in_loop(live, ways, lambda i: reader.id_rows("ids.history", asked[i : i + 1], 1 + 2 * LENGTH))
                 load = {"in_loop": os.getloadavg()[0]}
                 tc = _through_test_client(ways) if args.test_client else []
                 load["test_client"] = os.getloadavg()[0]
-            names = ("live", "bundle", "sent", "predict_live", "predict_sent")
+            names = ("live", "bundle", "sent", "predict_live", "predict_sent", "exclude_values", "exclude_ids")
             results = {k: _stats(v) for k, v in zip((*names, "read"), got, strict=True)}
             results_tc = {k: _stats(v) for k, v in zip(names, tc, strict=True)} if tc else {}
             delays = _delays(live, join, users, rng, args.markers)
+
+            def p50(way: str) -> float:
+                return results[way]["p50_ms"]
+
             reads = live.app.state.user_history.status()  # type: ignore[attr-defined]
         join.close()
         client.close()
@@ -255,6 +268,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "recommend_test_client": results_tc,
                 "ratio_live_vs_sent_p99": results["live"]["p99_ms"] / results["sent"]["p99_ms"],
                 "predict_ratio_live_vs_sent_p99": results["predict_live"]["p99_ms"] / results["predict_sent"]["p99_ms"],
+                "exclude": args.exclude,
+                "ratio_exclude_values_vs_ids_p50": p50("exclude_values") / p50("exclude_ids"),
+                "ratio_exclude_values_vs_none_p50": p50("exclude_values") / p50("live"),
                 "target_p99_ms": 10.0, "met": results["live"]["p99_ms"] <= 10.0,
                 "delay_ms": {"p50": float(np.percentile(delays, 50)), "p95": float(np.percentile(delays, 95)),
                              "max": float(delays.max())},
@@ -301,6 +317,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--markers", type=int, default=50)
+    p.add_argument("--exclude", type=int, default=1000, help="items excluded per request in the exclusion rows")
     p.add_argument("--load-procs", type=int, default=0, help="busy processes spinning while requests are timed")
     p.add_argument("--no-test-client", dest="test_client", action="store_false",
                    help="skip the second timing through Starlette's TestClient")
@@ -321,13 +338,17 @@ def main() -> None:
     for key, what in (("live", "history read live from the shards"), ("bundle", "history read from the bundle"),
                       ("sent", "baseline: client sends the 50 ids"), ("read", "  (the live history read alone)"),
                       ("predict_live", "/v1/predict, 1 instance, history read live"),
-                      ("predict_sent", "/v1/predict, baseline: client sends the 50")):
+                      ("predict_sent", "/v1/predict, baseline: client sends the 50"),
+                      ("exclude_values", f"recommend, {r['exclude']:,} excluded by value"),
+                      ("exclude_ids", f"recommend, {r['exclude']:,} excluded by id")):
         s = r["recommend"][key]
         t = f"{tc[key]['p50_ms']:>10.2f}{tc[key]['p99_ms']:>10.2f}" if key in tc else ""
         print(f"{what:<42}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}{s['mean_ms']:>9.2f}{t}")
     print(f"p99 live / baseline: {r['ratio_live_vs_sent_p99']:.2f}x; target p99 <= 10 ms (in the service loop): "
           f"{'met' if r['met'] else 'NOT met'}")
     print(f"/v1/predict p99 history read live / sent by the client: {r['predict_ratio_live_vs_sent_p99']:.2f}x")
+    print(f"{r['exclude']:,} items excluded by their own values: p50 {r['ratio_exclude_values_vs_ids_p50']:.2f}x the "
+          f"same items by hashed id, {r['ratio_exclude_values_vs_none_p50']:.2f}x no exclusion")
     d = r["delay_ms"]
     print(f"event -> served history (join + shard read, no Kafka/batching): p50 {d['p50']:.2f} ms, "
           f"p95 {d['p95']:.2f} ms, max {d['max']:.2f} ms; join {r['join_events_per_s']:,.0f} events/s")

@@ -75,6 +75,10 @@ class RecordHasher:
         if slot not in self.slot_ids:
             raise InvalidInput(f"{where}: {slot!r} is not a sparse field of the schema; its sparse fields are "
                                f"{list(self.slot_ids)}", detail={"field": where, "slots": list(self.slot_ids)})
+        if values and slot not in self._separator:
+            at_once = self._values_at_once(slot, values)
+            if at_once is not None:
+                return at_once
         out = self.instances([{slot: v} for v in values], [f"{where}[{i}]" for i in range(len(values))],
                              slots=[slot])
         counts = [len(o["slots"][slot]) for o in out]
@@ -82,6 +86,19 @@ class RecordHasher:
             i = next(i for i, c in enumerate(counts) if c != 1)
             raise InvalidInput(f"{where}[{i}]: one value per entry, got {values[i]!r}", detail={"field": where})
         return np.array([o["slots"][slot][0] for o in out], np.uint64)
+
+    def _values_at_once(self, slot: str, values: Sequence[Any]) -> np.ndarray | None:
+        """The values hashed as one record's list: one parse, not one per value (1,000 excluded items
+        took 12.6 ms record by record). None where that parse refuses them or a value is not one id:
+        the per-value path then names the bad entry. A slot with a separator is never asked, since
+        there a text value is itself a joined list and a list's items are not split."""
+        if any(isinstance(v, list | dict) for v in values):
+            return None
+        batch, rejected = self._parser.parse_reference([json.dumps(self._as_record({slot: list(values)})).encode()])
+        if rejected:
+            return None
+        flat, _ = batch.slots[slot]
+        return flat.astype(np.uint64) if flat.shape[0] == len(values) else None
 
     def check_ids(self, slot: str, ids: np.ndarray, where: str) -> None:
         """Hashed ids of a schema slot must carry its slot id in their top byte."""
