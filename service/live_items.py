@@ -248,7 +248,13 @@ class LiveItems:
         for start in range(0, ids.shape[0], step):
             if self._stop.is_set():
                 break
-            done += self._refresh_batch(tower, ids[start : start + step], pushed[start : start + step])
+            try:
+                done += self._refresh_batch(tower, ids[start : start + step], pushed[start : start + step])
+            except Exception:
+                # the logs' cursors have moved past these items: a pull that timed out on a busy shard
+                # must not lose them, so this batch and the rest are tried again at the next poll
+                self._retry.update(zip(ids[start:].tolist(), pushed[start:].tolist(), strict=True))
+                raise
         return done
 
     def _refresh_batch(self, tower: _Tower, ids: np.ndarray, pushed: np.ndarray) -> int:

@@ -168,10 +168,11 @@ class LiveRows:
                                                                                                  strict=True))):
                     with self._lock:  # a shard's tables went back to a save: its rows here are no longer its rows
                         self._tables.pop(table, None)
-            self._cursors[table] = [(c.generation, c.seq) for c in changes]
+            advanced = [(c.generation, c.seq) for c in changes]
             keys = np.concatenate([c.keys for c in changes])
             times = np.concatenate([c.times for c in changes])
             if not keys.size:
+                self._cursors[table] = advanced
                 continue
             keys, first = np.unique(keys, return_index=True)
             pushed = times[first]
@@ -182,6 +183,8 @@ class LiveRows:
                 if overlay is None or overlay.width != rows.shape[1]:
                     overlay = self._tables[table] = RowOverlay(rows.shape[1])
                 overlay.upsert(keys[found], rows[found], now)
+            # the cursors move once the rows are in: a pull that timed out reads the same changes again
+            self._cursors[table] = advanced
             self._lags.add((now - pushed[found]).tolist())
             self.rows_pulled += int(found.sum())
             done += int(found.sum())

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from core.errors import Unavailable
 from deploy.up_watch import live_line
 from exports.item_catalog import CATALOG_TABLE, ItemCatalog
 from exports.predictor import Predictor
+from service import live_items
 from service.settings import IndexSettings, ReadThroughSettings
 from service.vector_index import ItemIndex
 from streaming.batch import Batch
@@ -105,6 +107,37 @@ def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live
         b.export("base", items=(ITEMS[:30], rng.standard_normal((30, 8)).astype(np.float32)))
         wait_until(lambda: live.paused_at is None, what="the live path resuming on a newer bundle")
         assert not client.app.state.read_through.paused and store.version == 2
+
+
+def test_items_whose_refresh_failed_are_refreshed_at_the_next_poll(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy shard times a refresh's row pull out after the changes' cursors moved past its items: they
+    are tried again, not lost until the next bundle (a loaded CI machine lost them)."""
+    b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
+    b.push("item", ITEMS[:30])
+    b.export("base", items=(ITEMS[:30], np.random.default_rng(2).standard_normal((30, 8)).astype(np.float32)))
+    table = b.table_of("item")
+    config = next(c for c in b.model.table_configs() if c.name == table)
+    real, failed = live_items._Tower.computed, []
+
+    def fails_once(tower: Any, client: Any, ids: np.ndarray) -> Any:
+        if not failed:
+            failed.append(ids.copy())
+            raise Unavailable("shard 0 did not answer within 2.0 s (the test's)")
+        return real(tower, client, ids)
+
+    monkeypatch.setattr(live_items._Tower, "computed", fails_once)
+    with _live_service(tmp_path, b, config) as (_, ps, client):
+        live, store = client.app.state.live, client.app.state.store
+        changed, new = ITEMS[:3], ITEMS[35:]
+        ids = np.concatenate([changed, new])
+        ps.wait(ps.push(table, ids, np.full((ids.shape[0], config.width), 0.5, np.float32)))
+        wait_until(lambda: live.items_refreshed >= 8, what="the refresh after the failed one")
+        assert failed and set(failed[0].tolist()) == set(ids.tolist()) and live.errors >= 1
+        rows, _ = ps.wait(ps.pull_existing(table, ids))
+        with store.read() as side:
+            got = side.items.vectors[[side.items.position_of(int(i)) for i in ids]]
+        np.testing.assert_allclose(got, _vectors(b, ids, rows), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
+from core.errors import Unavailable
 from service.live_rows import LiveRows, RowOverlay
 from tables.change_log import Changes
 
@@ -109,6 +111,34 @@ def test_a_new_generation_drops_the_table_and_reopens_its_gap() -> None:
     live.bundle_served(3, time.time())
     live.bundle_served(4, time.time())
     assert live.answers("t")
+
+
+class BusyShards(FakeShards):
+    """Its next row pull times out (a loaded shard), after the changes were read."""
+
+    busy = False
+
+    def pull_existing(self, table: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.busy:
+            self.busy = False
+            raise Unavailable("shard 0 did not answer within 2.0 s")
+        return super().pull_existing(table, keys)
+
+
+def test_changes_whose_row_pull_failed_are_read_again_at_the_next_poll() -> None:
+    shards, live = BusyShards(), LiveRows()
+    live.poll(shards, ["t"], limit=100)  # activates the log: the table's gap is now
+    mid = time.time()  # bundles whose newest record came here lack what follows
+    shards.push([4, 6], 2.0)
+    shards.busy = True
+    with pytest.raises(Unavailable):
+        live.poll(shards, ["t"], limit=100)
+    assert live.poll(shards, ["t"], limit=100) == 2, "the same changes, not lost with the failed pull"
+    live.bundle_served(1, mid)
+    live.bundle_served(2, mid)
+    _, got_rows = live.merge("t", *bundle_rows([4, 6], 1.0))
+    np.testing.assert_array_equal(got_rows[:, 0], [2.0, 2.0])
+    assert live.poll(shards, ["t"], limit=100) == 0, "then the cursor moves on"
 
 
 def test_row_overlay_upserts_grow_and_drop_like_a_dict() -> None:
