@@ -60,3 +60,13 @@ def test_a_separator_slot_keeps_its_per_value_meaning() -> None:
     h = RecordHasher(SCHEMA)
     np.testing.assert_array_equal(h.values("genres", ["Drama", "Comedy"], "v"),
                                   _one_by_one(h, "genres", ["Drama", "Comedy"]))
+
+
+def test_records_with_escaped_text_keep_their_order() -> None:
+    """JSON escapes non-ASCII text; such a record takes the parser's reference path, whose rows the
+    ingestion kernel puts last: a request's records must come back in the order sent."""
+    h = RecordHasher(SCHEMA)
+    records = [{"movie_id": 1, "title": "a"}, {"movie_id": 2, "title": "é"}, {"movie_id": 3, "title": "b"}]
+    out = h.instances(records, ["r0", "r1", "r2"], slots=["movie_id", "title"])
+    assert [o["slots"]["movie_id"] for o in out] == [h.values("movie_id", [i], "v").tolist() for i in (1, 2, 3)]
+    assert [o["slots"]["title"] for o in out] == [h.values("title", [t], "v").tolist() for t in ("a", "é", "b")]
