@@ -133,7 +133,8 @@ def test_items_whose_refresh_failed_are_refreshed_at_the_next_poll(tmp_path: Pat
         ids = np.concatenate([changed, new])
         ps.wait(ps.push(table, ids, np.full((ids.shape[0], config.width), 0.5, np.float32)))
         wait_until(lambda: live.items_refreshed >= 8, what="the refresh after the failed one")
-        assert failed and set(failed[0].tolist()) == set(ids.tolist()) and live.errors >= 1
+        # the first poll may have read one shard's changes before the other's (the push goes to both at once)
+        assert failed and set(failed[0].tolist()) <= set(ids.tolist()) and live.errors >= 1
         rows, _ = ps.wait(ps.pull_existing(table, ids))
         with store.read() as side:
             got = side.items.vectors[[side.items.position_of(int(i)) for i in ids]]
