@@ -23,10 +23,8 @@ from typing import Any
 import numpy as np
 
 from core.errors import InvalidInput
-from streaming.batch import Batch
 from streaming.hashing import slot_of
 from streaming.json_lines import JsonLinesParser
-from streaming.rejects import Rejected
 from streaming.stream_config import SchemaConfig
 
 _NO_LIMIT = 1 << 62  # message size: the service's own body limit applies before this
@@ -45,7 +43,7 @@ class RecordHasher:
         if schema.event_time is not None:
             fields.append(schema.event_time)
         self.fields = tuple(dict.fromkeys(fields))
-        self._parse([json.dumps(self._as_record({})).encode()])  # the kernel loads with the bundle, not on a request
+        self._parser.parse([json.dumps(self._as_record({})).encode()])  # its kernel loads here, not on a request
 
     def instances(self, records: Sequence[Mapping[str, Any]], where: Sequence[str], *,
                   slots: Sequence[str]) -> list[dict[str, Any]]:
@@ -58,7 +56,7 @@ class RecordHasher:
                 raise InvalidInput(f"{at}.{unknown[0]}: unknown field; the schema's fields are {list(self.fields)}",
                                    detail={"field": f"{at}.{unknown[0]}", "fields": list(self.fields)})
             lines.append(json.dumps(self._as_record(record)).encode())
-        batch, rejected = self._parse(lines)
+        batch, rejected = self._parser.parse(lines)
         if rejected:
             r = rejected[0]
             raise InvalidInput(f"{where[r.index]}: {r.detail}", detail={"record": where[r.index],
@@ -90,12 +88,6 @@ class RecordHasher:
             raise InvalidInput(f"{where}[{i}]: one value per entry, got {values[i]!r}", detail={"field": where})
         return np.array([o["slots"][slot][0] for o in out], np.uint64)
 
-    def _parse(self, lines: list[bytes]) -> tuple[Batch, list[Rejected]]:
-        """One request (one user, one list of values) through the ingestion kernel (55 us where the
-        reference path took 250); more records through the reference path, which keeps their order
-        (the kernel puts the records it leaves to the reference path, escaped text, last)."""
-        return self._parser.parse(lines) if len(lines) == 1 else self._parser.parse_reference(lines)
-
     def _values_at_once(self, slot: str, values: Sequence[Any]) -> np.ndarray | None:
         """The values hashed as one record's list: one parse, not one per value (1,000 excluded items
         took 12.6 ms record by record). None where that parse refuses them or a value is not one id:
@@ -103,7 +95,7 @@ class RecordHasher:
         there a text value is itself a joined list and a list's items are not split."""
         if any(isinstance(v, list | dict) for v in values):
             return None
-        batch, rejected = self._parse([json.dumps(self._as_record({slot: list(values)})).encode()])
+        batch, rejected = self._parser.parse([json.dumps(self._as_record({slot: list(values)})).encode()])
         if rejected:
             return None
         flat, _ = batch.slots[slot]

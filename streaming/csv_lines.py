@@ -9,7 +9,7 @@ Numbers follow ``-?digits[.digits][e[+-]digits]``.
 One numba kernel scans a whole batch straight into columns: plain and quoted fields without
 escapes. The few records it cannot decide (doubled quotes ``""``, text after a closing quote, an
 unclosed quote, exponents, more than 15 significant digits) go through Python's :mod:`csv` here,
-the reference path, which defines the semantics; those records come last in the batch, as in
+the reference path, which defines the semantics; the batch keeps the input's order, as in
 :mod:`streaming.json_lines`. A quoted field cannot span lines: files are read line by line.
 Rejects use the same reasons and precedence as the JSON parser (label, dense, event time, sparse).
 """
@@ -295,7 +295,7 @@ class CsvLinesParser:
         slots = {name: (flat[base[j] : base[j + 1]], offsets[j]) for j, name in enumerate(self._sparse_names)}
         rows = np.flatnonzero(status == OK)
         batch = self._batch(labels[rows], dense[rows], etime[rows], slots)
-        return with_reference(batch, rejected, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
+        return with_reference(batch, rejected, rows, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
 
     def _batch(self, labels: np.ndarray, dense: np.ndarray, etime: np.ndarray,
                slots: dict[str, tuple[np.ndarray, np.ndarray]]) -> Batch:

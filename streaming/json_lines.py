@@ -5,7 +5,7 @@ null = 0), sparse slots (a string or integer, or a flat list of them), an option
 (epoch seconds) and the user/item slots. Unknown keys are ignored. A batch is scanned by the
 numba kernel of :mod:`streaming.json_scan` straight into columns; the few records it cannot
 decide (escaped strings, exponents, nested values, syntax errors) go through ``json.loads``
-here, the reference path, which defines the semantics. Those records come last in the batch.
+here, the reference path, which defines the semantics. The batch keeps the input's order.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class JsonLinesParser:
             user_id=None if s.user_id is None else self._first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else self._first_ids(slots[s.item_id]),
         )
-        return with_reference(batch, rejected, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
+        return with_reference(batch, rejected, rows, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
 
     def _detail(self, reason: int, field: int) -> str:
         if reason == RejectReason.BAD_LABEL:
