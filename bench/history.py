@@ -224,7 +224,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for i, u in enumerate(asked)]
         # a heavy user's seen items excluded: the item field's own values, or the same items' hashed ids
         excluded = [rng.choice(1 << 40, args.exclude, replace=False).tolist() for _ in asked]
-        excluded_ids = [np.asarray(RecordHasher(SCHEMA).values("item", v, "exclude_values")).tolist() for v in excluded]
+        hasher = RecordHasher(SCHEMA)
+        excluded_ids = [hasher.values("item", v, "exclude_values").tolist() for v in excluded]
         excluding_values = [json.dumps({"user": {"slots": {"user": [int(u)]}}, "k": 10, "exclude_values": excluded[i]})
                             .encode() for i, u in enumerate(asked)]
         excluding_ids = [json.dumps({"user": {"slots": {"user": [int(u)]}}, "k": 10, "exclude": excluded_ids[i]})
