@@ -148,11 +148,21 @@ PATHS = {"predict": "/v1/predict", "recommend": "/v1/recommend", "lookup": "/v1/
 
 @pytest.mark.parametrize(("endpoint", "request_", "field"), BAD_RAW)
 def test_bad_raw_input_is_422_naming_the_field(client: TestClient, endpoint: str, request_: Any, field: str) -> None:
+    before = ok(client.post("/v1/recommend", json={"user": RAW_USER, "k": 5}))["items"]
+    refused = _invalid_inputs(client)
     r = client.get(request_) if endpoint == "similar" else client.post(PATHS[endpoint], json=request_)
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert err["code"] == "invalid_input"
     assert field in err["message"], err
+    assert _invalid_inputs(client) == refused + 1, "each refusal is counted"
+    assert ok(client.post("/v1/recommend", json={"user": RAW_USER, "k": 5}))["items"] == before, "nothing else lost"
+
+
+def _invalid_inputs(client: TestClient) -> float:
+    line = next((x for x in client.get("/metrics").text.splitlines()
+                 if x.startswith('streamrec_errors_total{code="invalid_input"}')), None)
+    return 0.0 if line is None else float(line.split()[-1])
 
 
 def test_bundle_without_schema_serves_hashed_ids_and_refuses_raw_values(tmp_path: Path) -> None:
