@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from streaming.generator import ITEM_SLOT, N_SPARSE, USER_SLOT, PlantedModel, Sample, roc_auc
-from streaming.sample_encoding import criteo_text
+from logrecords.generator import ITEM_SLOT, N_SPARSE, USER_SLOT, PlantedModel, Sample, roc_auc
+from logrecords.sample_encoding import criteo_text
 
 _CHUNK = 200_000
 

@@ -55,9 +55,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.auc_ceiling import make_planted
+from launcher.file_job import FileJob, criteo_model, run_file_job
 from models.model_config import ModelConfig
 from tables.table_config import TableConfig
-from trainer.file_job import FileJob, criteo_model, run_file_job
 from trainer.job_config import DenseUpdate
 
 ROOT = Path(__file__).resolve().parent.parent

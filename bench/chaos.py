@@ -80,14 +80,14 @@ from bench.chaos_parts import (  # noqa: E402
     service_errors,
 )
 from core.errors import StreamrecError  # noqa: E402
-from deploy.system_config import load_config, resolve_root  # noqa: E402
-from deploy.up_kafka import TopicEnd  # noqa: E402
+from launcher.launch import free_ports  # noqa: E402
+from launcher.system_config import load_config, resolve_root  # noqa: E402
+from launcher.up_kafka import TopicEnd  # noqa: E402
+from logrecords.generator import USER_SLOT, PlantedModel  # noqa: E402
+from logrecords.sample_encoding import write_dataset  # noqa: E402
 from ps.auth import read_secret  # noqa: E402
 from ps.client import PSClient  # noqa: E402
-from ps.launcher import free_ports  # noqa: E402
 from ps.ps_config import ClientConfig  # noqa: E402
-from streaming.generator import USER_SLOT, PlantedModel  # noqa: E402
-from streaming.sample_encoding import write_dataset  # noqa: E402
 
 VICTIMS = ("shard", "chief", "trainer", "service")
 STARTUP_S = 60.0  # records in the file for `up` to start before the kill window
@@ -137,7 +137,7 @@ class Run:
     def start(self) -> None:
         config = self.base / "streamrec.yaml"
         config.write_text(yaml.safe_dump(up_config(self.args.rate, self.args.seed)))
-        argv = [sys.executable, "-m", "deploy.cli", "up", "--plain", "--config", str(config), "--run-dir",
+        argv = [sys.executable, "-m", "cli", "up", "--plain", "--config", str(config), "--run-dir",
                 str(self.run_dir), "--port", str(self.port), "--replay", str(self.stream), "--replay-format", "json",
                 "--replay-rate", f"{self.args.rate:g}"]
         with open(self.log, "wb") as out:

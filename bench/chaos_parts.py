@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import StreamrecError
-from deploy.up import RUN_TAG_ENV
+from launcher.up import RUN_TAG_ENV
 from trainer import checkpoints
 
 # ----------------------------------------------------------------------------- processes

@@ -29,11 +29,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from launcher.file_job import criteo_model  # noqa: E402
 from models import build_model  # noqa: E402
 from tables.dense_table import DenseTable  # noqa: E402
 from tables.optimizers import Optimizer  # noqa: E402
 from tables.table_config import DenseTableConfig, OptimizerConfig  # noqa: E402
-from trainer.file_job import criteo_model  # noqa: E402
 
 OPTIMIZERS = {"adam": OptimizerConfig(kind="adam", lr=1e-3), "adagrad": OptimizerConfig(kind="adagrad", lr=0.05),
               "sgd": OptimizerConfig(kind="sgd", lr=0.05)}

@@ -70,11 +70,12 @@ import yaml  # noqa: E402
 from bench import role_cpu  # noqa: E402
 from bench.recommend_probe import Answer, MarkerProbes, Probe  # noqa: E402
 from bench.recommend_probe import K as RECOMMEND_K  # noqa: E402
-from ps.launcher import free_ports  # noqa: E402
+from launcher.launch import free_ports  # noqa: E402
+from logrecords.hashing import hash_strings  # noqa: E402
+from logrecords.schema_config import SchemaConfig  # noqa: E402
 from streaming.connection import client_options  # noqa: E402
-from streaming.hashing import hash_strings  # noqa: E402
+from streaming.kafka_config import KafkaConfig  # noqa: E402
 from streaming.producer import RecordProducer  # noqa: E402
-from streaming.stream_config import KafkaConfig, SchemaConfig  # noqa: E402
 
 TARGET_ROW_P95_S = 1.0
 TARGET_ITEM_P95_S = 2.0
@@ -318,7 +319,7 @@ def run_up(config: Path, args: argparse.Namespace, rate: float, events: Path | N
     run_dir = Path(tempfile.mkdtemp(prefix="streamrec-freshness-"))
     (port,) = free_ports(1)
     api = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "deploy.cli", "up", "--plain", "--run-dir", str(run_dir), "--port", str(port),
+    argv = [sys.executable, "-m", "cli", "up", "--plain", "--run-dir", str(run_dir), "--port", str(port),
             "--config", str(config)]
     if events is not None and args.source == "replay":
         argv += ["--replay", str(events)]
@@ -427,7 +428,7 @@ def main() -> int:
     events = None
     if args.source != "generator":
         events = Path(tempfile.mkdtemp(prefix="streamrec-freshness-events-")) / "events.jsonl"
-        subprocess.run([sys.executable, "-m", "deploy.cli", "generate", "--out", str(events), "--rows",
+        subprocess.run([sys.executable, "-m", "cli", "generate", "--out", str(events), "--rows",
                         str(args.source_rows), "--format", "json"], check=True, stdout=subprocess.DEVNULL)
 
     runs: list[dict[str, Any]] = []

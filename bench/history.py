@@ -52,15 +52,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exports.item_catalog import ItemCatalog
 from exports.raw_records import RecordHasher
+from launcher.launch import free_ports
+from logrecords.batch import Batch
+from logrecords.schema_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from models import build_model
 from models.model_config import ModelConfig
 from ps.client import PSClient
-from ps.launcher import free_ports
 from ps.ps_config import PSConfig
 from service.app import create_app
 from service.settings import ServiceSettings
-from streaming.batch import Batch
-from streaming.stream_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from tables.id_rows_kernels import ring_unroll
 from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
@@ -88,7 +88,7 @@ def _start_shards(tmp: Path, model: ModelConfig, n: int) -> tuple[list[subproces
     cfg = tmp / "ps.yaml"
     cfg.write_text(yaml.safe_dump(PSConfig(tables=model.table_configs()).model_dump(mode="json")))
     ports = free_ports(n)
-    procs = [subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(cfg), "--index", str(i),
+    procs = [subprocess.Popen([sys.executable, "-m", "cli", "shard", "--config", str(cfg), "--index", str(i),
                                "--port", str(p)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True) for i, p in enumerate(ports)]
     return procs, [f"tcp://127.0.0.1:{p}" for p in ports]

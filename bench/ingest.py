@@ -46,15 +46,16 @@ from collections.abc import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
+from logrecords.criteo import CriteoParser  # noqa: E402
+from logrecords.generator import PlantedModel  # noqa: E402
+from logrecords.parsers import Parser, make_parser  # noqa: E402
+from logrecords.sample_encoding import criteo_lines  # noqa: E402
+from logrecords.schema_config import SchemaConfig  # noqa: E402
 from streaming.broker import EmbeddedBroker  # noqa: E402
 from streaming.connection import client_options  # noqa: E402
 from streaming.consumer import Membership, StreamConsumer  # noqa: E402
-from streaming.criteo import CriteoParser  # noqa: E402
-from streaming.generator import PlantedModel  # noqa: E402
-from streaming.parsers import Parser, make_parser  # noqa: E402
+from streaming.kafka_config import KafkaConfig  # noqa: E402
 from streaming.producer import RecordProducer  # noqa: E402
-from streaming.sample_encoding import criteo_lines  # noqa: E402
-from streaming.stream_config import KafkaConfig, SchemaConfig  # noqa: E402
 from streaming.topics import ensure_topics  # noqa: E402
 
 BATCH = 8192
@@ -158,7 +159,7 @@ def parse_parquet(data: bytes, n: int) -> float:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from streaming.parquet_reader import ParquetReader
+    from logrecords.parquet_reader import ParquetReader
 
     reader = ParquetReader(criteo_as("parquet"))
     columns = reader.columns

@@ -2,7 +2,7 @@
 thread against a child process, on the `streamrec train-files` job of bench/train.py.
 
 Job: wide&deep dim 9, MLP 400-400-400, batch 512, Adam 1e-3, 1 shard, 2 workers, planted
-Criteo rows from streaming.generator (seed 0). Both variants run in the same invocation,
+Criteo rows from logrecords.generator (seed 0). Both variants run in the same invocation,
 interleaved (thread, process, process, thread, ...) so drifting machine load hits both alike;
 each figure is the median over --repeats runs. The load average before and after is printed:
 on a shared machine the absolute figures move, the ratio is the result.
@@ -27,7 +27,7 @@ JOB = {"dim": 9, "mlp": (400, 400, 400), "batch_size": 512, "lr": 1e-3, "servers
 
 
 def run(kind: str, train: Path, test: Path) -> dict:
-    from trainer.file_job import FileJob, criteo_model, run_file_job
+    from launcher.file_job import FileJob, criteo_model, run_file_job
 
     model = criteo_model("wide_deep", embedding_dim=JOB["dim"], mlp=JOB["mlp"], optimizer="adam", lr=JOB["lr"])
     job = FileJob(train=(str(train),), test=str(test), model=model, batch_size=JOB["batch_size"],
@@ -50,8 +50,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    from streaming.generator import PlantedModel
-    from streaming.sample_encoding import write_dataset
+    from logrecords.generator import PlantedModel
+    from logrecords.sample_encoding import write_dataset
 
     load_before = os.getloadavg()
     runs: dict[str, list[dict]] = {k: [] for k in KINDS}

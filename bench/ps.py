@@ -39,8 +39,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from launcher.launch import free_ports  # noqa: E402
 from ps.client import PSClient  # noqa: E402
-from ps.launcher import free_ports  # noqa: E402
 from ps.ps_config import ClientConfig  # noqa: E402
 from tables.sparse_table import SparseTable  # noqa: E402
 from tables.table_config import OptimizerConfig, TableConfig  # noqa: E402
@@ -89,7 +89,7 @@ def shard_processes(tmp: Path, n: int = 2, *, auth: bool = False):
         (tmp / "ps-secret").write_bytes(secret)
         secret_args = ["--secret-file", str(tmp / "ps-secret")]
     ports = free_ports(n)
-    procs = [subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(config), "--index", str(i),
+    procs = [subprocess.Popen([sys.executable, "-m", "cli", "shard", "--config", str(config), "--index", str(i),
                                "--port", str(p), *secret_args], cwd=REPO, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True) for i, p in enumerate(ports)]
     try:

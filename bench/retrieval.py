@@ -57,7 +57,7 @@ from bench.retrieval_data import (  # noqa: E402
 from bench.retrieval_metrics import auc, best_shared_list, score_lists  # noqa: E402
 from bench.retrieval_paired import LEVEL, paired_difference, per_user_recall  # noqa: E402
 from bench.retrieval_up import ArmResult, run_arm  # noqa: E402
-from deploy.system_config import StreamrecConfig  # noqa: E402
+from launcher.system_config import StreamrecConfig  # noqa: E402
 
 K = 10
 TARGET_VS_BASELINE = 1.2

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bench.retrieval_data import Interactions
-from deploy.system_config import StreamrecConfig
+from launcher.system_config import StreamrecConfig
 from models.model_config import DRIFTING_USER_ID_OPTIMIZER
 
 HISTORY_LENGTH = 50

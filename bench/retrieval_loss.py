@@ -37,12 +37,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from logrecords.batch import Batch
+from logrecords.generator import roc_auc
 from models import build_model
 from models.features import build_features
 from models.model_config import ModelConfig
 from models.two_tower import TwoTower
-from streaming.batch import Batch
-from streaming.generator import roc_auc
 from trainer.params import LocalStore
 from trainer.worker import Worker
 

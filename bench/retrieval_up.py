@@ -29,7 +29,7 @@ import yaml
 from bench.chaos_parts import PassWatcher
 from bench.retrieval_data import Split, holdout_user_fields
 from exports.bundle import list_versions, read_manifest
-from ps.launcher import free_ports
+from launcher.launch import free_ports
 
 _REPO = Path(__file__).resolve().parent.parent
 ID_MASK = (1 << 56) - 1  # an int-hashed field's value is its feature id's low 56 bits
@@ -94,7 +94,7 @@ class UpRun:
     def start(self) -> None:
         path = self.base / "streamrec.yaml"
         path.write_text(yaml.safe_dump(self.config, sort_keys=False))
-        argv = [sys.executable, "-m", "deploy.cli", "up", "--plain", "--config", str(path), "--run-dir",
+        argv = [sys.executable, "-m", "cli", "up", "--plain", "--config", str(path), "--run-dir",
                 str(self.run_dir), "--port", str(self.port), "--replay", str(self.train_file),
                 "--replay-format", "json"]
         with open(self.log, "wb") as out:

@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 
 _TICK = os.sysconf("SC_CLK_TCK")
-ROLES = (("tansu", "broker"), ("deploy.cli train", "trainer"), ("deploy.cli shard", "shard"),
-         ("deploy.cli serve", "service"), ("deploy.cli generate", "generator"), ("rate_source.py", "source"),
-         ("http_load.py", "serve load"), ("deploy.cli up", "up"))
+ROLES = (("tansu", "broker"), ("cli.main train", "trainer"), ("cli.main shard", "shard"),
+         ("cli.main serve", "service"), ("cli.main generate", "generator"), ("rate_source.py", "source"),
+         ("http_load.py", "serve load"), ("cli.main up", "up"))
 
 
 @dataclass(frozen=True)

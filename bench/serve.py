@@ -93,7 +93,7 @@ class Exporter:
         """The model's item tower over the items' rows: what an exporter writes, and what the live
         path computes from the shards' rows of the same items."""
         from exports.predictor import Predictor
-        from streaming.batch import Batch
+        from logrecords.batch import Batch
 
         n = item_ids.shape[0]
         batch = Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
@@ -216,7 +216,7 @@ def start_shards(work: Path, config: Any, n: int) -> tuple[list[subprocess.Popen
     ps_yaml = work / "ps.yaml"
     ps_yaml.write_text(json.dumps({"tables": [config.model_dump(mode="json")]}))
     ports = [free_port() for _ in range(n)]
-    procs = [subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(ps_yaml), "--index",
+    procs = [subprocess.Popen([sys.executable, "-m", "cli", "shard", "--config", str(ps_yaml), "--index",
                                str(i), "--port", str(p)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i, p in enumerate(ports)]
     endpoints = [f"tcp://127.0.0.1:{p}" for p in ports]
@@ -325,7 +325,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
         procs.extend(shard_procs)
         base_cfg = work / "service-pass-bundle.yaml"
         base_cfg.write_text(json.dumps(service_cfg))
-        procs.append(start([sys.executable, "-m", "deploy.cli", "serve", "--config", str(base_cfg), "--port",
+        procs.append(start([sys.executable, "-m", "cli", "serve", "--config", str(base_cfg), "--port",
                             str(base_port), "--log-level", "warning"], base_port, "/readyz", 3600,
                            env={**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN}))
         wait_settled(base_port)
@@ -333,7 +333,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     cfg.write_text(json.dumps(service_cfg))
     port, bare_port = free_port(), free_port()
     t0 = time.perf_counter()
-    service_proc = start([sys.executable, "-m", "deploy.cli", "serve", "--config", str(cfg), "--port", str(port),
+    service_proc = start([sys.executable, "-m", "cli", "serve", "--config", str(cfg), "--port", str(port),
                           "--log-level", "warning"], port, "/readyz", 3600,
                          env={**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN})
     procs.append(service_proc)

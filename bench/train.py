@@ -115,8 +115,8 @@ def variant_config(args: argparse.Namespace, update: dict, work: Path) -> Path:
     into the default optimizer's)."""
     import yaml
 
-    from streaming.stream_config import SchemaConfig
-    from trainer.file_job import criteo_model
+    from launcher.file_job import criteo_model
+    from logrecords.schema_config import SchemaConfig
 
     model = criteo_model("wide_deep", embedding_dim=args.dim, mlp=tuple(int(h) for h in args.mlp.split(",")),
                          optimizer="adam", lr=args.lr).model_dump(mode="json")
@@ -138,7 +138,7 @@ def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, 
 
     shutil.rmtree(work / "job", ignore_errors=True)
     steps = args.ps_pull_steps if dense_update == "ps" else args.dense_sync_steps
-    argv = [sys.executable, "-m", "deploy.cli", "train-files", "--train", str(train), "--test", str(test),
+    argv = [sys.executable, "-m", "cli", "train-files", "--train", str(train), "--test", str(test),
             "--model", "wide_deep", "--embedding-dim", str(args.dim), "--mlp", args.mlp, "--batch-size",
             str(args.batch_size), "--optimizer", "adam", "--lr", str(args.lr), "--servers", str(args.servers),
             "--workers", str(args.workers), "--dense-sync-steps", str(steps), "--dense-update", dense_update,
@@ -195,11 +195,11 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
 
     import yaml
 
+    from launcher.file_job import criteo_model
+    from launcher.launch import free_ports
     from ps.admin import SaveMode
     from ps.client import PSClient
-    from ps.launcher import free_ports
     from ps.ps_config import ClientConfig, PSConfig
-    from trainer.file_job import criteo_model
 
     tables = criteo_model("wide_deep", embedding_dim=9, mlp=(8,), optimizer="adam", lr=1e-3).table_configs()
     tables = tuple(t.model_copy(update={"initial_capacity": rows}) for t in tables)
@@ -207,7 +207,7 @@ def commit_stall(rows: int, delta_rows: int, work: Path) -> dict:
     ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=tables).model_dump(mode="json")))
     port = free_ports(1)[0]
     endpoint = f"tcp://127.0.0.1:{port}"
-    shard = subprocess.Popen([sys.executable, "-m", "deploy.cli", "shard", "--config", str(ps_yaml), "--index", "0",
+    shard = subprocess.Popen([sys.executable, "-m", "cli", "shard", "--config", str(ps_yaml), "--index", "0",
                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     config = ClientConfig(timeout_s=120, retries=0)

@@ -18,7 +18,7 @@ ignore a version directory without it; the exporter deletes such leftovers at st
 Bundles apply in order: a delta names its ``parent_version``; its sparse saves chain to the
 parent's (the table files check that too). ``items_full`` says whether ``items.arrays``
 replaces the item set (true) or upserts into it. ``schema`` is the job's record schema
-(streaming.stream_config.SchemaConfig as JSON), with which the service hashes a request's raw
+(logrecords.schema_config.SchemaConfig as JSON), with which the service hashes a request's raw
 field values exactly as ingestion did (exports.raw_records); bundles written before it was
 added have none and are served with hashed ids only. A reader verifies sizes and checksums of
 every file before using any of it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.stream_config import SchemaConfig
+from logrecords.schema_config import SchemaConfig
 from tables.id_rows_kernels import ring_words
 
 HISTORY_TABLE = "ids.history"

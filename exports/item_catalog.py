@@ -20,12 +20,12 @@ import numpy as np
 
 from core.errors import CorruptData
 from core.kernel_cache import JIT, kernel
+from logrecords.batch import Batch
 from models.base import Model
 from models.features import build_features
 from models.two_tower import served_dim
 from ps.client import PSClient
 from stores.store import Store
-from streaming.batch import Batch
 from tables.id_rows_files import decode_saved_rows
 
 CATALOG_TABLE = "ids.items"

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from core.errors import InvalidInput
+from logrecords.batch import Batch
 from models import build_model
 from models.features import Features
 from models.model_config import ModelType
-from streaming.batch import Batch
 
 Lookup = Callable[[str, np.ndarray], np.ndarray]
 

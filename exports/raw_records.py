@@ -2,7 +2,7 @@
 
 A client sends what its log holds, ``{"user_id": 259, "age": "18-24", "genres": ["Comedy",
 "Drama"]}``, instead of ``slot_id << 56 | fnv1a(...)`` ids. The values are hashed by the
-ingestion parser itself (``streaming.json_lines.JsonLinesParser`` under the job's schema, which
+ingestion parser itself (``logrecords.json_lines.JsonLinesParser`` under the job's schema, which
 the bundle carries: exports.bundle), so slot ids, hash kinds (fnv1a, int, hex) and the value
 types a slot takes are exactly what training saw: a sparse field is a string or an integer, or
 a list of them; a dense field a number; a slot with a CSV ``separator`` also takes the joined
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from core.errors import InvalidInput
-from streaming.hashing import slot_of
-from streaming.json_lines import JsonLinesParser
-from streaming.stream_config import SchemaConfig
+from logrecords.hashing import slot_of
+from logrecords.json_lines import JsonLinesParser
+from logrecords.schema_config import SchemaConfig
 
 _NO_LIMIT = 1 << 62  # message size: the service's own body limit applies before this
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from core.errors import InvalidInput
 from core.kernel_cache import kernel
+from logrecords.batch import Batch
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, SlotSpec, Tower
-from streaming.batch import Batch
 from tables.dedupe import dedupe
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from core.kernel_cache import JIT, kernel
 
 _F0 = np.float32(0.0)
-POSITIONS = 128  # history length is at most 127 (streaming.stream_config.HistoryConfig)
+POSITIONS = 128  # history length is at most 127 (logrecords.schema_config.HistoryConfig)
 
 
 @kernel(**JIT)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.kernel_cache import JIT, kernel
-from streaming.batch import Batch, Ragged
+from logrecords.batch import Batch, Ragged
 from tables.hashmap import mix64
 
 

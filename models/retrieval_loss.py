@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.kernel_cache import JIT, kernel
-from streaming.batch import Batch
+from logrecords.batch import Batch
 from tables.hashmap import mix64
 
 _EPS = np.float32(1e-12)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from logrecords.schema_config import SchemaConfig
 from models.model_config import ModelConfig, ModelType, Tower
-from streaming.stream_config import SchemaConfig
 
 
 def fill_dense_width(model: Any, schema: SchemaConfig) -> Any:

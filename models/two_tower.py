@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from logrecords.batch import Batch, Ragged
 from models.base import Model
 from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
@@ -43,7 +44,6 @@ from models.layers import MLP, wide_backward, wide_forward
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, RetrievalLossKind, Tower
 from models.negative_pool import NegativePool
 from models.retrieval_loss import item_hashes, softmax_loss_with_bias, unit_rows, unit_rows_backward
-from streaming.batch import Batch, Ragged
 from tables.dedupe import dedupe
 
 

@@ -22,11 +22,11 @@ from typing import Annotated, Protocol
 import numpy as np
 from fastapi import Depends, Request
 
+from logrecords.batch import Batch
 from models.model_config import ModelConfig, ModelType, Tower
 from ps.routing import shard_of
 from service.live_rows import LiveRows
 from service.vector_index import ItemIndex
-from streaming.batch import Batch
 from tables.sparse_table import SparseTable
 
 KEEP = 20_000  # ranked items kept per bundle: max_k plus any exclusions fit

@@ -42,6 +42,7 @@ import numpy as np
 from core.errors import NotFound, StreamrecError
 from core.lag_window import LagWindow
 from exports.item_catalog import CATALOG_TABLE, ItemCatalog
+from logrecords.batch import Batch
 from models import build_model
 from models.features import build_features
 from ps.client import PSClient
@@ -49,7 +50,6 @@ from ps.ps_config import ClientConfig
 from service.model_store import ModelStore, Side
 from service.read_through import ReadThrough
 from service.settings import ReadThroughSettings
-from streaming.batch import Batch
 
 log = logging.getLogger("streamrec.service")
 

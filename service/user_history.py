@@ -34,11 +34,11 @@ from fastapi import Depends, Request
 from core.errors import StreamrecError
 from exports.bundle import BundleManifest, read_manifest
 from exports.history_table import HISTORY_TABLE, history_words, slot_ids
+from logrecords.batch import Batch
+from logrecords.schema_config import SchemaConfig
 from ps.routing import shard_of
 from service.model_store import Side
 from service.read_through import ReadThrough
-from streaming.batch import Batch
-from streaming.stream_config import SchemaConfig
 from tables.id_rows_kernels import ring_unroll
 from tables.id_rows_table import IdRowsTable, id_rows_config
 

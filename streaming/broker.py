@@ -25,7 +25,7 @@ from typing import IO
 
 from core.errors import Unavailable
 from core.processes import dies_with_parent
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 
 
 def tansu_binary() -> Path:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.errors import Unauthorized
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 
 SASL_USERNAME_ENV = "STREAMREC_KAFKA_SASL_USERNAME"
 SASL_PASSWORD_ENV = "STREAMREC_KAFKA_SASL_PASSWORD"

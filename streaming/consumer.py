@@ -26,15 +26,16 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from core.errors import Unavailable
-from streaming.batch import Batch
+from logrecords.batch import Batch
+from logrecords.isolated_parse import parse_isolating
+from logrecords.parsers import Parser, make_parser
+from logrecords.schema_config import SchemaConfig
 from streaming.connection import client_options
 from streaming.dead_letter import DeadLetters
 from streaming.fast_records import install as install_fast_records
-from streaming.isolated_parse import parse_isolating
+from streaming.kafka_config import KafkaConfig
 from streaming.log_bounds import past_the_end
 from streaming.offsets import OffsetTracker
-from streaming.parsers import Parser, make_parser
-from streaming.stream_config import KafkaConfig, SchemaConfig
 
 
 class Membership(StrEnum):

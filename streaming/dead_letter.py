@@ -17,7 +17,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from streaming.rejects import Rejected
+from logrecords.rejects import Rejected
 
 log = logging.getLogger(__name__)
 

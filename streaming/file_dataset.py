@@ -1,7 +1,7 @@
 """Training from files with the Kafka parsers (Paddle's QueueDataset / InMemoryDataset counterpart).
 
 Criteo TSV, JSON lines, CSV and Parquet files, under the same schema section as Kafka records
-(:mod:`streaming.file_formats`: the format is the file's extension's, else the schema's).
+(:mod:`logrecords.file_formats`: the format is the file's extension's, else the schema's).
 
 ``FileMode.STREAM`` reads the files in order, block by block, and yields batches as they are
 parsed (bounded memory). ``FileMode.IN_MEMORY`` parses everything once and yields a fresh
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import InvalidInput
-from streaming.batch import Batch, concat_batches
+from logrecords.batch import Batch, concat_batches
+from logrecords.file_formats import FileReader, line_blocks
+from logrecords.schema_config import SchemaConfig
 from streaming.dead_letter import DeadLetters
-from streaming.file_formats import FileReader, line_blocks
-from streaming.stream_config import SchemaConfig
 
 __all__ = ["FileDataset", "FileMode", "line_blocks"]
 

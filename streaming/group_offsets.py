@@ -17,7 +17,7 @@ from kafka.structs import OffsetAndMetadata
 
 from core.errors import Unavailable
 from streaming.connection import client_options
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 
 COMMIT_TIMEOUT_MS = 5000  # a broker that does not answer fails the commit (connect or commit), not holds it
 

@@ -24,7 +24,7 @@ committable offsets to the group before letting go, so the next owner starts exa
 from __future__ import annotations
 
 from core.errors import Conflict
-from streaming.batch import Batch
+from logrecords.batch import Batch
 
 
 class OffsetTracker:

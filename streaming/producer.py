@@ -21,7 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from core.errors import Unavailable
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 
 _CHUNK = 1000  # records sent between rate checks
 

@@ -9,7 +9,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from core.errors import Unavailable
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 
 
 def ensure_topics(config: KafkaConfig, options: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ps.launcher import free_ports
+from launcher.launch import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def shard_with_metrics(tmp: Path, ps_yaml: Path, *, index: int = 0) -> Iterator[
             log = tmp / f"shard-{index}.{attempt}.log"
             with open(log, "ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "deploy.cli", "shard", "--config", str(ps_yaml), "--index", str(index),
+                    [sys.executable, "-m", "cli", "shard", "--config", str(ps_yaml), "--index", str(index),
                      "--port", str(port), "--metrics-port", str(metrics_port)],
                     cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ps.launcher import free_ports
+from launcher.launch import free_ports
 
 
 @contextmanager

@@ -12,8 +12,8 @@ import grimp
 from importlinter.cli import lint_imports
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "tables", "ps", "stores", "streaming", "models", "exports", "jobcontrol", "trainer", "service",
-            "deploy")
+PACKAGES = ("core", "tables", "ps", "stores", "logrecords", "streaming", "models", "exports", "jobcontrol", "trainer",
+            "service", "launcher", "cli")
 
 
 def _sources() -> list[Path]:

@@ -31,12 +31,12 @@ from exports.bundle import (
     stage_shard_dirs,
 )
 from exports.item_catalog import ItemCatalog
+from logrecords.schema_config import SchemaConfig
 from models import build_model
 from models.model_config import ModelConfig
 from ps.admin import SaveMode
 from ps.client import PSClient
 from stores.store import open_store
-from streaming.stream_config import SchemaConfig
 
 SAVE_TIMEOUT_S = 120.0
 

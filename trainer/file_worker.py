@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from logrecords.batch import Batch
+from logrecords.file_formats import FileReader
+from logrecords.schema_config import SchemaConfig
 from models import build_model
 from models.layers import bias_relu
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_from_env
-from streaming.batch import Batch
 from streaming.dead_letter import DeadLetters
-from streaming.file_formats import FileReader
-from streaming.stream_config import SchemaConfig
 from trainer.job_config import DenseUpdate
 from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
@@ -42,7 +42,7 @@ _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real 
 def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: DeadLetters, *, rank: int = 0,
                  workers: int = 1) -> Iterator[Batch]:
     """This worker's share of the files' records, parsed; only its own blocks are parsed. Any format
-    of :mod:`streaming.file_formats` (by each file's extension, else the schema's)."""
+    of :mod:`logrecords.file_formats` (by each file's extension, else the schema's)."""
     reader = FileReader(schema)
     k = 0
     for path in paths:
@@ -188,7 +188,7 @@ def _shard_pids(ps: PSWorker) -> list[int]:
 
 
 def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: Path) -> None:
-    from streaming.generator import roc_auc
+    from logrecords.generator import roc_auc
 
     ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
     dead = DeadLetters()

@@ -1,6 +1,6 @@
 """The point-in-time join of each record with its user's behaviour history (#11).
 
-The history (:class:`streaming.stream_config.HistoryConfig`) lives in the PS, in the id-rows
+The history (:class:`logrecords.schema_config.HistoryConfig`) lives in the PS, in the id-rows
 table ``ids.history`` (a ring of the last N positive (item id, event time) per user,
 :mod:`tables.id_rows_table`), so every worker and the service read the same one and it is saved
 and restored with each pass. For one batch, in the order batches are prepared:
@@ -28,10 +28,10 @@ import numpy as np
 from core.kernel_cache import JIT, kernel
 from core.lag_window import LagWindow
 from exports.history_table import HISTORY_TABLE, history_words, slot_ids
+from logrecords.batch import Batch
+from logrecords.schema_config import HistoryConfig, SchemaConfig
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
-from streaming.batch import Batch
-from streaming.stream_config import HistoryConfig, SchemaConfig
 from tables.id_rows_kernels import ring_unroll
 from tables.id_rows_table import time_bits
 

@@ -17,9 +17,10 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from core.metrics_http import MetricsConfig
 from core.yaml_config import FrozenModel, load_yaml
+from logrecords.schema_config import SchemaConfig
 from models.model_config import ModelConfig
 from models.schema_fit import check_fit, fill_dense_width
-from streaming.stream_config import KafkaConfig, SchemaConfig
+from streaming.kafka_config import KafkaConfig
 
 
 class DenseUpdate(StrEnum):

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator
 
 from kafka.errors import KafkaError
 
+from logrecords.batch import Batch
 from ps.cluster import ClusterSpec
-from streaming.batch import Batch
 from streaming.consumer import Membership, StreamConsumer
 from trainer.job_config import JobConfig
 from trainer.minibatch import MiniBatch, MiniBatcher

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streaming.batch import Batch, concat_batches
+from logrecords.batch import Batch, concat_batches
 
 BACKLOG_GROWTH = 2  # steps of up to this many times the size meanwhile
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from logrecords.batch import Batch
 from models.base import Model
 from models.features import Features
 from models.layers import bce_with_logits
-from streaming.batch import Batch
 from trainer.dense_sync import make_dense
 from trainer.job_config import DenseUpdate
 from trainer.metrics import WindowedMetrics

@@ -19,11 +19,11 @@ from pydantic import BaseModel, Field
 
 from core.errors import InvalidInput, Unavailable
 from exports.predictor import Predictor, instances_to_batch
+from logrecords.batch import Batch
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
 from service.schemas import ERROR_RESPONSES, Instance, Record, Strict, json_response
 from service.user_history import HistoryDep
-from streaming.batch import Batch
 
 router = APIRouter(tags=["predict"], responses=ERROR_RESPONSES)
 _INLINE_INSTANCES = 64  # up to this many instances take well under a millisecond: score on the event loop

@@ -22,12 +22,12 @@ from typing import Any
 
 
 def produce(a: dict[str, Any]) -> dict[str, Any]:
+    from logrecords.generator import PlantedModel
+    from logrecords.sample_encoding import criteo_lines
     from streaming.broker import broker_answers
     from streaming.connection import client_options
-    from streaming.generator import PlantedModel
+    from streaming.kafka_config import KafkaConfig
     from streaming.producer import RecordProducer
-    from streaming.sample_encoding import criteo_lines
-    from streaming.stream_config import KafkaConfig
     from streaming.topics import ensure_topics
 
     deadline = time.monotonic() + 60

@@ -23,17 +23,17 @@ import yaml
 from fastapi.testclient import TestClient
 
 from core.errors import NotFound
+from launcher.launch import free_ports
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import generated_json_schema, json_lines
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_env
-from ps.launcher import free_ports
 from ps.ps_config import ClientConfig, PSConfig
 from service.app import create_app
 from service.settings import ServiceSettings
 from streaming.connection import client_options
-from streaming.generator import PlantedModel
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.sample_encoding import generated_json_schema, json_lines
-from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
 from tests.prom_scrape import REPO, samples, scrape, shard_with_metrics, wait_scrape
 from trainer.job_config import load_job_config
@@ -107,7 +107,7 @@ def _trainer(tmp: Path, job: Path, ps_yaml: Path, endpoint: str, bootstrap: str)
                        ps_config=str(ps_yaml))  # type: ignore[arg-type]
     log = tmp / "trainer.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "train", "--config", str(job), "--bootstrap",
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "train", "--config", str(job), "--bootstrap",
                                  bootstrap, "--metrics-port", str(port)], cwd=REPO, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1", **cluster_env(spec)})

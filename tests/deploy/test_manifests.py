@@ -12,10 +12,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from cli.main import build_parser
 from core.yaml_config import validate_config
-from deploy.cli import build_parser
-from deploy.system_config import StreamrecConfig, write_role_files
 from jobcontrol.channel import CONTROL_FILE, advertised_endpoint
+from launcher.system_config import StreamrecConfig, write_role_files
 from ps.cluster import cluster_from_env
 from ps.ps_config import load_ps_config
 from service.settings import load_settings
@@ -149,7 +149,7 @@ def test_the_api_finds_the_chief_trainers_job_control_wherever_it_runs() -> None
     assert bind[0] == "tcp://0.0.0.0" and int(bind[1]) > 0
     trainer = _named("Deployment", "streamrec-trainer")["spec"]["template"]["spec"]["containers"][0]
     assert {p["name"]: p["containerPort"] for p in trainer["ports"]}["control"] == int(bind[1])
-    # the chief writes <checkpoint_dir>/control.json (deploy/commands/train.py); the API reads it
+    # the chief writes <checkpoint_dir>/control.json (cli/commands/train.py); the API reads it
     assert config.service.job_control is None
     assert config.service.job_control_file == str(Path(config.train.checkpoint_dir) / CONTROL_FILE)
     assert advertised_endpoint(config.train.control_endpoint, "10.1.2.3") == f"tcp://10.1.2.3:{bind[1]}"

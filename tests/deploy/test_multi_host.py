@@ -96,7 +96,7 @@ def test_roles_on_separate_hosts_sign_advertise_discover_and_refuse_strangers(tm
         endpoints = [f"tcp://{hosts[f'shard-{i}']}:{SHARD_PORT}" for i in range(2)]
 
         # A shard bound off loopback without the secret refuses to start.
-        shard_argv = [sys.executable, "-m", "deploy.cli", "shard", "--config", str(ps_yaml), "--port",
+        shard_argv = [sys.executable, "-m", "cli", "shard", "--config", str(ps_yaml), "--port",
                       str(SHARD_PORT)]
         bare = run.start("shard-0", [*shard_argv, "--index", "0", "--host", hosts["shard-0"]], "bare-shard")
         assert bare.wait(timeout=60) != 0
@@ -111,7 +111,7 @@ def test_roles_on_separate_hosts_sign_advertise_discover_and_refuse_strangers(tm
 
         for rank in range(2):
             host = f"trainer-{rank}"
-            run.start(host, [sys.executable, "-m", "deploy.cli", "train", "--config", str(job_yaml), "--bootstrap",
+            run.start(host, [sys.executable, "-m", "cli", "train", "--config", str(job_yaml), "--bootstrap",
                              bootstrap, "--max-idle-s", "300"], host,
                       STREAMREC_ROLE="worker", STREAMREC_RANK=str(rank), STREAMREC_NUM_WORKERS="2",
                       STREAMREC_SHARD_ENDPOINTS=",".join(endpoints), STREAMREC_PS_CONFIG=str(ps_yaml),
@@ -140,7 +140,7 @@ def test_roles_on_separate_hosts_sign_advertise_discover_and_refuse_strangers(tm
             "index": {"kind": "flat"}, "job_control_file": str(ck / "control.json"),
             "job_secret_file": str(secret_file),
             "read_through": {"endpoints": endpoints, "secret_file": str(secret_file), "timeout_s": 5.0}}))
-        run.start("service", [sys.executable, "-m", "deploy.cli", "serve", "--config", str(service_yaml)], "service",
+        run.start("service", [sys.executable, "-m", "cli", "serve", "--config", str(service_yaml)], "service",
                   STREAMREC_ADMIN_TOKEN=TOKEN)
         url = f"http://{hosts['service']}:{SERVICE_PORT}"
         ready = run.probe("stranger", "http", {"url": f"{url}/readyz", "until": 200, "timeout_s": 60})

@@ -23,16 +23,16 @@ import yaml
 
 from core.errors import Unavailable
 from exports import bundle
+from launcher.launch import free_ports
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import criteo_lines
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_env
-from ps.launcher import free_ports
 from ps.ps_config import ClientConfig, PSConfig
 from stores.store import open_store
 from streaming.connection import client_options
-from streaming.generator import PlantedModel
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.sample_encoding import criteo_lines
-from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
 from tests.s3_server import aws_env, new_bucket, s3_server
 from trainer import checkpoints
@@ -58,7 +58,7 @@ class Roles:
         for fname, content in files.items():  # every role reads its own copy of its config
             (home / fname).write_text(yaml.safe_dump(content))
         log = open(home / "log", "wb")  # noqa: SIM115 - owned by the child's lifetime
-        p = subprocess.Popen([sys.executable, "-m", "deploy.cli", *argv], cwd=home, stdout=log,
+        p = subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=home, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True,
                              env={**os.environ, **self.env, "PYTHONPATH": str(REPO), "TMPDIR": str(home / "tmp"),
                                   "OMP_NUM_THREADS": "1", **(env or {})})

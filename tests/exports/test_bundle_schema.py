@@ -11,7 +11,7 @@ import pytest
 from core.errors import CorruptData
 from exports.bundle import MANIFEST, bundle_dir, publish, read_manifest, staging_dir
 from exports.raw_records import record_hasher
-from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from logrecords.schema_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 
 SCHEMA = SchemaConfig(format="csv", label="liked", item_id="movie_id",
                       slots=(SlotConfig(name="movie_id", kind=SlotKind.SPARSE, hash=HashKind.INT),

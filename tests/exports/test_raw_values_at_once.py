@@ -10,7 +10,7 @@ import pytest
 
 from core.errors import InvalidInput
 from exports.raw_records import RecordHasher
-from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from logrecords.schema_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 
 SCHEMA = SchemaConfig(format="json", label="liked", item_id="movie_id",
                       slots=(SlotConfig(name="movie_id", kind=SlotKind.SPARSE, hash=HashKind.INT),

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from logrecords.batch import Batch
 from models.model_config import ModelConfig
-from streaming.batch import Batch
 
 
 def small_config(model_type: str, **overrides: object) -> ModelConfig:

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from core.errors import Unavailable
+from launcher.launch import free_ports
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_env
-from ps.launcher import free_ports
 from ps.ps_config import ClientConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ class Shards:
         self.extra: list[subprocess.Popen] = []
 
     def start(self, i: int) -> None:
-        argv = [sys.executable, "-m", "deploy.cli", "shard", "--config", str(self.config), "--index", str(i),
+        argv = [sys.executable, "-m", "cli", "shard", "--config", str(self.config), "--index", str(i),
                 "--port", str(self.ports[i]), "--checkpoint-dir", str(self.checkpoints)]
         if self.secret_file is not None:
             argv += ["--secret-file", str(self.secret_file)]

@@ -15,8 +15,8 @@ import pytest
 import zmq
 
 from core.errors import Unavailable
+from launcher.launch import free_ports
 from ps import protocol, transport
-from ps.launcher import free_ports
 from ps.protocol import Flag, Message, Op
 from ps.ps_config import ClientConfig
 

@@ -31,7 +31,7 @@ def served(tmp_path: Path, builder: BundleBuilder) -> Iterator[str]:
     cfg = tmp_path / "service.yaml"
     cfg.write_text(f"exports_dir: {builder.root}\npoll_seconds: 0.1\nindex:\n  kind: flat\n"
                    "limits:\n  body_timeout_s: 0.5\n  max_connections: 20\n")
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve", "--config", str(cfg), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--config", str(cfg), "--port", str(port)],
                             env={**os.environ, "STREAMREC_ADMIN_TOKEN": "hostile-test-token-0123456789"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

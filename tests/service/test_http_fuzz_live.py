@@ -25,8 +25,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.launch import free_ports
 from ps.cluster import ClusterSpec, cluster_env
-from ps.launcher import free_ports
 from ps.ps_config import PSConfig
 from streaming.broker import EmbeddedBroker
 from tests.deploy.netns_probe import produce
@@ -56,7 +56,7 @@ class Live:
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child's lifetime
-        p = subprocess.Popen([sys.executable, "-m", "deploy.cli", *argv], cwd=REPO, stdout=log,
+        p = subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=REPO, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True,
                              env={**os.environ, "OMP_NUM_THREADS": "1", **env})
         log.close()

@@ -9,9 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from exports.predictor import Predictor
+from logrecords.batch import Batch
 from service.settings import IndexSettings, ReadThroughSettings
 from service.vector_index import ItemIndex
-from streaming.batch import Batch
 from tests.ps.ps_harness import shard_processes
 
 from .service_support import (

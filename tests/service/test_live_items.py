@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from core.errors import Unavailable
-from deploy.up_watch import live_line
 from exports.item_catalog import CATALOG_TABLE, ItemCatalog
 from exports.predictor import Predictor
+from launcher.up_watch import live_line
+from logrecords.batch import Batch
+from logrecords.schema_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from service import live_items
 from service.settings import IndexSettings, ReadThroughSettings
 from service.vector_index import ItemIndex
-from streaming.batch import Batch
-from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from tables.table_config import TableConfig
 from tests.ps.ps_harness import shard_processes
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from streaming.hashing import hash_strings
-from streaming.stream_config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from logrecords.hashing import hash_strings
+from logrecords.schema_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 
 from .service_support import BundleBuilder, make_settings, started
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cli.main import main as cli_main
 from core.errors import ConfigError
-from deploy.cli import main as cli_main
 from service.settings import ServiceSettings, load_settings
 
 from .service_support import TOKEN, USER_IDS, BundleBuilder, wait_until
@@ -37,7 +37,7 @@ def _config(tmp_path: Path, exports: Path) -> Path:
 def test_serve_runs_under_uvicorn_and_follows_new_bundles(tmp_path: Path, builder: BundleBuilder) -> None:
     port = _free_port()
     env = {**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN}
-    cmd = [sys.executable, "-m", "deploy.cli", "serve", "--config", str(_config(tmp_path, builder.root)),
+    cmd = [sys.executable, "-m", "cli", "serve", "--config", str(_config(tmp_path, builder.root)),
            "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

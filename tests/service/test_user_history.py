@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from exports.item_catalog import ItemCatalog
+from logrecords.batch import Batch
+from logrecords.schema_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from models import build_model
 from models.model_config import ModelConfig
-from streaming.batch import Batch
-from streaming.stream_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
 

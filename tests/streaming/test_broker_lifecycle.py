@@ -82,7 +82,7 @@ def test_killed_parent_leaves_no_broker() -> None:
 
 
 def test_failing_test_using_the_fixture_leaves_no_broker(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    (tmp_path / "conftest.py").write_text((Path(__file__).parents[1] / "conftest.py").read_text())
     pid_file = tmp_path / "pid"
     (tmp_path / "test_fails.py").write_text(textwrap.dedent(f"""
         def test_fails(broker):

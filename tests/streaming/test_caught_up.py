@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.stream_config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind
 
 SCHEMA = SchemaConfig(format="json", slots=(SlotConfig(name="tags", kind=SlotKind.SPARSE),))
 

@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import criteo_lines
+from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
-from streaming.generator import PlantedModel
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.sample_encoding import criteo_lines
-from streaming.stream_config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind
 
 
 def _consume_all(consumer: StreamConsumer, n_good: int, n_bad: int) -> list[Any]:

@@ -15,7 +15,7 @@ from kafka.structs import TopicPartition
 
 from streaming.broker import EmbeddedBroker
 from streaming.fast_records import FastPartitionRecords
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 
 TP = TopicPartition("events", 3)
 

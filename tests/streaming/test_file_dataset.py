@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from core.errors import InvalidInput
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import criteo_lines, generated_criteo_schema
 from streaming.file_dataset import FileDataset, FileMode
-from streaming.generator import PlantedModel
-from streaming.sample_encoding import criteo_lines, generated_criteo_schema
 
 
 def write(path: Path, lines: list[bytes]) -> Path:

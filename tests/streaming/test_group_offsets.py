@@ -6,10 +6,10 @@ import pytest
 from kafka import KafkaAdminClient
 
 from core.errors import Unavailable
-from ps.launcher import free_ports
+from launcher.launch import free_ports
 from streaming.connection import client_options
 from streaming.group_offsets import GroupOffsets
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 
 
 def test_offsets_reach_the_group_without_a_member(broker, kafka_config) -> None:

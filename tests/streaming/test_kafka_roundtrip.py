@@ -8,15 +8,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from streaming.batch import Batch, concat_batches
+from logrecords.batch import Batch, concat_batches
+from logrecords.criteo import CriteoParser
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import criteo_lines
+from logrecords.schema_config import SchemaConfig
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
-from streaming.criteo import CriteoParser
-from streaming.generator import PlantedModel
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.sample_encoding import criteo_lines
-from streaming.stream_config import KafkaConfig, SchemaConfig
 
 N = 100_000
 

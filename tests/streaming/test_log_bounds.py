@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from logrecords.schema_config import SchemaConfig
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
+from streaming.kafka_config import KafkaConfig
 from streaming.log_bounds import past_the_end
 from streaming.producer import RecordProducer
-from streaming.stream_config import KafkaConfig, SchemaConfig
 
 
 def _fill(config: KafkaConfig, bootstrap: list[str], n: int, batches: int) -> None:

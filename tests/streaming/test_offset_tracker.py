@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.errors import Conflict
-from streaming.batch import Batch
+from logrecords.batch import Batch
 from streaming.offsets import OffsetTracker
 
 

@@ -8,15 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from streaming.batch import Batch
+from logrecords.batch import Batch
+from logrecords.isolated_parse import parse_isolating
+from logrecords.json_lines import JsonLinesParser
+from logrecords.rejects import Rejected, RejectReason
+from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
-from streaming.isolated_parse import parse_isolating
-from streaming.json_lines import JsonLinesParser
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.rejects import Rejected, RejectReason
-from streaming.stream_config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind
 
 SCHEMA = SchemaConfig(
     format="json",

@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from streaming.batch import concat_batches
+from logrecords.batch import concat_batches
+from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.stream_config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind
 
 SCHEMA = SchemaConfig(format="json", slots=(SlotConfig(name="tags", kind=SlotKind.SPARSE),), event_time="ts")
 OLD = [b'{"label": 1, "tags": "a", "ts": 978300014}', b'{"label": 0, "tags": "b", "ts": 978300015}']

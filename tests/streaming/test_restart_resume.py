@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from streaming.batch import Batch
+from logrecords.batch import Batch
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import criteo_lines
+from logrecords.schema_config import SchemaConfig
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
-from streaming.generator import PlantedModel
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.sample_encoding import criteo_lines
-from streaming.stream_config import KafkaConfig, SchemaConfig
 
 N = 4000
 

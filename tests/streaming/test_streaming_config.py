@@ -8,8 +8,9 @@ import pytest
 
 from core.errors import ConfigError, Unauthorized
 from core.yaml_config import load_yaml
+from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.connection import SASL_PASSWORD_ENV, SASL_USERNAME_ENV, client_options
-from streaming.stream_config import KafkaConfig, SchemaConfig, SlotConfig, SlotKind, load_kafka_config
+from streaming.kafka_config import KafkaConfig, load_kafka_config
 
 
 def test_kafka_section_loads_and_unknown_keys_are_named(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 # llvmlite is numba's code generator (tables/cache_hint.py emits the prefetch intrinsic with it).
 ALLOWED = {"tables", "core", "numpy", "numba", "llvmlite", "pydantic", "crc32c"}
 # Packages the engine must run without: pyzmq and every streamrec package above tables/.
-BLOCKED = ("zmq", "ps", "stores", "streaming", "models", "exports", "trainer", "service", "deploy")
+BLOCKED = ("zmq", "ps", "stores", "logrecords", "streaming", "models", "exports", "trainer", "service", "launcher",
+           "cli")
 
 
 def _imported_packages(path: Path) -> set[str]:

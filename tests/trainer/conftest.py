@@ -22,15 +22,8 @@ from core.errors import Unavailable
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_env
 from ps.ps_config import ClientConfig, PSConfig
-from streaming.broker import EmbeddedBroker
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:
-        yield b
 
 
 class Procs:
@@ -77,7 +70,7 @@ class Cluster:
     """S shard processes serving ``tables``; ``train(...)`` starts a worker of the streaming job."""
 
     def __init__(self, procs: Procs, tmp: Path, tables: Any, servers: int = 1) -> None:
-        from ps.launcher import free_ports
+        from launcher.launch import free_ports
 
         self.procs, self.tmp = procs, tmp
         self.ps_yaml = tmp / "ps.yaml"
@@ -94,7 +87,7 @@ class Cluster:
         return self._until_healthy(i, self._spawn_shard(i))
 
     def _spawn_shard(self, i: int) -> subprocess.Popen:
-        return self.procs.start([sys.executable, "-m", "deploy.cli", "shard", "--config", str(self.ps_yaml),
+        return self.procs.start([sys.executable, "-m", "cli", "shard", "--config", str(self.ps_yaml),
                                  "--index", str(i), "--port", str(self.ports[i])], log=f"shard-{i}")
 
     def _until_healthy(self, i: int, p: subprocess.Popen) -> subprocess.Popen:
@@ -120,7 +113,7 @@ class Cluster:
 
     def train(self, job_yaml: Path, bootstrap: str, *, rank: int = 0, workers: int = 1, mode: str = "sync",
               extra: tuple[str, ...] = ("--max-idle-s", "4")) -> subprocess.Popen:
-        return self.procs.start([sys.executable, "-m", "deploy.cli", "train", "--config", str(job_yaml),
+        return self.procs.start([sys.executable, "-m", "cli", "train", "--config", str(job_yaml),
                                  "--bootstrap", bootstrap, *extra], env=self.env(rank, workers, mode),
                                 log=f"train-{rank}")
 

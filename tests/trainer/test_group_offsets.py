@@ -10,7 +10,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from streaming.connection import client_options
-from streaming.stream_config import KafkaConfig
+from streaming.kafka_config import KafkaConfig
 from trainer import checkpoints
 from trainer.job_config import load_job_config
 

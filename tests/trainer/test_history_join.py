@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from logrecords.batch import Batch
+from logrecords.schema_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from ps.id_rows_wire import IdRows
-from streaming.batch import Batch
-from streaming.stream_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from tables.id_rows_table import IdRowsTable, id_rows_config
 from trainer.history_join import HISTORY_TABLE, HistoryJoin
 

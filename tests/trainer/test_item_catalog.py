@@ -9,9 +9,9 @@ import numpy as np
 
 from exports import bundle
 from exports.item_catalog import ItemCatalog
+from logrecords.batch import Batch
 from models import build_model
 from models.model_config import ModelConfig
-from streaming.batch import Batch
 from trainer.export import Exporter
 
 from ..ps.ps_harness import shard_processes

@@ -15,8 +15,8 @@ from core.errors import NotFound
 from exports import bundle
 from exports.predictor import Predictor
 from jobcontrol.channel import ControlClient
-from streaming.batch import Batch
-from streaming.stream_config import SchemaConfig
+from logrecords.batch import Batch
+from logrecords.schema_config import SchemaConfig
 from trainer import checkpoints
 from trainer.job_config import load_job_config
 

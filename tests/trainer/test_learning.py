@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from logrecords.generator import PlantedModel
+from logrecords.parsers import make_parser
+from logrecords.sample_encoding import criteo_lines, generated_criteo_schema
 from models import build_model
 from models.model_config import ModelConfig
-from streaming.generator import PlantedModel
-from streaming.parsers import make_parser
-from streaming.sample_encoding import criteo_lines, generated_criteo_schema
 from trainer.metrics import WindowedMetrics
 from trainer.params import LocalStore
 from trainer.prefetch import Prefetcher

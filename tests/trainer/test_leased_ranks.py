@@ -57,7 +57,7 @@ class _Job:
     def train(self, holder: str, ttl_s: float = TTL_S):
         env = {**self.cluster.env(0, 2, "async"), "STREAMREC_RANK": "auto", "STREAMREC_RANK_LEASE_TTL": str(ttl_s),
                "STREAMREC_HOLDER_ID": holder}
-        return self.procs.start([sys.executable, "-m", "deploy.cli", "train", "--config", str(self.path),
+        return self.procs.start([sys.executable, "-m", "cli", "train", "--config", str(self.path),
                                  "--bootstrap", self.bootstrap, "--max-idle-s", "12"], env=env, log=f"train-{holder}")
 
     def holders(self) -> dict[int, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.generator import roc_auc
+from logrecords.generator import roc_auc
 from trainer.auc import BucketAUC
 from trainer.metrics import Metrics
 

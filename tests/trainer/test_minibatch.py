@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.errors import Conflict
-from streaming.batch import Batch
+from logrecords.batch import Batch
 from streaming.offsets import OffsetTracker
 from trainer.minibatch import BACKLOG_GROWTH, MiniBatcher
 

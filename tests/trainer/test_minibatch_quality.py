@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from deploy.system_config import default_model, load_config
+from launcher.system_config import default_model, load_config
+from logrecords.batch import Batch
+from logrecords.generator import PlantedModel, roc_auc
+from logrecords.parsers import make_parser
+from logrecords.sample_encoding import generated_json_schema, json_lines
 from models import build_model
-from streaming.batch import Batch
-from streaming.generator import PlantedModel, roc_auc
 from streaming.offsets import OffsetTracker
-from streaming.parsers import make_parser
-from streaming.sample_encoding import generated_json_schema, json_lines
 from trainer.minibatch import BACKLOG_GROWTH, MiniBatcher
 from trainer.params import LocalStore
 from trainer.worker import Worker, prepare

@@ -11,12 +11,12 @@ from pathlib import Path
 import yaml
 
 from exports import bundle
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import criteo_lines
 from ps.ps_config import PSConfig
 from streaming.connection import client_options
-from streaming.generator import PlantedModel
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.sample_encoding import criteo_lines
-from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
 from trainer import checkpoints
 from trainer.job_config import load_job_config
@@ -44,9 +44,9 @@ def test_two_workers_commit_passes_together_and_cover_every_partition(broker, tm
     ps = PSConfig(tables=cfg.model.table_configs())
     (tmp_path / "ps.yaml").write_text(yaml.safe_dump(ps.model_dump(mode="json")))
     # the launcher kills its shards and workers (their process groups) on every exit path
-    done = subprocess.run([sys.executable, "-m", "deploy.cli", "launch", "--servers", "2", "--workers", "2", "--config",
+    done = subprocess.run([sys.executable, "-m", "cli", "launch", "--servers", "2", "--workers", "2", "--config",
                            str(tmp_path / "ps.yaml"), "--log-dir", str(tmp_path / "logs"), "--", sys.executable, "-m",
-                           "deploy.cli", "train", "--config", str(tmp_path / "job.yaml"), "--bootstrap",
+                           "cli.main", "train", "--config", str(tmp_path / "job.yaml"), "--bootstrap",
                            broker.bootstrap, "--max-idle-s", "4"], cwd=REPO, capture_output=True, text=True,
                           timeout=240)
     logs = "\n".join(p.read_text()[-1500:] for p in sorted((tmp_path / "logs").glob("worker.*.log")))

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from core.errors import InvalidInput, Unavailable
+from launcher.file_job import criteo_model
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import write_dataset
 from ps.cluster import ClusterSpec
-from streaming.generator import PlantedModel
-from streaming.sample_encoding import write_dataset
-from trainer.file_job import criteo_model
 from trainer.file_worker import prepared_batches
 from trainer.prefetch import ProcessPrefetcher, start_prefetch
 

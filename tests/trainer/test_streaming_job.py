@@ -22,11 +22,11 @@ import yaml
 
 from exports import bundle
 from exports.predictor import Predictor
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import criteo_lines
 from streaming.connection import client_options
-from streaming.generator import PlantedModel
+from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
-from streaming.sample_encoding import criteo_lines
-from streaming.stream_config import KafkaConfig
 from streaming.topics import ensure_topics
 from tables.dense_table import DenseTable
 from tables.sparse_table import SparseTable
@@ -124,8 +124,8 @@ def test_passes_commit_checkpoints_and_bundles(broker, cluster, tmp_path: Path) 
     for name, t in tables.items():
         t.load(man.shard_dir(exports, 0) / "sparse" / name)
     pred = Predictor(man.model, dense, lambda name, keys: tables[name].pull(keys))
-    from streaming.parsers import make_parser
-    from streaming.sample_encoding import generated_criteo_schema
+    from logrecords.parsers import make_parser
+    from logrecords.sample_encoding import generated_criteo_schema
 
     batch, _ = make_parser(generated_criteo_schema()).parse(criteo_lines(PlantedModel(seed=3).sample(300)))
     p = pred.predict(batch)
@@ -135,7 +135,7 @@ def test_passes_commit_checkpoints_and_bundles(broker, cluster, tmp_path: Path) 
     data = tmp_path / "score.txt"
     data.write_bytes(b"\n".join(criteo_lines(PlantedModel(seed=3).sample(400))) + b"\nbad line\n")
     before = c.stats()
-    done = subprocess.run([sys.executable, "-m", "deploy.cli", "infer", "--config", str(path), "--data", str(data),
+    done = subprocess.run([sys.executable, "-m", "cli", "infer", "--config", str(path), "--data", str(data),
                            "--predictions", str(tmp_path / "p.txt")], capture_output=True, text=True,
                           env={**os.environ, **c.env()}, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -201,8 +201,8 @@ ASYNC_TOLERANCE = 0.08  # mean |p_crash - p_clean| on held-out records (measured
 
 def holdout_predictions(root: Path, cfg) -> np.ndarray:
     """The final pass's model scoring 2000 later records of the planted stream."""
-    from streaming.parsers import make_parser
-    from streaming.sample_encoding import generated_criteo_schema
+    from logrecords.parsers import make_parser
+    from logrecords.sample_encoding import generated_criteo_schema
 
     done = checkpoints.complete_passes(root)
     modes = {n: checkpoints.read_pass(root, n)["shard_modes"] for n in done}

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streaming.generator import PlantedModel
-from streaming.sample_encoding import write_dataset
+from logrecords.generator import PlantedModel
+from logrecords.sample_encoding import write_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path, pre
     with open(train, "ab") as f:
         f.write(b"1\tnot-a-number\tgarbage\n")  # malformed: counted and skipped
     preds = tmp_path / "preds.txt"
-    argv = [sys.executable, "-m", "deploy.cli", "train-files", "--train", str(train), "--test", str(test),
+    argv = [sys.executable, "-m", "cli", "train-files", "--train", str(train), "--test", str(test),
             "--model", "wide_deep", "--embedding-dim", "4", "--mlp", "16,8", "--batch-size", "256",
             "--servers", "2", "--workers", "2", "--predictions", str(preds), "--work-dir", str(tmp_path / "job"),
             "--prefetch", prefetch, "--json"]

@@ -1,0 +1,1 @@
+"""The ``streamrec`` command line (:mod:`cli.main`), one module per subcommand in :mod:`cli.commands`."""

@@ -1,0 +1,1 @@
+"""One module per `streamrec` subcommand (see cli/main.py)."""

@@ -1,0 +1,38 @@
+"""``streamrec config``: check the one YAML, or render each role's files from it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("config", help="check the streamrec YAML or render each role's config files from it")
+    sub = p.add_subparsers(dest="config_command", required=True)
+    check = sub.add_parser("check", help="validate the YAML (unknown keys are errors) and print it with defaults")
+    check.add_argument("--config", help="streamrec YAML (default: built-in defaults)")
+    check.set_defaults(func=run_check)
+    render = sub.add_parser("render", help="write ps.yaml, train.yaml and service.yaml for the roles")
+    render.add_argument("--config", help="streamrec YAML (default: built-in defaults)")
+    render.add_argument("--out", required=True, help="directory to write into")
+    render.add_argument("--base", help="relative checkpoint/export paths resolve here (default: current directory)")
+    render.set_defaults(func=run_render)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from launcher.system_config import load_config
+
+    config = load_config(args.config)
+    print(json.dumps(config.model_dump(mode="json", by_alias=True, exclude={"service": {"admin_token"}}), indent=1))
+    return 0
+
+
+def run_render(args: argparse.Namespace) -> int:
+    from launcher.system_config import load_config, write_role_files
+
+    config = load_config(args.config)
+    base = Path(args.base).resolve() if args.base else Path.cwd()
+    for name, path in write_role_files(config, Path(args.out), base=base).items():
+        print(f"{name}: {path}")
+    return 0

@@ -1,0 +1,56 @@
+"""The ``streamrec`` command line: a thin dispatcher.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``, which adds a
+parser whose ``func`` default takes the parsed namespace and returns an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+# Modules that define subcommands; each adds its own parser.
+COMMAND_MODULES: tuple[str, ...] = (
+    "cli.commands.shard",
+    "cli.commands.launch",
+    "cli.commands.produce",
+    "cli.commands.generate",
+    "cli.commands.serve",
+    "cli.commands.train",
+    "cli.commands.config",
+    "cli.commands.schema",
+    "cli.commands.up",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamrec", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from core.errors import StreamrecError
+
+    args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # A shell starts a background job with SIGINT ignored and Python keeps it so: every
+        # command stops on Ctrl-C / kill -INT however it was started (#12 finding 10).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return int(args.func(args) or 0)
+    except StreamrecError as err:
+        print(f"streamrec {args.command}: {err.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""One module per `streamrec` subcommand (see deploy/cli.py)."""

@@ -1,0 +1,100 @@
+"""Restarting dead roles the way Kubernetes does (``restartPolicy: Always`` with CrashLoopBackOff).
+
+A role that exits is started again after a back-off: ``backoff_s`` the first time, doubled for
+every restart already made within the last ``window_s``, capped at ``backoff_max_s``. A role
+that needs more than ``max_restarts`` restarts within ``window_s`` stays dead and its
+supervisor gives up (a crash loop is a bug to look at, not to hide). Roles recover through
+their own paths: a shard reloads its last checkpoint, trainers regroup from the last complete
+pass, the service re-reads the newest bundle.
+
+:class:`Supervised` applies a policy to one :class:`launcher.role_process.RoleProcess`; the launcher
+and ``streamrec up`` call :meth:`Supervised.tend` every turn of their watch loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from pydantic import Field
+
+from core.yaml_config import FrozenModel
+from launcher.role_process import RoleProcess
+
+
+class RestartPolicy(FrozenModel):
+    """How often a dead role is started again (module docstring)."""
+
+    max_restarts: int = Field(5, ge=0)  # within window_s; one more death and the role stays dead
+    window_s: float = Field(300.0, gt=0.0)
+    backoff_s: float = Field(1.0, ge=0.0)  # before the first restart; doubled for each recent one
+    backoff_max_s: float = Field(30.0, ge=0.0)
+
+    def delay_s(self, recent: int) -> float:
+        """The back-off before a restart, ``recent`` restarts having been made within the window."""
+        return min(self.backoff_s * 2.0**recent, self.backoff_max_s)
+
+
+NEVER_EXPIRES = math.inf
+
+
+def restarts_ever(n: int) -> RestartPolicy:
+    """At most ``n`` restarts in the role's whole life, each at once (``streamrec launch --max-restart``)."""
+    return RestartPolicy(max_restarts=n, window_s=NEVER_EXPIRES, backoff_s=0.0, backoff_max_s=0.0)
+
+
+class Tended(Enum):
+    RUNNING = "running"  # running, or dead and waiting for its restart
+    FINISHED = "finished"  # exited 0 and ``finished_ok``: not restarted
+    GAVE_UP = "gave_up"  # dead past its restart budget
+
+
+@dataclass
+class Supervised:
+    """One role under a :class:`RestartPolicy`; ``finished_ok``: exit 0 means done, not dead."""
+
+    role: RoleProcess
+    policy: RestartPolicy
+    finished_ok: bool = False
+    clock: Callable[[], float] = time.monotonic
+    recent: deque[float] = field(default_factory=deque)  # when the restarts within the window were made
+    due: float | None = None  # when a dead role starts again
+    gave_up: bool = False
+
+    def tend(self, say: Callable[[str], None]) -> Tended:
+        """Restart the role when due; notice a death and schedule its restart, or give up."""
+        now = self.clock()
+        if self.due is not None:
+            if now < self.due:
+                return Tended.RUNNING
+            self.due = None
+            self.role.restarts += 1
+            self.role.close_log()
+            self.role.start()
+            return Tended.RUNNING
+        code = self.role.poll()
+        if code is None:
+            return Tended.RUNNING
+        if code == 0 and self.finished_ok:
+            return Tended.FINISHED
+        if self.gave_up:
+            return Tended.GAVE_UP
+        self.role.exit_codes.append(code)
+        while self.recent and now - self.recent[0] > self.policy.window_s:
+            self.recent.popleft()
+        if len(self.recent) >= self.policy.max_restarts:
+            say(f"{self.role.name} died (exit {code}) after {self.role.restarts} restarts "
+                f"({len(self.recent)} within {self.policy.window_s:g} s); giving up")
+            self.gave_up = True
+            return Tended.GAVE_UP
+        delay = self.policy.delay_s(len(self.recent))
+        self.recent.append(now)
+        self.due = now + delay
+        window = "" if self.policy.window_s == NEVER_EXPIRES else f" within {self.policy.window_s:g} s"
+        say(f"{self.role.name} died (exit {code}); restart {len(self.recent)}/{self.policy.max_restarts}{window} "
+            f"in {delay:.1f} s (restart {self.role.restarts + 1} in all)")
+        return Tended.RUNNING

@@ -1,0 +1,199 @@
+"""The ONE streamrec YAML: every section the roles need, plus how ``streamrec up`` runs them.
+
+::
+
+    kafka:   logrecords.schema_config.KafkaConfig   (no bootstrap_servers: `up` starts the embedded broker)
+    schema:  logrecords.schema_config.SchemaConfig  (default: the generator's JSON layout)
+    ps:      client timeouts of the parameter-server client
+    train:   trainer.job_config.JobConfig less kafka/records (model, passes, checkpoint and export roots)
+    service: service.settings.ServiceSettings, less what comes from elsewhere (exports, host, port)
+    up:      shards, workers, generator, API address, what Ctrl-C does
+
+Every key has a default that works out of the box; an unknown key is an error naming the key
+and the file. :func:`role_files` renders what each role's own loader reads (``ps.yaml``,
+``train.yaml``, ``service.yaml``), so ``up``, docker-compose and Kubernetes all start the
+roles from this one file (``streamrec config render``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ConfigDict, Field, ValidationInfo, create_model, field_validator
+
+from core.yaml_config import FrozenModel, load_yaml
+from launcher.restart_policy import RestartPolicy
+from logrecords.sample_encoding import generated_json_schema
+from logrecords.schema_config import SchemaConfig
+from models.model_config import ModelConfig
+from models.schema_fit import check_fit, fill_dense_width
+from ps.ps_config import ClientConfig
+from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
+from service.settings import ServiceSettings
+from stores.store import local_path_of
+from streaming.kafka_config import KafkaConfig
+from trainer.job_config import JobConfig, PassConfig
+
+DEFAULT_API_PORT = 8000
+
+
+def default_model() -> ModelConfig:
+    """Two towers over the generator's user and item slots plus a few context slots: small
+    enough for a laptop, and it exports item vectors, so `similar` works from the first pass."""
+    slots = [{"name": "user_id", "tower": "user"}, {"name": "item_id", "tower": "item"}]
+    slots += [{"name": f"C{i}", "tower": "user"} for i in range(3, 9)]
+    # the generator's stream is a click stream (items drawn independently of users): the click loss learns it
+    return ModelConfig.model_validate({"type": "two_tower", "slots": slots, "embedding_dim": 8, "mlp": [32],
+                                       "tower_dim": 16, "retrieval": {"loss": "pointwise", "normalize": False}})
+
+
+# The job's own kafka and records sections come from the root's kafka and schema (shared with
+# the generator), so the train section is JobConfig without them. Its defaults suit `up`: a
+# default model, and a pass (checkpoint + export) every 2 s, so served rows trail events by
+# ~2-4 s (bench/freshness.py).
+_SHARED = ("kafka", "records")
+_UP_DEFAULTS = {
+    "model": (ModelConfig, Field(default_factory=lambda: default_model())),
+    "passes": (PassConfig, PassConfig(records=None, seconds=2.0)),
+    "metric_window": (int, Field(20_000, ge=1)),
+}
+TrainSection = create_model(
+    "TrainSection", __base__=FrozenModel, __doc__="trainer.job_config.JobConfig less kafka and records.",
+    **{name: (f.annotation, f) for name, f in JobConfig.model_fields.items()
+       if name not in (*_SHARED, *_UP_DEFAULTS)},
+    **_UP_DEFAULTS,
+)
+
+
+class PSSection(FrozenModel):
+    client: ClientConfig = ClientConfig()
+    dense_slice_min_elements: int = Field(DEFAULT_SLICE_MIN_ELEMENTS, ge=1)
+
+
+class ServiceSection(ServiceSettings):
+    """The service's settings; ``exports_dir`` defaults to ``train.export_dir`` and ``up``
+    sets host and port (so they are optional here)."""
+
+    exports_dir: str = ""
+    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536)
+    poll_seconds: float = Field(0.5, gt=0.0)  # look for new bundles often: they arrive every pass
+
+
+class GeneratorSection(FrozenModel):
+    """The synthetic event stream `up` produces when no --replay file is given."""
+
+    rate: float = Field(500.0, gt=0.0)  # records per second
+    seed: int = Field(0, ge=0)
+    drift: float = Field(0.0, ge=0.0)  # radians per million events (see logrecords.generator)
+
+
+class ReplaySection(FrozenModel):
+    """How `up --replay FILE` feeds the topic: as fast as the trainers take it (paused while the
+    consumer group lags by more than ``max_lag`` records), or at most ``rate`` records per second."""
+
+    rate: float | None = Field(None, gt=0.0)  # None: as fast as the trainers take it
+    # None: four polls per trainer (4 * kafka.batch_size * up.workers)
+    max_lag: int | None = Field(None, ge=1)
+
+
+class UpSection(FrozenModel):
+    shards: int = Field(2, ge=1, le=64)
+    workers: int = Field(2, ge=1, le=64)
+    generator: GeneratorSection = GeneratorSection()
+    replay: ReplaySection = ReplaySection()
+    host: str = "127.0.0.1"  # the API; every other role binds loopback on a free port
+    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536)
+    run_dir: str = "runs/local"  # logs, checkpoints and exports (relative roots resolve here)
+    commit_on_exit: bool = True  # Ctrl-C commits a final pass before stopping
+    stop_timeout_s: float = Field(60.0, gt=0.0)  # how long the final commit may take
+    console_refresh_s: float = Field(1.0, gt=0.0)
+    restart: RestartPolicy = RestartPolicy()  # a dead role is started again (launcher.restart_policy)
+    # trainers claim their ranks as leases with this ttl: a restarted trainer takes a dead one's
+    # rank within it, and everyone regroups from the last complete pass (README: Leased ranks)
+    rank_lease_ttl_s: float = Field(10.0, gt=0.0, le=3600.0)
+
+
+class StreamrecConfig(FrozenModel):
+    kafka: KafkaConfig = KafkaConfig()
+    schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema")
+    ps: PSSection = PSSection()
+    # validated after schema (and its default too): train.model must fit it (models.schema_fit)
+    train: TrainSection = Field(default_factory=TrainSection, validate_default=True)  # type: ignore[valid-type]
+    service: ServiceSection = ServiceSection()
+    up: UpSection = UpSection()
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)  # "schema" is the YAML key
+
+    @field_validator("train", mode="before")
+    @classmethod
+    def _dense_width_from_schema(cls, train: Any, info: ValidationInfo) -> Any:
+        """train.model.n_dense left out: the schema's dense field count."""
+        schema = info.data.get("schema_")  # absent when it was invalid: that error is reported
+        if schema is None:
+            return train
+        if isinstance(train, TrainSection):
+            return train.model_copy(update={"model": fill_dense_width(train.model, schema)})
+        if isinstance(train, dict):
+            return {**train, "model": fill_dense_width(train.get("model", default_model()), schema)}
+        return train
+
+    @field_validator("train")
+    @classmethod
+    def _model_fits_schema(cls, train: Any, info: ValidationInfo) -> Any:
+        schema = info.data.get("schema_")
+        if schema is not None:
+            check_fit(train.model, schema, model_key="train.model", schema_key="schema")
+        return train
+
+
+def load_config(path: str | Path | None) -> StreamrecConfig:
+    """The root config from ``path`` (None: every default)."""
+    return StreamrecConfig() if path is None else load_yaml(path, StreamrecConfig)
+
+
+def resolve_root(location: str, base: Path) -> str:
+    """A checkpoint/export root: relative local paths resolve against ``base``; URLs stay."""
+    local = local_path_of(location)
+    if local is None:
+        return location
+    return str(local if local.is_absolute() else (base / local).resolve())
+
+
+def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any] | None = None,
+               train_overrides: dict[str, Any] | None = None) -> dict[str, dict]:
+    """What each role's loader reads, as plain mappings: ``ps.yaml`` (ps.ps_config),
+    ``train.yaml`` (trainer.job_config.JobConfig) and ``service.yaml`` (service.settings).
+
+    Relative checkpoint and export paths resolve against ``base``; ``overrides`` replaces
+    top-level keys of the service file (host, port, job_control) and ``train_overrides`` of
+    the job file (control_endpoint, kafka)."""
+    train = config.train.model_dump(mode="json")
+    train["kafka"] = config.kafka.model_dump(mode="json")
+    train["records"] = config.schema_.model_dump(mode="json")
+    train["checkpoint_dir"] = resolve_root(config.train.checkpoint_dir, base)
+    train["export_dir"] = resolve_root(config.train.export_dir, base)
+    ps = {"tables": [t.model_dump(mode="json") for t in config.train.model.table_configs()],
+          **config.ps.model_dump(mode="json")}
+    service = config.service.model_dump(mode="json", exclude={"admin_token"})
+    service["exports_dir"] = resolve_root(config.service.exports_dir or config.train.export_dir, base)
+    service.update(overrides or {})
+    train.update(train_overrides or {})
+    return {"ps.yaml": ps, "train.yaml": train, "service.yaml": service}
+
+
+def write_role_files(config: StreamrecConfig, out: Path, *, base: Path, overrides: dict[str, Any] | None = None,
+                     train_overrides: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write :func:`role_files` into ``out``; returns name -> path."""
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    files = role_files(config, base=base, overrides=overrides, train_overrides=train_overrides)
+    for name, data in files.items():
+        path = out / name
+        tmp = path.with_name(f".{name}.tmp")
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+        tmp.replace(path)
+        paths[name] = path
+    return paths

@@ -1,0 +1,69 @@
+"""Where the records of `streamrec up` come from: the synthetic event generator (planted model,
+fixed rate) or the replay of a file, each a ``streamrec`` subcommand run as a role.
+
+A replay ends when the file does (exit 0 is not a failure); the generator runs until stopped.
+A resumed generator skips the events the last committed pass trained on, so the model does not
+see them twice. Both are given the topic's end offsets when the run started (``--since-offsets``):
+a source restarted by the supervisor (after a kill -9 too) goes on after what it already put on
+the topic, so no record is produced twice or lost (:mod:`streaming.producer`).
+
+The generator produces at ``up.generator.rate``. The replay, by default, as fast as the trainers
+take it: it pauses while the consumer group lags by more than ``up.replay.max_lag`` records
+(:mod:`streaming.backpressure`); ``up.replay.rate`` caps its rate as well.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.system_config import StreamrecConfig
+from streaming.producer import format_offsets
+
+SOURCE_ROLES = ("generator", "replay")  # the role names a source runs under
+
+
+def streamrec_cli(*args: str) -> list[str]:
+    """The argv of a ``streamrec`` subcommand run by this Python."""
+    return [sys.executable, "-m", "cli", *args]
+
+
+@dataclass(frozen=True)
+class RecordSource:
+    """The role that feeds the topic: its name (one of :data:`SOURCE_ROLES`) and command."""
+
+    name: str
+    argv: list[str]
+
+
+def replay_max_lag(cfg: StreamrecConfig) -> int:
+    """``up.replay.max_lag``, by default four polls per trainer."""
+    return cfg.up.replay.max_lag or 4 * cfg.kafka.batch_size * cfg.up.workers
+
+
+def record_source(cfg: StreamrecConfig, *, config: Path, replay: Path | None, replay_format: str,
+                  skip: int, since: dict[int, int]) -> RecordSource:
+    """The replay of ``replay`` when given, else the generator resuming after ``skip`` events;
+    both read the Kafka settings from the root ``config`` file and go on after what they put on
+    the topic since its end offsets were ``since`` (module docstring)."""
+    gen = cfg.up.generator
+    offsets = format_offsets(since)
+    if replay is not None:
+        rate = () if cfg.up.replay.rate is None else ("--rate", str(cfg.up.replay.rate))
+        return RecordSource("replay", streamrec_cli("produce", "--file", str(replay), "--format", replay_format,
+                                                    "--config", str(config), *rate,
+                                                    "--max-lag", str(replay_max_lag(cfg)),
+                                                    "--since-offsets", offsets))
+    return RecordSource("generator", streamrec_cli("generate", "--config", str(config), "--format", "json",
+                                                   "--rate", str(gen.rate), "--seed", str(gen.seed),
+                                                   "--drift", str(gen.drift), "--skip", str(skip),
+                                                   "--since-offsets", offsets))
+
+
+def bayes_auc(seed: int, drift: float, n: int = 200_000) -> float:
+    """The best AUC any model can reach on the generator's stream (true probabilities)."""
+    from logrecords.generator import PlantedModel, roc_auc
+
+    sample = PlantedModel(seed=seed, drift=drift).sample(n)
+    return float(roc_auc(sample.labels, sample.prob))

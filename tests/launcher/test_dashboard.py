@@ -1,0 +1,125 @@
+"""The dashboard at / draws the run's learning curve from the service's real /admin/passes?since=
+(and /metrics, /admin/status), checked in headless Chromium; the job behind the admin API is a stub
+on the real control channel that holds a history of passes, as a chief does after a run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from jobcontrol.channel import ControlServer
+from launcher.launch import free_ports
+from service.app import create_app
+from service.settings import ServiceSettings
+
+from .headless_chromium import LINE_RGB, SECOND_LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
+
+TOKEN = "dashboard-test-token-0123456789"
+
+
+N_POINTS = 40
+
+
+def _point(n: int) -> dict[str, Any]:
+    return {"pass": n, "time": 1000.0 + 30 * n, "records": 1000, "records_total": 1000 * n,
+            "records_per_s": 400.0 + 10 * (n % 7), "auc": 0.6 + 0.01 * (n % 10), "auc_total": 0.6 + 0.002 * n,
+            "logloss": 0.5, "logloss_total": 0.5, "lag": 50 + n, "freshness_s": 2.0 + 0.1 * (n % 5),
+            "rows": 1000 + 100 * n, "table_bytes": 64_000 + 6400 * n, "rss_mb": 300.0 + n}
+
+
+class StubJob:
+    """A job whose stream idles after a run: its status and passes no longer move; the learning
+    curve is all in the history it serves (as trainer.job_control serves trainer.pass_history)."""
+
+    def __init__(self) -> None:
+        self.points = [_point(n) for n in range(1, N_POINTS + 1)]
+        self.history_calls: list[int] = []
+
+    def status(self) -> dict[str, Any]:
+        last = self.points[-1]
+        return {"pass": last["pass"], "progressive": {"auc": None}, "auc": last["auc_total"], "last_point": last}
+
+    def passes(self) -> list[dict[str, Any]]:
+        return [{"pass": p["pass"], "created_at": p["time"], "records_total": p["records_total"]}
+                for p in self.points[-3:]]
+
+    def history(self, since: int = -1) -> dict[str, Any]:
+        self.history_calls.append(since)
+        return {"since": since, "keep": 10_000, "points": [p for p in self.points if p["pass"] > since]}
+
+
+@pytest.fixture
+def stub() -> StubJob:
+    return StubJob()
+
+
+@pytest.fixture
+def service(tmp_path: Path, stub: StubJob) -> Iterator[str]:
+    job = ControlServer(stub).start()  # type: ignore[arg-type]
+    (port,) = free_ports(1)
+    settings = ServiceSettings(exports_dir=str(tmp_path / "exports"), port=port, job_control=job.endpoint,
+                               admin_token=TOKEN)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "service did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        job.stop()
+
+
+def test_dashboard_is_plain_html_without_external_resources(service: str) -> None:
+    with urllib.request.urlopen(service + "/", timeout=10) as r:
+        assert r.headers["content-type"].startswith("text/html")
+        page = r.read().decode()
+    assert "<canvas" in page and "/metrics" in page and "/admin/status" in page
+    assert "http://" not in page.replace("http://127.0.0.1", "") and "https://" not in page  # no CDN
+
+
+def test_admin_passes_keeps_its_list_and_serves_the_curve_since_a_pass(service: str) -> None:
+    def get(path: str) -> Any:
+        req = urllib.request.Request(service + path, headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    assert [p["pass"] for p in get("/admin/passes")] == [38, 39, 40]  # the list, as before
+    assert [p["pass"] for p in get("/admin/passes?since=37")["points"]] == [38, 39, 40]
+    assert len(get("/admin/passes?since=-1")["points"]) == N_POINTS
+
+
+def test_charts_show_the_runs_history_on_first_load(service: str, stub: StubJob, tmp_path: Path) -> None:
+    # a budget shorter than the page's poll interval: what shows is what the first load fetched
+    png = screenshot(ensure_chromium(), f"{service}/#token={TOKEN}", tmp_path / "dashboard.png", budget_ms=1500)
+    boxes = chart_boxes()
+    drawn = {name: count_color(png, box, LINE_RGB) for name, box in boxes.items()}
+    # a line through 40 points spans the chart: hundreds of pixels (one live sample would be a dot)
+    assert all(n > 300 for n in drawn.values()), f"charts without the run's history (line pixels): {drawn}"
+    cumulative = {name: count_color(png, boxes[name], SECOND_LINE_RGB) for name in ("auc", "memory")}
+    assert all(n > 300 for n in cumulative.values()), f"second lines missing: {cumulative}"
+    assert stub.history_calls[0] == -1  # the whole history first
+
+
+def test_polling_asks_only_for_passes_after_the_newest_held(service: str, stub: StubJob, tmp_path: Path) -> None:
+    screenshot(ensure_chromium(), f"{service}/#token={TOKEN}", tmp_path / "dashboard.png", budget_ms=7000)
+    assert stub.history_calls[0] == -1 and len(stub.history_calls) >= 2
+    assert set(stub.history_calls[1:]) == {N_POINTS}
+
+
+def test_without_a_token_the_job_charts_stay_empty(service: str, tmp_path: Path) -> None:
+    png = screenshot(ensure_chromium(), f"{service}/", tmp_path / "no-token.png")
+    drawn = {name: count_color(png, box, LINE_RGB) for name, box in chart_boxes().items()}
+    assert drawn["rate"] == 0 and drawn["rows"] == 0  # admin data needs the token
