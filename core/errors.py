@@ -45,6 +45,13 @@ class NonFiniteGradient(InvalidInput):
     code = "non_finite_gradient"
 
 
+class RequestTimeout(InvalidInput):
+    """A client did not send its request (the whole body) within the server's deadline."""
+
+    code = "request_timeout"
+    http_status = 408
+
+
 class NotFound(StreamrecError):
     """A named table, pass, bundle or id does not exist."""
 
@@ -108,6 +115,7 @@ ERRORS_BY_CODE: dict[str, type[StreamrecError]] = {
         ConfigError,
         InvalidInput,
         NonFiniteGradient,
+        RequestTimeout,
         NotFound,
         CorruptData,
         Conflict,
