@@ -28,8 +28,10 @@ class MetricsConfig(FrozenModel):
     """Where a role serves ``/metrics``: ``port`` 0 is off; ``host`` None binds the role's own
     address (a shard's ``--host``, a trainer's control endpoint host)."""
 
-    port: int = Field(0, ge=0, lt=65536)
-    host: str | None = None
+    port: int = Field(0, ge=0, lt=65536, description="Port of the role's Prometheus `/metrics`; 0: off.")
+    host: str | None = Field(None,
+                             description="Address `/metrics` binds; left out, the role's own (a shard's `--host`, a "
+                                         "trainer's control host).")
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -29,10 +29,12 @@ from launcher.role_process import RoleProcess
 class RestartPolicy(FrozenModel):
     """How often a dead role is started again (module docstring)."""
 
-    max_restarts: int = Field(5, ge=0)  # within window_s; one more death and the role stays dead
-    window_s: float = Field(300.0, gt=0.0)
-    backoff_s: float = Field(1.0, ge=0.0)  # before the first restart; doubled for each recent one
-    backoff_max_s: float = Field(30.0, ge=0.0)
+    max_restarts: int = Field(5, ge=0,
+                              description="Restarts allowed within `window_s`; one more death and the role stays dead.")
+    window_s: float = Field(300.0, gt=0.0, description="Seconds over which a role's recent restarts are counted.")
+    backoff_s: float = Field(1.0, ge=0.0,
+                             description="Seconds before the first restart, doubled for each recent restart.")
+    backoff_max_s: float = Field(30.0, ge=0.0, description="The longest wait before a restart, in seconds.")
 
     def delay_s(self, recent: int) -> float:
         """The back-off before a restart, ``recent`` restarts having been made within the window."""

@@ -54,9 +54,11 @@ def default_model() -> ModelConfig:
 # ~2-4 s (bench/freshness.py).
 _SHARED = ("kafka", "records")
 _UP_DEFAULTS = {
-    "model": (ModelConfig, Field(default_factory=lambda: default_model())),
-    "passes": (PassConfig, PassConfig(records=None, seconds=2.0)),
-    "metric_window": (int, Field(20_000, ge=1)),
+    "model": (ModelConfig, Field(default_factory=lambda: default_model(),
+                                 description="What is trained; default: two towers over the generator's slots.")),
+    "passes": (PassConfig, Field(PassConfig(records=None, seconds=2.0),
+                                 description="When a pass ends and what it keeps; default: a pass every 2 s.")),
+    "metric_window": (int, Field(20_000, ge=1, description="Records per progressive-validation (AUC) window.")),
 }
 TrainSection = create_model(
     "TrainSection", __base__=FrozenModel, __doc__="trainer.job_config.JobConfig less kafka and records.",
@@ -67,61 +69,79 @@ TrainSection = create_model(
 
 
 class PSSection(FrozenModel):
-    client: ClientConfig = ClientConfig()
-    dense_slice_min_elements: int = Field(DEFAULT_SLICE_MIN_ELEMENTS, ge=1)
+    client: ClientConfig = Field(ClientConfig(),
+                                 description="How trainers and the service wait for shards and split their requests.")
+    dense_slice_min_elements: int = Field(DEFAULT_SLICE_MIN_ELEMENTS, ge=1,
+                                          description="A dense array of at least this many elements is split in "
+                                                      "slices over the shards.")
 
 
 class ServiceSection(ServiceSettings):
     """The service's settings; ``exports_dir`` defaults to ``train.export_dir`` and ``up``
     sets host and port (so they are optional here)."""
 
-    exports_dir: str = ""
-    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536)
-    poll_seconds: float = Field(0.5, gt=0.0)  # look for new bundles often: they arrive every pass
+    exports_dir: str = Field("", description="Where the service looks for bundles; empty: `train.export_dir`.")
+    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536,
+                      description="Port the API listens on when started from the rendered files (`up` uses `up.port`).")
+    # look for new bundles often: they arrive every pass
+    poll_seconds: float = Field(0.5, gt=0.0, description="Seconds between looks for a new bundle.")
 
 
 class GeneratorSection(FrozenModel):
     """The synthetic event stream `up` produces when no --replay file is given."""
 
-    rate: float = Field(500.0, gt=0.0)  # records per second
-    seed: int = Field(0, ge=0)
-    drift: float = Field(0.0, ge=0.0)  # radians per million events (see logrecords.generator)
+    rate: float = Field(500.0, gt=0.0, description="Records per second the generator produces.")
+    seed: int = Field(0, ge=0, description="Seed of the planted model and its stream.")
+    drift: float = Field(0.0, ge=0.0,
+                         description="How fast the planted users' preferences drift, in radians per million events.")
 
 
 class ReplaySection(FrozenModel):
     """How `up --replay FILE` feeds the topic: as fast as the trainers take it (paused while the
     consumer group lags by more than ``max_lag`` records), or at most ``rate`` records per second."""
 
-    rate: float | None = Field(None, gt=0.0)  # None: as fast as the trainers take it
-    # None: four polls per trainer (4 * kafka.batch_size * up.workers)
-    max_lag: int | None = Field(None, ge=1)
+    rate: float | None = Field(None, gt=0.0,
+                               description="Most records per second a replay sends; left out, as fast as the trainers "
+                                           "take it.")
+    max_lag: int | None = Field(None, ge=1,
+                                description="A replay pauses while the consumer group lags by more records than this; "
+                                            "left out, 4 x `kafka.batch_size` x `up.workers`.")
 
 
 class UpSection(FrozenModel):
-    shards: int = Field(2, ge=1, le=64)
-    workers: int = Field(2, ge=1, le=64)
-    generator: GeneratorSection = GeneratorSection()
-    replay: ReplaySection = ReplaySection()
-    host: str = "127.0.0.1"  # the API; every other role binds loopback on a free port
-    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536)
-    run_dir: str = "runs/local"  # logs, checkpoints and exports (relative roots resolve here)
-    commit_on_exit: bool = True  # Ctrl-C commits a final pass before stopping
-    stop_timeout_s: float = Field(60.0, gt=0.0)  # how long the final commit may take
-    console_refresh_s: float = Field(1.0, gt=0.0)
-    restart: RestartPolicy = RestartPolicy()  # a dead role is started again (launcher.restart_policy)
-    # trainers claim their ranks as leases with this ttl: a restarted trainer takes a dead one's
-    # rank within it, and everyone regroups from the last complete pass (README: Leased ranks)
-    rank_lease_ttl_s: float = Field(10.0, gt=0.0, le=3600.0)
+    shards: int = Field(2, ge=1, le=64, description="Parameter-server shards `up` starts.")
+    workers: int = Field(2, ge=1, le=64, description="Trainers `up` starts.")
+    generator: GeneratorSection = Field(GeneratorSection(),
+                                        description="The synthetic stream `up` produces when no `--replay` file is "
+                                                    "given.")
+    replay: ReplaySection = Field(ReplaySection(), description="How `up --replay FILE` feeds the topic.")
+    host: str = Field("127.0.0.1", description="Address the API binds; every other role binds loopback on a free port.")
+    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536, description="Port the API listens on.")
+    run_dir: str = Field("runs/local",
+                         description="Directory of the logs, checkpoints and exports (relative roots resolve here).")
+    commit_on_exit: bool = Field(True, description="Ctrl-C commits a final pass before stopping.")
+    stop_timeout_s: float = Field(60.0, gt=0.0, description="Seconds the final commit may take.")
+    console_refresh_s: float = Field(1.0, gt=0.0, description="Seconds between redraws of the live console.")
+    restart: RestartPolicy = Field(RestartPolicy(),
+                                   description="How a role that dies is started again (`launcher.restart_policy`).")
+    rank_lease_ttl_s: float = Field(10.0, gt=0.0, le=3600.0,
+                                    description="Trainers claim their ranks as leases with this ttl: a restarted "
+                                                "trainer takes a dead one's rank within it.")
 
 
 class StreamrecConfig(FrozenModel):
-    kafka: KafkaConfig = KafkaConfig()
-    schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema")
-    ps: PSSection = PSSection()
+    kafka: KafkaConfig = Field(KafkaConfig(),
+                               description="Where records come from and how they are batched; no `bootstrap_servers`: "
+                                           "the embedded broker.")
+    schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema",
+                                  description="The record layout; default: the generator's JSON layout.")
+    ps: PSSection = Field(PSSection(), description="The parameter-server client.")
     # validated after schema (and its default too): train.model must fit it (models.schema_fit)
-    train: TrainSection = Field(default_factory=TrainSection, validate_default=True)  # type: ignore[valid-type]
-    service: ServiceSection = ServiceSection()
-    up: UpSection = UpSection()
+    train: TrainSection = Field(default_factory=TrainSection, validate_default=True,  # type: ignore[valid-type]
+                                description="The training job: model, passes, checkpoint and export roots.")
+    service: ServiceSection = Field(ServiceSection(),
+                                    description="The serving API: index, limits, live path, admin token.")
+    up: UpSection = Field(UpSection(), description="How `streamrec up` runs every role on this machine.")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)  # "schema" is the YAML key
 

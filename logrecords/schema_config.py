@@ -35,14 +35,19 @@ class HashKind(StrEnum):
 class SlotConfig(FrozenModel):
     """One input field: a dense float, or a sparse slot holding one or many ids."""
 
-    name: str = Field(min_length=1)
-    kind: SlotKind
-    # Sparse only: the byte mixed into every id of this slot; defaults to the slot's rank.
-    slot_id: int | None = Field(default=None, ge=0, le=MAX_SLOT_ID)
-    hash: HashKind = HashKind.FNV1A
-    # CSV only (sparse): the field holds many ids split on this character, e.g. "|" for "Action|Comedy".
-    # JSON records hold lists natively, Parquet list columns too.
-    separator: str | None = Field(default=None, min_length=1, max_length=1)
+    name: str = Field(min_length=1,
+                      description="The record field this slot reads (a JSON key, a CSV column, a Criteo position's "
+                                  "name).")
+    kind: SlotKind = Field(description="`dense` (one float) or `sparse` (one or many hashed ids).")
+    slot_id: int | None = Field(default=None, ge=0, le=MAX_SLOT_ID,
+                                description="Sparse only: the byte in the top of every id of this slot; left out, the "
+                                            "lowest one not declared.")
+    hash: HashKind = Field(HashKind.FNV1A,
+                           description="How a sparse value becomes a 56-bit id: `fnv1a` (any text), `hex` "
+                                       "(hexadecimal text) or `int` (a decimal integer).")
+    separator: str | None = Field(default=None, min_length=1, max_length=1,
+                                  description="CSV sparse slots only: the character a field's many ids are split on, "
+                                              "e.g. `|` (JSON and Parquet hold lists).")
 
     @model_validator(mode="after")
     def _check(self) -> SlotConfig:
@@ -61,12 +66,22 @@ class HistoryConfig(FrozenModel):
     ids read the item ids' own rows (``item``: shared with the item tower) or rows of their own
     (``own``: the ids re-keyed under the slot id ``slot_id``, by default the lowest one free)."""
 
-    slot: str = Field("history", min_length=1)
-    length: int = Field(50, ge=1, le=127)  # an id-rows row holds at most 1 + 2 x 127 words
-    positive_above: float = 0.5
-    embeddings: Literal["item", "own"] = "item"
-    slot_id: int | None = Field(default=None, ge=0, le=MAX_SLOT_ID)
-    ttl_passes: int | None = Field(default=None, ge=0)
+    slot: str = Field("history", min_length=1,
+                      description="Name of the list slot the history becomes: declare it in the model's user tower, "
+                                  "not in the records.")
+    # an id-rows row holds at most 1 + 2 x 127 words
+    length: int = Field(50, ge=1, le=127, description="Most recent positive items kept per user.")
+    positive_above: float = Field(0.5,
+                                  description="A record whose label is above this adds its item to the user's history.")
+    embeddings: Literal["item", "own"] = Field(
+        "item", description="`item`: the history ids read the item ids' own rows; `own`: rows of their own under "
+                            "`slot_id`.")
+    slot_id: int | None = Field(default=None, ge=0, le=MAX_SLOT_ID,
+                                description="With `embeddings: own`, the slot id the history ids are re-keyed under; "
+                                            "left out, the lowest one free.")
+    ttl_passes: int | None = Field(default=None, ge=0,
+                                   description="A user's history is evicted after this many passes without a new "
+                                               "entry; left out, never.")
 
 
 class SchemaConfig(FrozenModel):
@@ -76,19 +91,26 @@ class SchemaConfig(FrozenModel):
     record, so the id the serving side indexes is the very feature id the tables train.
     """
 
-    # criteo: TSV lines; json: JSON lines; csv: delimited text lines with a header row (files) or
-    # ``columns`` (messages); parquet: files only, read column by column (logrecords.parquet_reader).
-    format: Literal["criteo", "json", "csv", "parquet"] = "json"
-    label: str = "label"
-    slots: tuple[SlotConfig, ...] = ()
-    event_time: str | None = None
-    user_id: str | None = None
-    item_id: str | None = None
-    # csv only: the field delimiter, and the column names of header-less records (Kafka messages);
-    # a file's own header row, when present, maps its columns instead.
-    delimiter: str = Field(default=",", min_length=1, max_length=1)
-    columns: tuple[str, ...] = ()
-    history: HistoryConfig | None = None  # the users' recent positive items as a list slot (HistoryConfig)
+    format: Literal["criteo", "json", "csv", "parquet"] = Field(
+        "json", description="Record format: `json` lines, `criteo` TSV lines, `csv` (a header row or `columns`) or "
+                            "`parquet` (files only).")
+    label: str = Field("label", description="The field holding the training label.")
+    slots: tuple[SlotConfig, ...] = Field((), description="The record's input fields: dense floats and sparse slots.")
+    event_time: str | None = Field(None,
+                                   description="The field holding the record's event time in seconds since the epoch; "
+                                               "left out, none.")
+    user_id: str | None = Field(None,
+                                description="The sparse slot whose id is the user (the user history, serving by user).")
+    item_id: str | None = Field(None,
+                                description="The sparse slot whose id is the item (the served catalogue and item "
+                                            "index).")
+    delimiter: str = Field(default=",", min_length=1, max_length=1, description="CSV only: the field delimiter.")
+    columns: tuple[str, ...] = Field((),
+                                     description="CSV only: the column names of header-less records (Kafka messages); "
+                                                 "a file's own header row wins.")
+    history: HistoryConfig | None = Field(None,
+                                          description="The users' recent positive items as a user-tower list slot, "
+                                                      "kept in the PS; left out, none.")
 
     @model_validator(mode="after")
     def _check(self) -> SchemaConfig:

@@ -64,8 +64,12 @@ class RetrievalConfig(FrozenModel):
     AUC stays near 0.5: use ``loss: pointwise`` there.
     """
 
-    loss: RetrievalLossKind = RetrievalLossKind.SOFTMAX
-    pointwise_weight: float = Field(1.0, ge=0.0)
+    loss: RetrievalLossKind = Field(RetrievalLossKind.SOFTMAX,
+                                    description="What trains the towers: `softmax` over candidates, `pointwise` (the "
+                                                "click loss) or `both`.")
+    pointwise_weight: float = Field(1.0, ge=0.0,
+                                    description="With `loss: both`, the weight of the click loss added to the towers' "
+                                                "softmax.")
     # the softmax's weight of a record labelled 0. A record is something the user chose in an interaction log (a
     # rating, a play: label 0 = chose it and did not like it), and the softmax learns which items a user chooses
     # from every choice; in an impression log (shown, clicked?) label 0 is an item passed over: keep 0 (positives
@@ -74,15 +78,23 @@ class RetrievalConfig(FrozenModel):
     # drawn from the very preference the likes are) 0.5: +0.0122 (1 pair), +0.0073 [+0.0003, +0.0139] (2), 0.25:
     # +0.0066 (2), 1: +0.0057 (1); MovieLens 100K (a low rating says what a user does not want) 0.5: -0.0257
     # [-0.0442, -0.0098] (2), 0.25: -0.0101 (2), 1: -0.0278 (1).
-    label0_weight: float = Field(0.0, ge=0.0, le=1.0)
-    temperature: float = Field(0.05, gt=0.0, le=100.0)
-    normalize: bool = False  # L2-normalised tower outputs (cosine scores, also in the served vectors)
-    logq: bool = True  # subtract log(expected count) of each candidate (Yi et al. 2019)
-    negatives: int = Field(0, ge=0, le=65536)  # items sampled per step from the catalogue, besides in-batch
-    catalogue_size: int = Field(1 << 16, ge=1)  # items kept to sample from (power of two)
-    catalogue_max_ids: int = Field(16, ge=1, le=1024)  # ids kept per item slot of a kept item
-    frequency_buckets: int = Field(1 << 18, ge=1)  # per hash of the streaming estimate (power of two)
-    frequency_hashes: int = Field(2, ge=1, le=8)
+    label0_weight: float = Field(0.0, ge=0.0, le=1.0,
+                                 description="The softmax's weight of a label-0 record: 0 learns from the positives "
+                                             "only.")
+    temperature: float = Field(0.05, gt=0.0, le=100.0,
+                               description="The softmax's temperature: logits are scores / temperature.")
+    normalize: bool = Field(False,
+                            description="L2-normalise the towers' outputs (cosine scores, also in the served vectors).")
+    logq: bool = Field(True,
+                       description="Subtract each candidate's log expected count from its logit (Yi et al. 2019).")
+    negatives: int = Field(0, ge=0, le=65536,
+                           description="Items sampled per step from the catalogue, besides the batch's own.")
+    catalogue_size: int = Field(1 << 16, ge=1, description="Items kept to sample negatives from (a power of two).")
+    catalogue_max_ids: int = Field(16, ge=1, le=1024, description="Ids kept per item slot of a kept item.")
+    frequency_buckets: int = Field(1 << 18, ge=1,
+                                   description="Buckets per hash of the streaming item-frequency estimate (a power of "
+                                               "two).")
+    frequency_hashes: int = Field(2, ge=1, le=8, description="Hash functions of the streaming item-frequency estimate.")
     # the estimate's moving-average rate: ~1/alpha gaps per item. 0.1, not the paper's 0.01: where items' rates
     # drift (new releases) the correction must subtract an item's rate now, or the towers learn a hot item's score
     # too low. bench/retrieval.py end to end (2026-11-25, 3 + 2 paired runs): MovieLens 100K 0.128-0.148 against
@@ -90,7 +102,9 @@ class RetrievalConfig(FrozenModel):
     # +0.0007; in-process (one worker, no history) MovieLens 100K 0.164 against 0.126 (0.2: 0.164, 0.5: 0.146)
     # Per occurrence in the whole stream: each of W workers (reading 1/W of it) averages at 1 - (1 - alpha)^W
     # (models.item_frequency.reader_alpha), so the estimate spans the same stretch of the stream whatever W.
-    frequency_alpha: float = Field(0.1, gt=0.0, le=1.0)
+    frequency_alpha: float = Field(0.1, gt=0.0, le=1.0,
+                                   description="The item-frequency estimate's moving-average rate: each item's rate "
+                                               "averages about its last 1/alpha gaps.")
     # with a parameter server: one estimate for the whole job, in the PS (rate rows of an id-rows table that every
     # worker counts its steps into, trainer.shared_frequency; Yi et al. keep the arrays on the parameter servers),
     # so each worker corrects by the rate of the whole stream; false: each worker its own, at reader_alpha. Without
@@ -98,13 +112,17 @@ class RetrievalConfig(FrozenModel):
     # with dense_update ps as well, MovieLens 100K +0.0030 over 9 paired runs (+0.0111, -0.0025, +0.0031 by round),
     # planted +0.0007 (4), ml-latest-small +0.0015 (2), none clear of the noise; alone +0.0004 (2); in-process
     # (two workers, one store, seeds 0-7) MovieLens 100K 0.1619 against 0.1487 (one worker 0.1637), alone 0.1538
-    shared_frequency: bool = True
+    shared_frequency: bool = Field(True,
+                                   description="One item-frequency estimate for the job, in the PS, that every "
+                                               "trainer counts into; false: each trainer its own.")
     # a learned per-id bias in the softmax's logit, <u, v> / temperature + b (b: the sum of the item's
     # item-tower ids' rows in the table ITEM_BIAS_TABLE, updated by this rule; None: no bias). Served as
     # one more index column: item [v, temperature * b], user query [u, 1] (models.two_tower). Off by default:
     # with logQ the towers already learn the items' popularity (bench/retrieval.py end to end, Adagrad lr 0.2:
     # planted 0.098-0.104 vs 0.101-0.104, MovieLens 0.068 vs 0.067-0.068; arm item-bias)
-    item_bias: OptimizerConfig | None = None
+    item_bias: OptimizerConfig | None = Field(
+        None, description="The update rule of a learned per-item bias in the softmax's logit, served as one more "
+                          "index column; left out, none.")
 
     @model_validator(mode="after")
     def _powers_of_two(self) -> RetrievalConfig:
@@ -137,7 +155,8 @@ class DenseAverageConfig(FrozenModel):
     """``model.dense_average``: evaluate and export an exponential moving average of the dense (MLP)
     weights while training goes on with the raw ones (:mod:`trainer.dense_average`)."""
 
-    decay: float = Field(gt=0.0, lt=1.0)  # per training step of the worker: ~1 / (1 - decay) steps averaged
+    decay: float = Field(gt=0.0, lt=1.0,
+                         description="Per-step decay of the moving average: about 1 / (1 - decay) steps are averaged.")
 
 
 class ScheduleKind(StrEnum):
@@ -150,10 +169,12 @@ class DenseScheduleConfig(FrozenModel):
     (``dense_update: local``; the count is the optimizer's, kept in a pass): a linear warm-up over
     ``warmup_steps``, then ``kind``'s decay over the ``s`` steps after it (:mod:`tables.dense_optimizer`)."""
 
-    kind: ScheduleKind = ScheduleKind.LINEAR
-    warmup_steps: int = Field(0, ge=0)
-    decay_steps: int = Field(ge=1)
-    end_factor: float = Field(0.0, ge=0.0, le=1.0)  # linear: the lr's multiple from decay_steps on
+    kind: ScheduleKind = Field(ScheduleKind.LINEAR,
+                               description="`linear`: from 1 to `end_factor` over `decay_steps`; `inverse_sqrt`: "
+                                           "halved after 3 x `decay_steps`.")
+    warmup_steps: int = Field(0, ge=0, description="Steps of linear warm-up from 0 to the full lr.")
+    decay_steps: int = Field(ge=1, description="Steps the decay spans after the warm-up.")
+    end_factor: float = Field(0.0, ge=0.0, le=1.0, description="linear: the lr's multiple from `decay_steps` on.")
 
     def factor(self, step: int) -> float:
         """The lr's multiple at optimizer step ``step`` (1 for the first)."""
@@ -166,13 +187,17 @@ class DenseScheduleConfig(FrozenModel):
 
 
 class SlotSpec(FrozenModel):
-    name: str = Field(min_length=1)
-    dim: int | None = Field(None, ge=1, le=512)  # None: the model's embedding_dim
-    pooling: Pooling = Pooling.SUM
-    tower: Tower = Tower.USER
-    # this slot's rows in a table of their own (``emb{dim}.{name}``) with this update rule, not the model's
-    # sparse_optimizer: e.g. a two_tower user id whose interests drift (Adam's steps do not decay)
-    optimizer: OptimizerConfig | None = None
+    name: str = Field(min_length=1, description="The schema slot (or the history slot) this input reads.")
+    dim: int | None = Field(None, ge=1, le=512,
+                            description="The slot's embedding width; left out, the model's `embedding_dim`.")
+    pooling: Pooling = Field(Pooling.SUM,
+                             description="How a list slot's embeddings become one: `sum`, `mean` or `attention` "
+                                         "(two_tower user tower only).")
+    tower: Tower = Field(Tower.USER, description="two_tower only: the tower this slot feeds.")
+    # e.g. a two_tower user id whose interests drift (Adam's steps do not decay)
+    optimizer: OptimizerConfig | None = Field(
+        None, description="An update rule of the slot's own, its rows in their own table `emb{dim}.{name}`; left out, "
+                          "`sparse_optimizer`.")
 
 
 # two_tower's defaults, measured with bench/retrieval.py's data trained in-process (recall@10, planted
@@ -220,28 +245,43 @@ WIDE_DEEP_DEFAULTS: dict[str, Any] = {
 
 
 class ModelConfig(FrozenModel):
-    type: ModelType = ModelType.WIDE_DEEP
-    slots: tuple[SlotSpec, ...] = Field(min_length=1)
-    n_dense: int = Field(13, ge=0)  # dense inputs, log1p(max(x, 0))-transformed when dense_log1p
-    dense_log1p: bool = True
-    embedding_dim: int = Field(8, ge=1, le=512)
-    mlp: tuple[int, ...] = (400, 400, 400)
-    tower_dim: int = Field(32, ge=1)  # two-tower output vector size
-    dense_optimizer: OptimizerConfig = DEFAULT_DENSE_OPTIMIZER
-    sparse_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.05)
+    type: ModelType = Field(ModelType.WIDE_DEEP,
+                            description="`lr`, `wide_deep`, `deepfm` or `two_tower`; each type has its own defaults "
+                                        "for what its section leaves out.")
+    slots: tuple[SlotSpec, ...] = Field(min_length=1,
+                                        description="The model's sparse inputs, each naming a schema slot.")
+    n_dense: int = Field(13, ge=0,
+                         description="Dense inputs; left out in the root YAML, the schema's dense field count.")
+    dense_log1p: bool = Field(True, description="Each dense input x enters as log1p(max(x, 0)).")
+    embedding_dim: int = Field(8, ge=1, le=512,
+                               description="Embedding width of the slots that set no `dim` of their own.")
+    mlp: tuple[int, ...] = Field((400, 400, 400),
+                                 description="Hidden layer sizes of the MLP (two_tower: of each tower; empty: linear).")
+    tower_dim: int = Field(32, ge=1, description="two_tower: the size of the user and item vectors.")
+    dense_optimizer: OptimizerConfig = Field(
+        DEFAULT_DENSE_OPTIMIZER, description="Update rule of the dense (MLP) weights.")
+    sparse_optimizer: OptimizerConfig = Field(
+        OptimizerConfig(kind="adagrad", lr=0.05), description="Update rule of the embedding rows.")
     # adagrad, not ftrl: ftrl's beta=1 swamps the small per-id gradients of a mean loss. lr 0.01, not 0.05:
     # an id's first adagrad step is lr whatever its gradient, and most ids are rare, so 0.05 overfits them
     # (bench/auc_sweep.py, bench/train.py's data: test AUC 0.7096-0.7101 at 0.05, 0.7103-0.7118 at 0.01)
     # (these optimizer and init defaults are lr's; wide_deep/deepfm: WIDE_DEEP_DEFAULTS; two_tower: TWO_TOWER_DEFAULTS)
-    wide_optimizer: OptimizerConfig = OptimizerConfig(kind="adagrad", lr=0.01)
-    init_scale: float = Field(0.01, ge=0.0)  # embedding initializer: uniform [-s, s]
-    # wide_deep/deepfm: the logit layer's starting bias, the log-odds of the expected click rate (0: p = 0.5)
-    output_bias: float = Field(0.0, ge=-20.0, le=20.0)
-    dense_merge: DenseMerge = DenseMerge.SUM
-    dense_average: DenseAverageConfig | None = None  # None: evaluate and export the raw dense weights
-    dense_schedule: DenseScheduleConfig | None = None  # None: the dense optimizer's lr throughout
-    retrieval: RetrievalConfig = RetrievalConfig()  # two_tower only
-    seed: int = Field(0, ge=0)
+    wide_optimizer: OptimizerConfig = Field(OptimizerConfig(kind="adagrad", lr=0.01),
+                                            description="Update rule of the wide (per-id linear) weights.")
+    init_scale: float = Field(0.01, ge=0.0,
+                              description="New embedding rows start uniform in [-init_scale, init_scale].")
+    output_bias: float = Field(0.0, ge=-20.0, le=20.0,
+                               description="wide_deep/deepfm: the logit's starting bias, the log-odds of the expected "
+                                           "click rate (0: p = 0.5).")
+    dense_merge: DenseMerge = Field(DenseMerge.SUM,
+                                    description="`dense_update: local` with several workers: a worker's dense change "
+                                                "enters the PS whole (`sum`) or averaged (`mean`).")
+    dense_average: DenseAverageConfig | None = Field(
+        None, description="Evaluate and export a moving average of the dense weights; left out, the raw weights.")
+    dense_schedule: DenseScheduleConfig | None = Field(
+        None, description="The dense optimizer's lr over the steps (warm-up, then decay); left out, a constant lr.")
+    retrieval: RetrievalConfig = Field(RetrievalConfig(), description="two_tower only: how the towers learn retrieval.")
+    seed: int = Field(0, ge=0, description="Seed of the initial rows and weights.")
 
     @model_validator(mode="before")
     @classmethod

@@ -38,10 +38,13 @@ class ClientConfig(FrozenModel):
     A request to one shard carries at most ``max_keys_per_request`` keys (bigger ones are
     split) and a dense part at most ``max_dense_elements`` (a bigger one is refused)."""
 
-    timeout_s: float = Field(10.0, gt=0.0)
-    retries: int = Field(2, ge=0, le=100)
-    max_keys_per_request: int = Field(1 << 17, ge=1, le=1 << 24)
-    max_dense_elements: int = Field(1 << 22, ge=1, le=1 << 28)
+    timeout_s: float = Field(10.0, gt=0.0, description="Seconds each attempt of a request waits for a shard's answer.")
+    retries: int = Field(2, ge=0, le=100, description="Times a request is sent again after a timeout.")
+    max_keys_per_request: int = Field(1 << 17, ge=1, le=1 << 24,
+                                      description="Most keys one request to one shard carries; a bigger request is "
+                                                  "split.")
+    max_dense_elements: int = Field(1 << 22, ge=1, le=1 << 28,
+                                    description="Most dense elements one request carries; a bigger one is refused.")
 
 
 class AuthConfig(FrozenModel):

@@ -34,59 +34,77 @@ class IndexSettings(FrozenModel):
     """The Faiss item index: exact ``flat``, ``ivf`` (trained on the base's items) or ``hnsw``
     (rebuilt whole on every item change: it cannot remove ids)."""
 
-    kind: Literal["flat", "ivf", "hnsw"] = "flat"
-    nlist: int = Field(1024, ge=1)
-    nprobe: int = Field(16, ge=1)
-    hnsw_m: int = Field(32, ge=4, le=128)
-    hnsw_ef_search: int = Field(64, ge=1)
-    # IVF: retrain (background rebuild, then swap) once this fraction of items changed since training
-    rebuild_fraction: float = Field(0.25, gt=0.0)
+    kind: Literal["flat", "ivf", "hnsw"] = Field(
+        "flat", description="`flat` (exact), `ivf` (trained on the base bundle's items) or `hnsw` (rebuilt whole on "
+                            "every item change).")
+    nlist: int = Field(1024, ge=1, description="ivf: the number of clusters.")
+    nprobe: int = Field(16, ge=1, description="ivf: the clusters searched per query.")
+    hnsw_m: int = Field(32, ge=4, le=128, description="hnsw: the neighbours per node.")
+    hnsw_ef_search: int = Field(64, ge=1, description="hnsw: the candidate list's size per query.")
+    rebuild_fraction: float = Field(0.25, gt=0.0,
+                                    description="ivf: retrain in the background, then swap, once this fraction of the "
+                                                "items changed since training.")
 
 
 class ReadThroughSettings(FrozenModel):
     """Optional live path to the PS shards: read-through for embedding lookups and the item vectors
     of changed and new items refreshed in the index between bundles (service.live_items)."""
 
-    endpoints: list[str] = Field(min_length=1)  # the shards, in shard order (tcp://host:port)
-    timeout_s: float = Field(0.05, gt=0.0)  # past this a lookup serves the bundle's rows
-    secret_file: str | None = None  # the shards' HMAC secret, when they require one
-    # the live path (service.live_items): changed items' vectors refreshed in the index between bundles
-    live_items: bool = True
-    items_interval_s: float = Field(0.1, gt=0.0)  # how often the shards' changed-keys logs are read
-    items_batch: int = Field(4096, ge=1)  # items re-embedded and swapped into the index at once
-    changes_limit: int = Field(65536, ge=1, le=1 << 18)  # keys read per shard per poll
+    endpoints: list[str] = Field(min_length=1,
+                                 description="The shards in shard order (tcp://host:port); under `up`, the shards it "
+                                             "starts.")
+    timeout_s: float = Field(0.05, gt=0.0,
+                             description="Seconds a lookup waits for the shards before it serves the bundle's rows.")
+    secret_file: str | None = Field(None, description="File holding the shards' HMAC secret, when they require one.")
+    live_items: bool = Field(True,
+                             description="Refresh the vectors of changed and new items in the index between bundles.")
+    items_interval_s: float = Field(0.1, gt=0.0, description="Seconds between reads of the shards' changed-key logs.")
+    items_batch: int = Field(4096, ge=1, description="Items re-embedded and written into the index at once.")
+    changes_limit: int = Field(65536, ge=1, le=1 << 18, description="Changed keys read per shard per poll.")
 
 
 class LimitSettings(FrozenModel):
-    max_ids: int = Field(10_000, ge=1)
-    max_k: int = Field(1000, ge=1)
-    max_instances: int = Field(1000, ge=1)
-    max_body_bytes: int = Field(8 << 20, ge=1024)
-    body_timeout_s: float = Field(10.0, gt=0.0)  # each part of a request body must arrive within this
-    max_connections: int = Field(1000, ge=1)  # open connections at once; past this new ones get 503
+    max_ids: int = Field(10_000, ge=1, description="Most ids or values one lookup request may carry.")
+    max_k: int = Field(1000, ge=1, description="The largest `k` a request may ask for.")
+    max_instances: int = Field(1000, ge=1, description="Most instances one predict request may carry.")
+    max_body_bytes: int = Field(8 << 20, ge=1024, description="The largest request body accepted, in bytes.")
+    body_timeout_s: float = Field(10.0, gt=0.0,
+                                  description="Each part of a request body must arrive within this many seconds.")
+    max_connections: int = Field(1000, ge=1, description="Open connections at once; past this, new ones get 503.")
 
 
 class ServiceSettings(FrozenModel):
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, lt=65536)
-    exports_dir: str
-    poll_seconds: float = Field(2.0, gt=0.0)  # how often the export watcher looks for new bundles
-    admin_token_env: str = "STREAMREC_ADMIN_TOKEN"
-    admin_token: str = ""  # filled from admin_token_env by load_settings; empty: admin API disabled
-    job_control: str | None = None  # the training job's control endpoint (tcp://host:port)
-    # or: the control.json the chief trainer writes under train.checkpoint_dir, re-read on every
-    # call, so the link follows whichever trainer holds rank 0 (leased ranks on Kubernetes)
-    job_control_file: str | None = None
-    job_timeout_s: float = Field(10.0, gt=0.0)
-    # the cluster secret (the PS shards' HMAC key) when the job's control socket requires signed
-    # requests: it does whenever the trainers have one, and always off loopback
-    job_secret_file: str | None = None
-    index: IndexSettings = IndexSettings()
-    read_through: ReadThroughSettings | None = None
-    limits: LimitSettings = LimitSettings()
-    # a user none of whose ids has a row: the bundle's most liked items lately (service.cold_start),
-    # or the towers' vector of nothing ("model")
-    cold_start: Literal["popular", "model"] = "popular"
+    host: str = Field("127.0.0.1",
+                      description="Address the API binds; anything but loopback needs a non-default admin token.")
+    port: int = Field(8080, ge=0, lt=65536, description="Port the API listens on.")
+    exports_dir: str = Field(description="Where the service looks for inference bundles: a path, a `file://` or an "
+                                         "`s3://` URL.")
+    poll_seconds: float = Field(2.0, gt=0.0, description="Seconds between looks for a new bundle.")
+    admin_token_env: str = Field("STREAMREC_ADMIN_TOKEN",
+                                 description="The environment variable holding the admin API's bearer token (never "
+                                             "the YAML).")
+    admin_token: str = Field("",
+                             description="Filled from `admin_token_env` when loaded, never from the file; empty: the "
+                                         "admin API is off.")
+    job_control: str | None = Field(None,
+                                    description="The training job's control endpoint (tcp://host:port), for the admin "
+                                                "API.")
+    job_control_file: str | None = Field(None,
+                                         description="Or: the `control.json` the chief writes under "
+                                                     "`train.checkpoint_dir`, re-read on every call so it follows "
+                                                     "whichever trainer holds rank 0.")
+    job_timeout_s: float = Field(10.0, gt=0.0, description="Seconds a call to the job's control endpoint may take.")
+    job_secret_file: str | None = Field(None,
+                                        description="File holding the cluster secret that signs job-control requests, "
+                                                    "needed when the trainers have one and always off loopback.")
+    index: IndexSettings = Field(IndexSettings(), description="The Faiss item index.")
+    read_through: ReadThroughSettings | None = Field(
+        None, description="The live path to the PS shards (read-through lookups, live item vectors); left out, "
+                          "bundles only.")
+    limits: LimitSettings = Field(LimitSettings(), description="Request size and connection limits.")
+    cold_start: Literal["popular", "model"] = Field(
+        "popular", description="A user none of whose ids has a row gets the items most liked lately (`popular`) or "
+                               "the towers' vector of nothing (`model`).")
 
     @model_validator(mode="after")
     def _secure(self) -> ServiceSettings:

@@ -36,24 +36,43 @@ class KafkaConfig(FrozenModel):
     No ``bootstrap_servers`` means: start the embedded tansu broker (streaming.broker).
     """
 
-    bootstrap_servers: tuple[str, ...] = ()
-    topic: str = "events"
-    dead_letter_topic: str = "events.dead"
-    partitions: int = Field(default=4, ge=1)
-    replication_factor: int = Field(default=1, ge=1)
-    group_id: str = "streamrec-trainers"
-    batch_size: int = Field(default=4096, ge=1)
-    batch_timeout_ms: int = Field(default=200, ge=1)
-    max_message_bytes: int = Field(default=65536, ge=64)
+    bootstrap_servers: tuple[str, ...] = Field(
+        (), description="Kafka brokers as host:port; empty: `streamrec up` starts the embedded broker.")
+    topic: str = Field("events", description="Topic the records are read from.")
+    dead_letter_topic: str = Field("events.dead",
+                                   description="Topic that receives the records that could not be parsed.")
+    partitions: int = Field(default=4, ge=1,
+                            description="Partitions of the topic when streamrec creates it; trainer r reads the "
+                                        "partitions p % workers == r.")
+    replication_factor: int = Field(default=1, ge=1, description="Replication factor of the topics streamrec creates.")
+    group_id: str = Field("streamrec-trainers",
+                          description="Consumer group the chief commits the trainers' offsets to after each pass, so "
+                                      "Kafka's lag tools show the lag.")
+    batch_size: int = Field(default=4096, ge=1, description="Most records one poll returns.")
+    batch_timeout_ms: int = Field(default=200, ge=1,
+                                  description="Longest a poll waits to fill `batch_size` while records are still "
+                                              "arriving.")
+    max_message_bytes: int = Field(default=65536, ge=64,
+                                   description="Largest record accepted; a longer one is rejected as oversized.")
     # The group join waits for this rebalance timeout; keep it short for small clusters and tests.
-    max_poll_interval_ms: int = Field(default=30000, ge=1000)
-    session_timeout_ms: int = Field(default=10000, ge=1000)
-    compression: Literal["none", "gzip", "lz4", "zstd"] = "gzip"
-    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
-    sasl_mechanism: SaslMechanism | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
+    max_poll_interval_ms: int = Field(default=30000, ge=1000,
+                                      description="Kafka's max.poll.interval.ms, also the rebalance timeout a group "
+                                                  "join waits for.")
+    session_timeout_ms: int = Field(default=10000, ge=1000,
+                                    description="Kafka's session.timeout.ms: a consumer silent this long leaves the "
+                                                "group.")
+    compression: Literal["none", "gzip", "lz4", "zstd"] = Field(
+        "gzip", description="Compression of the records streamrec produces.")
+    security_protocol: SecurityProtocol = Field(
+        SecurityProtocol.PLAINTEXT, description="Kafka security protocol; a SASL one needs `sasl_mechanism`.")
+    sasl_mechanism: SaslMechanism | None = Field(
+        None, description="SASL mechanism; the user and password come from STREAMREC_KAFKA_SASL_USERNAME and "
+                          "_PASSWORD.")
+    ssl_cafile: str | None = Field(None, description="CA certificate file that verifies the brokers.")
+    ssl_certfile: str | None = Field(None, description="Client certificate file.")
+    ssl_keyfile: str | None = Field(None,
+                                    description="Client private key file (its password comes from "
+                                                "STREAMREC_KAFKA_SSL_PASSWORD).")
 
     @model_validator(mode="after")
     def _check(self) -> KafkaConfig:

@@ -38,17 +38,22 @@ class OptimizerConfig(FrozenModel):
     keys were summed.
     """
 
-    kind: Literal["sgd", "adagrad", "adam", "ftrl"] = "adagrad"
-    lr: float = Field(0.05, gt=0.0)
-    l2: float = Field(0.0, ge=0.0)
-    grad_clip: float | None = Field(None, gt=0.0)
-    eps: float = Field(1e-8, gt=0.0)
-    initial_accumulator: float = Field(0.0, ge=0.0)  # adagrad
-    accumulator: Literal["row", "element"] = "row"  # adagrad on sparse tables, see above
-    beta1: float = Field(0.9, ge=0.0, lt=1.0)  # adam
-    beta2: float = Field(0.999, ge=0.0, lt=1.0)  # adam
-    ftrl_beta: float = Field(1.0, ge=0.0)  # ftrl
-    l1: float = Field(0.0, ge=0.0)  # ftrl
+    kind: Literal["sgd", "adagrad", "adam", "ftrl"] = Field(
+        "adagrad", description="Update rule: `sgd`, `adagrad`, `adam` or `ftrl` (FTRL-Proximal).")
+    lr: float = Field(0.05, gt=0.0, description="Learning rate.")
+    l2: float = Field(0.0, ge=0.0,
+                      description="L2 regularisation: adds l2 * w to the gradient (ftrl: in its closed form).")
+    grad_clip: float | None = Field(None, gt=0.0,
+                                    description="Clips each gradient element to [-grad_clip, grad_clip] once "
+                                                "duplicate keys are summed; left out, none.")
+    eps: float = Field(1e-8, gt=0.0, description="Added to the denominator of adagrad's and adam's step.")
+    initial_accumulator: float = Field(0.0, ge=0.0, description="adagrad: the accumulators' starting value.")
+    accumulator: Literal["row", "element"] = Field(
+        "row", description="adagrad on sparse tables: one accumulator per `row` or one per `element`.")
+    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="adam: the first moment's decay.")
+    beta2: float = Field(0.999, ge=0.0, lt=1.0, description="adam: the second moment's decay.")
+    ftrl_beta: float = Field(1.0, ge=0.0, description="ftrl: the beta of its per-coordinate learning rate.")
+    l1: float = Field(0.0, ge=0.0, description="ftrl: L1 regularisation strength.")
 
 
 # What a dense array runs unless its config names another (models, the PS client and shard agree).

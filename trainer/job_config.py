@@ -33,12 +33,20 @@ class DenseUpdate(StrEnum):
 class PassConfig(FrozenModel):
     """A pass ends every ``records`` records (over all workers) or ``seconds`` seconds, whichever first."""
 
-    records: int | None = Field(100_000, ge=1)
-    seconds: float | None = Field(None, gt=0.0)
-    base_every: int = Field(5, ge=1)  # K: sparse base every K passes (else deltas), shrink every K passes,
-    #                                   a full (base) bundle every K exports
-    keep: int = Field(3, ge=1)  # M: complete passes kept
-    export: bool = True
+    records: int | None = Field(100_000, ge=1,
+                                description="A pass ends after this many records over all workers, or after "
+                                            "`seconds`, whichever comes first; null: by time only.")
+    seconds: float | None = Field(None, gt=0.0,
+                                  description="A pass ends after this many seconds, or after `records`, whichever "
+                                              "comes first; null: by records only.")
+    base_every: int = Field(5, ge=1,
+                            description="Every this many passes a sparse base (else deltas) and a shrink, and every "
+                                        "this many exports a full bundle.")
+    keep: int = Field(3, ge=1, description="Complete passes kept; older ones are pruned.")
+    export: bool = Field(True, description="The chief exports an inference bundle after each committed pass.")
+    keep_bundles: int = Field(10, ge=1, description=(
+        "Inference bundles kept under export_dir: the newest N, plus the older ones their delta chains and "
+        "the running services still need (exports.retention); older ones are deleted after each export."))
 
     @model_validator(mode="after")
     def _check(self) -> PassConfig:
@@ -50,27 +58,39 @@ class PassConfig(FrozenModel):
 class JobConfig(FrozenModel):
     """The streaming training job (``streamrec train --config``)."""
 
-    records: SchemaConfig = SchemaConfig.criteo()  # record layout on the topic (before model: it checks against it)
-    model: ModelConfig
-    kafka: KafkaConfig = KafkaConfig()
-    passes: PassConfig = PassConfig()
-    dense_update: DenseUpdate = DenseUpdate.LOCAL
-    # async/geo: local merges the dense model every k steps, ps pulls it every k steps (sync: every step)
-    dense_sync_steps: int = Field(8, ge=1)
-    checkpoint_dir: str = "checkpoints"
-    export_dir: str = "exports"
-    metric_window: int = Field(100_000, ge=1)  # records per progressive-validation window
-    control_endpoint: str = "tcp://127.0.0.1:0"  # chief's job-control socket
-    prefetch_pull: bool = True  # async mode: pull the next batch's rows while this one computes
-    # records per training step, whatever the size of Kafka's polls (trainer.minibatch): big polls
-    # are split, small ones joined. 256: holdout AUC as with batches of 50 (tests/trainer/test_minibatch_quality.py)
-    batch_size: int = Field(256, ge=1, le=1 << 20)
-    # updates per mini-batch: a repeat learns from the same records once more (the one pass of a stream, reread)
-    steps_per_batch: int = Field(1, ge=1, le=8)
-    # a mini-batch not full yet waits at most this long for more polls (an empty poll sends it at once)
-    batch_wait_ms: int = Field(500, ge=0)
-    # each worker's /metrics (trainer.trainer_metrics); host None: the control endpoint's; `--metrics-port` overrides
-    metrics: MetricsConfig = MetricsConfig()
+    # before model: the model is checked against it
+    records: SchemaConfig = Field(SchemaConfig.criteo(), description="The record layout on the topic.")
+    model: ModelConfig = Field(description="What is trained: the model type, its slots, sizes and optimizers.")
+    kafka: KafkaConfig = Field(KafkaConfig(), description="Where the records come from and how they are batched.")
+    passes: PassConfig = Field(PassConfig(), description="When a pass ends and what it keeps.")
+    dense_update: DenseUpdate = Field(DenseUpdate.LOCAL,
+                                      description="Who runs the dense optimizer: `local` (each worker, merging "
+                                                  "through the PS) or `ps` (the shards, on the gradients every worker "
+                                                  "pushes).")
+    dense_sync_steps: int = Field(8, ge=1,
+                                  description="async/geo: `local` merges the dense model and `ps` pulls it every this "
+                                              "many steps (sync: every step).")
+    checkpoint_dir: str = Field("checkpoints",
+                                description="Root of the pass checkpoints: a path, a `file://` or an `s3://` URL.")
+    export_dir: str = Field("exports",
+                            description="Root of the exported inference bundles: a path, a `file://` or an `s3://` "
+                                        "URL.")
+    metric_window: int = Field(100_000, ge=1, description="Records per progressive-validation (AUC) window.")
+    control_endpoint: str = Field("tcp://127.0.0.1:0",
+                                  description="The chief's job-control socket (tcp://host:port; port 0: a free one).")
+    prefetch_pull: bool = Field(True, description="async mode: pull the next batch's rows while this one computes.")
+    # 256: holdout AUC as with batches of 50 (tests/trainer/test_minibatch_quality.py)
+    batch_size: int = Field(256, ge=1, le=1 << 20,
+                            description="Records per training step whatever the size of Kafka's polls: big polls are "
+                                        "split, small ones joined.")
+    steps_per_batch: int = Field(1, ge=1, le=8,
+                                 description="Updates per mini-batch: a repeat learns from the same records once more.")
+    batch_wait_ms: int = Field(500, ge=0,
+                               description="A mini-batch not yet full waits at most this long for more polls (an "
+                                           "empty poll sends it at once).")
+    metrics: MetricsConfig = Field(MetricsConfig(),
+                                   description="Where each worker serves its Prometheus `/metrics` (`--metrics-port` "
+                                               "overrides the port).")
 
     @field_validator("model", mode="before")
     @classmethod
