@@ -101,7 +101,8 @@ class TableBudget:
 
     def make_room(self, uniq: np.ndarray, rows: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, int | None]:
         """Under the lock, before ``new`` (indices into ``uniq``) get rows: evict the coldest
-        rows (evict mode; ``rows`` is looked up again) and/or keep only the new ids that fit.
+        rows, never one of ``uniq``'s (evict mode; ``rows`` is looked up again after each
+        eviction, which moves rows) and/or keep only the new ids that fit.
         Returns the new ids that get rows and the row limit their growth is capped at."""
         budget, _ = self.in_force()
         if budget is None:
@@ -118,11 +119,12 @@ class TableBudget:
             for _ in range(4):  # again when the evictions' tombstones lowered the limit
                 if not self._evict_coldest(want, protected=rows[rows >= 0]):
                     break
+                # an eviction fills its holes with the last rows: the push's rows are found again
+                hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
                 limit = rows_within(budget, row_bytes, reserved_fixed_bytes(st, budget))
                 want = st.rows.n + m - limit
                 if want <= 0:
                     break
-            hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
         take = max(0, min(m, limit - st.rows.n))
         if take < m:
             t.counters["refused_by_budget"] += m - take
