@@ -18,6 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render.add_argument("--out", required=True, help="directory to write into")
     render.add_argument("--base", help="relative checkpoint/export paths resolve here (default: current directory)")
     render.set_defaults(func=run_render)
+    docs = sub.add_parser("docs", help="print docs/configuration.md, generated from the config models")
+    docs.add_argument("--write", metavar="PATH", help="write it to PATH instead (e.g. docs/configuration.md)")
+    docs.set_defaults(func=run_docs)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -35,4 +38,17 @@ def run_render(args: argparse.Namespace) -> int:
     base = Path(args.base).resolve() if args.base else Path.cwd()
     for name, path in write_role_files(config, Path(args.out), base=base).items():
         print(f"{name}: {path}")
+    return 0
+
+
+def run_docs(args: argparse.Namespace) -> int:
+    from core.atomic_files import write_bytes
+    from launcher.config_docs import render
+
+    text = render()
+    if args.write is None:
+        print(text, end="")
+    else:
+        write_bytes(Path(args.write), [text.encode()])
+        print(f"configuration reference: {args.write}")
     return 0
