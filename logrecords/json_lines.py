@@ -172,8 +172,11 @@ class JsonLinesParser:
 
         event_time = None
         if s.event_time is not None:
-            event_time, bad = _numbers([d.get(s.event_time) for d in docs])
-            bad |= np.isinf(event_time)  # 1e400 parses as inf: a time no freshness figure can use
+            col = [d.get(s.event_time) for d in docs]
+            event_time, bad = _numbers(col)
+            given = np.fromiter((v is not None for v in col), dtype=bool, count=n)
+            # NaN and Infinity literals, and 1e400 parsed as inf: times no freshness figure can use (absent is NaN)
+            bad |= given & ~np.isfinite(event_time)
             event_time[bad] = np.nan
             self._flag(reasons, bad, RejectReason.SCHEMA,
                        f"field '{s.event_time}': event time must be a finite number")
