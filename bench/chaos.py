@@ -63,14 +63,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-# Run as a script, bench/ comes first on sys.path and bench/tables.py would shadow the tables package.
-_REPO = Path(__file__).resolve().parent.parent
-sys.path[:] = [str(_REPO)] + [p for p in sys.path if Path(p or ".").resolve() != _REPO / "bench"]
+import numpy as np
+import yaml
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
-
-from bench.chaos_parts import (  # noqa: E402
+from bench import REPO
+from bench.chaos_parts import (
     PassWatcher,
     ProcessLedger,
     ServiceProbe,
@@ -79,15 +76,15 @@ from bench.chaos_parts import (  # noqa: E402
     run_pids,
     service_errors,
 )
-from core.errors import StreamrecError  # noqa: E402
-from launcher.launch import free_ports  # noqa: E402
-from launcher.system_config import load_config, resolve_root  # noqa: E402
-from launcher.up_kafka import TopicEnd  # noqa: E402
-from logrecords.generator import USER_SLOT, PlantedModel  # noqa: E402
-from logrecords.sample_encoding import write_dataset  # noqa: E402
-from ps.auth import read_secret  # noqa: E402
-from ps.client import PSClient  # noqa: E402
-from ps.ps_config import ClientConfig  # noqa: E402
+from core.errors import StreamrecError
+from launcher.launch import free_ports
+from launcher.system_config import load_config, resolve_root
+from launcher.up_kafka import TopicEnd
+from logrecords.generator import USER_SLOT, PlantedModel
+from logrecords.sample_encoding import write_dataset
+from ps.auth import read_secret
+from ps.client import PSClient
+from ps.ps_config import ClientConfig
 
 VICTIMS = ("shard", "chief", "trainer", "service")
 STARTUP_S = 60.0  # records in the file for `up` to start before the kill window
@@ -142,7 +139,7 @@ class Run:
                 "--replay-rate", f"{self.args.rate:g}"]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                         cwd=_REPO)
+                                         cwd=REPO)
         self.ledger.pids.add(self.proc.pid)
         self.ledger.groups.add(self.proc.pid)
 

@@ -60,22 +60,18 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-# Run as a script, bench/ comes first on sys.path and bench/tables.py would shadow the tables package.
-_REPO = Path(__file__).resolve().parent.parent
-sys.path[:] = [str(_REPO)] + [p for p in sys.path if Path(p or ".").resolve() != _REPO / "bench"]
+import numpy as np
+import yaml
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
-
-from bench import role_cpu  # noqa: E402
-from bench.recommend_probe import Answer, MarkerProbes, Probe  # noqa: E402
-from bench.recommend_probe import K as RECOMMEND_K  # noqa: E402
-from launcher.launch import free_ports  # noqa: E402
-from logrecords.hashing import hash_strings  # noqa: E402
-from logrecords.schema_config import SchemaConfig  # noqa: E402
-from streaming.connection import client_options  # noqa: E402
-from streaming.kafka_config import KafkaConfig  # noqa: E402
-from streaming.producer import RecordProducer  # noqa: E402
+from bench import REPO, role_cpu
+from bench.recommend_probe import Answer, MarkerProbes, Probe
+from bench.recommend_probe import K as RECOMMEND_K
+from launcher.launch import free_ports
+from logrecords.hashing import hash_strings
+from logrecords.schema_config import SchemaConfig
+from streaming.connection import client_options
+from streaming.kafka_config import KafkaConfig
+from streaming.producer import RecordProducer
 
 TARGET_ROW_P95_S = 1.0
 TARGET_ITEM_P95_S = 2.0
@@ -145,8 +141,7 @@ def start_source(kafka: KafkaConfig, events: Path, rate: float, duration_s: floa
     fd, path = tempfile.mkstemp(suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(spec, f)
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "rate_source.py"), path],
-                            stdout=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "bench.rate_source", path], stdout=subprocess.PIPE, cwd=REPO)
 
 
 def stop_source(proc: subprocess.Popen) -> dict[str, Any] | None:
@@ -182,8 +177,7 @@ def serve_load(api: str, concurrency: int, duration_s: float) -> subprocess.Pope
     fd, path = tempfile.mkstemp(suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(spec, f)
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "http_load.py"), path],
-                            stdout=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "bench.http_load", path], stdout=subprocess.PIPE, cwd=REPO)
 
 
 def _recommend(api: str, user: str, field: str) -> Answer | None:

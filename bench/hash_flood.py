@@ -11,23 +11,18 @@ For 5k/10k/20k/40k ids, in the same run:
   crafted vs random, and the longest probe run in its index.
 
 Target: the keyed ratio crafted/random close to 1x, not growing per doubling.
-Run: ``python bench/hash_flood.py [--sizes 5000,10000,20000,40000] [--repeats 3] [--json]``.
+Run: ``python -m bench.hash_flood [--sizes 5000,10000,20000,40000] [--repeats 3] [--json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from core.kernel_cache import kernel
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tables import hashmap
 from tables.sparse_table import SparseTable
 from tables.table_config import OptimizerConfig, TableConfig

@@ -48,8 +48,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 # run as a script, bench/ comes first on the path and its tables.py would shadow the package
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench import REPO
 from exports.item_catalog import ItemCatalog
 from exports.raw_records import RecordHasher
 from launcher.launch import free_ports
@@ -65,7 +64,6 @@ from tables.id_rows_kernels import ring_unroll
 from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
 
-REPO = Path(__file__).resolve().parents[1]
 LENGTH = 50
 USER, ITEM = np.uint64(0 << 56), np.uint64(1 << 56)
 MODEL = {"type": "two_tower", "slots": [{"name": "user", "tower": "user"},

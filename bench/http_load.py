@@ -2,7 +2,7 @@
 flight per connection). Much lighter than an HTTP client library, so on a small machine the
 server, not the generator, is what gets measured.
 
-Run as a process: ``python bench/http_load.py SPEC.json`` prints one JSON object. SPEC:
+Run as a process: ``python -m bench.http_load SPEC.json`` prints one JSON object. SPEC:
 ``{"host", "port", "concurrency", "duration", "warmup", "requests": [[method, path, body|null], ...]}``
 (requests are cycled; each connection starts at its own offset); ``"raw": true`` adds every
 request's wall-clock start and latency.
@@ -10,10 +10,11 @@ request's wall-clock start and latency.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,13 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Closed-loop HTTP/1.1 load: prints one JSON object.")
+    ap.add_argument("spec", type=Path, help="the load's JSON SPEC (see the module docstring)")
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(run(json.loads(args.spec.read_text())))))
+    return 0
+
+
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(json.dumps(asyncio.run(run(json.load(f)))))
+    raise SystemExit(main())

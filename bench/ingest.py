@@ -31,32 +31,27 @@ per format.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
 
-# Run as a script, bench/ comes first on sys.path and bench/tables.py would shadow the tables package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import numpy as np
+from kafka import KafkaConsumer, TopicPartition
 
-import io  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-
-import numpy as np  # noqa: E402
-from kafka import KafkaConsumer, TopicPartition  # noqa: E402
-
-from logrecords.criteo import CriteoParser  # noqa: E402
-from logrecords.generator import PlantedModel  # noqa: E402
-from logrecords.parsers import Parser, make_parser  # noqa: E402
-from logrecords.sample_encoding import criteo_lines  # noqa: E402
-from logrecords.schema_config import SchemaConfig  # noqa: E402
-from streaming.broker import EmbeddedBroker  # noqa: E402
-from streaming.connection import client_options  # noqa: E402
-from streaming.consumer import Membership, StreamConsumer  # noqa: E402
-from streaming.kafka_config import KafkaConfig  # noqa: E402
-from streaming.producer import RecordProducer  # noqa: E402
-from streaming.topics import ensure_topics  # noqa: E402
+from logrecords.criteo import CriteoParser
+from logrecords.generator import PlantedModel
+from logrecords.parsers import Parser, make_parser
+from logrecords.sample_encoding import criteo_lines
+from logrecords.schema_config import SchemaConfig
+from streaming.broker import EmbeddedBroker
+from streaming.connection import client_options
+from streaming.consumer import Membership, StreamConsumer
+from streaming.kafka_config import KafkaConfig
+from streaming.producer import RecordProducer
+from streaming.topics import ensure_topics
 
 BATCH = 8192
 RATIO_TARGET = 0.9

@@ -13,9 +13,9 @@ call, interleaved, so a burst of load on the shared machine hits both alike; the
 pull p50 / echo p50 is the figure to watch (target <= 1.5). ``--auth`` runs everything with
 signed requests (the shards get a secret, as under ``streamrec up``).
 
-    python bench/ps.py            # human table with ratios
-    python bench/ps.py --json     # one JSON object
-    python bench/ps.py --auth     # signed requests (HMAC auth frame, replay window)
+    python -m bench.ps            # human table with ratios
+    python -m bench.ps --json     # one JSON object
+    python -m bench.ps --auth     # signed requests (HMAC auth frame, replay window)
 """
 
 from __future__ import annotations
@@ -36,14 +36,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from launcher.launch import free_ports  # noqa: E402
-from ps.client import PSClient  # noqa: E402
-from ps.ps_config import ClientConfig  # noqa: E402
-from tables.sparse_table import SparseTable  # noqa: E402
-from tables.table_config import OptimizerConfig, TableConfig  # noqa: E402
+from bench import REPO
+from launcher.launch import free_ports
+from ps.client import PSClient
+from ps.ps_config import ClientConfig
+from tables.sparse_table import SparseTable
+from tables.table_config import OptimizerConfig, TableConfig
 
 DIM, BATCH, SMALL, UNIVERSE = 16, 65536, 100, 1 << 21
 TARGETS = {"pull_keys_per_s": 5e6, "push_keys_per_s": 3e6, "small_pull_p50_us": 150.0, "redis_ratio": 5.0,

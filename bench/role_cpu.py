@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 _TICK = os.sysconf("SC_CLK_TCK")
 ROLES = (("tansu", "broker"), ("cli.main train", "trainer"), ("cli.main shard", "shard"),
-         ("cli.main serve", "service"), ("cli.main generate", "generator"), ("rate_source.py", "source"),
-         ("http_load.py", "serve load"), ("cli.main up", "up"))
+         ("cli.main serve", "service"), ("cli.main generate", "generator"), ("bench.rate_source", "source"),
+         ("bench.http_load", "serve load"), ("cli.main up", "up"))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ item slot) and the p99 runs are repeated while a pusher changes N rows a second 
 against a second one on the same bundle without the live path (the pass-bundle path), taking
 turns (--rounds each, medians): the ratio is what the live path costs serving while updates
 flow (the pushes load the machine for both).
-Run: ``python bench/serve.py [--items 1000000] [--rows 10000000] [--live-rate 20000] [--json]``
+Run: ``python -m bench.serve [--items 1000000] [--rows 10000000] [--live-rate 20000] [--json]``
 (with --json the table goes to stderr and stdout holds one JSON object).
 """
 
@@ -34,9 +34,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import REPO
 
-HERE = Path(__file__).resolve().parent
 TOKEN = "bench-admin-token-0b9e"
 
 
@@ -144,7 +143,7 @@ def start(cmd: list[str], port: int, ready_path: str, timeout: float, env: dict[
           ) -> subprocess.Popen:
     import httpx
 
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -179,7 +178,7 @@ def load(port: int, requests: list[list[Any]], concurrency: int, duration: float
     fd, path = tempfile.mkstemp(suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(spec, f)
-    proc = subprocess.Popen([sys.executable, str(HERE / "http_load.py"), path], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "bench.http_load", path], stdout=subprocess.PIPE, cwd=REPO)
     if background:
         return proc
     return collect(proc)
@@ -340,7 +339,7 @@ def run(args: argparse.Namespace, work: Path, exports: Path, procs: list[subproc
     log(f"service ready in {time.perf_counter() - t0:.1f}s")
     wait_settled(port)  # the first bundle also loads into the standby side, after /readyz
     log(f"both store sides loaded after {time.perf_counter() - t0:.1f}s")
-    procs.append(start([sys.executable, __file__, "--bare-server", str(bare_port)], bare_port, "/bare", 120))
+    procs.append(start([sys.executable, "-m", "bench.serve", "--bare-server", str(bare_port)], bare_port, "/bare", 120))
 
     n_req = 4096
     users = rng.integers(1, args.rows + 1, (n_req, 1000))

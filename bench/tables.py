@@ -5,7 +5,7 @@ uniform and Zipf(1.1) keys over the stored ids. Reports pull/push keys/s of both
 ratio, resident bytes per row against the payload, and base save/load MB/s. And a stream of
 never-seen ids (--budget-rows rows, 100k-key pushes) into an unbudgeted table (it grows) vs
 tables full at a byte budget (evict: every push evicts the coldest; refuse), same run.
-Run: ``python bench/tables.py [--rows N] [--json]``.
+Run: ``python -m bench.tables [--rows N] [--json]``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tables.sparse_table import SparseTable
 from tables.table_config import EvictionConfig, OptimizerConfig, TableConfig

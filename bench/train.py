@@ -4,10 +4,11 @@ with 10M sparse rows.
 
 Data: one PlantedModel (seed 0) draws --train-rows training rows and then --test-rows test
 rows (the same hidden model, later events). Two references come from the hidden model
-(bench/auc_ceiling.py): the Bayes AUC (the true probabilities on the test rows) and the
+(:func:`make_planted`): the Bayes AUC (the true probabilities on the test rows) and the
 seen-id ceiling (the true logits without the ids that never occur in training: what a
-learner that knew every seen id's weight exactly would reach). Job: wide&deep, dim 9, MLP
-400-400-400, batch 512, Adam 1e-3, 1 shard, 2 workers (all configurable).
+learner that knew every seen id's weight exactly would reach; no learner knows an id it never
+saw, and one that saw an id a few times knows its weight less well, so the real bound is lower).
+Job: wide&deep, dim 9, MLP 400-400-400, batch 512, Adam 1e-3, 1 shard, 2 workers (all configurable).
 
 Baselines: bench/baselines/tf_wide_deep.py (the same model, one pass, same files; its
 sparse optimizer is in its output) runs in the TensorFlow virtualenv given by
@@ -44,7 +45,7 @@ synchronous commit, measured in the same run on the same shard) the whole save. 
 measured: when the background write completes (request -> SAVE_WAIT answer), and the p99 of
 10k-key pushes (random existing ids) while it runs, beside the same pushes with no save.
 
-Run: ``python bench/train.py [--train-rows N] [--baseline-python PATH] [--json]``.
+Run: ``python -m bench.train [--train-rows N] [--baseline-python PATH] [--json]``.
 """
 
 from __future__ import annotations
@@ -55,14 +56,15 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.auc_ceiling import make_planted
+from bench import REPO
 from bench.compute_limit import limit, matmul_gflops, mlp_flops_per_sample
+from logrecords.generator import ITEM_SLOT, N_SPARSE, USER_SLOT, PlantedModel, Sample, roc_auc
+from logrecords.sample_encoding import criteo_text
 
 QUOTED = {"tensorflow_ps": {"samples_per_s": "8.9k-9.9k", "test_auc": "0.762-0.764", "peak_rss_gb": "2.8"},
           "torchrec_2_ranks": {"samples_per_s": "14.5k", "test_auc": "0.7656", "peak_rss_gb": "6.8"}}
@@ -70,16 +72,84 @@ TARGETS = {"samples_per_s": 50_000, "peak_rss_mb": 1536, "pass_commit_stall_s": 
            "over_tensorflow_ps": 3.0, "compute_fraction": 0.70}
 
 
-ROOT = Path(__file__).resolve().parent.parent
-BASELINE_SCRIPT = ROOT / "bench" / "baselines" / "tf_wide_deep.py"
-TORCHREC_SCRIPT = ROOT / "bench" / "baselines" / "torchrec_wide_deep.py"
+BASELINE_SCRIPT = REPO / "bench" / "baselines" / "tf_wide_deep.py"
+TORCHREC_SCRIPT = REPO / "bench" / "baselines" / "torchrec_wide_deep.py"
+
+
+# ----------------------------------------------------------------------------- the data and its reference AUCs
+
+_CHUNK = 200_000
+
+
+@dataclass(frozen=True)
+class Planted:
+    """What the benchmark files hold, and the reference AUCs of their test rows."""
+
+    train: Path
+    test: Path
+    bayes_auc: float
+    seen_id_ceiling_auc: float
+    seen_id_ceiling_min10_auc: float  # ids seen at least 10 times in training
+
+
+def _write(path: Path, model: PlantedModel, rows: int) -> list[Sample]:
+    parts = []
+    with open(path, "wb") as f:
+        for start in range(0, rows, _CHUNK):
+            sample = model.sample(min(_CHUNK, rows - start))
+            f.write(criteo_text(sample)[0])
+            parts.append(sample)
+    return parts
+
+
+def _ranks(model: PlantedModel, slot: int, raw: np.ndarray) -> np.ndarray:
+    """Popularity ranks of raw ids (inverting the generator's per-slot scramble over the vocabulary)."""
+    all_raw = model.raw_ids(slot, np.arange(int(model.vocab[slot]), dtype=np.int64))
+    order = np.argsort(all_raw, kind="stable")
+    pos = np.minimum(np.searchsorted(all_raw[order], raw), order.shape[0] - 1)
+    return order[pos]
+
+
+def seen_id_ceiling(model: PlantedModel, train: list[Sample], test: Sample, min_count: int = 1) -> float:
+    """AUC of the true test logits without the terms of ids seen fewer than ``min_count`` times in ``train``."""
+    prob = np.clip(test.prob, 1e-15, 1 - 1e-15)
+    logit = np.log(prob) - np.log1p(-prob)
+    seen = np.zeros((len(test), N_SPARSE), np.bool_)
+    for s in range(N_SPARSE):
+        ids, counts = np.unique(np.concatenate([t.sparse[~t.sparse_missing[:, s], s] for t in train]),
+                                return_counts=True)
+        seen[:, s] = np.isin(test.sparse[:, s], ids[counts >= min_count]) | test.sparse_missing[:, s]
+        unseen = np.flatnonzero(~seen[:, s])
+        logit[unseen] -= model.weights(s, _ranks(model, s, test.sparse[unseen, s]))
+    lost = np.flatnonzero(~(seen[:, USER_SLOT] & seen[:, ITEM_SLOT]))
+    u = model.vectors(USER_SLOT, _ranks(model, USER_SLOT, test.sparse[lost, USER_SLOT]))
+    v = model.vectors(ITEM_SLOT, _ranks(model, ITEM_SLOT, test.sparse[lost, ITEM_SLOT]))
+    logit[lost] -= np.sqrt(model.interaction_variance / model.rank) * np.einsum("ij,ij->i", u, v)
+    return roc_auc(test.labels, logit)
+
+
+def make_planted(directory: Path, train_rows: int, test_rows: int, seed: int) -> Planted:
+    """Criteo-format train and test files from one PlantedModel (test rows are the later events)."""
+    model = PlantedModel(seed=seed)
+    if model.drift:
+        raise ValueError("the seen-id ceiling assumes a model without drift")
+    train, test = directory / "train.txt", directory / "test.txt"
+    train_parts = _write(train, model, train_rows)
+    t = _write(test, model, test_rows)
+    joined = Sample(*(np.concatenate([getattr(p, f) for p in t]) for f in Sample.__dataclass_fields__))
+    return Planted(train, test, bayes_auc=roc_auc(joined.labels, joined.prob),
+                   seen_id_ceiling_auc=seen_id_ceiling(model, train_parts, joined),
+                   seen_id_ceiling_min10_auc=seen_id_ceiling(model, train_parts, joined, min_count=10))
+
+
+# ----------------------------------------------------------------------------- the baselines
 
 
 def baseline_python(given: str | None, venv: str = ".venv-baselines") -> Path | None:
     """A baseline virtualenv's python: the one given, else ``venv``'s when it exists."""
     if given:
         return Path(given)
-    found = ROOT / venv / "bin" / "python"
+    found = REPO / venv / "bin" / "python"
     return found if found.is_file() else None
 
 
@@ -143,7 +213,7 @@ def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, 
             str(args.batch_size), "--optimizer", "adam", "--lr", str(args.lr), "--servers", str(args.servers),
             "--workers", str(args.workers), "--dense-sync-steps", str(steps), "--dense-update", dense_update,
             "--work-dir", str(work / "job"), "--json", *(["--config", str(config)] if config else [])]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
     if done.returncode != 0:
         raise SystemExit(f"train-files failed ({done.returncode}):\n{done.stderr[-4000:]}")
     full = json.loads((work / "job" / "results" / "result.json").read_text())

@@ -11,11 +11,17 @@ AUC of the true probabilities on the same rows (:func:`roc_auc`) is the Bayes-op
 Hidden weights and vectors are pure functions of (seed, slot, id rank), hashed on demand:
 no tables, any vocabulary size. With ``drift`` the weights rotate towards an independent
 second set as events are generated (angle ``drift`` radians per million events).
+
+:func:`planted_interactions` is its second mode, for retrieval: a log of users choosing items
+from a catalogue, with the true user and item factors kept, so the best achievable ranking is
+known (its ``oracle``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -206,3 +212,130 @@ def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     ranks = np.empty_like(scores)
     ranks[order] = np.repeat(avg, ends - starts)
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+# ----------------------------------------------------------------------------- planted interactions
+
+INTERACTIONS_EPOCH = 1_700_000_000  # planted interactions' timestamps start here, one event every EVENT_SECONDS
+EVENT_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class InteractionSpec:
+    """The shape of a planted interaction log (:func:`planted_interactions`)."""
+
+    events: int = 100_000
+    users: int = 1_000
+    items: int = 1_000
+    dim: int = 16
+    genres: int = 12
+    tags_per_genre: int = 4
+    ages: int = 6
+    regions: int = 8
+    scale: float = 6.0  # weight of preference against popularity in the pick
+    pop_skew: float = 0.5  # item bias = -pop_skew * log(rank): Zipf-like popularity
+    activity_skew: float = 0.6  # user weight ~ rank^-activity_skew
+    drift: float = 1.2  # radians the users' interests rotate over the whole stream
+    late_users: float = 0.1  # share of users who arrive only in the last ``late_from`` of the stream
+    late_from: float = 0.9
+    like_scale: float = 4.0
+    like_bias: float = -1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PlantedInteractions:
+    """A planted log in time order (parallel arrays per event) with the model that drew it."""
+
+    user: np.ndarray  # int64 user ids, 1..users
+    item: np.ndarray  # int64 item ids, 1..items
+    label: np.ndarray  # int8, 1 = liked
+    time: np.ndarray  # int64 Unix seconds, ascending
+    user_attrs: dict[int, dict[str, Any]]  # user id -> {"age", "gender", "region"}
+    item_attrs: dict[int, dict[str, Any]]  # item id -> {"genre", "tags"}
+    item_ids: np.ndarray  # int64, the rows of item_factors and item_bias and the oracle's columns
+    item_factors: np.ndarray = field(repr=False)  # float64[items, dim], unit rows
+    item_bias: np.ndarray = field(repr=False)  # float64[items]: log popularity
+    # (user ids, unix time) -> float64[len(users), items]: each item's true score for the user at that time
+    oracle: Callable[[np.ndarray, float], np.ndarray] = field(repr=False)
+
+    USER_FIELDS = ("age", "gender", "region")
+    ITEM_FIELDS = ("genre", "tags")
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _factor(u0: np.ndarray, u1: np.ndarray, rows: np.ndarray, angle: np.ndarray) -> np.ndarray:
+    c, s = np.cos(angle)[:, None], np.sin(angle)[:, None]
+    return c * u0[rows] + s * u1[rows]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def planted_interactions(spec: InteractionSpec = InteractionSpec()) -> PlantedInteractions:
+    """Users with attributes (age, gender, region) whose latent factor is the sum of their attributes'
+    factors plus their own, drifting over the stream (rotating from ``u0`` towards ``u1``: interests
+    change with time); items with a genre and tags whose latent factor is their genre's centre plus
+    their own, and a Zipf popularity bias. Each event draws a user by a skewed activity, then the item
+    the user picks by a softmax over ``scale * u(t).v + bias`` (Gumbel-max), then a label (liked) with
+    probability ``sigmoid(like_scale * u(t).v + like_bias)``. The oracle scores items by the true
+    log-probability of a liked pick at a given time."""
+    rng = np.random.default_rng(spec.seed)
+    d = spec.dim
+    # users: attribute factors + own factor, unit length; the drift target u1 is orthogonalised
+    age = rng.integers(0, spec.ages, spec.users)
+    gender = rng.integers(0, 2, spec.users)
+    region = rng.integers(0, spec.regions, spec.users)
+    f_age, f_gender, f_region = (rng.normal(size=(n, d)) for n in (spec.ages, 2, spec.regions))
+    u0 = _unit_rows(0.6 * (f_age[age] + f_gender[gender] + f_region[region]) + rng.normal(size=(spec.users, d)))
+    u1 = rng.normal(size=(spec.users, d))
+    u1 = _unit_rows(u1 - (u1 * u0).sum(1, keepdims=True) * u0)
+    # items: genre centre + own factor, unit length; popularity by a random rank
+    genre = rng.integers(0, spec.genres, spec.items)
+    centres = rng.normal(size=(spec.genres, d))
+    v = _unit_rows(centres[genre] + 0.8 * rng.normal(size=(spec.items, d)))
+    bias = -spec.pop_skew * np.log(1.0 + rng.permutation(spec.items))
+    activity = (1.0 + rng.permutation(spec.users)) ** -spec.activity_skew
+    activity /= activity.sum()
+
+    user_ids = np.arange(1, spec.users + 1, dtype=np.int64)
+    item_ids = np.arange(1, spec.items + 1, dtype=np.int64)
+    n = spec.events
+    frac = np.arange(n) / max(n - 1, 1)
+    late = rng.random(spec.users) < spec.late_users
+    early_activity = np.where(late, 0.0, activity)
+    users = np.where(frac < spec.late_from, rng.choice(spec.users, size=n, p=early_activity / early_activity.sum()),
+                     rng.choice(spec.users, size=n, p=activity))
+    picks = np.empty(n, np.int64)
+    likes = np.empty(n, np.int8)
+    for a in range(0, n, 4096):
+        b = min(n, a + 4096)
+        u = _factor(u0, u1, users[a:b], frac[a:b] * spec.drift)
+        logits = spec.scale * (u @ v.T) + bias
+        picks[a:b] = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
+        affinity = (u * v[picks[a:b]]).sum(1)
+        likes[a:b] = rng.random(b - a) < _sigmoid(spec.like_scale * affinity + spec.like_bias)
+    times = INTERACTIONS_EPOCH + EVENT_SECONDS * np.arange(n, dtype=np.int64)
+
+    def oracle(uids: np.ndarray, t: float) -> np.ndarray:
+        """log P(pick i) + log P(like i) of each user at time ``t`` (up to a per-user constant)."""
+        rows = np.asarray(uids, np.int64) - 1
+        angle = np.full(rows.shape[0], spec.drift * (t - INTERACTIONS_EPOCH) / (EVENT_SECONDS * max(n - 1, 1)))
+        u = _factor(u0, u1, rows, angle)
+        aff = u @ v.T
+        return spec.scale * aff + bias + np.log(_sigmoid(spec.like_scale * aff + spec.like_bias))
+
+    genders = ("F", "M")
+    user_attrs = {int(user_ids[k]): {"age": f"a{age[k]}", "gender": genders[gender[k]], "region": f"r{region[k]}"}
+                  for k in range(spec.users)}
+    item_attrs = {}
+    for k in range(spec.items):
+        g = int(genre[k])
+        tags = rng.choice(spec.tags_per_genre, size=2, replace=False)
+        item_attrs[int(item_ids[k])] = {"genre": f"g{g}", "tags": [f"t{g}.{int(x)}" for x in sorted(tags)]}
+    return PlantedInteractions(user_ids[users], item_ids[picks], likes, times, user_attrs, item_attrs, item_ids, v,
+                               bias, oracle)

@@ -55,7 +55,7 @@ class RetrievalConfig(FrozenModel):
     softmax`` only the head (a, the wide weights, b) learns from the clicks, the towers from the
     softmax; ``both`` adds ``pointwise_weight`` x the click loss to the towers.
 
-    Defaults from bench/retrieval_loss.py (planted interaction stream, 200k events, seed 0):
+    Defaults measured in-process on a planted interaction stream (200k events, seed 0; bench/RESULTS.md):
     softmax + logQ on the dot product, temperature 0.05, had recall@10 6.3x the click loss's and
     2.5x popularity's (0.55 of the oracle); without logQ 3.3x; temperature 0.1 and 64 sampled
     negatives were no better; L2-normalised towers lost (0.79-0.87x of it); ``both`` was within

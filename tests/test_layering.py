@@ -68,7 +68,8 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle() -> None:
     sys.path.insert(0, str(REPO))
-    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    # the benchmarks too: grimp reads their imports without importing them (nor their extras)
+    graph = grimp.build_graph(*PACKAGES, "bench", cache_dir=None)
     edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
     # a package's __init__ re-exporting its own modules is not a cycle of concepts
     for m, targets in edges.items():
@@ -85,6 +86,17 @@ def test_no_private_name_imported_across_modules() -> None:
                 crossings += [f"{path.relative_to(REPO)}: from {node.module} import {a.name}"
                               for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
     assert crossings == []
+
+
+def test_nothing_outside_the_benchmarks_imports_them() -> None:
+    """A package or a test that imported bench/ would need the bench extras to run."""
+    importers = []
+    for path in [*_sources(), *sorted((REPO / "tests").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            importers += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] == "bench"]
+    assert importers == []
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

@@ -22,7 +22,7 @@ that keeps up gets short polls and trains at ``size``. The rule reads the poll's
 lag sampled in time, nor whether this poll happened to reach the log's end), so a stream replayed
 from a pass trains the same steps as the first time (a resumed job matches a clean run,
 tests/trainer/test_streaming_job.py). Measured (#14, `up`'s default two-tower, 20,000
-records/s from bench/rate_source.py, load 13-14 on the 2-core machine, one run each, growth
+records/s of bench/rate_source.py, load 13-14 on the 2-core machine, one run each, growth
 from a lag of one poll): growth 1 / 2 / 4 trained 10.4k / 16.7k / 17.0k records/s, ending 225k /
 4.9k / 3.0k records behind; the holdout AUC of tests/trainer/test_minibatch_quality.py's replay
 arm (60k records) was 0.669 / 0.664 / 0.655 with steps of 256 / 512 / 1024: growth 2 keeps it

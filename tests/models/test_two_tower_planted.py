@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.retrieval_loss import model_config, model_scores, planted_stream, recall_at_k, to_batch, train
 from models import build_model
 from models.item_frequency import reader_alpha
 from models.retrieval_loss import item_hashes
 from models.two_tower import TwoTower
+from tests.models.two_tower_harness import model_config, model_scores, planted_stream, recall_at_k, to_batch, train
 from trainer import checkpoints
 from trainer.params import LocalStore
 from trainer.recovery import model_train_state

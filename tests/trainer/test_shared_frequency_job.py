@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.retrieval_loss import model_config, planted_stream, to_batch
 from models import build_model
 from models.item_frequency import ItemFrequency, reader_alpha
 from models.two_tower import TwoTower
 from tables.id_rows_table import RATE_CLOCK_KEY, RATE_WORDS
+from tests.models.two_tower_harness import model_config, planted_stream, to_batch
 from tests.ps.ps_harness import shard_processes
 from trainer.params import LocalStore, PSStore
 from trainer.ps_worker import PSWorker

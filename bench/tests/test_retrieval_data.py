@@ -1,4 +1,4 @@
-"""The planted log, the time split and the arms' configs of bench/retrieval.py."""
+"""The planted log, the time split and the streamrec config of bench/retrieval.py."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.retrieval_arms import ARMS, USER_ID_RMS, Arm, arm_config, base_config
-from bench.retrieval_data import PlantedSpec, oracle_lists, planted, time_split
+from bench.retrieval import streamrec_config
+from bench.retrieval_data import oracle_lists, planted, time_split
 from bench.retrieval_metrics import cut_excluding, score_lists
+from logrecords.generator import InteractionSpec
+from models.model_config import DRIFTING_USER_ID_OPTIMIZER
 
 
 @pytest.fixture(scope="module")
 def log():
-    return planted(PlantedSpec(events=20_000, users=400, items=300, seed=3))
+    return planted(InteractionSpec(events=20_000, users=400, items=300, seed=3))
 
 
 def test_planted_log_is_in_time_order_with_attributes(log):
@@ -48,36 +50,19 @@ def test_oracle_beats_popularity(log):
     assert o > 1.5 * p
 
 
-def test_arms_are_model_variations_or_not_available(log):
-    base = base_config(log)
-    config, why = arm_config(base, Arm("plain"))  # no overrides: the base as it is
-    assert why == "" and config == base
-    # default: the base, the user id's rows on their own optimizer, the last 20 positives attention-pooled
-    config, why = arm_config(base, ARMS[0])
-    assert why == "" and ARMS[0].name == "default"
+def test_the_config_is_the_two_tower_defaults_with_the_users_history_and_own_optimizer(log):
+    config = streamrec_config(log, seed=2)
+    # the user id's rows on their own optimizer, the last 20 positives attention-pooled
     assert config["schema"].pop("history") == {"slot": "history", "length": 20}
     slots = config["train"]["model"]["slots"]
     assert slots.pop() == {"name": "history", "tower": "user", "pooling": "attention"}
-    user_id = next(s for s in slots if s["name"] == "user_id")
-    assert user_id.pop("optimizer") == USER_ID_RMS
-    assert config == base
-    assert {s["name"] for s in base["train"]["model"]["slots"] if s["tower"] == "user"} == {
-        "user_id", "age", "gender", "region"}
-    config, why = arm_config(base, Arm("nope", {"no_such_option": 1}))
-    assert config is None and "no_such_option" in why
-    for arm in ARMS:
-        config, _ = arm_config(base, arm)
-        if config is None:
-            continue
-        # an arm changes train.model, a history arm the schema's history, and a job arm what it names (nothing else)
-        schema = dict(config["schema"])
-        schema.pop("history", None)
-        assert schema == base["schema"]
-        assert arm.history == ("history" in config["schema"])
-        for key in ("kafka", "up"):
-            assert config[key] == {**base[key], **arm.job.get(key, {})}
-        changed = {k for k, v in config["train"].items() if v != base["train"].get(k)}
-        assert changed <= {"model", *arm.job.get("train", {})}
+    assert next(s for s in slots if s["name"] == "user_id")["optimizer"] == DRIFTING_USER_ID_OPTIMIZER
+    assert {s["name"] for s in slots if s["tower"] == "user"} == {"user_id", "age", "gender", "region"}
+    assert {s["name"] for s in slots if s["tower"] == "item"} == {"item_id", "genre", "tags"}
+    assert next(s for s in slots if s["name"] == "tags")["pooling"] == "mean"  # a list field
+    assert set(config["train"]["model"]) == {"type", "n_dense", "seed", "slots"}  # the rest: two_tower's defaults
+    assert config["train"]["model"]["seed"] == 2
+    assert config["up"] == {"shards": 2, "workers": 2, "commit_on_exit": False}
 
 
 def test_movielens100k_is_the_ratings_with_user_and_movie_attributes():
@@ -98,14 +83,13 @@ def test_movielens100k_is_the_ratings_with_user_and_movie_attributes():
     assert len(movielens100k(5_000)) == 5_000
 
 
-def test_the_ratings_example_is_the_default_arm_on_movielens100k():
+def test_the_ratings_example_is_the_benchmarks_config_on_movielens100k():
     import yaml
 
     from bench.retrieval_data import movielens100k
 
     example = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "two_tower_ratings.yaml").read_text())
-    config, why = arm_config(base_config(movielens100k(1_000)), ARMS[0])
-    assert why == "" and config is not None
+    config = streamrec_config(movielens100k(1_000))
     assert example["schema"] == config["schema"] and example["train"] == config["train"]
     assert example["kafka"] == config["kafka"]
     assert {k: v for k, v in config["up"].items() if k != "commit_on_exit"} == example["up"]
@@ -115,7 +99,7 @@ def test_data_sets_load_by_name_and_an_unknown_name_is_refused() -> None:
     from bench.retrieval_data import load_dataset
 
     log = load_dataset("planted", events=500, seed=3)
-    ref = planted(PlantedSpec(events=500, seed=3))
+    ref = planted(InteractionSpec(events=500, seed=3))
     assert len(log) == 500 and (log.item == ref.item).all() and (log.user == ref.user).all()
     with pytest.raises(ValueError, match="'ml-1m'"):
         load_dataset("ml-1m")

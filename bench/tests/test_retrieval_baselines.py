@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from implicit.nearest_neighbours import CosineRecommender  # the bench extra, installed by make test
+from implicit.nearest_neighbours import CosineRecommender  # the bench extra (make bench-test installs it)
 from scipy.sparse import csr_matrix
 
-from bench.retrieval_data import PlantedSpec, planted, time_split
+from bench.retrieval_data import planted, time_split
 from bench.retrieval_metrics import cut_excluding
+from logrecords.generator import InteractionSpec
 
 
 def test_item_knn_filter_items_list_is_cut_to_n():
@@ -25,7 +26,7 @@ def test_item_knn_filter_items_list_is_cut_to_n():
 def test_baselines_give_k_unseen_items_to_every_holdout_user():
     from bench.retrieval_baselines import EVERY_RECORD, RECENT_NAME, TEMPORAL_MF_NAME, baseline_lists
 
-    split = time_split(planted(PlantedSpec(events=6_000, users=200, items=150, seed=1)))
+    split = time_split(planted(InteractionSpec(events=6_000, users=200, items=150, seed=1)))
     lists = baseline_lists(split, k=10)
     names = {"popularity", RECENT_NAME, "item-kNN (cosine, K=50)", "ALS (implicit, 32 factors)",
              "BPR (implicit, 64 factors)", TEMPORAL_MF_NAME}

@@ -1,0 +1,29 @@
+"""bench/retrieval.py's targets: the issue's baselines (popularity, item-kNN, ALS, BPR) decide the
+1.2x target; the strongest of every baseline, ours included, is named apart."""
+
+from __future__ import annotations
+
+from bench.retrieval import targets
+from bench.retrieval_baselines import EVERY_RECORD, RECENT_NAME, TEMPORAL_MF_NAME
+
+
+def test_targets_name_the_best_of_the_named_baselines_and_the_strongest_apart():
+    m = {"recall_seen_users": 0.1}
+    out = {"methods": {"popularity": {"recall": 0.08, **m}, RECENT_NAME: {"recall": 0.15, **m},
+                       TEMPORAL_MF_NAME: {"recall": 0.12, **m}, TEMPORAL_MF_NAME + EVERY_RECORD: {"recall": 0.14, **m},
+                       "ALS (implicit, 32 factors)" + EVERY_RECORD: {"recall": 0.09, **m},
+                       "ALS (implicit, 32 factors)": {"recall": 0.10, **m}},
+           "streamrec": {"recall": 0.125, "predict_auc": 0.71, "items_in_index": 5, "items_checked": 5,
+                         "recall_seen_users": 0.1},
+           "holdout_users": 10, "holdout_users_seen": 5, "item_rate_auc": 0.7}
+    t = targets(out)
+    assert t["best_baseline"] == "ALS (implicit, 32 factors)" and t["recall_target_met"]  # 1.25x the named best
+    assert t["strongest_baseline"] == RECENT_NAME and abs(t["streamrec_over_strongest_baseline"] - 0.125 / 0.15) < 1e-9
+    assert t["predict_auc_above_item_rate"] and t["every_item_in_index"]
+
+
+def test_a_failed_run_leaves_only_the_baselines_targets():
+    out = {"methods": {"popularity": {"recall": 0.08}}, "streamrec": {"failed": "timeout"},
+           "holdout_users": 10, "holdout_users_seen": 5, "item_rate_auc": 0.7}
+    assert set(targets(out)) == {"best_baseline", "best_baseline_recall", "strongest_baseline",
+                                 "strongest_baseline_recall"}
