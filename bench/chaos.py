@@ -1,4 +1,4 @@
-"""Chaos soak (#12): does `streamrec up` survive kill -9 of its roles without losing a record?
+"""Chaos soak: does `streamrec up` survive kill -9 of its roles without losing a record?
 
 Writes a stream of planted-model events to a file (``--rate`` records/s for the startup
 allowance plus ``--minutes``, so the record count is known exactly) and runs it twice through
@@ -41,10 +41,10 @@ pass) and reports:
 - processes left after `up` exits: those tagged with the run (``STREAMREC_UP_RUN_DIR``) or in
   any process group the run had.
 
-Targets (#12): 0 lost, 0 double-counted, 0 corrupt passes, 0 processes left, final AUC
+Targets: 0 lost, 0 double-counted, 0 corrupt passes, 0 processes left, final AUC
 within 0.01 of the no-kill run, service error rate < 1% outside restarts. Known limit: the
 counts come from the trainers, so a restarted shard that silently rolled back its rows
-(#12 finding 7) loses updates, not records; only the AUC can show that.
+loses updates, not records; only the AUC can show that.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hash flooding (issue #12 finding 5): crafted ids against the table's keyed index.
+"""Hash flooding: crafted ids against the table's keyed index.
 
 The ids are crafted against the OLD, unkeyed slot hash (splitmix64's finalizer, a bijection):
 inverting it yields ids whose hashes all have the same low 32 bits, so in the old index every

@@ -1,4 +1,4 @@
-"""User-history benchmark (#11 point 2): /v1/recommend latency for users with a 50-item history
+"""User-history benchmark: /v1/recommend latency for users with a 50-item history
 read by the service, and the delay from an event to its appearance in the served history.
 
 Starts ``--shards`` PS shard processes, a two-tower model whose user tower pools a 50-item

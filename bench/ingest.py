@@ -8,7 +8,7 @@ ratio, and the median of the ratios of each pair of neighbouring runs (the stead
 loaded machine). ``--json`` prints one JSON object.
 
 Our consumer (:class:`streaming.consumer.StreamConsumer`) decodes each fetched record batch with
-one kernel (:mod:`streaming.fast_records`, #14), where raw kafka-python decodes record by record
+one kernel (:mod:`streaming.fast_records`), where raw kafka-python decodes record by record
 in Python; both fetch with the same sizes (``max_partition_fetch_bytes``, ``fetch_max_bytes``,
 ``max_poll_records`` = the batch size) and check CRCs (with the ``crc32c`` package when it is
 installed, which the table reports).
@@ -24,7 +24,7 @@ Beside each rate the process's CPU time per record (every thread: kafka-python's
 thread, our parse worker) is printed: on a loaded shared machine the wall-clock ratio moves
 with the load, the CPU per record much less.
 
-Targets: ingest >= 0.9 x raw (issue #16) and >= 100k records/s; parse alone >= 300k records/s
+Targets: ingest >= 0.9 x raw and >= 100k records/s; parse alone >= 300k records/s
 per format.
 """
 

@@ -185,7 +185,7 @@ def run_figures(res: UpResult, split: Split) -> dict[str, Any]:
 
 def targets(out: dict[str, Any]) -> dict[str, Any]:
     every = {n: m["recall"] for n, m in out["methods"].items() if not n.startswith("oracle")}
-    # the issue's target names popularity, item-kNN, ALS and BPR; the recent popularity and the batch
+    # the target names popularity, item-kNN, ALS and BPR; the recent popularity and the batch
     # temporal MF are ours to beat too (EXTRA_BASELINES); each trained on the positives or on every record
     base = {n: r for n, r in every.items() if n.removesuffix(EVERY_RECORD) not in EXTRA_BASELINES}
     best_name = max(base, key=base.get)
@@ -250,7 +250,7 @@ def print_dataset(out: dict[str, Any]) -> None:
               f"{'met' if t['recall_target_met'] else 'NOT met'})")
         if t["strongest_baseline"] != t["best_baseline"]:
             print(f"streamrec recall@10 / strongest baseline ({t['strongest_baseline']}, not among the "
-                  f"issue's): {t['streamrec_over_strongest_baseline']:.2f}x")
+                  f"named ones): {t['streamrec_over_strongest_baseline']:.2f}x")
     if "streamrec_over_oracle" in t:
         print(f"streamrec recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
               f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
@@ -289,7 +289,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", choices=(*DATASETS, "all"), default="all",
                     help="all: the three, planted first")
-    ap.add_argument("--events", type=int, default=200_000, help="planted events (the issue's ~200k; README's figures)")
+    ap.add_argument("--events", type=int, default=200_000, help="planted events (the published figures' 200k)")
     ap.add_argument("--movielens-events", type=int, default=None, help="the first N MovieLens ratings (default all)")
     ap.add_argument("--run-timeout", type=float, default=1800.0, help="seconds for one run's replay")
     ap.add_argument("--repeats", type=int, default=1, help="`up` runs per data set (the table shows their mean)")

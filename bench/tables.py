@@ -28,7 +28,7 @@ from tables.sparse_table import SparseTable
 from tables.table_config import EvictionConfig, OptimizerConfig, TableConfig
 
 DIM = 16
-PAYLOAD = 8 + DIM * 4 + 4 + 12  # key + embedding + adagrad accumulator + ~12 bytes of metadata (issue's figure)
+PAYLOAD = 8 + DIM * 4 + 4 + 12  # key + embedding + adagrad accumulator + ~12 bytes of metadata (the target's figure)
 
 
 def rss_bytes() -> int:

@@ -16,9 +16,9 @@ sparse optimizer is in its output) runs in the TensorFlow virtualenv given by
 bench/baselines/torchrec_wide_deep.py (EmbeddingBagCollection under DistributedModelParallel,
 gloo on CPU, fused rowwise Adagrad; 1 and 2 ranks, --torchrec-ranks) in --torchrec-python, else
 ``.venv-torchrec`` when present (``make bench-torchrec``). The ratios ours/theirs are printed,
-and the issue's targets (>= 2x TorchRec's best samples/s with its data loading, >= 3x
+and the targets (>= 2x TorchRec's best samples/s with its data loading, >= 3x
 TensorFlow ParameterServerStrategy, test AUC no lower, peak RSS no higher). Without any
-baseline the issue's figures are shown, marked as quoted (measured earlier, NOT re-run).
+baseline the peers' published figures are shown, marked as quoted (measured earlier, NOT re-run).
 
 Compute limit (bench/compute_limit.py): the machine's numpy float32 512x400x400 matmul
 GFLOP/s, single-threaded in one process per worker at once (as the workers compute), measured
@@ -413,7 +413,7 @@ def main() -> int:
                     help="train a job on this many rows first so numba's caches are warm (0: none)")
     ap.add_argument("--baseline-python", help="python of the TensorFlow venv (default: .venv-baselines if present)")
     ap.add_argument("--torchrec-python", help="python of the TorchRec venv (default: .venv-torchrec if present)")
-    ap.add_argument("--no-baseline", action="store_true", help="show the issue's quoted figures instead")
+    ap.add_argument("--no-baseline", action="store_true", help="show the peers' published figures instead")
     ap.add_argument("--baseline-strategies", default="local,ps", help="tf_wide_deep.py --strategy values to run")
     ap.add_argument("--baseline-args", default="", help="extra tf_wide_deep.py arguments, e.g. '--sparse-lr 0.1'")
     ap.add_argument("--torchrec-ranks", default="1,2", help="torchrec_wide_deep.py --ranks values to run")
@@ -551,7 +551,7 @@ def prefetch_split(result: dict) -> dict:
 
 
 def targets(out: dict, baselines: dict) -> dict:
-    """The issue's targets against the baselines of this run: each with its measured ratio and met or not."""
+    """The targets against the baselines of this run: each with its measured ratio and met or not."""
     res: dict = {}
     tr = [b for n, b in baselines.items() if n.startswith("torchrec")]
     if tr:
@@ -610,7 +610,7 @@ def print_table(args: argparse.Namespace, out: dict, baselines: dict, stall: dic
           "workers' loops and its shard during them; the baselines' training loops) - on a loaded "
           "machine a process with more threads takes more of the cores, so compare this column too")
     if not baselines:
-        print("no baseline venv: the issue's figures, quoted and NOT re-run: " + json.dumps(QUOTED))
+        print("no baseline venv: the peers' published figures, quoted and NOT re-run: " + json.dumps(QUOTED))
     for name, b in baselines.items():
         extra = f", row width {b['row_width']}, {b['sharding'][:60]}" if b.get("row_width") else ""
         print(f"  {name}: {b['framework']}, sparse {b['sparse_optimizer']} lr {b['sparse_lr']}"
