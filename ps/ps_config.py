@@ -26,6 +26,7 @@ from core.metrics_http import MetricsConfig
 from core.yaml_config import FrozenModel, load_yaml
 from ps.protocol import INLINE_MAX_BYTES, MAX_ARRAYS
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
+from tables.admission import DEFAULT_SKETCH_SHARE
 from tables.table_config import TableConfig
 
 # the header frame: fixed fields, the table name, array shapes, a small JSON meta (options,
@@ -61,9 +62,16 @@ class ShardLimits(FrozenModel):
     state, sketches, tombstones; :mod:`tables.budget`). It is split over the tables, not
     pooled: each gets its fixed bytes and a share of the rest in proportion to its bytes per
     row (so each can hold about as many rows). A table's own ``eviction.max_bytes`` applies
-    when smaller; its ``eviction.over_budget`` says what happens when full."""
+    when smaller; its ``eviction.over_budget`` says what happens when full.
+    ``max_sketch_share``: the most of the machine's memory one table's admission sketches may
+    take on a shard (:func:`tables.admission.check_sketch_memory`)."""
 
     max_bytes: int | None = Field(None, ge=1)
+    max_sketch_share: float = Field(
+        DEFAULT_SKETCH_SHARE, gt=0.0, le=1.0,
+        description="Most of this machine's memory (physical, or the container's limit) one table's admission "
+                    "sketches may take on a shard; a bigger sketch is refused, in the YAML and by a runtime "
+                    "policy change.")
 
 
 class PSConfig(FrozenModel):

@@ -115,7 +115,8 @@ class ShardServer:
         self.endpoint = endpoint
         self.incarnation = int.from_bytes(os.urandom(8), "little") or 1  # 0 means "not said"
         self.max_frame_bytes = config.max_frame_bytes()
-        self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes)
+        self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes,
+                                  sketch_share=config.shard.max_sketch_share)
         self._configs = config.tables
         self.id_rows = ShardIdRows(self.tables)
         # made before the restore: requests signed before this process started are refused

@@ -17,6 +17,7 @@ from ps.protocol import Flag, Message, check_keys
 from ps.pull_reply import PullReplyFrames
 from ps.shard_requests import arrays_of, ok
 from ps.sync_steps import HeldGradients, SyncSteps, adds_geo_deltas
+from tables.admission import DEFAULT_SKETCH_SHARE
 from tables.budget import share_shard_budget
 from tables.dense_table import DenseTable
 from tables.sparse_table import SparseTable
@@ -30,9 +31,10 @@ _U64 = np.dtype(np.uint64)
 class ShardTables:
     """Shard ``index``'s sparse tables (from its config) and dense parts (made by ``init_dense``)."""
 
-    def __init__(self, configs: Sequence[TableConfig], *, index: int, max_bytes: int | None = None) -> None:
+    def __init__(self, configs: Sequence[TableConfig], *, index: int, max_bytes: int | None = None,
+                 sketch_share: float = DEFAULT_SKETCH_SHARE) -> None:
         self.index = index
-        self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t) for t in configs}
+        self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t, sketch_share=sketch_share) for t in configs}
         self.max_bytes = max_bytes
         share_shard_budget(list(self.sparse.values()), max_bytes)  # the PS config's shard.max_bytes
         self.dense: dict[str, DenseTable] = {}

@@ -9,10 +9,13 @@ evicted starts from (about) zero, like a never-seen id.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.errors import ConfigError
 from core.kernel_cache import JIT, kernel
 from tables.hashmap import mix64
 from tables.sketch import CountMinSketch
@@ -166,3 +169,49 @@ def make_admission(cfg: Any, seed: int) -> Admission:
     if isinstance(cfg, ScoreAdmission):
         return ScoreThreshold(cfg)
     raise TypeError(f"unknown admission config {type(cfg).__name__}")
+
+
+# What one table's sketches may take of the memory a process has, unless its shard says otherwise.
+DEFAULT_SKETCH_SHARE = 0.25
+_CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def sketch_bytes(cfg: Any) -> int:
+    """Bytes the count-min sketches of admission config ``cfg`` take (float32 cells), before
+    any is allocated: one sketch for ``count``, two (shows, clicks) for ``score``."""
+    if isinstance(cfg, CountAdmission | ScoreAdmission):
+        return (2 if isinstance(cfg, ScoreAdmission) else 1) * cfg.sketch_width * cfg.sketch_depth * 4
+    return 0
+
+
+def memory_bytes_available() -> int:
+    """The memory this process may use: the machine's physical memory, or its container's
+    (cgroup) limit when that is lower."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in _CGROUP_LIMITS:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def check_sketch_memory(cfg: Any, *, table: str, share: float, key: str = "admission") -> None:
+    """ConfigError naming the sketch keys and the limit when ``cfg``'s sketches would take more
+    than ``share`` of :func:`memory_bytes_available` (a sketch is allocated whole, and every
+    cell is written as ids arrive, so an oversized one ends in the OOM killer, not an error)."""
+    need = sketch_bytes(cfg)
+    if need == 0:
+        return
+    memory = memory_bytes_available()
+    limit = int(share * memory)
+    if need > limit:
+        n = 2 if isinstance(cfg, ScoreAdmission) else 1
+        raise ConfigError(
+            f"table {table}: {key}.sketch_width {cfg.sketch_width} x {key}.sketch_depth {cfg.sketch_depth} needs "
+            f"{need} bytes of sketches ({n} x width x depth x 4 bytes), over the limit of {limit} bytes "
+            f"(shard.max_sketch_share {share} of {memory} bytes of memory); lower the width or depth",
+            detail={"keys": [f"{key}.sketch_width", f"{key}.sketch_depth"], "table": table,
+                    "sketch_bytes": need, "limit_bytes": limit})

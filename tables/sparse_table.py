@@ -24,7 +24,7 @@ import numpy as np
 from core.errors import InvalidInput, NonFiniteGradient
 from core.yaml_config import validate_config
 from tables import eviction, hashmap
-from tables.admission import carry_over, make_admission
+from tables.admission import DEFAULT_SKETCH_SHARE, carry_over, check_sketch_memory, make_admission
 from tables.batch_checks import as_counts, as_keys, as_matrix
 from tables.budget import table_bytes
 from tables.byte_budget import TableBudget
@@ -44,9 +44,12 @@ _U64 = np.dtype(np.uint64)
 
 class SparseTable:
     """``state`` is everything the table holds (:class:`~tables.table_state.TableState`),
-    read and changed under ``lock.mutex``; ``counters`` count calls and outcomes."""
+    read and changed under ``lock.mutex``; ``counters`` count calls and outcomes.
+    ``sketch_share``: the most of the machine's memory its admission sketches may take."""
 
-    def __init__(self, config: TableConfig) -> None:
+    def __init__(self, config: TableConfig, *, sketch_share: float = DEFAULT_SKETCH_SHARE) -> None:
+        check_sketch_memory(config.admission, table=config.name, share=sketch_share)
+        self.sketch_share = sketch_share
         self.config = config
         self.name = config.name
         self.width = config.width
@@ -269,12 +272,16 @@ class SparseTable:
             return self.state.pass_id
 
     def policy_config(self, *, admission: Any = None, eviction: Any = None) -> TableConfig:
-        """This table's config with new admission/eviction settings, validated, not applied."""
+        """This table's config with new admission/eviction settings, validated, not applied
+        (sketches over this table's share of the machine's memory are refused, naming the keys)."""
         data = self.config.model_dump()
         for key, value in (("admission", admission), ("eviction", eviction)):
             if value is not None:
                 data[key] = value.model_dump() if hasattr(value, "model_dump") else value
-        return validate_config(data, TableConfig, f"table {self.name} policy")
+        new = validate_config(data, TableConfig, f"table {self.name} policy")
+        if new.admission != self.config.admission:
+            check_sketch_memory(new.admission, table=self.name, share=self.sketch_share)
+        return new
 
     def set_policy(self, *, admission: Any = None, eviction: Any = None) -> TableConfig:
         """Change admission and/or eviction settings of a live table (dicts or config models);

@@ -26,9 +26,10 @@ WORKER_SCRIPT = Path(__file__).with_name("worker_process.py")
 
 class Shards:
     def __init__(self, tmp: Path, tables: Sequence[dict[str, Any]], n: int, secret: bytes | None,
-                 auth: dict[str, Any] | None = None) -> None:
+                 auth: dict[str, Any] | None = None, shard: dict[str, Any] | None = None) -> None:
         self.config = tmp / "ps.yaml"
-        self.config.write_text(yaml.safe_dump({"tables": list(tables), **({"auth": auth} if auth else {})}))
+        self.config.write_text(yaml.safe_dump({"tables": list(tables), **({"auth": auth} if auth else {}),
+                                               **({"shard": shard} if shard else {})}))
         self.checkpoints = tmp / "checkpoints"
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -100,9 +101,10 @@ class Shards:
 
 @contextmanager
 def shard_processes(tmp: Path, tables: Sequence[dict[str, Any]], n: int = 2, *,
-                    secret: bytes | None = None, auth: dict[str, Any] | None = None) -> Iterator[Shards]:
-    """``auth``: the PS config's ``auth`` section (default: its defaults)."""
-    shards = Shards(tmp, tables, n, secret, auth)
+                    secret: bytes | None = None, auth: dict[str, Any] | None = None,
+                    shard: dict[str, Any] | None = None) -> Iterator[Shards]:
+    """``auth``, ``shard``: the PS config's sections of those names (default: their defaults)."""
+    shards = Shards(tmp, tables, n, secret, auth, shard)
     try:
         for i in range(n):
             shards.start(i)
