@@ -45,7 +45,7 @@ from ps.rank_leases import RankLeases
 from ps.replay_cache import MUTATING, ReplayCache
 from ps.shard_changes import changes_reply
 from ps.shard_id_rows import ShardIdRows
-from ps.shard_policy import policy_reply
+from ps.shard_policy import POLICY_FILE, RuntimePolicies, policy_reply
 from ps.shard_requests import REPLIES_QUEUED_PER_PEER, Outbox, RefusalLog, ok
 from ps.shard_save_runs import ShardSaveRuns
 from ps.shard_saves import managed_saves, shard_dir
@@ -143,7 +143,7 @@ class ShardServer:
             Op.BARRIER: self._barrier,
             Op.SAVE: self.saves.start,
             Op.SAVE_WAIT: lambda ident, msg: self.saves.wait(self._loop_outbox(), ident, msg),
-            Op.LOAD: lambda ident, msg: self.saves.load(msg),
+            Op.LOAD: lambda ident, msg: self._load(msg),
             Op.SHRINK: lambda ident, msg: self.tables.shrink(msg),
             Op.POLICY: self._policy,
             Op.END_PASS: lambda ident, msg: self.tables.end_pass(msg),
@@ -158,6 +158,10 @@ class ShardServer:
             saves = managed_saves(shard_dir(checkpoint_root, index))
             if saves:
                 self.saves.restore(saves)
+        # after the restore, which made the id-rows tables its saves hold
+        self.runtime_policies = RuntimePolicies(
+            self.sparse, None if checkpoint_root is None else shard_dir(checkpoint_root, index) / POLICY_FILE)
+        self.runtime_policies.reapply(self.sparse)
 
     @property
     def sparse(self) -> dict[str, SparseTable]:
@@ -336,7 +340,14 @@ class ShardServer:
 
     def _policy(self, ident: bytes, msg: Message) -> Message:
         table = self.tables.table(str(msg.meta.get("table", "")))
-        return ok(msg, meta=policy_reply(table, msg.meta))
+        return ok(msg, meta=policy_reply(table, msg.meta, self.runtime_policies))
+
+    def _load(self, msg: Message) -> Message:
+        """LOAD: a restore adopts each save's policy, which may predate a runtime change."""
+        try:
+            return self.saves.load(msg)
+        finally:
+            self.runtime_policies.reapply(self.sparse)
 
     def stats(self) -> dict[str, Any]:
         return {

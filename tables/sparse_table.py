@@ -51,6 +51,7 @@ class SparseTable:
         check_sketch_memory(config.admission, table=config.name, share=sketch_share)
         self.sketch_share = sketch_share
         self.config = config
+        self.configured = config  # a restore tells a redeployed config's policy from a runtime change by it
         self.name = config.name
         self.width = config.width
         self.dim = config.dim

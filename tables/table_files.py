@@ -61,6 +61,7 @@ class StoredTable(Protocol):
 
     name: str
     config: TableConfig
+    configured: TableConfig  # the config it was built with (the YAML's), before any runtime policy change
     counters: dict[str, int]
     state: TableState
     lock: TableLock
@@ -82,7 +83,7 @@ def _layout(config: TableConfig, rows: RowStore) -> dict[str, Any]:
     return layout
 
 
-def _policy(config: TableConfig) -> dict[str, Any]:
+def policy_of(config: TableConfig) -> dict[str, Any]:
     """The effective admission and eviction settings (``set_policy`` may have changed them)."""
     return {"admission": config.admission.model_dump(), "eviction": config.eviction.model_dump()}
 
@@ -116,7 +117,8 @@ class TableSave:
         self.since = prev.epoch if prev is not None and self.mode == "delta" else 0
         self.admission_state = {k: v.copy() for k, v in st.admission.state().items()}
         self.admission_state["hash_key"] = st.hash_key.copy()
-        self.head = {"pass": st.pass_id, "counters": dict(t.counters), "policy": _policy(t.config),
+        self.head = {"pass": st.pass_id, "counters": dict(t.counters), "policy": policy_of(t.config),
+                     "configured_policy": policy_of(t.configured),
                      "cursors": {c: [v.epoch, v.save_id] for c, v in st.cursors.items()}}
         self.layout = _layout(t.config, st.rows)
         n = st.rows.n
@@ -248,6 +250,7 @@ class _Saved:
     counters: dict[str, int]
     cursors: dict[str, tuple[int, str]]
     policy: dict[str, dict[str, Any]]
+    configured_policy: dict[str, dict[str, Any]] | None  # None: a save from before it was recorded
     files: dict[str, dict[str, Any]]
 
 
@@ -267,16 +270,26 @@ def _read_manifest(t: StoredTable, mpath: Path) -> _Saved:
             parent_id=man["parent_id"], epoch=int(man["epoch"]), pass_id=int(man["pass"]),
             counters={k: int(v) for k, v in man.get("counters", {}).items() if k in t.counters},
             cursors={str(c): (int(ep), str(sid)) for c, (ep, sid) in man.get("cursors", {}).items()},
-            policy={"admission": dict(man["policy"]["admission"]), "eviction": dict(man["policy"]["eviction"])},
+            policy=_policy_fields(man["policy"]),
+            configured_policy=_policy_fields(man["configured_policy"]) if "configured_policy" in man else None,
             files=files)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptData(f"{mpath}: malformed manifest ({exc!r})") from None
 
 
+def _policy_fields(policy: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {"admission": dict(policy["admission"]), "eviction": dict(policy["eviction"])}
+
+
 def _adopted_config(t: StoredTable, saved: _Saved, mpath: Path) -> TableConfig:
     """A restore continues the same job: it adopts the policy in force when the save was made
-    (PUT /admin/tables/{name}/policy may have changed it since the YAML was written)."""
+    (PUT /admin/tables/{name}/policy may have changed it since the YAML was written), unless
+    the table's own config changed its policy since that save: a redeployed YAML is in force."""
     try:
+        if saved.configured_policy is not None:
+            was = TableConfig.model_validate({**t.configured.model_dump(), **saved.configured_policy})
+            if (was.admission, was.eviction) != (t.configured.admission, t.configured.eviction):
+                return TableConfig.model_validate({**t.config.model_dump(), **policy_of(t.configured)})
         return TableConfig.model_validate({**t.config.model_dump(), **saved.policy})
     except ValidationError as exc:
         raise CorruptData(f"{mpath}: saved admission/eviction policy is invalid ({exc.errors()[0]['msg']})") from None

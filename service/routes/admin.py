@@ -11,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
 from core.errors import StreamrecError
+from ps.shard_policy import LASTS as RUNTIME_POLICY_LASTS
 from service.auth import require_admin
 from service.deps import JobDep, StoreDep, WatcherDep
 from service.job import JobLink
@@ -101,7 +102,10 @@ async def get_policy(name: TableName, job: JobDep) -> Any:
 
 @router.put("/tables/{name}/policy", summary="Change admission/eviction (dry_run: count the rows it would evict)")
 async def put_policy(name: TableName, body: PolicyUpdate, job: JobDep) -> Any:
-    return await run_in_threadpool(
+    out = await run_in_threadpool(
         job.call, "put_policy", table=name,
         admission=body.admission.model_dump() if body.admission else None,
         eviction=body.eviction.model_dump() if body.eviction else None, dry_run=body.dry_run)
+    if isinstance(out, dict) and out.get("applied"):
+        out = {**out, "lasts": RUNTIME_POLICY_LASTS}  # the shards' rule (ps.shard_policy)
+    return out
