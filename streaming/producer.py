@@ -10,6 +10,7 @@ a kill -9 too, and none twice.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,10 +30,14 @@ _CHUNK = 1000  # records sent between rate checks
 class RecordProducer:
     """A KafkaProducer tuned for throughput: large batches, short linger, configured compression."""
 
-    def __init__(self, config: KafkaConfig, options: dict[str, Any], *, ordered: bool = False) -> None:
+    def __init__(self, config: KafkaConfig, options: dict[str, Any], *, ordered: bool = False,
+                 flush_timeout_s: float = 60.0) -> None:
         """``ordered``: one request in flight, so a retry cannot reorder a partition's records
-        (what placing records by index needs: module docstring)."""
+        (what placing records by index needs: module docstring). ``flush_timeout_s``: how long a
+        flush may wait for the broker; a dead broker then fails the send (Unavailable) instead of
+        holding the producer forever."""
         self.config = config
+        self.flush_timeout_s = flush_timeout_s
         self.sent = 0  # records handed to the client so far (also valid after an interrupt)
         compression = None if config.compression == "none" else config.compression
         self._producer = KafkaProducer(
@@ -61,7 +66,7 @@ class RecordProducer:
         try:
             for chunk in _chunks(records, chunk_size):
                 if before_chunk is not None:
-                    self._producer.flush()
+                    self._producer.flush(timeout=self.flush_timeout_s)
                     before_chunk()
                 for value in chunk:
                     self._producer.send(target, value=value, partition=None if parts is None else next(parts))
@@ -71,13 +76,14 @@ class RecordProducer:
                     ahead = sent / rate - (time.monotonic() - start)
                     if ahead > 0:
                         time.sleep(ahead)
-            self._producer.flush()
+            self._producer.flush(timeout=self.flush_timeout_s)
         except KafkaError as err:
             raise Unavailable(f"producing to '{target}' failed after {sent} records: {err}") from None
         return sent
 
     def close(self) -> None:
-        self._producer.close(timeout=10)
+        with contextlib.suppress(KafkaError):  # a dead broker: what it never took was reported by send_all
+            self._producer.close(timeout=10)
 
     def __enter__(self) -> RecordProducer:
         return self
