@@ -15,7 +15,8 @@ restarted worker takes its predecessor's rank and everyone regroups from the las
 pass, as pods of a Deployment do.
 
 Roles die with this process (:mod:`core.processes`): they are started and restarted by the
-thread that runs :meth:`Launcher.run`, which stops them all before it returns.
+thread that runs :meth:`Launcher.run`, which stops them all before it returns: the workers
+with SIGTERM and ``stop_grace_s`` to finish, then the shards.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -91,6 +91,7 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment of every role (over ours)
     restart: RestartPolicy | None = None  # set: supervise shards and workers (module docstring)
     rank_lease_ttl_s: float | None = None  # set: workers claim leased ranks (STREAMREC_RANK=auto)
+    stop_grace_s: float = 30.0  # a stopped worker's time to finish (the chief's pass being saved) before SIGKILL
 
 
 class Launcher:
@@ -224,16 +225,20 @@ class Launcher:
             time.sleep(_POLL_S)
 
     def _shutdown(self) -> None:
-        for role in self.workers:
+        """Workers first, on SIGTERM (as Kubernetes stops a pod) with ``stop_grace_s`` to finish:
+        the chief completes a pass whose save is being written. The shards after them, since that
+        save is theirs. SIGKILL for whatever outlives its grace."""
+        _stop(self.workers, signal.SIGTERM, self.spec.stop_grace_s)
+        _stop(self.servers, signal.SIGTERM, _STOP_GRACE_S)
+
+
+def _stop(roles: list[RoleProcess], sig: int, grace_s: float) -> None:
+    """Send ``sig`` to every role, wait up to ``grace_s`` for them all, then kill the rest."""
+    for role in roles:
+        role.kill(sig)
+    deadline = time.monotonic() + grace_s
+    for role in roles:
+        if role.proc is not None and role.wait(max(0.0, deadline - time.monotonic())) is None:
             role.kill()
-        for role in self.servers:
-            role.kill(signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_GRACE_S
-        for role in self.servers + self.workers:
-            if role.proc is not None:
-                try:
-                    role.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    role.kill()
-                    role.proc.wait()
-            role.close_log()
+            role.proc.wait()
+        role.close_log()

@@ -23,6 +23,8 @@ from typing import IO
 
 from core.processes import dies_with_parent
 
+START_HEADER = b"=== streamrec launch: starting "  # each start's first line in the role's log
+
 
 @dataclass
 class RoleProcess:
@@ -39,7 +41,7 @@ class RoleProcess:
 
     def start(self) -> None:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the process's life
-        self.log.write(f"=== streamrec launch: starting {self.name} (restart {self.restarts})\n".encode())
+        self.log.write(START_HEADER + f"{self.name} (restart {self.restarts})\n".encode())
         self.log.flush()
         self.proc = subprocess.Popen(self.argv, env=dict(self.env), stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True,  # own process group: we can kill its children too

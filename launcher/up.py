@@ -17,31 +17,44 @@ reloads the newest bundle).
 
 Ctrl-C, SIGINT or SIGTERM (handlers installed explicitly, so a `up` started in the
 background of a script, where SIGINT is ignored, stops the same way) asks the job to commit
-a final pass (``up.commit_on_exit``), then stops the generator, the service, the trainers and
-shards, and the broker, and kills whatever is left of each process group. Killed outright
-(``kill -9``), `up` takes every role with it: each gets the kernel's parent-death signal
-(:mod:`core.processes`). Checkpoints and exports live under the run directory, so a second
-`up` there resumes from the last committed pass.
+a final pass (``up.commit_on_exit``), then stops the generator, the service, the trainers
+(SIGTERM, and time to finish the pass's save) and shards, and the broker, and kills whatever
+is left of each process group; the final pass is reported committed only once its manifest
+is written and verifies. Killed outright (``kill -9``), `up` takes every role with it: each
+gets the kernel's parent-death signal (:mod:`core.processes`). Checkpoints and exports live
+under the run directory, so a second `up` there resumes from the last committed pass; two at
+once are not allowed (a lock on the run directory names the one running there). A taken API
+port fails `up` before anything starts; a dead embedded broker fails it at once (its topics
+were in its memory).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from core.errors import ConfigError, StreamrecError
+from core.errors import ConfigError, Conflict, StreamrecError
 from launcher.launch import LaunchSpec, free_ports, thread_limits
-from launcher.system_config import StreamrecConfig
-from launcher.up_final_pass import commit_final_pass
+from launcher.system_config import StreamrecConfig, resolve_root
+from launcher.up_final_pass import FinalPass
 from launcher.up_kafka import TopicEnd, start_kafka, topic_ends
 from launcher.up_roles import UpRoles
-from launcher.up_run_dir import RunDir, admin_token, ps_secret, records_trained, shard_checkpoints, write_run_configs
+from launcher.up_run_dir import (
+    RunDir,
+    RunLock,
+    admin_token,
+    ps_secret,
+    records_trained,
+    shard_checkpoints,
+    write_run_configs,
+)
 from launcher.up_shutdown import shut_down
 from launcher.up_source import bayes_auc, record_source, streamrec_cli
 from launcher.up_stop import StopRequest, StopRequested
@@ -93,6 +106,7 @@ class LocalSystem:
         self.token = ""
         self.control_endpoint = ""
         self.secret_file: Path | None = None  # the run's PS secret: shards and the chief's job control
+        self.lock: RunLock | None = None  # held from the start to the end of the stop
         self.started = time.time()
 
     def say(self, text: str) -> None:
@@ -101,6 +115,8 @@ class LocalSystem:
     def start(self) -> None:
         """Broker and topics, the run's configs, then the source, the service and the cluster."""
         self.run.logs.mkdir(parents=True, exist_ok=True)
+        self.lock = RunLock(self.run.root)  # before anything in the directory changes: a second `up` is refused
+        api_port_free(self.cfg.up.host, self.cfg.up.port)
         # A tag that lets anyone find this run's processes: set here, not per role, because the
         # embedded broker takes this process's environment as it is.
         os.environ[RUN_TAG_ENV] = str(self.run.root)
@@ -108,6 +124,7 @@ class LocalSystem:
         secret = self.secret_file = ps_secret(self.run.root)
         self.broker, self.bootstrap = start_kafka(self.cfg, servers=self.opts.kafka, log_path=self.run.log("broker"),
                                                   say=self.say)
+        self.roles.broker = self.broker  # watched like every role (launcher.up_roles)
         (control_port,) = free_ports(1)
         self.control_endpoint = f"tcp://127.0.0.1:{control_port}"
         train = streamrec_cli("train", "--config", str(self.run.roles / "train.yaml"))
@@ -116,7 +133,8 @@ class LocalSystem:
             servers=self.cfg.up.shards, workers=self.cfg.up.workers, command=tuple(train),
             ps_config=self.run.roles / "ps.yaml", log_dir=self.run.logs,
             checkpoint_dir=shard_checkpoints(self.cfg, self.run.root), env=_thread_defaults(), secret_file=secret,
-            restart=self.cfg.up.restart, rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s), out=self.out)
+            restart=self.cfg.up.restart, rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s,
+            stop_grace_s=self.cfg.up.stop_timeout_s), out=self.out)
         write_run_configs(self.cfg, self.run, bootstrap=self.bootstrap, control_endpoint=self.control_endpoint,
                           secret_file=secret, shard_endpoints=cluster.shard_endpoints)
         env = {**os.environ, **_thread_defaults(), self.cfg.service.admin_token_env: self.token,
@@ -126,7 +144,8 @@ class LocalSystem:
                                replay_format=self.opts.replay_format, skip=skip,
                                since=topic_ends(self.cfg, self.bootstrap))
         self.roles.start(source.name, source.argv, env=env)
-        self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env)
+        self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env,
+                         port=self.cfg.up.port or None)
         self.roles.launch()
 
     def watch(self, stop: StopRequest) -> int:
@@ -153,11 +172,31 @@ class LocalSystem:
     def stop(self) -> None:
         """Stop every role, upstream first, committing a final pass on the way (if configured)."""
         final_pass = None
-        if self.cfg.up.commit_on_exit:
-            final_pass = partial(commit_final_pass, self.control_endpoint, timeout_s=self.cfg.up.stop_timeout_s,
-                                 say=self.say,
-                                 secret=read_secret(self.secret_file) if self.secret_file else None)
-        shut_down(self.roles, final_pass=final_pass, broker=self.broker, say=self.say)
+        if self.cfg.up.commit_on_exit and self.control_endpoint:
+            root = resolve_root(self.cfg.train.checkpoint_dir, self.run.root)
+            final_pass = FinalPass(self.control_endpoint, root=root, timeout_s=self.cfg.up.stop_timeout_s,
+                                   say=self.say, secret=read_secret(self.secret_file) if self.secret_file else None)
+        try:
+            shut_down(self.roles, final_pass=final_pass, broker=self.broker, say=self.say)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+
+def api_port_free(host: str, port: int) -> None:
+    """Refuse a taken API port before anything starts (the service would only fail to bind it, again
+    at every restart); bound as uvicorn binds, so a port in TIME_WAIT counts as free. Port 0: any."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise Conflict(f"port {port} is in use on {host}: another process listens there; stop it or give "
+                               f"`up` another --port (up.port)") from None
+            raise ConfigError(f"the API cannot listen on {host}:{port} (up.host, up.port): {exc.strerror}") from None
 
 
 def run_up(opts: UpOptions, *, out: IO[str] = sys.stderr) -> int:

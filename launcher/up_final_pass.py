@@ -3,53 +3,133 @@ trained since the last committed pass is committed, so a resumed run loses nothi
 
 With one worker the chief commits on demand (the control call ``checkpoint``). With several,
 passes end together on their own clock (``passes.seconds``), so the job refuses (Conflict) and
-`up` waits, up to ``up.stop_timeout_s``, for the pass in progress to be committed. An idle job
-commits no pass (trainer.passes): two idle looks of the chief's clock (its status heartbeat)
-without a pass mean nothing was trained since the last one, and the final pass is skipped.
+`up` waits, up to ``up.stop_timeout_s``, for the pass in progress to end. An idle job commits
+no pass (trainer.passes): two idle looks of the chief's clock (its status heartbeat) without a
+pass mean nothing was trained since the last one, and the final pass is skipped.
+
+A pass that ended is not yet committed: the workers are released at the commit barrier and the
+chief's finisher writes the shards' saves and then ``pass.json`` (trainer.pass_commit), which
+takes a while for large tables. So :meth:`FinalPass.commit` waits, within the same timeout, for
+that manifest, the trainers then stop on SIGTERM with time to finish (launcher.launch), and only
+:meth:`FinalPass.report`, once they stopped, says "committed": when the pass's manifest is there
+and verifies, as a restore would read it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from core.errors import Conflict, StreamrecError
+
+if TYPE_CHECKING:
+    from jobcontrol.channel import ControlClient
 
 _STATUS_POLL_S = 0.2
 
 
-def commit_final_pass(control_endpoint: str, *, timeout_s: float, say: Callable[[str], None],
-                      secret: bytes | None = None) -> None:
-    """Commit (or wait for) one more pass through the chief at ``control_endpoint`` (requests
-    signed with the run's ``secret``); says how it went."""
-    from jobcontrol.channel import ControlClient
+class FinalPass:
+    """The final pass through the chief at ``control_endpoint`` (requests signed with the run's
+    ``secret``), committed into the checkpoint root ``root`` (a path or a URL)."""
 
-    client = ControlClient(control_endpoint, timeout_s=timeout_s, secret=secret)
-    try:
+    def __init__(self, control_endpoint: str, *, root: str, timeout_s: float, say: Callable[[str], None],
+                 secret: bytes | None = None) -> None:
+        self.control_endpoint = control_endpoint
+        self.root = root
+        self.timeout_s = timeout_s
+        self.say = say
+        self.secret = secret
+        self.pass_id: int | None = None  # the pass that ended as the final one, once it did
+
+    def commit(self) -> None:
+        """While the trainers run: end one more pass (or wait for the one in progress), then wait
+        for its manifest; says how it went, except "committed" (:meth:`report` does)."""
+        from jobcontrol.channel import ControlClient
+
+        deadline = time.monotonic() + self.timeout_s
+        client = ControlClient(self.control_endpoint, timeout_s=self.timeout_s, secret=self.secret)
+        try:
+            self.pass_id = self._end_pass(client, deadline)
+        except StreamrecError as err:
+            self.say(f"final pass not committed: {err.message}")
+        finally:
+            client.close()
+        if self.pass_id is not None:
+            self._await_manifest(self.pass_id, deadline)
+
+    def _end_pass(self, client: ControlClient, deadline: float) -> int | None:
+        """The id of the pass that ended as the final one; None when it was skipped or not in time."""
         try:
             result = client.call("checkpoint")
-            say(f"final pass committed: pass {result.get('pass', result.get('pass_id'))}")
-            return
+            n = result.get("pass", result.get("pass_id"))
+            return int(n) if n is not None else None
         except Conflict:
             pass  # several workers: passes end together, on their clock
         status = client.call("status")
         before, looks = status.get("pass", 0), _idle_looks(status)
-        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             status = client.call("status")
             now = status.get("pass", 0)
             if now > before:
-                say(f"final pass committed: pass {now}")
-                return
+                return int(now)
             if looks is not None and (_idle_looks(status) or 0) >= looks + 2:
-                say(f"final pass skipped: nothing trained since pass {now}")
-                return
+                self.say(f"final pass skipped: nothing trained since pass {now}")
+                return None
             time.sleep(_STATUS_POLL_S)
-        say(f"final pass not committed within {timeout_s:g} s (up.stop_timeout_s)")
-    except StreamrecError as err:
-        say(f"final pass not committed: {err.message}")
-    finally:
-        client.close()
+        self.say(f"final pass not committed: no pass ended within {self.timeout_s:g} s (up.stop_timeout_s)")
+        return None
+
+    def _await_manifest(self, pass_id: int, deadline: float) -> None:
+        """Until pass ``pass_id``'s manifest exists (the finisher wrote the saves), or ``deadline``."""
+        from stores.store import open_store
+        from trainer import checkpoints
+
+        store = open_store(self.root)
+        manifest = f"{checkpoints.pass_name(pass_id)}/{checkpoints.MANIFEST}"
+        while time.monotonic() < deadline:
+            try:
+                if store.exists(manifest):
+                    return
+            except (StreamrecError, OSError):
+                pass  # looked at again until the deadline; report() names what is wrong
+            time.sleep(_STATUS_POLL_S)
+        self.say(f"final pass {pass_id} ended, its save still being written after {self.timeout_s:g} s "
+                 f"(up.stop_timeout_s); the trainers get time to finish it")
+
+    def report(self) -> None:
+        """Once the trainers stopped: "committed" only when the pass's manifest is there and every
+        file it names verifies; else says so, and where the next start resumes."""
+        if self.pass_id is None:
+            return
+        from trainer import checkpoints
+
+        try:
+            checkpoints.read_pass(self.root, self.pass_id)
+        except (StreamrecError, OSError) as err:
+            reason = err.message if isinstance(err, StreamrecError) else str(err)
+            last = self._last_valid_pass()
+            resume = f"the last committed pass, {last}" if last is not None else "the start (no pass is committed)"
+            self.say(f"final pass NOT committed: pass {self.pass_id} has no valid {checkpoints.MANIFEST} "
+                     f"({reason}); the next start resumes from {resume}")
+            return
+        self.say(f"final pass committed: pass {self.pass_id}")
+
+    def _last_valid_pass(self) -> int | None:
+        """The newest pass other than the final one whose manifest verifies: where a restore begins."""
+        from trainer import checkpoints
+
+        try:
+            done = checkpoints.complete_passes(self.root)
+        except (StreamrecError, OSError):
+            return None
+        for n in reversed([n for n in done if n != self.pass_id]):
+            try:
+                checkpoints.read_pass(self.root, n)
+                return n
+            except (StreamrecError, OSError):
+                continue  # the restore sets it aside too
+        return None
 
 
 def _idle_looks(status: dict) -> int | None:

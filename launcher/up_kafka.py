@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     from streaming.broker import EmbeddedBroker
 
+_END_OFFSETS_TIMEOUT_MS = 2000
+
 
 def start_kafka(cfg: StreamrecConfig, *, servers: str | None, log_path: Path,
                 say: Callable[[str], None]) -> tuple[EmbeddedBroker | None, str]:
@@ -71,7 +73,8 @@ class TopicEnd:
 
         try:
             parts = [TopicPartition(self.cfg.kafka.topic, p) for p in range(self.cfg.kafka.partitions)]
-            return int(sum(self.consumer.end_offsets(parts).values()))
+            # bounded: the watch loop that asks also notices dead roles (the client's default is minutes)
+            return int(sum(self.consumer.end_offsets(parts, timeout_ms=_END_OFFSETS_TIMEOUT_MS).values()))
         except (KafkaError, OSError, ValueError):
             return None
 

@@ -7,6 +7,11 @@ dead role is started again after a back-off, a bounded number of times per windo
 does it for the shards and trainers (and stops them); :meth:`UpRoles.tend` for `up`'s own roles,
 from the thread that started them (their parent-death signal follows it). A replay that reached
 the end of its file has finished; a role past its restart budget fails the run.
+
+Two deaths fail the run at once instead: a service that could not listen on its port (taken by
+another process: restarting cannot help), and the embedded Kafka broker's (its topics live in
+its memory, so a new broker would start empty under producers and consumers that counted on
+the old offsets; the next `up` resumes from the last committed pass).
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ from typing import IO, TYPE_CHECKING
 
 from launcher.launch import Launcher, LaunchSpec
 from launcher.restart_policy import RestartPolicy, Supervised, Tended
-from launcher.role_process import RoleProcess
+from launcher.role_process import START_HEADER, RoleProcess
 from ps.auth import read_secret
 
 if TYPE_CHECKING:
     from ps.client import PSClient
+    from streaming.broker import EmbeddedBroker
+
+_BIND_FAILED = b"address already in use"  # what a server's failed bind says (uvicorn, tansu: the OS's message)
+_LOG_TAIL = 8192  # bytes of a dead role's log read for it
 
 
 class ClusterThread:
@@ -83,13 +92,18 @@ class UpRoles:
         self.restart = restart
         self.own: list[RoleProcess] = []
         self._supervised: list[Supervised] = []
+        self._ports: dict[str, int] = {}  # role name -> the port it listens on
         self.cluster: ClusterThread | None = None
+        self.broker: EmbeddedBroker | None = None  # the embedded broker, when `up` started it
 
-    def start(self, name: str, argv: list[str], *, env: Mapping[str, str]) -> RoleProcess:
+    def start(self, name: str, argv: list[str], *, env: Mapping[str, str], port: int | None = None) -> RoleProcess:
+        """Start role ``name``; ``port``: the one it listens on (a failed bind there fails the run)."""
         role = RoleProcess(name, argv, env, self.log_dir / f"{name}.log")
         role.start()
         self.own.append(role)
         self._supervised.append(Supervised(role, self.restart, finished_ok=name == "replay"))
+        if port is not None:
+            self._ports[name] = port
         return role
 
     def plan(self, spec: LaunchSpec, *, out: IO[str]) -> ClusterThread:
@@ -115,7 +129,29 @@ class UpRoles:
         """Restart own roles that died (when due); why the system cannot go on, or None."""
         if self.cluster is not None and self.cluster.started and not self.cluster.alive():
             return f"shards/trainers stopped (exit {self.cluster.exit_code}); see {self.log_dir}"
+        broker = self.broker
+        if broker is not None and broker.process is not None and (code := broker.process.poll()) is not None:
+            return (f"the embedded Kafka broker died (exit {code}); its topics lived in its memory, so the stream "
+                    f"cannot go on: stopping (the next start resumes from the last committed pass); "
+                    f"see {broker.log_path or self.log_dir}")
         for sup in self._supervised:
+            if (port := self._ports.get(sup.role.name)) is not None and _bind_failed(sup.role):
+                return (f"port {port} is in use: {sup.role.name} could not listen on it (another process holds it; "
+                        f"stop that one or pick another --port); see {sup.role.log_path}")
             if sup.tend(say) is Tended.GAVE_UP:
                 return f"{sup.role.name} exited {sup.role.exit_codes[-1]} too often; see {sup.role.log_path}"
         return None
+
+
+def _bind_failed(role: RoleProcess) -> bool:
+    """The role exited and its log, since its last start, says its port was taken."""
+    if role.exit_code() is None:
+        return False
+    try:
+        with open(role.log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - _LOG_TAIL))
+            tail = f.read()
+    except OSError:
+        return False
+    last_start = tail.rfind(START_HEADER)
+    return _BIND_FAILED in tail[max(0, last_start):].lower()

@@ -6,20 +6,26 @@ in the same directory resumes where the first stopped.
     <run_dir>/logs/<role>.log  one log per process
     <run_dir>/admin-token      the admin API's token (0600), kept so a restart reuses it
     <run_dir>/ps-secret        the shards' HMAC secret (0600), new for every run
+    <run_dir>/up.lock          held (flock) by the `up` running there; names its pid and host
     checkpoints and exports    where the config says, relative paths under the run directory
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
+import socket
+import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from core.errors import StreamrecError
+from core.errors import ConfigError, Conflict, StreamrecError
 from launcher.system_config import StreamrecConfig, resolve_root, write_role_files
 from stores.store import open_store
 
@@ -46,11 +52,75 @@ class RunDir:
         return self.logs / f"{role}.log"
 
 
+LOCK_FILE = "up.lock"
+
+
+class RunLock:
+    """The run directory's lock: one `up` per directory, since a second one would replace the PS
+    secret and interleave passes and bundles with the first's. An exclusive ``flock`` on
+    ``<run_dir>/up.lock``, held as long as this process lives (the kernel drops it when the
+    process dies, also on ``kill -9``, so a stale file never blocks), and a line in it naming the
+    owner for the refusal's message."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_FILE
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot open the run directory's lock {self.path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 512, 0).decode(errors="replace").strip() or "an unknown process"
+            os.close(fd)
+            raise Conflict(f"run directory {run_dir} is in use by another streamrec up ({owner}); stop it "
+                           f"first or give this one another --run-dir") from None
+        self._fd: int | None = fd
+        line = f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line.encode(), 0)
+
+    def release(self) -> None:
+        """Unlock (the file stays: removing it would let two processes lock two different files)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing the last descriptor releases the flock
+            self._fd = None
+
+
+def _regular_file(path: Path, what: str) -> bool:
+    """True when ``path`` is a regular file, False when it does not exist; anything else there
+    (a directory, a socket) is refused, naming the path."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ConfigError(f"{what} {path} is {kind}; remove it (`up` writes a new one)")
+    return True
+
+
 def admin_token(run_dir: Path) -> str:
-    """The run's admin token: kept in ``<run_dir>/admin-token`` (0600) so restarts reuse it."""
+    """The run's admin token: kept in ``<run_dir>/admin-token`` (0600) so restarts reuse it. A kept
+    token must be printable ASCII without spaces (it goes into an HTTP header) and not empty (the
+    service would take an empty token for no admin API at all)."""
     path = run_dir / "admin-token"
-    if path.is_file():
-        return path.read_text().strip()
+    if _regular_file(path, "the admin token file"):
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the admin token file {path}: {exc.strerror}") from None
+        token = raw.strip()
+        fix = "write a token there (printable ASCII, no spaces) or delete the file for a new one"
+        if not token:
+            raise ConfigError(f"the admin token file {path} is empty, which would turn the admin API off; {fix}")
+        if not (token.isascii() and token.decode().isprintable()) or b" " in token:
+            raise ConfigError(f"the admin token file {path} holds {len(raw)} bytes that are not a token; {fix}")
+        return token.decode()
     token = secrets.token_urlsafe(24)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -67,11 +137,16 @@ def ps_secret(run_dir: Path) -> Path:
     make them save. The shards, trainers and the service's read-through read the file."""
     path = run_dir / "ps-secret"
     tmp = run_dir / ".ps-secret.tmp"
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(PS_SECRET_BYTES) + "\n")
-    tmp.replace(path)
+    _regular_file(path, "the PS secret file")
+    _regular_file(tmp, "the PS secret's temporary file")
+    try:
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(PS_SECRET_BYTES) + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the PS secret file {path}: {exc.strerror}") from None
     return path
 
 

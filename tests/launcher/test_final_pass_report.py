@@ -1,0 +1,47 @@
+"""What `up` says of its final pass once the trainers stopped: "committed" only for a pass whose
+``pass.json`` is there and verifies; a pass without it, or with a damaged one, is reported NOT
+committed, with the pass the next start resumes from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.up_final_pass import FinalPass
+from trainer import checkpoints
+
+
+def report(root: Path, pass_id: int) -> list[str]:
+    said: list[str] = []
+    final = FinalPass("tcp://127.0.0.1:1", root=str(root), timeout_s=1.0, say=said.append)
+    final.pass_id = pass_id  # the pass that ended as the final one
+    final.report()
+    return said
+
+
+def commit(root: Path, pass_id: int) -> None:
+    checkpoints.commit_pass(root, pass_id, {}, ranks=[], shard_entries=[])
+
+
+def test_a_pass_with_its_manifest_is_reported_committed(tmp_path: Path) -> None:
+    commit(tmp_path, 2)
+    assert report(tmp_path, 2) == ["final pass committed: pass 2"]
+
+
+@pytest.mark.parametrize("manifest", [None, b"{not json", b'{"pass": 4, "files": {}}'])
+def test_a_pass_without_a_valid_manifest_is_reported_not_committed(tmp_path: Path, manifest: bytes | None) -> None:
+    commit(tmp_path, 2)
+    (checkpoints.pass_dir(tmp_path, 3) / "shard-0").mkdir(parents=True)  # a save that was cut short
+    if manifest is not None:
+        (checkpoints.pass_dir(tmp_path, 3) / checkpoints.MANIFEST).write_bytes(manifest)
+    (said,) = report(tmp_path, 3)
+    assert said.startswith("final pass NOT committed: pass 3 has no valid pass.json (")
+    assert said.endswith("the next start resumes from the last committed pass, 2"), said
+    assert not said.startswith("final pass committed")
+
+
+def test_with_no_pass_committed_the_next_start_begins_anew(tmp_path: Path) -> None:
+    (said,) = report(tmp_path, 1)
+    assert said.startswith("final pass NOT committed: pass 1")
+    assert said.endswith("the next start resumes from the start (no pass is committed)"), said
