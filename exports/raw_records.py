@@ -28,6 +28,27 @@ from logrecords.json_lines import JsonLinesParser
 from logrecords.schema_config import SchemaConfig
 
 _NO_LIMIT = 1 << 62  # message size: the service's own body limit applies before this
+# a field's value is a scalar or a list of them; far deeper nesting is refused before the JSON
+# encoder recurses into it (past ~950 levels it raises RecursionError)
+MAX_VALUE_DEPTH = 32
+
+
+def nested_past(value: Any, limit: int) -> bool:
+    """Whether lists and objects in ``value`` nest more than ``limit`` levels deep (without
+    recursion, and looking at the scalars of a level only through their types)."""
+    level = [value]
+    for _ in range(limit + 1):
+        kinds = set(map(type, level))
+        if list not in kinds and dict not in kinds:
+            return False
+        inner: list[Any] = []
+        for v in level:
+            if type(v) is list:
+                inner.extend(v)
+            elif type(v) is dict:
+                inner.extend(v.values())
+        level = inner
+    return True
 
 
 class RecordHasher:
@@ -55,6 +76,11 @@ class RecordHasher:
             if unknown:
                 raise InvalidInput(f"{at}.{unknown[0]}: unknown field; the schema's fields are {list(self.fields)}",
                                    detail={"field": f"{at}.{unknown[0]}", "fields": list(self.fields)})
+            for name, value in record.items():
+                if type(value) in (list, dict) and nested_past(value, MAX_VALUE_DEPTH):
+                    raise InvalidInput(f"{at}.{name}: value nested more than {MAX_VALUE_DEPTH} levels deep (a field "
+                                       f"holds a string, a number or a list of them)",
+                                       detail={"field": f"{at}.{name}", "max_depth": MAX_VALUE_DEPTH})
             lines.append(json.dumps(self._as_record(record)).encode())
         batch, rejected = self._parser.parse(lines)
         if rejected:

@@ -43,6 +43,9 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         err = exc
     elif isinstance(exc, HTTPException) and isinstance(exc.__cause__, StreamrecError):
         err = exc.__cause__  # FastAPI wraps errors raised while reading the body (e.g. our size limit)
+    elif isinstance(exc, HTTPException) and isinstance(exc.__cause__, RecursionError):
+        err = InvalidInput("request body: JSON nested too deeply to decode (arrays and objects nest at most a few "
+                           "levels in any request)", detail={"field": "body"})
     elif isinstance(exc, HTTPException):
         code = {404: "not_found", 405: "method_not_allowed", 413: "invalid_input"}.get(exc.status_code, "http_error")
         err = StreamrecError(str(exc.detail))
