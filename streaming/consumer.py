@@ -5,10 +5,15 @@ or the consumer has caught up with the log (a Kafka poll came back short and eve
 partition is read to its highwater: waiting would only add latency), whichever comes first; a
 poll never waits longer. ``caught_up`` tells the caller which: a backlog still gives full
 batches, whatever the arrival rate. Several trainers share the partitions of
-the topic through a consumer group (``Membership.GROUP``), or a trainer reads an explicit set
-of partitions (``Membership.ASSIGN``). Offsets follow the rule of :mod:`streaming.offsets`:
-the trainer calls ``tracker.mark_pushed(batch)`` after pushing gradients and checkpoints
-``committable()``; on restart ``seek_to(offsets)`` resumes exactly there.
+the topic through a consumer group (``Membership.GROUP``), or a trainer reads the partitions
+it selects of those the topic has (``Membership.ASSIGN``): the topic's metadata, not the
+config, says which exist, re-read every ``metadata_refresh_ms`` so that a partition added
+while running is read too, from its beginning. Offsets follow the rule of
+:mod:`streaming.offsets`: the trainer calls ``tracker.mark_pushed(batch)`` after pushing
+gradients and checkpoints ``committable()``; on restart ``seek_to(offsets)`` resumes exactly
+there. Offsets handed in and out count the stream's records before this log's first offset
+(``log_base``: a replay resumed on a new log), so a pass's offsets say which records of the
+stream it trained whichever log they were read from.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from typing import Any
 
@@ -37,10 +43,14 @@ from streaming.kafka_config import KafkaConfig
 from streaming.log_bounds import past_the_end
 from streaming.offsets import OffsetTracker
 
+log = logging.getLogger(__name__)
+# A producer's clock may run ahead of ours by this much; a later timestamp is not taken as a receipt time.
+FUTURE_SKEW_S = 60.0
+
 
 class Membership(StrEnum):
     GROUP = "group"  # share partitions with the other members of config.group_id
-    ASSIGN = "assign"  # read the given partitions (all by default), no group coordination
+    ASSIGN = "assign"  # read the selected partitions of the topic (all by default), no group coordination
 
 
 class _Rebalance(AsyncConsumerRebalanceListener):
@@ -76,7 +86,7 @@ class StreamConsumer:
         bootstrap: list[str],
         *,
         membership: Membership = Membership.GROUP,
-        partitions: list[int] | None = None,
+        select: Callable[[int], bool] | None = None,
         dead_letters: DeadLetters | None = None,
         client_id: str = "streamrec-trainer",
     ) -> None:
@@ -89,7 +99,11 @@ class StreamConsumer:
         self._owns_dead_letters = dead_letters is None
         self.dead_letters = dead_letters or DeadLetters.to_topic(options, config.dead_letter_topic)
         self._restore: dict[int, int] = {}
+        self._base = {int(p): int(o) for p, o in config.log_base.items()}
+        self._select = select
+        self._partitions_at = 0.0  # when the topic's partitions were last compared with the assignment
         self.records_delivered = 0
+        self.future_records = 0  # records stamped later than now + FUTURE_SKEW_S (a clock ahead, or forged)
         self.batches_delivered = 0
         self.caught_up = False  # the last poll_batch read every assigned partition to its end (no backlog)
         self._consumer = KafkaConsumer(
@@ -104,6 +118,7 @@ class StreamConsumer:
             fetch_max_bytes=64 << 20,
             max_poll_interval_ms=config.max_poll_interval_ms,
             session_timeout_ms=config.session_timeout_ms,
+            metadata_max_age_ms=config.metadata_refresh_ms,  # partitions added to the topic show up this soon
             heartbeat_interval_ms=max(100, config.session_timeout_ms // 3),
         )
         install_fast_records(self._consumer)  # a batch's records decoded by one kernel (#14: ~3x less CPU)
@@ -111,12 +126,25 @@ class StreamConsumer:
         if membership is Membership.GROUP:
             self._consumer.subscribe([topic], listener=_Rebalance(self))
         else:
-            if partitions is None:
-                found = self._consumer.partitions_for_topic(topic)
-                if not found:
-                    raise Unavailable(f"topic '{topic}' has no partitions (does it exist?)")
-                partitions = sorted(found)
-            self._consumer.assign([TopicPartition(topic, p) for p in partitions])
+            if not self._consumer.partitions_for_topic(topic):
+                raise Unavailable(f"topic '{topic}' has no partitions (does it exist?)")
+            self._follow_partitions()
+
+    def _follow_partitions(self) -> None:
+        """Assign every selected partition the topic's metadata names; a new one is read from its
+        beginning (no offset of it was restored) or from its restored offset."""
+        self._partitions_at = time.monotonic()
+        topic = self.config.topic
+        found = self._consumer.partitions_for_topic(topic) or set()
+        wanted = {p for p in found if self._select is None or self._select(p)}
+        have = {tp.partition for tp in self._consumer.assignment()}
+        if wanted <= have:
+            return
+        if have:
+            log.info("topic '%s' has new partitions %s: reading them from their beginning", topic,
+                     sorted(wanted - have))
+        self._consumer.assign([TopicPartition(topic, p) for p in sorted(wanted | have)])
+        self._apply_restore(sorted(wanted - have))
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -127,6 +155,9 @@ class StreamConsumer:
         batch whose records were all rejected is issued and marked pushed at once (nothing to
         train), so its offsets still advance.
         """
+        if (self.membership is Membership.ASSIGN
+                and time.monotonic() - self._partitions_at >= self.config.metadata_refresh_ms / 1000):
+            self._follow_partitions()
         chunks = self._collect()
         self.caught_up = self._at_end()
         if not chunks:
@@ -143,7 +174,11 @@ class StreamConsumer:
         batch, rejected = parse_isolating(self.parser, values)
         # a partition's last record is its newest (append order): no per-record look at timestamps
         stamps = [recs[-1].timestamp for _, recs in chunks if recs[-1].timestamp is not None and recs[-1].timestamp > 0]
-        batch = dataclasses.replace(batch, positions=positions, received_at=max(stamps) / 1000.0 if stamps else None)
+        received_at = max(stamps) / 1000.0 if stamps else None
+        limit = time.time() + FUTURE_SKEW_S
+        if received_at is not None and received_at > limit:
+            received_at = self._future_stamped(chunks, limit)
+        batch = dataclasses.replace(batch, positions=positions, received_at=received_at)
         if rejected:
             sources = []
             for r in rejected:
@@ -158,6 +193,15 @@ class StreamConsumer:
         self.records_delivered += len(batch)
         self.batches_delivered += 1
         return batch
+
+    def _future_stamped(self, chunks: list[tuple[TopicPartition, list[Any]]], limit: float) -> float:
+        """Counts the records stamped past ``limit`` (the rare case that looks at every record):
+        a receipt time in the future would hold every freshness figure at zero until it passed."""
+        ahead = sum(1 for _, recs in chunks for r in recs if r.timestamp is not None and r.timestamp / 1000.0 > limit)
+        self.future_records += ahead
+        log.warning("%d records stamped more than %.0f s ahead of this clock: their receipt time is taken as now",
+                    ahead, FUTURE_SKEW_S)
+        return limit
 
     def _collect(self) -> list[tuple[TopicPartition, list[Any]]]:
         size = self.config.batch_size
@@ -214,11 +258,18 @@ class StreamConsumer:
     # -- offsets ---------------------------------------------------------------------------
 
     def seek_to(self, offsets: dict[int, int]) -> None:
-        """Resume each partition at the given offset (the manifest of the last committed pass).
+        """Resume each partition at the given offset (the manifest of the last committed pass,
+        counted from the stream's start: ``log_base`` is taken off).
 
-        In a group, partitions assigned later are positioned when they are assigned.
+        Partitions assigned later (a group's, or ones added to the topic) are positioned when
+        they are assigned.
         """
-        self._restore = {int(p): int(o) for p, o in offsets.items()}
+        self._restore = {}
+        for p, o in offsets.items():
+            p, o = int(p), int(o) - self._base.get(int(p), 0)
+            if o < 0:  # a rollback to before this log began: what it holds is all that can be read again
+                log.warning("partition %d: the resume point lies %d records before this log's first one", p, -o)
+            self._restore[p] = max(0, o)
         for p in past_the_end(self._options, self.config.topic, self._restore):
             self._restore[p] = 0  # the topic was recreated: its new log starts over (see log_bounds)
         self._apply_restore([tp.partition for tp in self._consumer.assignment()])
@@ -231,9 +282,10 @@ class StreamConsumer:
         self.tracker.start_at(mine)
 
     def committable(self) -> dict[int, int]:
-        """Offsets safe to checkpoint (the offset rule); dead letters are flushed first."""
+        """Offsets safe to checkpoint (the offset rule), counted from the stream's start
+        (``log_base`` added); dead letters are flushed first."""
         self.dead_letters.flush()
-        return self.tracker.committable()
+        return {p: o + self._base.get(p, 0) for p, o in self.tracker.committable().items()}
 
     def commit(self) -> dict[int, int]:
         """Also record ``committable()`` in the Kafka group (for lag tools); returns it."""
@@ -243,7 +295,9 @@ class StreamConsumer:
         return offsets
 
     def _as_commit(self, offsets: dict[int, int]) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {TopicPartition(self.config.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
+        """``committable()`` offsets as the group commits them: offsets of this log."""
+        return {TopicPartition(self.config.topic, p): OffsetAndMetadata(max(0, o - self._base.get(p, 0)), "", -1)
+                for p, o in offsets.items()}
 
     def assigned(self) -> list[int]:
         return sorted(tp.partition for tp in self._consumer.assignment())
@@ -274,6 +328,7 @@ class StreamConsumer:
             "rejected": self.reject_counts,
             "dead_letter_failures": self.dead_letters.failed_sends,
             "lag": self.lag(),
+            "future_records": self.future_records,
             "in_flight_spans": self.tracker.in_flight(),
         }
 

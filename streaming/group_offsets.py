@@ -33,9 +33,12 @@ class GroupOffsets:
         self._consumer: KafkaConsumer | None = None  # connected at the first commit
 
     def commit(self, offsets: dict[int, int]) -> None:
-        """Record ``offsets`` (partition -> next offset to read) as the group's committed offsets."""
+        """Record ``offsets`` (partition -> next offset to read, counted from the stream's start
+        as a pass's are) as the group's committed offsets, offsets of this log (``log_base`` off)."""
         if not offsets:
             return
+        base = self.config.log_base
+        offsets = {int(p): max(0, int(o) - base.get(int(p), 0)) for p, o in offsets.items()}
         try:
             if self._consumer is None:
                 self._consumer = KafkaConsumer(**self._options, client_id=self._client_id,

@@ -43,7 +43,14 @@ class KafkaConfig(FrozenModel):
                                    description="Topic that receives the records that could not be parsed.")
     partitions: int = Field(default=4, ge=1,
                             description="Partitions of the topic when streamrec creates it; trainer r reads the "
-                                        "partitions p % workers == r.")
+                                        "partitions p % workers == r of those the topic has.")
+    metadata_refresh_ms: int = Field(default=5000, ge=100,
+                                     description="How often a consumer re-reads the topic's partitions; one added "
+                                                 "meanwhile is read from its beginning.")
+    log_base: dict[int, int] = Field(default_factory=dict,
+                                     description="Per partition, the records of the stream before this log's first "
+                                                 "offset (set by `streamrec up` when a replay resumes on a new "
+                                                 "embedded broker); pass offsets count them.")
     replication_factor: int = Field(default=1, ge=1, description="Replication factor of the topics streamrec creates.")
     group_id: str = Field("streamrec-trainers",
                           description="Consumer group the chief commits the trainers' offsets to after each pass, so "

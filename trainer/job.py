@@ -34,6 +34,7 @@ from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from ps.ps_config import PSConfig, load_ps_config
 from stores.store import open_store
+from streaming.consumer import FUTURE_SKEW_S
 from streaming.group_offsets import GroupOffsets
 from trainer import checkpoints
 from trainer.history_join import HistoryJoin, NoHistory, open_history
@@ -108,6 +109,7 @@ class StreamingJob:
         self.paused = threading.Event()
         self.stopping = threading.Event()
         self.records_run = 0  # by this process (the job's total is progress.records_total)
+        self.future_records = 0  # records whose event time lay past now + FUTURE_SKEW_S (the stream counts its own)
         self.commit_stall_s: list[float] = []
         tt = self.model.config.type is ModelType.TWO_TOWER
         item_slots = tuple(s.name for s in getattr(self.model, "item_slots", ()))
@@ -311,9 +313,10 @@ class StreamingJob:
         self.progress.clock.add(n)
         self.records_run += n
         self.progress.records_total += n
-        t = batch.received_at
+        t = batch.received_at  # the consumer takes a receipt time in the future as now
         if t is None and batch.event_time is not None and batch.event_time.size:
-            t = float(np.nanmax(batch.event_time)) if np.isfinite(batch.event_time).any() else None
+            t, ahead = newest_time(batch.event_time, limit=time.time() + FUTURE_SKEW_S)
+            self.future_records += ahead
         if t is not None:
             newest = self.progress.newest_time
             self.progress.newest_time = t if newest is None else max(newest, t)
@@ -327,8 +330,12 @@ class StreamingJob:
         commit of this pass may still be finishing in the background)."""
         assert self.worker is not None and self.stream is not None
         t0 = time.monotonic()
+        pass_id, others = self.progress.clock.pass_id, [r for r in self.progress.active if r != self.rank]
         self.committer.commit(self.worker, leaving=leaving)
         self.commit_stall_s.append(time.monotonic() - t0)
+        # the job's total counts every worker's records: the others' parts were written before the commit barrier
+        self.progress.records_total += sum(int(self.root.read_json(f"{checkpoints.pass_name(pass_id)}/worker-{r}.json")
+                                               ["records"]) for r in others)
         return self.committer.last_commit
 
     # ---------------------------------------------------------------- control
@@ -368,6 +375,7 @@ class StreamingJob:
                 "progressive": None if w is None else w.metrics.summary(),
                 "phase_seconds": {} if w is None else dict(w.phase_seconds),
                 "newest_record_time": progress.newest_time, "recoveries": self.recovery.recoveries,
+                "future_records": self.future_records + (0 if self.stream is None else self.stream.future_records),
                 # receipt -> the batch's positives in the PS user history, which the service reads live
                 "history_freshness_p50_s": self.history.freshness(0.5),
                 "history_freshness_p95_s": self.history.freshness(0.95),
@@ -380,6 +388,18 @@ class StreamingJob:
                               "pass_records": progress.clock.count},
                 "last_commit": {k: v for k, v in committer.last_commit.items() if k != "files"},
                 "last_export": committer.last_export}
+
+
+def newest_time(times: np.ndarray, *, limit: float) -> tuple[float | None, int]:
+    """The newest of a batch's event times, at most ``limit`` (now + the allowed skew), and how
+    many lay past it: one far in the future would hold the freshness figures (a running max) at
+    zero until it passed. None when no time is finite."""
+    if not np.isfinite(times).any():
+        return None, 0
+    t = float(np.nanmax(times))
+    if t <= limit:
+        return t, 0
+    return limit, int(np.count_nonzero(times > limit))
 
 
 def _item_ttl(model: ModelConfig, ps_config: PSConfig, item_field: str | None) -> int | None:

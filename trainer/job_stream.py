@@ -9,6 +9,7 @@ re-seeking) and the prefetch thread (polling): every use holds ``lock``. The off
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -21,13 +22,13 @@ from streaming.consumer import Membership, StreamConsumer
 from trainer.job_config import JobConfig
 from trainer.minibatch import MiniBatch, MiniBatcher
 from trainer.passes import PassProgress
-from trainer.recovery import partitions_of
+from trainer.recovery import reads_partition
 
 LAG_REFRESH_S = 1.0  # lag asks the broker: about once a second
 
 
 class JobStream:
-    """Worker ``spec.rank``'s partitions (``p % W == r``), from ``offsets`` when restored."""
+    """Worker ``spec.rank``'s partitions of the topic (``p % W == r``), from ``offsets`` when restored."""
 
     def __init__(self, config: JobConfig, spec: ClusterSpec, bootstrap: list[str], *, progress: PassProgress,
                  stopping: threading.Event, offsets: dict[int, int] | None = None) -> None:
@@ -35,11 +36,11 @@ class JobStream:
         self.progress = progress
         self.stopping = stopping
         self.lock = threading.RLock()
-        self.partitions = partitions_of(spec, config.kafka.partitions)
+        mine = functools.partial(reads_partition, spec)
         self.consumer = StreamConsumer(config.kafka, config.records, bootstrap, membership=Membership.ASSIGN,
-                                       partitions=self.partitions, client_id=f"streamrec-trainer-{spec.rank}")
+                                       select=mine, client_id=f"streamrec-trainer-{spec.rank}")
         if offsets:
-            self.consumer.seek_to({p: o for p, o in offsets.items() if p in self.partitions})
+            self.consumer.seek_to({p: o for p, o in offsets.items() if mine(p)})
         self.lag_partitions: dict[int, int] = {}  # records not yet consumed, refreshed ~1/s by the poll loop
         self._lag_at = 0.0
 
@@ -73,6 +74,11 @@ class JobStream:
         with self.lock:
             for poll in polls:
                 self.consumer.tracker.mark_pushed(poll)
+
+    @property
+    def future_records(self) -> int:
+        """Records whose Kafka timestamp lay past now + the allowed skew (taken as received now)."""
+        return self.consumer.future_records
 
     def committable(self) -> dict[int, int]:
         with self.lock:

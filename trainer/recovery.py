@@ -114,9 +114,10 @@ def model_train_state(worker_arrays: dict[str, np.ndarray]) -> dict[str, np.ndar
     return {k[6:]: v for k, v in worker_arrays.items() if k.startswith("model.")}
 
 
-def partitions_of(spec: ClusterSpec, partitions: int) -> list[int]:
-    """The stream partitions worker ``spec.rank`` of ``spec.num_workers`` reads: ``p % W == r``."""
-    return [p for p in range(partitions) if p % spec.num_workers == spec.rank]
+def reads_partition(spec: ClusterSpec, partition: int) -> bool:
+    """Whether worker ``spec.rank`` of ``spec.num_workers`` reads ``partition`` (``p % W == r``) of
+    the partitions the topic has, whatever ``kafka.partitions`` says (it only creates the topic)."""
+    return partition % spec.num_workers == spec.rank
 
 
 class Recovery:
@@ -188,9 +189,8 @@ class Recovery:
         self.ctx.progress.records_total = restored.records_total
         self.ctx.progress.at_pass(restored.pass_id)
         self.ctx.progress.active = list(range(self.ctx.spec.num_workers))
-        mine = partitions_of(self.ctx.spec, self.ctx.config.kafka.partitions)
         # no pass committed yet: nothing to go back to, every worker goes on from where it is
-        self.ctx.progress.reseek = {p: o for p, o in restored.offsets.items() if p in mine}
+        self.ctx.progress.reseek = {p: o for p, o in restored.offsets.items() if reads_partition(self.ctx.spec, p)}
         self.regroups += 1
 
     def recover_shards(self, worker: Worker) -> None:
