@@ -56,7 +56,7 @@ from launcher.up_run_dir import (
     write_run_configs,
 )
 from launcher.up_shutdown import shut_down
-from launcher.up_source import bayes_auc, record_source, streamrec_cli
+from launcher.up_source import bayes_auc, record_source, resumed_replay, streamrec_cli
 from launcher.up_stop import StopRequest, StopRequested
 from launcher.up_watch import Watch, watch_live, watch_plain
 from ps.auth import read_secret
@@ -135,6 +135,11 @@ class LocalSystem:
             checkpoint_dir=shard_checkpoints(self.cfg, self.run.root), env=_thread_defaults(), secret_file=secret,
             restart=self.cfg.up.restart, rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s,
             stop_grace_s=self.cfg.up.stop_timeout_s), out=self.out)
+        replay_done: dict[int, int] = {}
+        if self.opts.replay is not None and self.broker is not None:  # a new log: it starts after what was trained
+            self.cfg, replay_done = resumed_replay(self.cfg, self.run.root)
+            if replay_done:
+                self.say(f"the replay resumes after the {sum(replay_done.values())} lines the last pass trained")
         write_run_configs(self.cfg, self.run, bootstrap=self.bootstrap, control_endpoint=self.control_endpoint,
                           secret_file=secret, shard_endpoints=cluster.shard_endpoints)
         env = {**os.environ, **_thread_defaults(), self.cfg.service.admin_token_env: self.token,
@@ -142,7 +147,7 @@ class LocalSystem:
         skip = records_trained(self.cfg, self.run.root) if self.opts.replay is None else 0
         source = record_source(self.cfg, config=self.run.config, replay=self.opts.replay,
                                replay_format=self.opts.replay_format, skip=skip,
-                               since=topic_ends(self.cfg, self.bootstrap))
+                               since=topic_ends(self.cfg, self.bootstrap), replay_done=replay_done)
         self.roles.start(source.name, source.argv, env=env)
         self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env,
                          port=self.cfg.up.port or None)

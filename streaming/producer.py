@@ -6,11 +6,17 @@ in flight). Per partition the topic then holds a prefix of that partition's reco
 log ends say exactly which records of the stream are there (:class:`StreamOnTopic`, from the
 ends at the stream's start and now): a restarted producer sends only the missing ones, after
 a kill -9 too, and none twice.
+
+A record over what one produce request carries (``max_record_bytes``) would fail the whole
+send: it is refused (counted, logged) and its first ``max_message_bytes + 1`` bytes go in its
+place, which every consumer rejects as oversized and dead-letters; the record keeps its place
+and the ones after it go on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +31,8 @@ from core.errors import Unavailable
 from streaming.kafka_config import KafkaConfig
 
 _CHUNK = 1000  # records sent between rate checks
+RECORD_OVERHEAD = 1024  # room a record and its batch header take beside the value in a produce request
+log = logging.getLogger(__name__)
 
 
 class RecordProducer:
@@ -39,26 +47,31 @@ class RecordProducer:
         self.config = config
         self.flush_timeout_s = flush_timeout_s
         self.sent = 0  # records handed to the client so far (also valid after an interrupt)
+        self.refused = 0  # records over max_record_bytes, sent cut (module docstring)
+        self.max_request_size = max(1 << 20, 2 * config.max_message_bytes)
+        self.max_record_bytes = self.max_request_size - RECORD_OVERHEAD
         compression = None if config.compression == "none" else config.compression
         self._producer = KafkaProducer(
             **options,
             compression_type=compression,
             linger_ms=10,
             batch_size=512 * 1024,
-            max_request_size=max(1 << 20, 2 * config.max_message_bytes),
+            max_request_size=self.max_request_size,
             acks=1,
             max_in_flight_requests_per_connection=1 if ordered else 5,
         )
 
     def send_all(self, records: Iterable[bytes], *, topic: str | None = None, rate: float | None = None,
                  partitions: Iterable[int] | None = None, before_chunk: Callable[[], None] | None = None,
-                 chunk_size: int = _CHUNK) -> int:
+                 chunk_size: int = _CHUNK, on_refused: Callable[[int, int], None] | None = None) -> int:
         """Send every record (at most ``rate`` per second if given), flush, and return the count.
 
         ``partitions``: the partition of each record, in step with ``records`` (else the client
         picks). ``before_chunk``: called before each chunk of records once what was sent before
         is flushed (on the topic): the replay's back-pressure (:mod:`streaming.backpressure`);
-        ``chunk_size`` records go between two calls (and rate checks)."""
+        ``chunk_size`` records go between two calls (and rate checks). ``on_refused(i, size)``:
+        record ``i`` of this call was over ``max_record_bytes`` and went cut (module docstring;
+        default: a warning naming it)."""
         target = topic or self.config.topic
         start = time.monotonic()
         sent = 0
@@ -68,7 +81,9 @@ class RecordProducer:
                 if before_chunk is not None:
                     self._producer.flush(timeout=self.flush_timeout_s)
                     before_chunk()
-                for value in chunk:
+                for i, value in enumerate(chunk, sent):
+                    if len(value) > self.max_record_bytes:
+                        value = self._refuse(value, i, on_refused)
                     self._producer.send(target, value=value, partition=None if parts is None else next(parts))
                     self.sent += 1
                 sent += len(chunk)
@@ -80,6 +95,16 @@ class RecordProducer:
         except KafkaError as err:
             raise Unavailable(f"producing to '{target}' failed after {sent} records: {err}") from None
         return sent
+
+    def _refuse(self, value: bytes, index: int, on_refused: Callable[[int, int], None] | None) -> bytes:
+        self.refused += 1
+        if on_refused is not None:
+            on_refused(index, len(value))
+        else:
+            log.warning("record %d is %d bytes, over the %d a produce request takes: refused, sent cut to %d bytes "
+                        "so that consumers dead-letter it as oversized", index, len(value), self.max_record_bytes,
+                        self.config.max_message_bytes + 1)
+        return value[: self.config.max_message_bytes + 1]
 
     def close(self) -> None:
         with contextlib.suppress(KafkaError):  # a dead broker: what it never took was reported by send_all
@@ -177,6 +202,11 @@ def _chunks(records: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
 
 def file_lines(path: str | Path) -> Iterator[bytes]:
     """Non-empty lines of a text file, without their line ending (.gz files are read decompressed)."""
+    return (line for _, line in numbered_lines(path))
+
+
+def numbered_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, line) of each non-empty line of a text file, as :func:`file_lines`."""
     p = Path(path)
     if p.suffix == ".gz":
         import gzip
@@ -185,7 +215,7 @@ def file_lines(path: str | Path) -> Iterator[bytes]:
     else:
         opener = open
     with opener(p, "rb") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             line = line.rstrip(b"\r\n")
             if line:
-                yield line
+                yield number, line

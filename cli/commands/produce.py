@@ -4,7 +4,10 @@
 while more than N records on the topic lie past the consumer group's committed offsets.
 ``--since-offsets`` makes a restart go on where the replay stopped (:mod:`streaming.producer`):
 line ``i`` goes to partition ``i % P`` and a restarted replay sends only the lines not yet on
-the topic.
+the topic. ``--skip-offsets`` leaves out, per partition, the lines a committed pass already
+trained (a replay resumed on a new log). A line over what one produce request carries is
+refused with a message naming it and sent cut, so that the consumers dead-letter it; the rest
+go on (:mod:`streaming.producer`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--since-offsets", metavar="P:O,...",
                    help="the topic's end offsets when this replay first started: line i goes to partition i %% P "
                         "and a restart sends only the lines not yet on the topic")
+    p.add_argument("--skip-offsets", metavar="P:N,...",
+                   help="with --since-offsets: leave out the first N lines of partition P's share (line i is "
+                        "partition P's line i // P), e.g. those a committed pass already trained")
     p.set_defaults(func=run)
 
 
@@ -46,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from logrecords.schema_config import SchemaConfig
     from streaming.connection import client_options
     from streaming.kafka_config import load_kafka_config
-    from streaming.producer import RecordProducer, StreamOnTopic, file_lines, parse_offsets
+    from streaming.producer import RecordProducer, StreamOnTopic, numbered_lines, parse_offsets
     from streaming.topics import ensure_topics
 
     bootstrap = args.bootstrap.split(",") if args.bootstrap else None
@@ -64,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
         if len(since) != config.partitions:
             raise ConfigError(f"--since-offsets names {len(since)} partitions, the topic has {config.partitions}")
         on_topic = StreamOnTopic.read(options, config.topic, since)
+    skip = parse_offsets(args.skip_offsets) if args.skip_offsets else {}
+    if skip and (on_topic is None or len(skip) != on_topic.partitions):
+        raise ConfigError("--skip-offsets needs --since-offsets, with as many partitions")
     # Lines are checked with the parser on the way, so a wrong --format shows up at once.
     rejected: Counter[str] = Counter()
     if args.format == "criteo":
@@ -73,14 +82,25 @@ def run(args: argparse.Namespace) -> int:
 
         parser = JsonLinesParser(SchemaConfig(), max_message_bytes=config.max_message_bytes)
 
+    numbers: dict[int, int] = {}  # position among the lines sent -> line number, for the lines too long to send
+
     def unsent() -> Iterator[tuple[bytes, int | None]]:  # (line, its partition) of the lines to send
-        if on_topic is None:
-            yield from ((line, None) for line in file_lines(args.file))
-            return
-        parts, present = on_topic.partitions, on_topic.present
-        for i, line in enumerate(file_lines(args.file)):
-            if i // parts >= present[i % parts]:
-                yield line, i % parts
+        position = 0
+        for i, (number, line) in enumerate(numbered_lines(args.file)):
+            part = None
+            if on_topic is not None:
+                part = i % on_topic.partitions
+                if i // on_topic.partitions < skip.get(part, 0) + on_topic.present[part]:
+                    continue
+            if len(line) > too_long:
+                numbers[position] = number
+            position += 1
+            yield line, part
+
+    def refused(index: int, size: int) -> None:
+        print(f"line {numbers.get(index, '?')} of {args.file} is {size} bytes, over the {too_long} a Kafka request "
+              f"carries: refused, sent cut to {config.max_message_bytes + 1} bytes so that the consumers "
+              "dead-letter it as oversized; the other lines go on", file=sys.stderr, flush=True)
 
     lines, placed = itertools.tee(unsent())
 
@@ -104,18 +124,21 @@ def run(args: argparse.Namespace) -> int:
                     rejected[r.reason.label] += 1
         return chunk
 
-    resumed = 0 if on_topic is None else sum(on_topic.present)
+    resumed = (0 if on_topic is None else sum(on_topic.present)) + sum(skip.values())
     with RecordProducer(config, options, ordered=on_topic is not None) as producer:
+        too_long = producer.max_record_bytes
         gate, lag = _gate(args, config, options, on_topic, producer)
         # the lag stays below max_lag plus one chunk: a quarter of it between two reads
         chunk = 1000 if args.max_lag is None else max(1, min(1000, args.max_lag // 4))
         sent = producer.send_all(checked(), rate=args.rate, partitions=(p for _, p in placed), chunk_size=chunk,
-                                 before_chunk=None if gate is None else lambda: gate.wait(producer.sent))
+                                 before_chunk=None if gate is None else lambda: gate.wait(producer.sent),
+                                 on_refused=refused)
         if lag is not None:
             lag.close()
-    more = f" ({resumed} were on the topic already)" if resumed else ""
+    more = f" ({resumed} were on the topic or trained already)" if resumed else ""
     paced = f"; paused {gate.pauses} times, highest lag {gate.highest}" if gate is not None else ""
-    print(f"produced {sent} records from {args.file} into '{config.topic}'{more}{paced}", flush=True)
+    cut = f"; {producer.refused} lines too long were sent cut (see above)" if producer.refused else ""
+    print(f"produced {sent} records from {args.file} into '{config.topic}'{more}{paced}{cut}", flush=True)
     if rejected:
         print(f"note: {sum(rejected.values())} of them will be dead-lettered by consumers: {dict(rejected)}",
               file=sys.stderr)
