@@ -103,7 +103,9 @@ class StreamConsumer:
         self._select = select
         self._partitions_at = 0.0  # when the topic's partitions were last compared with the assignment
         self.records_delivered = 0
-        self.future_records = 0  # records stamped later than now + FUTURE_SKEW_S (a clock ahead, or forged)
+        # records stamped past now + FUTURE_SKEW_S (a clock ahead, or forged), counted in the polls where a
+        # partition's newest record is: only those could move a receipt time (no per-record look otherwise)
+        self.future_records = 0
         self.batches_delivered = 0
         self.caught_up = False  # the last poll_batch read every assigned partition to its end (no backlog)
         self._consumer = KafkaConsumer(
