@@ -85,11 +85,10 @@ class FinalPass:
         from stores.store import open_store
         from trainer import checkpoints
 
-        store = open_store(self.root)
         manifest = f"{checkpoints.pass_name(pass_id)}/{checkpoints.MANIFEST}"
         while time.monotonic() < deadline:
             try:
-                if store.exists(manifest):
+                if open_store(self.root).exists(manifest):
                     return
             except (StreamrecError, OSError):
                 pass  # looked at again until the deadline; report() names what is wrong
@@ -106,8 +105,8 @@ class FinalPass:
 
         try:
             checkpoints.read_pass(self.root, self.pass_id)
-        except (StreamrecError, OSError) as err:
-            reason = err.message if isinstance(err, StreamrecError) else str(err)
+        except Exception as err:  # whatever keeps the manifest from verifying, a malformed one too
+            reason = err.message if isinstance(err, StreamrecError) else f"{type(err).__name__}: {err}"
             last = self._last_valid_pass()
             resume = f"the last committed pass, {last}" if last is not None else "the start (no pass is committed)"
             self.say(f"final pass NOT committed: pass {self.pass_id} has no valid {checkpoints.MANIFEST} "
@@ -127,8 +126,8 @@ class FinalPass:
             try:
                 checkpoints.read_pass(self.root, n)
                 return n
-            except (StreamrecError, OSError):
-                continue  # the restore sets it aside too
+            except Exception:  # the restore sets it aside too
+                continue
         return None
 
 

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from ps.auth import read_secret
 from service.cold_start import ColdStart
+from service.connections import ConnectionStats
 from service.errors import install_error_handler
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
@@ -21,6 +22,7 @@ from service.json_rows import rows_json
 from service.live_items import LiveItems
 from service.metrics import Metrics, RequestMetricsMiddleware
 from service.model_store import ModelStore
+from service.offload import Offload
 from service.read_through import ReadThrough
 from service.routes import admin, dashboard, embeddings, health, items, predict, recommend
 from service.settings import ServiceSettings
@@ -110,6 +112,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                               "exported bundle; the admin API operates the training job.")
     app.state.settings = settings
     app.state.metrics = metrics
+    offload = app.state.offload = Offload(settings.limits.work_threads, settings.limits.work_queue)
+    metrics.gauge("work_in_progress", lambda: offload.in_progress)
+    metrics.counter("work_refused", lambda: offload.refused)
+    # filled by the connection guard when uvicorn serves the app (streamrec serve: service.connections)
+    connections = app.state.connection_stats = ConnectionStats()
+    metrics.counter("connections_header_timeout", lambda: connections.header_timeouts)
+    metrics.counter("connections_closed_for_room", lambda: connections.idle_closed_for_room)
     install_error_handler(app)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes,
                        body_timeout_s=settings.limits.body_timeout_s)

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, RequestTimeout
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -53,6 +53,8 @@ class Metrics:
                                registry=self.registry)
         self._read = _ReadAtScrape()
         self.registry.register(self._read)
+        self.requests_in_progress = 0  # from the head's arrival to the response's end (the event loop's only)
+        self.gauge("requests_in_progress", lambda: self.requests_in_progress)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         method = method if method in HTTP_METHODS else "other"  # invented methods must not add series
@@ -75,22 +77,28 @@ class Metrics:
 
 def _counting(receive: Receive, limit: int, timeout_s: float) -> Receive:
     """``receive`` that refuses a body (chunked or lying about its length) past ``limit`` bytes,
-    or one whose next part does not arrive within ``timeout_s`` (a client holding a half-sent body
-    holds a connection and its buffers: slowloris)."""
+    or one whose last part has not arrived ``timeout_s`` after the request's head: a deadline on
+    the whole body, since a client trickling a byte at a time would pass any per-part timeout
+    while it holds a connection and its buffers (slowloris)."""
     seen = 0
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    complete = False
 
     async def counted() -> Message:
-        nonlocal seen
-        try:  # asyncio.timeout, not wait_for: no task per body part (~tens of us on every POST)
-            async with asyncio.timeout(timeout_s):
+        nonlocal seen, complete
+        if complete:  # past the body only the disconnect is left to wait for, for as long as the app likes
+            return await receive()
+        try:  # asyncio.timeout_at, not wait_for: no task per body part (~tens of us on every POST)
+            async with asyncio.timeout_at(deadline):
                 message = await receive()
         except TimeoutError:
-            raise InvalidInput(f"request body not received within {timeout_s:g} s",
-                               detail={"body_timeout_s": timeout_s}) from None
+            raise RequestTimeout(f"request body not received within {timeout_s:g} s of the request's head",
+                                 detail={"body_timeout_s": timeout_s, "body_bytes_received": seen}) from None
         if message["type"] == "http.request":
             seen += len(message.get("body", b""))
             if seen > limit:
                 raise InvalidInput(f"request body exceeds {limit} bytes", detail={"max_body_bytes": limit})
+            complete = not message.get("more_body", False)
         return message
 
     return counted
@@ -127,9 +135,11 @@ class RequestMetricsMiddleware:
                     self.metrics.observe_request("<body-too-large>", scope["method"], 422, time.perf_counter() - t0)
                     return
             receive = _counting(receive, limit, self.body_timeout_s)
+        self.metrics.requests_in_progress += 1
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            self.metrics.requests_in_progress -= 1
             route = scope.get("route")
             path = getattr(route, "path", "<unmatched>")
             self.metrics.observe_request(path, scope["method"], status, time.perf_counter() - t0)

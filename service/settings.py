@@ -68,9 +68,25 @@ class LimitSettings(FrozenModel):
     max_k: int = Field(1000, ge=1, description="The largest `k` a request may ask for.")
     max_instances: int = Field(1000, ge=1, description="Most instances one predict request may carry.")
     max_body_bytes: int = Field(8 << 20, ge=1024, description="The largest request body accepted, in bytes.")
-    body_timeout_s: float = Field(10.0, gt=0.0,
-                                  description="Each part of a request body must arrive within this many seconds.")
-    max_connections: int = Field(1000, ge=1, description="Open connections at once; past this, new ones get 503.")
+    body_timeout_s: float = Field(30.0, gt=0.0,
+                                  description="Seconds from a request's head to the last byte of its body (the whole "
+                                              "body, not each part); past it the request is answered 408.")
+    header_timeout_s: float = Field(10.0, gt=0.0,
+                                    description="Seconds a connection may take, from opening or from its previous "
+                                                "response, to send a complete request head; past it it is closed.")
+    keep_alive_s: float = Field(5.0, gt=0.0,
+                                description="Seconds a kept-alive connection may stay silent after a response before "
+                                            "it is closed.")
+    max_head_bytes: int = Field(16384, ge=1024, description="The largest request line plus headers, in bytes.")
+    max_connections: int = Field(1000, ge=1,
+                                 description="Open connections at once; at the limit a new one closes the longest-idle "
+                                             "connection, and when every one is busy with a request it gets 503.")
+    work_threads: int = Field(4, ge=1,
+                              description="Worker threads for a request's CPU-heavy work (a large body's JSON decode, "
+                                          "raw-value hashing, big batches), off the event loop.")
+    work_queue: int = Field(16, ge=0,
+                            description="Requests' heavy work that may wait for a worker thread; past it a request is "
+                                        "answered 503 at once.")
 
 
 class ServiceSettings(FrozenModel):

@@ -17,18 +17,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _allow_open_files(connections: int) -> None:
+    """Raise the soft open-files limit towards the hard one, so ``max_connections`` sockets (and
+    the bundles' files beside them) fit: a common soft limit of 1024 would refuse connections first."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = connections + 1024
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.connections import uvicorn_options
     from service.settings import load_settings
     from stores.staging import Mirror
 
     settings = load_settings(args.config, host=args.host, port=args.port)
+    _allow_open_files(settings.limits.max_connections)
     # exports_dir may be an fsspec URL (s3://...): bundles are pulled into a local staging dir
     with Mirror(settings.exports_dir, every_s=settings.poll_seconds) as local:
         settings = settings.model_copy(update={"exports_dir": str(local)})
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                    workers=1, access_log=False, limit_concurrency=settings.limits.max_connections,
-                    timeout_keep_alive=5)
+        app = create_app(settings)
+        # header, idle and connection-count limits (service.connections); the body's deadline is the app's
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, workers=1,
+                    access_log=False, **uvicorn_options(settings.limits, app.state.connection_stats))
     return 0

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Body, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, Field
 
 from core.errors import InvalidInput, Unavailable
@@ -22,11 +21,12 @@ from exports.predictor import Predictor, instances_to_batch
 from logrecords.batch import Batch
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
+from service.offload import OffloadDep, OffloadedBodyRoute, is_small
 from service.schemas import ERROR_RESPONSES, Instance, Record, Strict, json_response
 from service.user_history import HistoryDep
 
-router = APIRouter(tags=["predict"], responses=ERROR_RESPONSES)
-_INLINE_INSTANCES = 64  # up to this many instances take well under a millisecond: score on the event loop
+router = APIRouter(tags=["predict"], responses=ERROR_RESPONSES, route_class=OffloadedBodyRoute)
+_INLINE_INSTANCES = 64  # up to this many small instances take well under a millisecond: on the event loop
 
 
 class PredictRequest(Strict):
@@ -91,21 +91,24 @@ def finite_or_fail(values: np.ndarray, what: str) -> np.ndarray:
 
 
 @router.post("/v1/predict", response_model=PredictResponse, summary="CTR scores of instances")
-async def predict(body: Annotated[PredictRequest, Body(openapi_examples=PREDICT_EXAMPLES)], store: StoreDep,
-                  limits: LimitsDep, history: HistoryDep) -> Response:
+async def predict(body: Annotated[PredictRequest, Body(openapi_examples=PREDICT_EXAMPLES)], request: Request,
+                  store: StoreDep, limits: LimitsDep, history: HistoryDep, offload: OffloadDep) -> Response:
     if len(body.instances) > limits.max_instances:
         raise InvalidInput(f"instances: {len(body.instances)} exceed the limit of {limits.max_instances}",
                            detail={"max_instances": limits.max_instances})
     with store.read() as side:
         predictor = predictor_of(side)
-        # each known user's latest behaviour, unless the instance sent its history (service.user_history)
-        batch = history.complete(side, batch_of(side, body.instances, [f"instances[{i}]" for i in
-                                                                       range(len(body.instances))],
-                                                also=history.key_slots(side)))
-        if len(body.instances) <= _INLINE_INSTANCES:
-            raw = predictor.predict(batch)
-        else:  # big batches score in a worker thread, off the event loop
-            raw = await run_in_threadpool(predictor.predict, batch)
+        where = [f"instances[{i}]" for i in range(len(body.instances))]
+
+        def score() -> np.ndarray:
+            # each known user's latest behaviour, unless the instance sent its history (service.user_history)
+            batch = history.complete(side, batch_of(side, body.instances, where, also=history.key_slots(side)))
+            return predictor.predict(batch)
+
+        if len(body.instances) <= _INLINE_INSTANCES and is_small(request):
+            raw = score()
+        else:  # hashing and scoring a large request take a worker thread, not the event loop
+            raw = await offload.run(score)
         scores = finite_or_fail(raw, "score")
         version = side.version
     return json_response({"version": version, "scores": scores.tolist()})

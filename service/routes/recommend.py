@@ -11,17 +11,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Request, Response
 from pydantic import Field, StrictInt, StrictStr
 
+from logrecords.batch import Batch
 from service.cold_start import ColdStartDep
 from service.deps import LimitsDep, StoreDep
+from service.offload import OffloadDep, OffloadedBodyRoute, is_small
 from service.routes.items import check_k, item_ids_of, items_of, run_search
 from service.routes.predict import batch_of, finite_or_fail, predictor_of
 from service.schemas import ERROR_RESPONSES, U64, ItemsResponse, Record, Strict, json_response, scored
 from service.user_history import HistoryDep
 
-router = APIRouter(tags=["recommend"], responses=ERROR_RESPONSES)
+router = APIRouter(tags=["recommend"], responses=ERROR_RESPONSES, route_class=OffloadedBodyRoute)
 
 
 class RecommendRequest(Strict):
@@ -41,19 +43,26 @@ RECOMMEND_EXAMPLES: dict[str, Any] = {
 
 
 @router.post("/v1/recommend", response_model=ItemsResponse, summary="Top-k items for a user")
-async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECOMMEND_EXAMPLES)], store: StoreDep,
-                    limits: LimitsDep, history: HistoryDep, cold: ColdStartDep) -> Response:
-    # one user's tower is ~0.1 ms of numpy: inline; the search moves off the loop only when slow
+async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECOMMEND_EXAMPLES)], request: Request,
+                    store: StoreDep, limits: LimitsDep, history: HistoryDep, cold: ColdStartDep,
+                    offload: OffloadDep) -> Response:
+    # one user's tower is ~0.1 ms of numpy: inline, unless a large body makes its hashing slow;
+    # the search moves off the loop only when slow
     check_k(body.k, limits)
     with store.read() as side:
         items = items_of(side.items, side.version)
         predictor = predictor_of(side)
-        # a known user's latest behaviour, unless the request sent its history (service.user_history)
-        user_batch = history.complete(side, batch_of(side, [body.user], ["user"], also=history.key_slots(side)))
-        user = finite_or_fail(predictor.user_vectors(user_batch), "user vector")
-        exclude = np.array(body.exclude, np.uint64)
-        if body.exclude_values:
-            exclude = np.concatenate([exclude, item_ids_of(side, body.exclude_values, "exclude_values")])
+
+        def user_of() -> tuple[Batch, np.ndarray, np.ndarray]:
+            # a known user's latest behaviour, unless the request sent its history (service.user_history)
+            user_batch = history.complete(side, batch_of(side, [body.user], ["user"], also=history.key_slots(side)))
+            user = finite_or_fail(predictor.user_vectors(user_batch), "user vector")
+            exclude = np.array(body.exclude, np.uint64)
+            if body.exclude_values:
+                exclude = np.concatenate([exclude, item_ids_of(side, body.exclude_values, "exclude_values")])
+            return user_batch, user, exclude
+
+        user_batch, user, exclude = user_of() if is_small(request) else await offload.run(user_of)
         version = side.version
         popular = cold.answer(side, user_batch, body.k, exclude)
         if popular is not None:  # a user the model knows nothing of (service.cold_start)

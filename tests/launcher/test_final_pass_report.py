@@ -29,7 +29,7 @@ def test_a_pass_with_its_manifest_is_reported_committed(tmp_path: Path) -> None:
     assert report(tmp_path, 2) == ["final pass committed: pass 2"]
 
 
-@pytest.mark.parametrize("manifest", [None, b"{not json", b'{"pass": 4, "files": {}}'])
+@pytest.mark.parametrize("manifest", [None, b"{not json", b'{"pass": 4, "files": {}}', b'{"pass": 3, "files": [1]}'])
 def test_a_pass_without_a_valid_manifest_is_reported_not_committed(tmp_path: Path, manifest: bytes | None) -> None:
     commit(tmp_path, 2)
     (checkpoints.pass_dir(tmp_path, 3) / "shard-0").mkdir(parents=True)  # a save that was cut short
