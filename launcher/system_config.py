@@ -120,7 +120,8 @@ class UpSection(FrozenModel):
     run_dir: str = Field("runs/local",
                          description="Directory of the logs, checkpoints and exports (relative roots resolve here).")
     commit_on_exit: bool = Field(True, description="Ctrl-C commits a final pass before stopping.")
-    stop_timeout_s: float = Field(60.0, gt=0.0, description="Seconds the final commit may take.")
+    stop_timeout_s: float = Field(60.0, gt=0.0, description="Seconds the final pass may take to end and be saved; "
+                                  "then again the trainers' time to finish on SIGTERM before they are killed.")
     console_refresh_s: float = Field(1.0, gt=0.0, description="Seconds between redraws of the live console.")
     restart: RestartPolicy = Field(RestartPolicy(),
                                    description="How a role that dies is started again (`launcher.restart_policy`).")
