@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from core.atomic_files import decode_arrays, encode_arrays, fsync_dir
-from core.errors import CorruptData
+from core.errors import Conflict, CorruptData
 from stores.store import Store, open_store
 
 MANIFEST = "pass.json"
@@ -165,6 +165,16 @@ def read_worker_part(root: Root, pass_id: int, rank: int) -> tuple[dict[str, Any
     info = store.read_json(f"{d}/worker-{rank}.json")
     arrays = decode_arrays(store.read_verified(d, info["arrays"]), store.url(f"{d}/worker-{rank}.arrays"))
     return info, arrays
+
+
+def check_shard_count(root: Root, pass_id: int, n_shards: int) -> None:
+    """Conflict unless pass ``pass_id`` was written by ``n_shards`` shards: a shard loads only its
+    own part of a pass, so another count would lose rows (or find no save) without a word."""
+    modes = open_store(root).read_json(f"{pass_name(pass_id)}/{MANIFEST}").get("shard_modes", [])
+    if len(modes) != n_shards:
+        raise Conflict(f"pass {pass_id} was written by {len(modes)} PS shards but this job runs {n_shards}; "
+                       f"restart with {len(modes)} shards (the shard count cannot change between passes)",
+                       detail={"pass": pass_id, "saved_shards": len(modes), "shards": n_shards})
 
 
 def chain(root: Root, pass_id: int) -> list[str]:

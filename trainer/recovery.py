@@ -68,6 +68,7 @@ def newest_usable_pass(root: Store) -> tuple[int, dict[str, Any]] | None:
 
 
 def load_into_shards(client: PSClient, root: Store, pass_id: int) -> None:
+    checkpoints.check_shard_count(root, pass_id, client.n_shards)
     client.admin.load(chain=checkpoints.chain(root, pass_id))
 
 
