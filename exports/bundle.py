@@ -40,6 +40,7 @@ from stores.store import Store, open_store
 
 BUNDLE_FORMAT = 1
 MANIFEST = "bundle.json"
+TRASH_PREFIX = ".trash-"  # a bundle being deleted (exports.retention): out of the listing, then removed
 
 
 @dataclass(frozen=True)
@@ -199,9 +200,10 @@ def list_versions(root: str | Path | Store) -> list[int]:
 
 
 def discard_staging(root: str | Path | Store) -> None:
-    """Remove half-built bundles left by a crash (on an object store: version dirs without a manifest)."""
+    """Remove half-built bundles and half-deleted ones left by a crash (on an object store: version
+    dirs without a manifest)."""
     store = open_store(root)
     for name in store.list():
-        if name.startswith(".staging-") or (store.local is None and name.isdigit()
+        if name.startswith((".staging-", TRASH_PREFIX)) or (store.local is None and name.isdigit()
                                             and not store.exists(f"{name}/{MANIFEST}")):
             store.remove(name)

@@ -3,7 +3,8 @@
 Polls every ``poll_seconds`` in its own thread (bundle loads and Faiss work never run on the
 event loop); ``poll_once`` is also what POST /admin/reload calls. A rejected bundle is not
 retried; the deltas chained to it are rejected too (their parent never became servable)
-until a new base arrives.
+until a new base arrives. Every poll refreshes the service's marker of the bundles it needs
+(exports.retention), so the trainer's retention does not delete them.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import logging
 import threading
 from typing import Any
 
-from core.errors import StreamrecError
+from core.errors import NotFound, StreamrecError
 from exports.bundle import list_versions, read_manifest
+from exports.retention import ServedMarker, marker_name
 from service.model_store import ModelStore
 
 log = logging.getLogger("streamrec.service")
@@ -27,6 +29,7 @@ class ExportWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="export-watcher", daemon=True)
         self.polls = 0
+        self.marker = ServedMarker(store.root, marker_name())
 
     def start(self) -> ExportWatcher:
         self._thread.start()
@@ -36,6 +39,7 @@ class ExportWatcher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        self.marker.remove()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -55,8 +59,8 @@ class ExportWatcher:
             try:
                 if read_manifest(self.store.root, todo[i]).kind == "base":
                     return todo[i:]
-            except StreamrecError:
-                continue  # apply() will reject it with its error, if it is reached
+            except (StreamrecError, OSError):
+                continue  # apply() will reject it with its error (or skip it, deleted), if it is reached
         return todo
 
     def poll_once(self) -> dict[str, Any]:
@@ -64,13 +68,19 @@ class ExportWatcher:
         errors: list[dict[str, Any]] = []
         with self._lock:
             self.polls += 1
-            for v in self.pending():
+            pending = self.pending()
+            self.marker.refresh([*self.store.pinned(), *pending])  # before the loads: what they need
+            for v in pending:
                 if self._stop.is_set():
                     break
                 try:
                     self.store.apply(v)
                     applied.append(v)
                 except StreamrecError as err:
+                    if isinstance(err, NotFound) and v not in self.store.rejected:
+                        log.info("bundle %d skipped: %s", v, err.message)
+                        break  # deleted: the newest base is looked for again at the next poll
                     log.warning("bundle %d rejected: %s", v, err.message)
                     errors.append({"version": v, **err.to_dict()})
+                self.marker.refresh(self.store.pinned())
         return {"applied": applied, "rejected": errors, "version": self.store.version}

@@ -10,6 +10,12 @@ by replaying the active version's chain (base + deltas) before the next bundle.
 
 Per side: for every table a ``SparseTable`` per shard (ids routed with ``ps.routing``), the
 dense weights, the model config, and the item index snapshot.
+
+Bundles get deleted by the trainer's retention (exports.retention), which spares the chain the
+service pins (:meth:`ModelStore.pinned`: the served chain and the bundle being applied). One
+deleted all the same between the listing and its load is skipped, not rejected: ``vanished``
+counts it and the next poll starts from the newest base there is. A base does not need the
+standby rebuilt first (it replaces every table), so a served chain that went cannot block one.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from core.errors import Conflict, CorruptData, NotFound, StreamrecError, Unavailable
-from exports.bundle import BundleManifest, load_dense, load_items, read_manifest
+from exports.bundle import MANIFEST, BundleManifest, bundle_dir, load_dense, load_items, read_manifest
 from exports.predictor import Predictor
 from exports.raw_records import RecordHasher, record_hasher
 from models.model_config import ModelConfig
@@ -55,6 +61,7 @@ class Side:
     popular: PopularItems | None = None  # what a user the model knows nothing of is recommended
     readers: int = 0
     healthy: bool = True
+    chain: list[int] = field(default_factory=list)  # the bundles applied since (and with) its base, oldest first
 
     def table_of(self, slot: str) -> tuple[str, list[SparseTable]]:
         """The table serving ``slot`` (a slot name of the model, or a table name)."""
@@ -145,6 +152,8 @@ class ModelStore:
         self.last_error: dict[str, Any] | None = None
         self.rejected: dict[int, dict[str, Any]] = {}
         self.live_rows: LiveOverlay | None = None  # set by the app when it follows the shards (read-through)
+        self.applying: int | None = None  # the bundle being applied
+        self.vanished = 0  # bundles deleted between their listing and their load (module docstring)
 
     def _model_rows(self, side: Side, table: str, keys: np.ndarray) -> np.ndarray:
         """The Predictor's lookup: the side's rows, overlaid with the live rows when the service
@@ -188,18 +197,33 @@ class ModelStore:
     def apply(self, version: int) -> dict[str, Any]:
         """Apply bundle ``version`` (the next base, or the delta whose parent is being served)."""
         with self._apply_lock:
+            self.applying = version
             try:
                 return self._apply(version)
-            except StreamrecError as err:
+            except Exception as exc:
+                if not (bundle_dir(self.root, version) / MANIFEST).exists():
+                    self.vanished += 1
+                    raise NotFound(f"bundle {version} was deleted before it loaded (bundle retention); "
+                                   "the next poll starts from the newest base", detail={"version": version}) from exc
+                err = exc if isinstance(exc, StreamrecError) else None
+                if err is None:  # a loader bug: reject this bundle once, keep serving the old one
+                    log.exception("bundle %d failed to load", version)
+                    err = CorruptData(f"bundle {version} failed to load: {type(exc).__name__}: {exc}")
                 self.last_error = {"version": version, "at": time.time(), **err.to_dict()}
                 self.rejected[version] = self.last_error
-                raise
-            except Exception as exc:  # a loader bug: reject this bundle once, keep serving the old one
-                log.exception("bundle %d failed to load", version)
-                err = CorruptData(f"bundle {version} failed to load: {type(exc).__name__}: {exc}")
-                self.last_error = {"version": version, "at": time.time(), **err.to_dict()}
-                self.rejected[version] = self.last_error
+                if err is exc:
+                    raise
                 raise err from exc
+            finally:
+                self.applying = None
+
+    def pinned(self) -> list[int]:
+        """The bundles this store still needs on disk: the served chain (a standby rebuilt replays
+        it) and the bundle being applied."""
+        side = self._active
+        chain = list(side.chain) if side is not None else []
+        applying = self.applying
+        return chain if applying is None else [*chain, applying]
 
     def _apply(self, version: int) -> dict[str, Any]:
         t0 = time.time()
@@ -220,7 +244,7 @@ class ModelStore:
         dense = load_dense(self.root, man)
         items = load_items(self.root, man)
         next_items = self._next_items(active, man, items)
-        standby = self._ready_standby(active)
+        standby = self._ready_standby(active, base=man.kind == "base")
         self._load_tables(standby, man, model, dense, next_items)
         standby.popular = popular_items(standby)  # once per bundle: the other side takes the same
         with self._count_lock:
@@ -237,7 +261,7 @@ class ModelStore:
         try:
             self._load_tables(other, man, model, dense, next_items)
             other.popular = standby.popular
-        except StreamrecError:
+        except Exception:  # e.g. the bundle deleted meanwhile: the active side serves it already
             other.healthy = False  # replayed before the next bundle
         self._standby = other
         return record
@@ -266,11 +290,14 @@ class ModelStore:
                 table.load(man.table_dir(self.root, i, name))
         side.version, side.manifest, side.model, side.dense, side.items = man.version, man, model, dense, items
         side.predictor, side.records = predictor, records
+        side.chain = [man.version] if man.kind == "base" else [*side.chain, man.version]
         side.healthy = True
 
-    def _ready_standby(self, active: Side | None) -> Side:
+    def _ready_standby(self, active: Side | None, *, base: bool = False) -> Side:
+        """The standby side, holding the active version before a delta is applied to it (``base``:
+        a base follows, which replaces every table, so no rebuild)."""
         standby = self._standby or Side()
-        if active is None or (standby.healthy and standby.version == active.version):
+        if active is None or base or (standby.healthy and standby.version == active.version):
             return standby
         # the standby missed a bundle (it failed there): rebuild it from the active version's chain
         chain = []
