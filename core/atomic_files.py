@@ -67,8 +67,10 @@ class AtomicWriter:
         return {"file": self.path.name, "bytes": self.size, "crc32c": self.crc}
 
     def abort(self) -> None:
-        self._f.close()
-        self.tmp.unlink(missing_ok=True)
+        try:
+            self._f.close()  # flushes what is buffered: on a full disk that fails too
+        finally:
+            self.tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> AtomicWriter:
         return self

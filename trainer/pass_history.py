@@ -18,7 +18,10 @@ rollback; the records they trained on are trained again and their new points rep
 adds the points of complete passes the file misses (a chief that died between the manifest and
 the history write). Until the first commit after a rollback the file still holds the undone
 points. A damaged file is set aside (``pass-history.arrays.corrupt``) and the series starts over
-from the manifests still present: training never stops for its history.
+from the manifests still present: training never stops for its history. Nor does a write that
+fails (a read-only file or file system, a full disk, an I/O error): it is counted (the job's
+disk state, trainer.disk_space), logged once, and the next commit writes the whole series again,
+the missed point included (it is in that pass's manifest).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ import crc32c
 import numpy as np
 
 from core.atomic_files import decode_arrays, encode_arrays
-from core.errors import CorruptData
+from core.errors import CorruptData, StreamrecError
 from stores.store import open_store
 from trainer import checkpoints
 from trainer.checkpoints import Root
+from trainer.disk_space import DiskState
 from trainer.metrics import Metrics
 from trainer.process_stats import rss_mb
 
@@ -127,9 +131,11 @@ def since(points: list[dict[str, Any]], pass_id: int) -> list[dict[str, Any]]:
     return [p for p in points if p["pass"] > pass_id]
 
 
-def record(where: Root, point: dict[str, Any], *, keep: int = KEEP) -> list[dict[str, Any]]:
+def record(where: Root, point: dict[str, Any], *, keep: int = KEEP,
+           disk: DiskState | None = None) -> list[dict[str, Any]]:
     """Add the point of a just-committed pass (the module docstring: points with an id >= it go,
-    complete passes the file misses come back from their manifests); returns the new series."""
+    complete passes the file misses come back from their manifests); returns the new series.
+    A failed write is counted in ``disk`` (logged once) and left to the next commit."""
     root = open_store(where)
     try:
         points = read(root)
@@ -149,5 +155,11 @@ def record(where: Root, point: dict[str, Any], *, keep: int = KEEP) -> list[dict
                     points.append(found)
     points = sorted(points, key=lambda p: p["pass"])[-(keep - 1):] if keep > 1 else []
     points.append(point)
-    root.write_bytes(HISTORY_FILE, [encode(points)])
+    try:
+        root.write_bytes(HISTORY_FILE, [encode(points)])
+    except (OSError, StreamrecError) as exc:  # e.g. an object store that does not answer
+        (disk if disk is not None else DiskState()).failed("pass_history", exc)
+        return points
+    if disk is not None:
+        disk.ok("pass_history")
     return points
