@@ -11,7 +11,7 @@ BASE_STAMP := $(BASE_VENV)/.installed
 TORCHREC_VENV := .venv-torchrec
 TORCHREC_STAMP := $(TORCHREC_VENV)/.installed
 
-.PHONY: test lint up bench-test bench-tables bench-freshness bench-train bench-baselines bench-torchrec
+.PHONY: test test-fast lint up bench-test bench-tables bench-freshness bench-train bench-baselines bench-torchrec
 
 # numba's on-disk cache checks only the file that defines a kernel, not the modules it calls:
 # after an edit to tables/hashmap.py a cached kernel of another module kept the old hashing
@@ -33,6 +33,12 @@ $(BENCH_STAMP): $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+
+# The tests that start no process (no broker, shards, uvicorn or subprocess; tests/conftest.py fails
+# an unmarked one that does) and are not slow: a check in well under a minute; `make test` runs all.
+test-fast: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -m "not process and not slow"
 
 # The whole system locally: broker, generator, shards, trainers and the API on 127.0.0.1:8000.
 up: $(STAMP)

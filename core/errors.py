@@ -94,6 +94,14 @@ class ShardRestarted(Unavailable):
         self.new = self.detail.get("new")
 
 
+class DiskFull(Unavailable):
+    """A write failed for want of disk space or on a failing device (ENOSPC, EDQUOT, EIO): a
+    degraded state the job waits out, not a crash."""
+
+    code = "disk_full"
+    http_status = 507
+
+
 class Unauthorized(StreamrecError):
     """Credentials are missing."""
 
@@ -121,6 +129,7 @@ ERRORS_BY_CODE: dict[str, type[StreamrecError]] = {
         Conflict,
         Unavailable,
         ShardRestarted,
+        DiskFull,
         Unauthorized,
         Forbidden,
     )

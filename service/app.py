@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from ps.auth import read_secret
 from service.cold_start import ColdStart
 from service.connections import ConnectionStats
+from service.disk import DiskView
 from service.errors import install_error_handler
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
@@ -79,6 +80,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         job = JobLink(settings.job_control, settings.job_timeout_s, endpoint_file=settings.job_control_file,
                       secret=read_secret(settings.job_secret_file) if settings.job_secret_file else None)
         _register_gauges(metrics, store, job)
+        app.state.disk = DiskView(store, job)  # disk space on /metrics and /admin/status
+        app.state.disk.register(metrics)
         app.state.store, app.state.watcher, app.state.job = store, watcher, job
         app.state.read_through = ReadThrough(settings.read_through) if settings.read_through else None
         if app.state.read_through is not None:

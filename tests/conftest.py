@@ -1,10 +1,17 @@
 """Fixtures every test folder shares: one real tansu broker per test session (stopped even when
-tests fail), fresh topics on it, and a reader of a topic."""
+tests fail), fresh topics on it, and a reader of a topic.
+
+It also keeps ``make test-fast`` (``-m "not process and not slow"``) honest: a test on the
+session broker is marked ``process`` here, and in that run a test that starts any other process
+(shards, uvicorn, a subprocess) without the mark fails, naming itself, instead of slowing it."""
 
 from __future__ import annotations
 
+import multiprocessing.process
+import re
+import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +20,63 @@ from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.kafka_config import KafkaConfig
 from streaming.topics import ensure_topics
+
+PROCESS_MARK = "process"
+# Every way a test here starts a process: subprocess (asyncio's too) and multiprocessing.
+_SPAWNS: tuple[tuple[type, str], ...] = ((subprocess.Popen, "_execute_child"),
+                                         (multiprocessing.process.BaseProcess, "start"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test on the session broker is a process test even when another test started the broker.
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()) and item.get_closest_marker(PROCESS_MARK) is None:
+            item.add_marker(PROCESS_MARK)
+
+
+def _fails_unmarked_spawns(item: pytest.Item) -> Generator[None, None, None]:
+    """One phase of a test in the fast run: a spawn by a test not marked ``process`` fails it once
+    the phase is over (the spawn itself goes ahead, so a test waiting on its child cannot hang)."""
+    fast_run = re.search(rf"\bnot\s+{PROCESS_MARK}\b", item.config.getoption("markexpr") or "")
+    if not fast_run or item.get_closest_marker(PROCESS_MARK) is not None:
+        return (yield)
+    spawned: list[str] = []
+
+    def noting(what: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            spawned.append(what)
+            return original(*args, **kwargs)
+
+        return call
+
+    originals = [(cls, name, getattr(cls, name)) for cls, name in _SPAWNS]
+    for cls, name, original in originals:
+        setattr(cls, name, noting(f"{cls.__name__}.{name}", original))
+    try:
+        return (yield)
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+        if spawned:
+            pytest.fail(f"{item.nodeid} starts a process ({spawned[0]}) but is not marked {PROCESS_MARK}: add "
+                        f"pytestmark = pytest.mark.{PROCESS_MARK} to its module or @pytest.mark.{PROCESS_MARK} to it",
+                        pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _fails_unmarked_spawns(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _fails_unmarked_spawns(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _fails_unmarked_spawns(item))
 
 
 @pytest.fixture(scope="session")

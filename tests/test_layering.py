@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import pytest
 from importlinter.cli import lint_imports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +89,7 @@ def test_no_private_name_imported_across_modules() -> None:
     assert crossings == []
 
 
+@pytest.mark.slow
 def test_nothing_outside_the_benchmarks_imports_them() -> None:
     """A package or a test that imported bench/ would need the bench extras to run."""
     importers = []

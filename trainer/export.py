@@ -12,10 +12,16 @@ every item any worker saw in a base, the items written since the previous bundle
 The export runs in a background thread with its own PS client and model copy, after the
 pass is committed and the workers were released: it does not stall training. The next
 commit waits for it (a shard runs one save at a time).
+
+After each export, failed or not, the oldest bundles go (exports.retention): the newest
+``passes.keep_bundles`` stay with the chains they and the services still need. A bundle that
+fails for want of disk space is counted (trainer.disk_space) like any failed bundle: the
+next pass exports again, a base.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -31,19 +37,23 @@ from exports.bundle import (
     stage_shard_dirs,
 )
 from exports.item_catalog import ItemCatalog
+from exports.retention import retain
 from logrecords.schema_config import SchemaConfig
 from models import build_model
 from models.model_config import ModelConfig
 from ps.admin import SaveMode
 from ps.client import PSClient
 from stores.store import open_store
+from trainer.disk_space import DiskState, is_disk_full
 
 SAVE_TIMEOUT_S = 120.0
+log = logging.getLogger(__name__)
 
 
 class Exporter:
     def __init__(self, root: str, client: PSClient, model_config: ModelConfig, *, base_every: int,
-                 schema: SchemaConfig | None = None) -> None:
+                 schema: SchemaConfig | None = None, keep: int | None = None, disk: DiskState | None = None) -> None:
+        """``keep``: bundles kept after each export (None: all); ``disk``: where failed writes are counted."""
         self.root = open_store(root)  # a path or a URL (s3://...): stores.store
         discard_staging(self.root)
         self.client = client  # owned by the export thread
@@ -56,6 +66,10 @@ class Exporter:
         self._thread: threading.Thread | None = None
         self._result: dict[str, Any] | None = None
         self.failures = 0
+        self.keep = keep
+        self.disk = disk if disk is not None else DiskState()
+        self.retired = 0  # bundles deleted by retention
+        self.retention_failures = 0
 
     def start(self, pass_id: int, *, dense: dict[str, np.ndarray], newest_record_time: float | None,
               catalog: ItemCatalog | None = None) -> None:
@@ -69,11 +83,33 @@ class Exporter:
     def _run(self, *args: Any) -> None:
         try:
             self._result = self.export(*args)
-        except StreamrecError as err:  # a failed bundle is counted; the next one is a base
+            self.disk.ok("bundle")
+        except (StreamrecError, OSError) as err:  # a failed bundle is counted; the next one is a base
             self.failures += 1
             self.exports = 0
-            discard_staging(self.root)
-            self._result = {"error": err.message, "pass": args[0]}
+            if is_disk_full(err):
+                self.disk.failed("bundle", err)
+            elif isinstance(err, OSError):
+                log.warning("bundle of pass %s failed: %s", args[0], err)
+            try:
+                discard_staging(self.root)
+            except OSError as exc:
+                log.warning("cannot discard the failed bundle's staging dir: %s", exc)
+            self._result = {"error": getattr(err, "message", None) or f"{type(err).__name__}: {err}", "pass": args[0]}
+        self.prune()
+
+    def prune(self) -> list[int]:
+        """Retention (exports.retention); a failure is counted and logged, the next export tries again."""
+        if self.keep is None:
+            return []
+        try:
+            gone = retain(self.root, self.keep)
+        except (StreamrecError, OSError) as err:
+            self.retention_failures += 1
+            log.warning("bundle retention failed (tried again after the next export): %s", err)
+            return []
+        self.retired += len(gone)
+        return gone
 
     def wait(self) -> dict[str, Any] | None:
         """The last export's result ({"error": ...} when it failed); None when none ran."""

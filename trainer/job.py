@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConfigError, NotFound, Unavailable
+from core.errors import ConfigError, DiskFull, NotFound, Unavailable
 from exports.item_catalog import ItemCatalog
+from exports.retention import DiskUsage
 from models import build_model
 from models.model_config import ModelConfig, ModelType
 from ps.client import PSClient
@@ -132,6 +133,8 @@ class StreamingJob:
         self.committer = PassCommitter(ctx, model=self.model, catalog=self.catalog, offsets=self._committable_offsets,
                                        on_committed=None if self.group_offsets is None else self._commit_to_group)
         self.recovery = Recovery(ctx, self.committer)
+        roots = {"checkpoint": self.root} | ({"export": open_store(config.export_dir)} if config.passes.export else {})
+        self.disk_usage = DiskUsage(roots)
         self._lost: BaseException | None = None  # met by a job-control call: the loop recovers from it
         self.loop_calls = LoopCalls({op: self._noting_loss(fn) for op, fn in (
             (LoopOp.CHECKPOINT, self._checkpoint), (LoopOp.EXPORT, self.committer.export_now),
@@ -273,7 +276,11 @@ class StreamingJob:
         assert self.worker is not None
         for attempt in range(RECOVERY_ATTEMPTS):
             try:
-                if isinstance(err, EpochMoved):
+                if isinstance(err, DiskFull):
+                    if self.stopping.is_set():
+                        raise err  # stopping with a pass not saved: the restart resumes from the last one
+                    self.recovery.disk_full(self.worker, err)
+                elif isinstance(err, EpochMoved):
                     self.recovery.regroup(self.worker, shard_lost=self.rendezvous.new_lease_table())
                 elif self.lease is None and self.spec.num_workers != 1:
                     raise err  # several workers: the job fails and is restarted, every worker from the last pass
@@ -387,7 +394,11 @@ class StreamingJob:
                 "heartbeat": {"idle_checks": progress.clock.idle_checks, "idle_at": progress.clock.idle_at,
                               "pass_records": progress.clock.count},
                 "last_commit": {k: v for k, v in committer.last_commit.items() if k != "files"},
-                "last_export": committer.last_export}
+                "last_export": committer.last_export,
+                # writes failed for want of space, and the roots' free and used bytes (trainer.disk_space)
+                "disk": {**committer.disk.status(), **self.disk_usage.read(),
+                         "recoveries": self.recovery.disk_recoveries,
+                         "bundles_retired": 0 if committer.exporter is None else committer.exporter.retired}}
 
 
 def newest_time(times: np.ndarray, *, limit: float) -> tuple[float | None, int]:

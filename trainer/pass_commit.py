@@ -20,6 +20,11 @@ the second half is raised there, on the training thread, like a failed synchrono
 After a failure the next save is a base: some shards may have advanced their chain of table
 files on a pass that never became complete.
 
+A full disk (trainer.disk_space) does not end the job: a worker whose part cannot be written
+waits and tries again (training pauses, nothing past the last complete pass is committed); a
+pass whose saves or manifest cannot be written is raised as DiskFull, on which the job goes
+back to the last complete pass (trainer.recovery) and trains its records again.
+
 :class:`PassCommitter` runs this protocol for one worker (and, on the chief, owns the finisher
 and the exporter the finished passes are handed to).
 """
@@ -35,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import Conflict, StreamrecError
+from core.errors import Conflict, DiskFull, StreamrecError
 from exports.item_catalog import ItemCatalog
 from models.base import Model
 from ps.admin import SaveMode
@@ -44,6 +49,7 @@ from ps.ps_config import ClientConfig
 from stores.store import Store
 from trainer import checkpoints, pass_history
 from trainer.dense_sync import Dense
+from trainer.disk_space import DiskState, is_disk_full, wait_retry
 from trainer.export import SAVE_TIMEOUT_S, Exporter
 from trainer.job_context import JobContext
 from trainer.metrics import Metrics, WindowedMetrics
@@ -81,6 +87,11 @@ class CommitFinisher:
     def running(self) -> bool:
         return self._thread is not None
 
+    @property
+    def finished(self) -> bool:
+        """The step ended (its outcome waits for :meth:`wait`)."""
+        return self._thread is not None and not self._thread.is_alive()
+
     def wait(self) -> dict[str, Any] | None:
         """The finished step's result (None when none ran since the last wait); its error is raised here."""
         if self._thread is None:
@@ -102,7 +113,7 @@ class CommitFinisher:
 
 
 def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[str, Any]], ranks: list[int], *,
-                keep: int, fields: dict[str, Any]) -> dict[str, Any]:
+                keep: int, fields: dict[str, Any], disk: DiskState | None = None) -> dict[str, Any]:
     """Commit pass ``pass_id`` once the shards wrote the detached ``saves``: the manifest (with
     ``fields`` and what the worker parts of ``ranks`` say) last, then prune to ``keep``."""
     entries = client.admin.save_wait(saves, timeout_s=SAVE_TIMEOUT_S)
@@ -118,8 +129,11 @@ def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[st
     extra = {pass_history.TOTAL_METRICS: pass_history.write_total(root, pass_id, total)}
     man = checkpoints.commit_pass(root, pass_id, {"created_at": created_at, **fields, **merged, "progress": point},
                                   ranks=ranks, shard_entries=entries, extra_files=extra)
-    pass_history.record(root, point)
-    checkpoints.prune(root, keep)
+    pass_history.record(root, point, disk=disk)
+    try:
+        checkpoints.prune(root, keep)
+    except OSError as exc:  # the pass is committed; the next commit prunes again
+        log.warning("pass %d: pruning older passes failed: %s", pass_id, exc)
     return man
 
 
@@ -173,6 +187,7 @@ class PassCommitter:
         self.last_commit: dict[str, Any] = {}  # the manifest of the newest pass the chief finished committing
         self.last_export: dict[str, Any] = {}  # what the newest bundle's export returned
         self.served: Dense | None = None  # the chief's dense rule at its last commit: the weights it exports
+        self.disk = DiskState()  # writes that failed for want of space (trainer.disk_space)
 
     def start_exporting(self) -> None:
         """The chief exports a bundle after each commit when passes.export is on."""
@@ -190,7 +205,7 @@ class PassCommitter:
         arrays = {f"opt.{k}": v for k, v in worker.dense.state().items()}
         arrays |= {f"metrics.{k}": v for k, v in worker.metrics.total.to_arrays().items()}
         arrays |= {f"model.{k}": v for k, v in worker.model.train_state().items()}
-        checkpoints.write_worker_part(self.ctx.root, n, self.ctx.rank, arrays, {
+        self._write_part(n, arrays, {
             "rank": self.ctx.rank, "offsets": {str(p): o for p, o in offsets.items()}, "records": progress.clock.count,
             "newest_record_time": progress.newest_time, "leaving": leaving, "lag": progress.lag})
         self.ctx.rendezvous.barrier(2 * n, len(progress.active))
@@ -202,6 +217,29 @@ class PassCommitter:
         worker.dense.refresh(self.ctx.store)
         worker.metrics = WindowedMetrics(self.ctx.config.metric_window)
         progress.at_pass(n)
+
+    def _write_part(self, n: int, arrays: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        """This worker's part of pass ``n``; on a full disk, tried again until it is written (the
+        loop, and so training, waits here). DiskFull when the job stops meanwhile."""
+        attempt = 0
+        while True:
+            try:
+                checkpoints.write_worker_part(self.ctx.root, n, self.ctx.rank, arrays, info)
+            except (OSError, StreamrecError) as exc:
+                if not is_disk_full(exc):
+                    raise
+                self.disk.failed("pass_part", exc)
+                if self.ctx.chief and self.finisher is not None and self.finisher.finished:
+                    # the pass before may have failed on the full disk: its DiskFull (raised here)
+                    # sends the job back to the last complete pass, which frees what it half wrote
+                    self.finish_wait()
+                if not wait_retry(self.ctx.rendezvous.stopping, attempt):
+                    raise DiskFull(f"pass {n}: worker {self.ctx.rank}'s part not written (disk full) "
+                                   "before the job stopped") from exc
+                attempt += 1
+                continue
+            self.disk.ok("pass_part")
+            return
 
     def _commit_as_chief(self, n: int, worker: Worker) -> None:
         """The first half of the commit (the workers wait): the shards take the save's
@@ -218,8 +256,11 @@ class PassCommitter:
             saves = self.ctx.client.admin.save(into=checkpoints.shard_template(self.ctx.root, n),
                                            mode=SaveMode.BASE if base else SaveMode.DELTA,
                                            cursor="checkpoint", timeout_s=SAVE_TIMEOUT_S, detach=True)
-        except Exception:
+        except Exception as exc:
             self.force_base = True  # some shards may have advanced their chain: restart it with a base
+            if is_disk_full(exc):
+                self.disk.failed("pass", exc)
+                raise DiskFull(f"pass {n}: the shards could not start its save: {exc}") from exc
             raise
         restarted = self.ctx.client.take_restart()
         if restarted is not None:  # a reply came from a new incarnation: its save holds what it reloaded
@@ -241,7 +282,7 @@ class PassCommitter:
                        export: ExportSnapshot | None) -> dict[str, Any]:
         """In the finisher thread: the shards' saves written, the manifest last, prune, export."""
         man = finish_pass(client, self.ctx.root, n, saves, ranks, keep=self.ctx.config.passes.keep, fields={
-            "evicted": evicted, "workers": self.ctx.spec.num_workers, "mode": self.ctx.spec.mode})
+            "evicted": evicted, "workers": self.ctx.spec.num_workers, "mode": self.ctx.spec.mode}, disk=self.disk)
         self.last_commit = man  # status() shows the pass as soon as it exists
         if self.on_committed is not None:
             try:
@@ -255,16 +296,25 @@ class PassCommitter:
 
     def finish_wait(self, *, ignore_failure: bool = False) -> dict[str, Any]:
         """Wait until the chief's last commit is finished; its manifest becomes ``last_commit``.
-        A failure (a shard's save, the manifest) is raised (``ignore_failure``: dropped, e.g.
-        before a rollback); either way the next save is a base."""
+        A failure (a shard's save, the manifest) is raised, as DiskFull when the disk is full
+        (``ignore_failure``: dropped, e.g. before a rollback); either way the next save is a base."""
         if self.finisher is None:
             return self.last_commit
         try:
-            self.last_commit = self.finisher.wait() or self.last_commit
-        except Exception:
+            done = self.finisher.wait()
+        except Exception as exc:
             self.force_base = True
-            if not ignore_failure:
-                raise
+            full = is_disk_full(exc)
+            if full:
+                self.disk.failed("pass", exc)
+            if ignore_failure:
+                return self.last_commit
+            if full:
+                raise DiskFull(f"a pass could not be saved (disk full): {getattr(exc, 'message', exc)}") from exc
+            raise
+        if done is not None:
+            self.last_commit = done
+            self.disk.ok("pass")
         return self.last_commit
 
     def wait_export(self) -> None:
@@ -320,7 +370,8 @@ class PassCommitter:
 
     def _make_exporter(self) -> Exporter:
         return Exporter(self.ctx.config.export_dir, self.background_client(), self.ctx.config.model,
-                        base_every=self.ctx.config.passes.base_every, schema=self.ctx.config.records)
+                        base_every=self.ctx.config.passes.base_every, schema=self.ctx.config.records,
+                        keep=self.ctx.config.passes.keep_bundles, disk=self.disk)
 
     def background_client(self) -> PSClient:
         """A client for a background thread (a client is not thread-safe). No resends: a lost shard

@@ -19,6 +19,10 @@ then (after a barrier, so nobody pulls half-loaded tables) reads the same manife
   it, then roll back to the newest complete pass.
 - Rollback (job control, a single worker): the shards load a committed pass, newer passes
   are removed, the stream re-reads from the pass's offsets.
+- A pass the disk had no room for (trainer.disk_space): its half-written directories go (which
+  frees their space), then a single worker rolls back to the newest complete pass and leased ranks
+  regroup on it, so its records are trained and counted again, once. Fixed ranks with several
+  workers fail the job, whose restart does the same.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import CorruptData, NotFound, Unavailable
+from core.errors import CorruptData, DiskFull, NotFound, Unavailable
 from ps.client import PSClient
 from ps.cluster import ClusterSpec
 from stores.store import Store, open_store
@@ -129,6 +133,7 @@ class Recovery:
         self.committer = committer
         self.regroups = 0
         self.recoveries = 0
+        self.disk_recoveries = 0  # passes the disk had no room for, gone back from
 
     def start(self) -> Restored:
         """On start: the newest complete pass, loaded into the shards before anyone pulls."""
@@ -215,6 +220,22 @@ class Recovery:
         self.ctx.store.init()
         self.rollback(worker, None)
         self.recoveries += 1
+
+    def disk_full(self, worker: Worker, err: DiskFull) -> None:
+        """A pass could not be written for want of space: back to the newest complete pass (the
+        module docstring). ``err`` is raised again where this process cannot go back by itself."""
+        self.committer.settle()
+        if self.ctx.rendezvous.lease is not None and self.ctx.spec.num_workers != 1:
+            with contextlib.suppress(Unavailable):
+                self.ctx.rendezvous.bump_epoch()
+            self.regroup(worker, shard_lost=False)  # the chief's restore discards the half-written passes
+        elif self.ctx.spec.num_workers != 1 or not checkpoints.complete_passes(self.ctx.root):
+            raise err  # every worker restarts from the last pass (or, none yet, from the start)
+        else:
+            with contextlib.suppress(OSError):
+                checkpoints.discard_incomplete(self.ctx.root)
+            self.rollback(worker, None)
+        self.disk_recoveries += 1
 
     def rollback(self, worker: Worker, pass_id: int | None) -> dict[str, Any]:
         """Back to a committed pass (None: the newest that loads): shards load it, newer passes

@@ -82,6 +82,7 @@ class TrainerCollector(Collector):
                            job.recovery.recoveries)
         yield from counter("streamrec_trainer_regroups", "regroups after the membership epoch moved",
                            job.recovery.regroups)
+        yield from self._disk(gauge, counter, rank)
         worker = job.worker
         if worker is not None:
             phases = CounterMetricFamily("streamrec_trainer_phase_seconds", "seconds spent in each step phase",
@@ -90,6 +91,29 @@ class TrainerCollector(Collector):
                 phases.add_metric((*rank, phase), seconds)
             yield phases
         yield from self._last_pass(gauge)
+
+    def _disk(self, gauge: Any, counter: Any, rank: tuple[str]) -> Iterator[Metric]:
+        """Failed writes for want of space (trainer.disk_space) and the roots' free and used bytes."""
+        job = self.job
+        disk = job.committer.disk
+        yield from gauge("streamrec_trainer_disk_full", "1 while a write fails for want of disk space "
+                         "(training pauses or goes back to the last complete pass)", float(disk.full))
+        failures = CounterMetricFamily("streamrec_trainer_disk_write_failures", "writes that failed for want of "
+                                       "disk space, by what was written", labels=("rank", "what"))
+        for what, n in sorted(disk.failures.items()):
+            failures.add_metric((*rank, what), n)
+        yield failures
+        yield from counter("streamrec_trainer_disk_recoveries", "passes the disk had no room for, gone back from",
+                           job.recovery.disk_recoveries)
+        exporter = job.committer.exporter
+        if exporter is not None:
+            yield from counter("streamrec_trainer_bundles_retired", "bundles deleted by retention", exporter.retired)
+        usage = job.disk_usage.read()
+        for root in ("checkpoint", "export"):
+            yield from gauge(f"streamrec_trainer_{root}_free_bytes", f"bytes free on the {root} root's file system",
+                             usage.get(f"{root}_free_bytes"))
+            yield from gauge(f"streamrec_trainer_{root}_bytes", f"bytes of the files under the {root} root",
+                             usage.get(f"{root}_bytes"))
 
     def _last_pass(self, gauge: Any) -> Iterator[Metric]:
         """The chief's newest committed pass (its manifest's progress point)."""

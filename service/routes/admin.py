@@ -43,7 +43,9 @@ async def status(store: StoreDep, job: JobDep, watcher: WatcherDep, request: Req
         k: live_status[k] for k in ("state", "cursors", "reached", "reached_age_s")}}
     out: dict[str, Any] = {"served": served, "bundle": store.status(), "live": live_status,
                            "watcher": {"polls": watcher.polls},
-                           "job": {"connected": job.connected, "endpoint": job.endpoint}}
+                           "job": {"connected": job.connected, "endpoint": job.endpoint},
+                           # "disk full" while the trainer's writes fail; the service serves on
+                           "disk": await run_in_threadpool(request.app.state.disk.status)}
     if job.connected:
         try:
             out["job"]["status"] = await run_in_threadpool(job.call, "status")

@@ -17,6 +17,7 @@ from streaming.broker import EmbeddedBroker
 from streaming.kafka_config import KafkaConfig
 
 
+@pytest.mark.process
 def test_produce_replays_a_file_into_the_topic(
     tmp_path: Path, broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig],
     read_topic: Callable[..., list[Any]], capsys: pytest.CaptureFixture[str],
@@ -41,6 +42,7 @@ def test_produce_without_a_cluster_is_a_clear_error(tmp_path: Path, capsys: pyte
     assert "bootstrap_servers" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_generate_streams_planted_events_and_reports_bayes_auc(
     broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig],
     read_topic: Callable[..., list[Any]], capsys: pytest.CaptureFixture[str],
@@ -63,6 +65,7 @@ def test_generate_writes_a_criteo_file(tmp_path: Path, capsys: pytest.CaptureFix
     assert len(lines) == 20000 and all(len(ln.split(b"\t")) == 40 for ln in lines[:100])
 
 
+@pytest.mark.process
 def test_open_ended_generate_serves_an_embedded_broker_until_ctrl_c() -> None:
     import signal
     import subprocess

@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from launcher.launch import free_ports
 from logrecords.hashing import LOW_MASK, slot_of
 from logrecords.schema_config import SchemaConfig
+
+pytestmark = pytest.mark.process
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BOUND_S = 150  # each step must get there within this bound (a bound, not a timing assertion)

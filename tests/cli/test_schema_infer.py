@@ -121,6 +121,7 @@ def test_infer_names_what_is_wrong(tmp_path: Path) -> None:
     assert main(["schema", "infer", str(data), "--user", "user"]) == 2  # --item missing: a clear error, exit 2
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_train_files_runs_the_proposed_config(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                               suffix: str) -> None:

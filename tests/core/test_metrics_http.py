@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from core.metrics_http import MetricsConfig, MetricsServer, endpoint_host, serve_metrics
@@ -23,6 +24,7 @@ def test_port_zero_is_off_and_a_cli_port_overrides_the_config() -> None:
     assert serve_metrics(_registry(), MetricsConfig(port=9), port=0, default_host="127.0.0.1") is None
 
 
+@pytest.mark.slow
 def test_a_silent_connection_does_not_hold_the_server() -> None:
     with MetricsServer(_registry(), host="127.0.0.1", port=0).start() as server:
         url = f"http://127.0.0.1:{server.port}/metrics"

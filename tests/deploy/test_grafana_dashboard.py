@@ -119,6 +119,7 @@ def _trainer(tmp: Path, job: Path, ps_yaml: Path, endpoint: str, bootstrap: str)
         proc.wait()
 
 
+@pytest.mark.process
 def test_every_metric_the_dashboard_queries_is_exported_by_a_role(broker, tmp_path: Path) -> None:
     deadline = time.monotonic() + 270  # under pytest's 300 s: a loaded machine trains slowly; nothing here is timed
     wanted = dashboard_metrics()

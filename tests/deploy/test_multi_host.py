@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from ps.ps_config import PSConfig
@@ -25,6 +26,8 @@ from trainer import checkpoints
 from trainer.job_config import load_job_config
 
 from .netns import Hosts
+
+pytestmark = pytest.mark.process
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = 2000

@@ -38,6 +38,8 @@ from tests.s3_server import aws_env, new_bucket, s3_server
 from trainer import checkpoints
 from trainer.job_config import load_job_config
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = 2000
 MORE = 600

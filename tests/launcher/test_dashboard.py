@@ -22,6 +22,8 @@ from service.settings import ServiceSettings
 
 from .headless_chromium import LINE_RGB, SECOND_LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 
+pytestmark = pytest.mark.process
+
 TOKEN = "dashboard-test-token-0123456789"
 
 

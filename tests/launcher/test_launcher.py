@@ -17,6 +17,8 @@ import yaml
 
 from launcher.launch import Launcher, LaunchSpec
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 WORKER = REPO / "tests" / "ps" / "worker_process.py"
 SGD1 = {"name": "sgd1", "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}

@@ -42,6 +42,7 @@ def config_check(path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
+@pytest.mark.process
 def test_dense_width_comes_from_the_schema_and_the_model_trains(tmp_path: Path) -> None:
     path = write(tmp_path, {"schema": SCHEMA, "train": {"model": TWO_TOWER}})
     config = load_config(path)
@@ -65,6 +66,7 @@ def test_the_default_schema_keeps_its_13_dense_inputs() -> None:
     assert job.model.n_dense == 13
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("model", "key", "hint"), [
     ({**TWO_TOWER, "n_dense": 13}, "train.model.n_dense", "set n_dense: 0"),
     ({**TWO_TOWER, "slots": [*TWO_TOWER["slots"], {"name": "year", "tower": "item"}]}, "train.model.slots.3.name",

@@ -32,6 +32,8 @@ from logrecords.schema_config import SchemaConfig
 
 from .headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 
+pytestmark = pytest.mark.process
+
 CONFIG = {
     "kafka": {"partitions": 2, "batch_size": 256, "batch_timeout_ms": 100, "max_poll_interval_ms": 5000,
               "session_timeout_ms": 5000},

@@ -20,6 +20,8 @@ from trainer import checkpoints
 
 from .test_up_e2e import Up, run_processes
 
+pytestmark = pytest.mark.process
+
 RECORDS = 1500
 
 

@@ -11,6 +11,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from launcher.restart_policy import RestartPolicy, Supervised, Tended
 from launcher.role_process import RoleProcess
 from launcher.system_config import StreamrecConfig
@@ -33,6 +35,7 @@ def _tend_until(roles: UpRoles, said: list[str], done: Callable[[], bool]) -> st
     return reason
 
 
+@pytest.mark.process
 def test_a_finished_replay_stays_finished_and_a_dead_role_restarts_until_its_budget_is_spent(tmp_path: Path) -> None:
     said: list[str] = []
     roles = UpRoles(tmp_path, restart=RestartPolicy(max_restarts=2, window_s=600, backoff_s=0.0))
@@ -51,6 +54,7 @@ def test_a_finished_replay_stays_finished_and_a_dead_role_restarts_until_its_bud
         role.close_log()
 
 
+@pytest.mark.process
 def test_restarts_back_off_exponentially_and_the_window_forgets_old_ones(tmp_path: Path) -> None:
     policy = RestartPolicy(max_restarts=3, window_s=10.0, backoff_s=0.5, backoff_max_s=1.5)
     assert [policy.delay_s(n) for n in range(4)] == [0.5, 1.0, 1.5, 1.5]

@@ -22,6 +22,8 @@ from ps.ps_config import ClientConfig
 
 from .test_up_e2e import BOUND_S, Up, run_processes
 
+pytestmark = pytest.mark.process
+
 
 def shard_endpoints(up: Up) -> list[str]:
     found = up.wait_for("the shards", lambda: re.search(r"shards up at (\S+);", up.log.read_text()))

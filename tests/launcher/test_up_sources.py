@@ -36,6 +36,8 @@ from .test_up_e2e import Up
 from .test_up_signals import shard_endpoints
 from .test_up_supervision import pid_of_cmdline
 
+pytestmark = pytest.mark.process
+
 RECORDS = 4000
 MAX_LAG = 400
 RATE = 400  # generated events per second

@@ -11,12 +11,16 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ps.auth import read_secret
 from ps.client import PSClient
 from ps.ps_config import ClientConfig
 
 from .test_up_e2e import Up, run_processes
 from .test_up_signals import a_pass_committed, shard_endpoints
+
+pytestmark = pytest.mark.process
 
 
 def pid_of_cmdline(run_dir: Path, *words: str) -> int:

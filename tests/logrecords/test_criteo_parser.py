@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +36,7 @@ row = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(st.lists(row, min_size=1, max_size=40))
 def test_parsed_values_equal_reference(rows: list[bytes]) -> None:
@@ -100,6 +102,7 @@ noise = st.lists(st.sampled_from([b"\t", b"0", b"1", b"-", b".", b"a", b"f", b"g
                  max_size=60).map(b"".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(row, noise, row.map(lambda r: r.replace(b"\t", b"\tz", 1))), max_size=30))
 def test_any_bytes_are_either_parsed_or_rejected_never_lost(records: list[bytes]) -> None:

@@ -204,6 +204,7 @@ def test_format_comes_from_the_extension_else_the_schema(tmp_path: Path) -> None
         make_parser(SCHEMA.model_copy(update={"format": "parquet"}))
 
 
+@pytest.mark.slow
 def test_csv_kernel_matches_the_reference_on_random_lines() -> None:
     """Every line, alone: the kernel (with its fallback) and the csv-module reference agree on ids and reasons."""
     rng = random.Random(7)

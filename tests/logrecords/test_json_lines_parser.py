@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,6 +118,7 @@ def render(rec: dict, style: int) -> bytes:
     return text.encode() if style % 5 else b"  " + text.encode() + b"\n"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(record, st.integers(0, 29)), min_size=1, max_size=12),
        st.lists(st.sampled_from([b"{", b'{"label":1,}', b'{"label":1}x', b'{"label": 01}', b'{"label":1e0}',
@@ -139,6 +141,7 @@ json_noise = st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b'"', b":", b",",
                                        b'{"tags":"', b'"}', "é€😀".encode()]), max_size=25).map(b"".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(json_noise, min_size=1, max_size=10))
 def test_fast_path_equals_reference_on_noise(rows: list[bytes]) -> None:

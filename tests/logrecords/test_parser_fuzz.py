@@ -30,6 +30,8 @@ from logrecords.schema_config import SchemaConfig
 
 from .test_json_lines_parser import canonical_rows as canonical
 
+pytestmark = pytest.mark.slow
+
 SCHEMA = {
     "label": "click", "event_time": "ts",
     "slots": [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from logrecords.criteo import CriteoParser
 from logrecords.generator import ITEM_SLOT, USER_SLOT, PlantedModel, roc_auc
@@ -19,6 +20,7 @@ from logrecords.sample_encoding import (
 from streaming.file_dataset import FileDataset
 
 
+@pytest.mark.slow
 def test_bayes_auc_is_in_the_realistic_range_for_default_seeds() -> None:
     for seed in (0, 1, 2):
         s = PlantedModel(seed=seed).sample(200_000)
@@ -32,6 +34,7 @@ def test_bayes_auc_is_in_the_realistic_range_for_default_seeds() -> None:
             assert abs(s.labels[m].mean() - s.prob[m].mean()) < 0.02
 
 
+@pytest.mark.slow
 def test_same_seed_same_data_and_ids_are_zipf_skewed() -> None:
     a, b = PlantedModel(seed=4).sample(50_000), PlantedModel(seed=4).sample(50_000)
     assert np.array_equal(a.sparse, b.sparse) and np.array_equal(a.labels, b.labels)
@@ -69,6 +72,7 @@ def test_criteo_and_json_encodings_parse_back_to_the_same_features() -> None:
     assert USER_SLOT == 0
 
 
+@pytest.mark.slow
 def test_written_file_reports_the_bayes_auc_of_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "train.tsv"
     stats = write_dataset(path, PlantedModel(seed=9), 30_000, chunk_rows=7_000)

@@ -36,6 +36,7 @@ def _history(c, keys):
     return [ids[i, : lengths[i]].tolist() for i in range(keys.shape[0])], found
 
 
+@pytest.mark.process
 def test_history_and_catalogue_rows_survive_a_killed_shard(tmp_path: Path) -> None:
     users = np.arange(1, 41, dtype=np.uint64)
     rng = np.random.default_rng(3)

@@ -12,6 +12,8 @@ from core.errors import InvalidInput, NotFound
 
 from .ps_harness import shard_processes
 
+pytestmark = pytest.mark.process
+
 SGD1 = {"name": "emb", "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
 
 

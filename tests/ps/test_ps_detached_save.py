@@ -16,6 +16,8 @@ from ps.protocol import Flag, Message, Op
 
 from .ps_harness import shard_processes
 
+pytestmark = pytest.mark.process
+
 EMB = {"name": "emb", "dim": 8, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"},
        "initial_capacity": 1 << 20}
 WIDE = {"name": "wide", "dim": 2, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}

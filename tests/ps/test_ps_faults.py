@@ -44,6 +44,7 @@ def _signed_request(msg: Message) -> list:
     return [bytes(f) for f in protocol.encode(msg, auth=True)]
 
 
+@pytest.mark.process
 def test_bad_frames_get_named_errors_and_the_shard_keeps_serving(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     with shard_processes(tmp_path, [EMB], n=1, secret=SECRET) as shards:
@@ -103,6 +104,7 @@ def test_bad_frames_get_named_errors_and_the_shard_keeps_serving(tmp_path: Path)
                 c.wait(c.pull("emb", keys.astype(np.int64)))
 
 
+@pytest.mark.process
 def test_replayed_request_is_refused(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [EMB], n=1, secret=SECRET) as shards:
         frames = _signed_request(Message(Op.PUSH_SPARSE, 9, "emb", [np.arange(3, dtype=np.uint64),
@@ -115,6 +117,7 @@ def test_replayed_request_is_refused(tmp_path: Path) -> None:
             np.testing.assert_array_equal(c.wait(c.pull("emb", np.arange(3, dtype=np.uint64)))[:, 0], -1.0)
 
 
+@pytest.mark.process
 def test_a_retried_push_is_applied_once(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [EMB], n=1) as shards:
         push = Message(Op.PUSH_SPARSE, 77, "emb", [np.arange(3, dtype=np.uint64), np.ones((3, 8), np.float32)])
@@ -157,6 +160,7 @@ def test_listening_off_loopback_needs_a_secret() -> None:
         ShardServer(PSConfig(), index=0, endpoint="tcp://0.0.0.0:1")
 
 
+@pytest.mark.process
 def test_killed_shard_raises_a_clear_error_then_comes_back_from_its_checkpoint(tmp_path: Path) -> None:
     keys = np.arange(1000, dtype=np.uint64)
     # a 1 s timeout failed live requests on a loaded 2-core machine: the kill is the only silence here

@@ -22,6 +22,8 @@ from ps.protocol import Flag, Message, Op
 
 from .ps_harness import Shards, shard_processes
 
+pytestmark = pytest.mark.process
+
 SECRET = b"a-test-secret-of-32-bytes-length"
 IDENTITY = b"captured-client"
 EMB = {"name": "emb", "dim": 8, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tables.sparse_table import SparseTable
 from tables.table_config import OptimizerConfig, TableConfig
@@ -15,6 +16,7 @@ from .ps_harness import shard_processes
 EMB = {"name": "emb", "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}}
 
 
+@pytest.mark.process
 def test_existing_only_pull_reports_missing_ids_and_returns_stored_rows(tmp_path: Path) -> None:
     stored = np.array([0, 7, 2**63, 2**64 - 1, 12345], np.uint64)
     grads = np.arange(stored.shape[0] * 4, dtype=np.float32).reshape(-1, 4)

@@ -14,6 +14,8 @@ from tables.table_config import OptimizerConfig, TableConfig
 from .ps_harness import shard_processes
 from .worker_process import ADAM, async_batches, dense_grad, sync_batches, target
 
+pytestmark = pytest.mark.process
+
 SGD1 = {"name": "sgd1", "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
 ADA = {"name": "ada", "dim": 4, "optimizer": {"kind": "adagrad", "lr": 0.1}, "seed": 7}
 KEYS, BATCH, STEPS, WORKERS = 300, 256, 12, 2

@@ -178,6 +178,7 @@ def test_bad_requests_are_invalid_input(clock: Clock) -> None:
             t.handle(meta)
 
 
+@pytest.mark.process
 def test_leases_through_a_real_shard(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [{"name": "emb", "dim": 2}], n=2) as shards, shards.client() as c:
         first = c.admin.claim_rank("a", workers=2, ttl_s=600)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tables.change_log import ChangeLog
 from tables.sparse_table import SparseTable
@@ -40,6 +41,7 @@ def test_log_is_idle_until_read_then_follows_pushes_and_resets_on_wrap_and_load(
     assert wrapped.reset and wrapped.keys.tolist() == [2, 3, 4, 5] and wrapped.seq == 6
 
 
+@pytest.mark.process
 def test_changes_op_lists_keys_per_shard_after_the_cursor(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [EMB], n=2) as shards, shards.client() as c:
         start = c.wait(c.changes("emb", [(0, 0), (0, 0)], limit=100))

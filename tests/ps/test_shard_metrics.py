@@ -15,6 +15,8 @@ from ps.client import PSClient
 from ps.ps_config import ClientConfig
 from tests.prom_scrape import labels, samples, scrape, shard_with_metrics
 
+pytestmark = pytest.mark.process
+
 EMB = {"name": "emb", "dim": 4, "optimizer": {"kind": "sgd", "lr": 0.1}, "initializer": {"kind": "zeros"}}
 BUDGETED = {**EMB, "name": "small", "eviction": {"max_bytes": 200_000, "over_budget": "refuse"}}
 

@@ -22,6 +22,8 @@ from trainer.shared_frequency import RATES_TABLE, SharedItemFrequency
 
 from .ps_harness import shard_processes
 
+pytestmark = pytest.mark.process
+
 EMB = {"name": "emb", "dim": 4, "optimizer": {"kind": "sgd", "lr": 1.0}, "initializer": {"kind": "zeros"}}
 ITEMS = np.arange(1, 61, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # 60 item hashes
 

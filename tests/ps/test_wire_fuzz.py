@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,8 @@ from ps.auth import sign
 from ps.protocol import Flag, Message, Op
 
 from .ps_harness import shard_processes
+
+pytestmark = pytest.mark.process
 
 SECRET = b"wire-fuzz-secret-of-32-bytes-len"
 IDENTITY = b"fuzzing-client"

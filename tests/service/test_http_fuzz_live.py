@@ -36,6 +36,8 @@ from trainer.job_config import load_job_config
 from .service_support import TOKEN, wait_until
 from .test_openapi_fuzz import JUNK, SchemaStrategies, _operations
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 RSS_GROWTH_MB = 150
 METRICS_MAX_BYTES = 256 << 10

@@ -82,6 +82,7 @@ def test_similar_items_leave_the_prior_column_out_in_every_index_kind(kind: str)
     assert hits / 400 >= 0.95
 
 
+@pytest.mark.process
 def test_the_live_item_path_serves_the_item_bias_column(tmp_path) -> None:
     """Items changed between bundles are re-embedded from live rows with their live bias rows."""
 

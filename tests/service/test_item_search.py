@@ -69,6 +69,7 @@ def test_item_delta_upserts_into_the_served_index(tmp_path) -> None:
             assert got == brute_force(all_ids, all_vecs, all_vecs[pos], 15, skip=item)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ivf", "hnsw"])
 def test_approximate_index_recall_at_least_095(kind: str) -> None:
     rng = np.random.default_rng(11)

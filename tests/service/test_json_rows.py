@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -14,6 +15,7 @@ from service.json_rows import rows_json
 FINITE32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(hnp.arrays(np.float32, st.tuples(st.integers(0, 5), st.integers(1, 6)), elements=FINITE32))
 def test_rows_round_trip_bit_exact(rows: np.ndarray) -> None:

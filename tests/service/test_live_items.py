@@ -63,6 +63,7 @@ def _live_service(tmp_path: Path, b: BundleBuilder, config: TableConfig) -> Iter
             yield shards, ps, client
 
 
+@pytest.mark.process
 def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live_path(tmp_path: Path) -> None:
     b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
     b.push("user", USERS)
@@ -109,6 +110,7 @@ def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live
         assert not client.app.state.read_through.paused and store.version == 2
 
 
+@pytest.mark.process
 def test_items_whose_refresh_failed_are_refreshed_at_the_next_poll(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A busy shard times a refresh's row pull out after the changes' cursors moved past its items: they
@@ -168,6 +170,7 @@ def test_live_batches_replace_changed_items_except_on_hnsw_and_add_new_ones(kind
     assert base.size == 400 and base.index.ntotal == 400, "the searched snapshot is never changed"
 
 
+@pytest.mark.process
 def test_an_item_tower_with_more_slots_reads_item_features_from_the_catalogue(tmp_path: Path) -> None:
     schema = SchemaConfig(
         format="json", label="label", user_id="user", item_id="item",

@@ -179,6 +179,7 @@ def _overlay_answering(tmp_path: Path) -> Iterator[tuple[Any, Any, str, Any, int
         yield ps, client, table, config, version
 
 
+@pytest.mark.process
 def test_lookups_read_changed_rows_from_memory_once_the_overlay_answers(tmp_path: Path) -> None:
     """Real shards and app: a row pushed after two bundles that cover the gap is served with no
     read-through round trip (the counter of shard pulls stands still)."""
@@ -197,6 +198,7 @@ def test_lookups_read_changed_rows_from_memory_once_the_overlay_answers(tmp_path
         assert rt.served == pulls and rt.from_overlay > 0, "served from memory, no round trip"
 
 
+@pytest.mark.process
 def test_predict_and_recommend_read_the_live_rows_without_a_new_bundle(tmp_path: Path) -> None:
     """Real shards and app: once the overlay answers, a user row trained after the bundle changes
     /v1/predict's score and /v1/recommend's user vector before any new bundle comes."""

@@ -89,6 +89,7 @@ def fuzz_client(tmp_path_factory: pytest.TempPathFactory):
         yield c
 
 
+@pytest.mark.slow
 def test_no_operation_meets_a_500(fuzz_client: TestClient) -> None:
     spec = fuzz_client.get("/openapi.json").json()
     strategies = SchemaStrategies(spec)

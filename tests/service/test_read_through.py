@@ -6,11 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from service.settings import ReadThroughSettings
 from tests.ps.ps_harness import shard_processes
 
 from .service_support import USER_IDS, BundleBuilder, make_settings, started
+
+pytestmark = pytest.mark.process
 
 
 def _lookup(client, ids) -> dict:

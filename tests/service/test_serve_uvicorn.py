@@ -34,6 +34,7 @@ def _config(tmp_path: Path, exports: Path) -> Path:
     return cfg
 
 
+@pytest.mark.process
 def test_serve_runs_under_uvicorn_and_follows_new_bundles(tmp_path: Path, builder: BundleBuilder) -> None:
     port = _free_port()
     env = {**os.environ, "STREAMREC_ADMIN_TOKEN": TOKEN}

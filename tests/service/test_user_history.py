@@ -20,6 +20,8 @@ from trainer.history_join import HistoryJoin
 from ..ps.ps_harness import shard_processes
 from .service_support import make_settings, started
 
+pytestmark = pytest.mark.process
+
 USER, ITEM = np.uint64(0 << 56), np.uint64(1 << 56)
 MODEL = {"type": "two_tower", "slots": [{"name": "user", "tower": "user"},
                                         {"name": "history", "tower": "user", "pooling": "mean"},

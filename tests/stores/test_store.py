@@ -122,6 +122,7 @@ def s3_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         yield env
 
 
+@pytest.mark.process
 def test_passes_on_s3_commit_manifest_last_and_verify(s3_env: dict[str, str]) -> None:
     url = f"s3://{new_bucket()}/ck"
     checkpoints.write_worker_part(url, 1, 0, {"opt.m": np.arange(1000, dtype=np.float32)}, {"offsets": {"0": 7}})

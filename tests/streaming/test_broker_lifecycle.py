@@ -14,6 +14,8 @@ import pytest
 
 from streaming.broker import EmbeddedBroker, broker_answers
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

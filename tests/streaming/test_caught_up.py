@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
+
+pytestmark = pytest.mark.process
 
 SCHEMA = SchemaConfig(format="json", slots=(SlotConfig(name="tags", kind=SlotKind.SPARSE),))
 

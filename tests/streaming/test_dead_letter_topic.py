@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 from logrecords.generator import PlantedModel
 from logrecords.sample_encoding import criteo_lines
@@ -16,6 +17,8 @@ from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
+
+pytestmark = pytest.mark.process
 
 
 def _consume_all(consumer: StreamConsumer, n_good: int, n_bad: int) -> list[Any]:

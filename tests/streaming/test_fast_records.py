@@ -85,6 +85,7 @@ def test_corrupt_batch_raises_as_kafka_python() -> None:
     assert firsts[0] == firsts[1] and len(firsts[0]) == 5
 
 
+@pytest.mark.process
 def test_consumer_through_the_broker(broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig]) -> None:
     from kafka import KafkaConsumer, KafkaProducer
 

@@ -12,6 +12,7 @@ from streaming.group_offsets import GroupOffsets
 from streaming.kafka_config import KafkaConfig
 
 
+@pytest.mark.process
 def test_offsets_reach_the_group_without_a_member(broker, kafka_config) -> None:
     config = kafka_config(partitions=3)
     offsets = GroupOffsets(config, [broker.bootstrap])
@@ -28,6 +29,7 @@ def test_offsets_reach_the_group_without_a_member(broker, kafka_config) -> None:
     assert {tp.partition: om.offset for tp, om in got.items() if tp.topic == config.topic} == {0: 9, 1: 1, 2: 7}
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_is_a_clear_error() -> None:
     port = free_ports(1)[0]
     offsets = GroupOffsets(KafkaConfig(topic="t", group_id="g"), [f"127.0.0.1:{port}"])

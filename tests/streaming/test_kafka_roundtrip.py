@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from logrecords.batch import Batch, concat_batches
 from logrecords.criteo import CriteoParser
@@ -18,6 +19,8 @@ from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
+
+pytestmark = pytest.mark.process
 
 N = 100_000
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from logrecords.schema_config import SchemaConfig
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
@@ -12,6 +14,8 @@ from streaming.consumer import Membership, StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.log_bounds import past_the_end
 from streaming.producer import RecordProducer
+
+pytestmark = pytest.mark.process
 
 
 def _fill(config: KafkaConfig, bootstrap: list[str], n: int, batches: int) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
 from logrecords.batch import Batch
 from logrecords.isolated_parse import parse_isolating
@@ -71,6 +72,7 @@ def test_a_parser_failure_is_confined_to_the_record_that_causes_it() -> None:
     assert parse_isolating(_BuggyParser(), GOOD)[0].labels.tolist() == [1.0, 0.0]
 
 
+@pytest.mark.process
 def test_poison_pill_on_the_topic_is_dead_lettered_and_the_partition_moves(
     broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig], read_topic: Callable[..., list[Any]]
 ) -> None:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from logrecords.batch import concat_batches
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
@@ -15,6 +16,8 @@ from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
+
+pytestmark = pytest.mark.process
 
 SCHEMA = SchemaConfig(format="json", slots=(SlotConfig(name="tags", kind=SlotKind.SPARSE),), event_time="ts")
 OLD = [b'{"label": 1, "tags": "a", "ts": 978300014}', b'{"label": 0, "tags": "b", "ts": 978300015}']

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from logrecords.batch import Batch
 from logrecords.generator import PlantedModel
 from logrecords.sample_encoding import criteo_lines
@@ -13,6 +15,8 @@ from streaming.connection import client_options
 from streaming.consumer import Membership, StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
+
+pytestmark = pytest.mark.process
 
 N = 4000
 

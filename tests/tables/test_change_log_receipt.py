@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tables.sparse_table import SparseTable
 from tables.table_config import TableConfig
@@ -25,6 +26,7 @@ def test_a_push_records_its_receipt_time_in_the_log_else_the_push_time() -> None
     assert got.times[:2].tolist() == [1_700_000_000.5] * 2 and got.times[2] > 1_700_000_000.5
 
 
+@pytest.mark.process
 def test_the_receipt_time_travels_with_the_push_to_the_shards(tmp_path: Path) -> None:
     with shard_processes(tmp_path, [EMB], n=2) as shards, shards.client() as c:
         start = c.wait(c.changes("emb", [(0, 0), (0, 0)], limit=100))

@@ -172,6 +172,7 @@ def test_colliding_home_slots_and_wraparound() -> None:
     check(idx, set(keys), [])
 
 
+@pytest.mark.slow
 def test_million_keys_full_range_then_evict_a_third() -> None:
     """1M random keys (plus 0, 2**63, 2**64-1): all retrievable; evict a third through
     shrink(); the rest keep their values, the evicted read as never-seen ids."""

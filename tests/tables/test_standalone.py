@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 # llvmlite is numba's code generator (tables/cache_hint.py emits the prefetch intrinsic with it).
 ALLOWED = {"tables", "core", "numpy", "numba", "llvmlite", "pydantic", "crc32c"}
@@ -81,6 +83,7 @@ print("engine ok")
 """
 
 
+@pytest.mark.process
 def test_tables_works_without_pyzmq_or_any_package_above_it() -> None:
     run = subprocess.run([sys.executable, "-c", _SCRIPT, *BLOCKED], cwd=REPO, capture_output=True, text=True,
                          timeout=300)

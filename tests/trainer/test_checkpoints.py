@@ -42,6 +42,7 @@ while True:
 """
 
 
+@pytest.mark.process
 def test_a_commit_killed_at_any_moment_leaves_the_previous_pass_complete(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     rng = np.random.default_rng(0)
@@ -139,6 +140,7 @@ print("committed", flush=True)
 """
 
 
+@pytest.mark.process
 def test_a_chief_killed_after_the_release_leaves_the_previous_pass_the_newest(tmp_path: Path) -> None:
     from ps.client import PSClient
     from tests.ps.ps_harness import shard_processes
@@ -180,6 +182,7 @@ def test_a_chief_killed_after_the_release_leaves_the_previous_pass_the_newest(tm
             np.testing.assert_array_equal(c.wait(c.pull("emb", np.arange(1, 20001, dtype=np.uint64))), -1.0)
 
 
+@pytest.mark.process
 def test_a_pass_with_a_corrupt_table_file_is_quarantined_and_recovery_falls_back(tmp_path: Path) -> None:
     """#12 finding 6: a flipped byte in a table file of the newest pass made restore fail (and
     left a shard half-loaded). Now the chief's load fails whole, the pass is quarantined, and the

@@ -63,6 +63,7 @@ def test_ps_update_pulls_every_k_steps_and_pushes_every_step() -> None:
     np.testing.assert_array_equal(model.params.values, store.dense)
 
 
+@pytest.mark.process
 def test_the_ps_refuses_a_dense_vector_of_another_rule(tmp_path: Path) -> None:
     table = {"name": "emb4", "dim": 4}
     initial = np.zeros(10, np.float32)

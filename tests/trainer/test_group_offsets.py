@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from streaming.connection import client_options
@@ -16,6 +17,8 @@ from trainer.job_config import load_job_config
 
 from .conftest import topic_name
 from .test_streaming_job import RECORDS, job_yaml, produce, wait_exit
+
+pytestmark = pytest.mark.process
 
 EXTRA = 300
 

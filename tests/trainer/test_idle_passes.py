@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from core.atomic_files import read_json
@@ -35,6 +36,7 @@ def _files(*dirs: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for d in dirs if d.exists() for p in d.rglob("*") if p.is_file()}
 
 
+@pytest.mark.process
 def test_an_idle_job_writes_nothing_and_commits_again_when_records_come(broker, cluster, tmp_path: Path) -> None:
     kafka = produce(broker.bootstrap, RECORDS, stop=RECORDS - 500)
     path = job_yaml(tmp_path, "idle", kafka)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from exports import bundle
 from exports.item_catalog import ItemCatalog
@@ -45,6 +46,7 @@ def test_catalogue_rows_round_trip_through_the_encoding() -> None:
         assert back.slot_ids("absent", j).size == 0
 
 
+@pytest.mark.process
 def test_items_seen_only_by_a_non_chief_worker_are_exported_and_searchable(tmp_path: Path) -> None:
     model = ModelConfig.model_validate(SMALL_MODEL)
     slots = tuple(s.name for s in build_model(model).item_slots)  # type: ignore[attr-defined]

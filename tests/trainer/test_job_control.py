@@ -22,6 +22,8 @@ from trainer.job_config import load_job_config
 
 from .test_streaming_job import produce, wait_exit
 
+pytestmark = pytest.mark.process
+
 
 def test_control_ops_on_a_running_two_tower_job(broker, cluster, tmp_path: Path) -> None:
     kafka = produce(broker.bootstrap, 3000)

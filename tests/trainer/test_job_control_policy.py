@@ -17,6 +17,8 @@ from tests.models.helpers import small_config
 from tests.ps.ps_harness import shard_processes
 from trainer.job_control import JobControl
 
+pytestmark = pytest.mark.process
+
 
 def test_policy_get_dry_run_apply_and_refuse(tmp_path: Path) -> None:
     model = build_model(small_config("wide_deep"))

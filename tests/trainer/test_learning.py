@@ -31,6 +31,7 @@ def criteo_model(kind: str, **kw) -> ModelConfig:
                                        "tower_dim": 8, "seed": 1, **kw})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["lr", "wide_deep", "deepfm", "two_tower"])
 def test_auc_rises_well_above_half_on_planted_data(kind: str) -> None:
     # a click stream: two_tower learns it with the click loss (its retrieval loss: tests/models/test_two_tower*)

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ps.client import PSClient
 from service.job import JobLink
 from trainer import checkpoints
@@ -19,6 +21,8 @@ from trainer.job_config import load_job_config
 
 from .conftest import topic_name
 from .test_streaming_job import job_yaml, produce, wait_exit
+
+pytestmark = pytest.mark.process
 
 TTL_S = 4.0
 FIRST, SECOND = 1600, 800

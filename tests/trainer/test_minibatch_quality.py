@@ -13,6 +13,7 @@ fast stream behind a backlog, whose steps grow (trainer.minibatch); its AUC agre
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from launcher.system_config import default_model, load_config
 from logrecords.batch import Batch
@@ -64,6 +65,7 @@ def train_at_rate(lines: list[bytes], holdout: Batch, *, rate: float, poll_size:
     return roc_auc(holdout.labels, worker.score(holdout)), steps
 
 
+@pytest.mark.slow
 def test_holdout_auc_does_not_depend_on_arrival_rate() -> None:
     lines = json_lines(PlantedModel(seed=5).sample(TRAIN + HOLDOUT))
     holdout = polls(lines[TRAIN:], HOLDOUT)[0]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from exports import bundle
@@ -22,6 +23,8 @@ from trainer import checkpoints
 from trainer.job_config import load_job_config
 
 from .conftest import REPO, topic_name
+
+pytestmark = pytest.mark.process
 
 RECORDS = 8000
 

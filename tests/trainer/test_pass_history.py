@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from core.atomic_files import decode_arrays, read_json, read_verified
 from jobcontrol.channel import ControlClient
@@ -73,6 +74,7 @@ def test_cumulative_metrics_equal_one_histogram_of_every_record(tmp_path: Path) 
     assert total.summary() == everything.summary()
 
 
+@pytest.mark.process
 def test_a_jobs_chief_keeps_the_curve_past_pruning_and_serves_it(broker, cluster, tmp_path: Path) -> None:
     kafka = produce(broker.bootstrap)
     path = job_yaml(tmp_path, "run", kafka)  # passes of 1000 records, keep 3

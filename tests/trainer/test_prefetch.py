@@ -22,6 +22,8 @@ from ps.cluster import ClusterSpec
 from trainer.file_worker import prepared_batches
 from trainer.prefetch import ProcessPrefetcher, start_prefetch
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

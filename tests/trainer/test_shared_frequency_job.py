@@ -22,6 +22,7 @@ from trainer.shared_frequency import RATES_TABLE, SharedItemFrequency
 from trainer.worker import Worker
 
 
+@pytest.mark.process
 def test_two_workers_count_their_steps_into_one_estimate(tmp_path: Path) -> None:
     stream = planted_stream(4_000, n_users=60, n_items=50, seed=5)
     config = model_config({"shared_frequency": True})

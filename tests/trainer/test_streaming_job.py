@@ -37,6 +37,8 @@ from trainer.params import SUM, dense_rule
 
 from .conftest import topic_name
 
+pytestmark = pytest.mark.process
+
 RECORDS = 5000
 
 

@@ -14,6 +14,8 @@ import pytest
 from logrecords.generator import PlantedModel
 from logrecords.sample_encoding import write_dataset
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 
