@@ -5,7 +5,10 @@ every restart already made within the last ``window_s``, capped at ``backoff_max
 that needs more than ``max_restarts`` restarts within ``window_s`` stays dead and its
 supervisor gives up (a crash loop is a bug to look at, not to hide). Roles recover through
 their own paths: a shard reloads its last checkpoint, trainers regroup from the last complete
-pass, the service re-reads the newest bundle.
+pass, the service re-reads the newest bundle. A role whose last run ended on a full disk (its
+log says so: ENOSPC, EDQUOT, EIO) is not in a crash loop but waiting for space: it is started
+again every ``backoff_max_s`` (at least :data:`DISK_FULL_RETRY_S`) and never given up on, and
+the supervisor says "disk full".
 
 :class:`Supervised` applies a policy to one :class:`launcher.role_process.RoleProcess`; the launcher
 and ``streamrec up`` call :meth:`Supervised.tend` every turn of their watch loop.
@@ -42,6 +45,7 @@ class RestartPolicy(FrozenModel):
 
 
 NEVER_EXPIRES = math.inf
+DISK_FULL_RETRY_S = 5.0
 
 
 def restarts_ever(n: int) -> RestartPolicy:
@@ -86,6 +90,13 @@ class Supervised:
         if self.gave_up:
             return Tended.GAVE_UP
         self.role.exit_codes.append(code)
+        full = self.role.died_on_full_disk()
+        if full is not None:  # waiting for space is no crash loop: restarted, never given up on
+            delay = max(self.policy.backoff_max_s, DISK_FULL_RETRY_S)
+            self.due = now + delay
+            say(f"{self.role.name} died (exit {code}): disk full ({full}); restarting in {delay:.0f} s until "
+                "there is space (not counted as a crash)")
+            return Tended.RUNNING
         while self.recent and now - self.recent[0] > self.policy.window_s:
             self.recent.popleft()
         if len(self.recent) >= self.policy.max_restarts:

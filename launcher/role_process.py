@@ -24,6 +24,10 @@ from typing import IO
 from core.processes import dies_with_parent
 
 START_HEADER = b"=== streamrec launch: starting "  # each start's first line in the role's log
+# what a role's log says when a write failed for want of space or on a failing device
+DISK_FULL_TEXT = (b"[Errno 28]", b"No space left on device", b"[Errno 122]", b"Disk quota exceeded", b"[Errno 5]")
+TAIL_BYTES = 16384
+TAIL_LINES = 30
 
 
 @dataclass
@@ -41,8 +45,9 @@ class RoleProcess:
 
     def start(self) -> None:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the process's life
-        self.log.write(START_HEADER + f"{self.name} (restart {self.restarts})\n".encode())
-        self.log.flush()
+        with contextlib.suppress(OSError):  # a full disk: the role starts all the same
+            self.log.write(START_HEADER + f"{self.name} (restart {self.restarts})\n".encode())
+            self.log.flush()
         self.proc = subprocess.Popen(self.argv, env=dict(self.env), stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True,  # own process group: we can kill its children too
                                      preexec_fn=dies_with_parent())
@@ -55,6 +60,20 @@ class RoleProcess:
     def exit_code(self) -> int | None:
         """The exit code once the process ended; None while it runs or before it was started."""
         return self.proc.poll() if self.proc is not None else None
+
+    def died_on_full_disk(self) -> str | None:
+        """What the end of this run's log says of a full disk (None: nothing; the run ended otherwise)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+                tail = f.read()
+        except OSError:
+            return None
+        tail = tail[tail.rfind(START_HEADER) + 1:]  # this run's, not an earlier one's
+        for line in reversed(tail.splitlines()[-TAIL_LINES:]):  # how it ended, not what it survived
+            if any(t in line for t in DISK_FULL_TEXT):
+                return line.decode(errors="replace").strip()[-200:]
+        return None
 
     def state(self) -> str:
         """``starting``, ``running`` or ``exited N``, then the restarts and the last exit code

@@ -93,6 +93,8 @@ class StatusCollector:
     def _from_status(self, snap: Snapshot, status: dict[str, Any]) -> None:
         bundle = status.get("bundle") or {}
         snap.bundle_version = bundle.get("version")
+        if (status.get("disk") or {}).get("state") == "disk full":  # service.disk: the trainer waits for space
+            snap.errors.append("disk full: training waits for space, the API serves the last bundle")
         snap.freshness_s = find_number(bundle, "freshness_s")
         job = (status.get("job") or {}).get("status")
         if job is None:
