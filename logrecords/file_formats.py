@@ -42,18 +42,34 @@ def _open(path: Path) -> BinaryIO:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, list[bytes]]]:
-    """(first line number, lines) blocks of at most ``max_lines`` lines; empty lines are dropped."""
+def line_blocks(path: Path, max_lines: int, *, max_line_bytes: int | None = None
+                ) -> Iterator[tuple[int, list[bytes]]]:
+    """(first line number, lines) blocks of at most ``max_lines`` lines; empty lines are dropped.
+
+    A line longer than ``max_line_bytes`` comes cut to ``max_line_bytes + 1`` bytes (so the reader
+    can tell it was over) and the rest of it is read and dropped, never held. Each read is at least
+    as long as the unfinished line before it, so a long line costs a few doubling reads, not one
+    copy of itself per block."""
     carry = b""
+    cut = False  # the unfinished line is over max_line_bytes: the rest of it is dropped
     line_no = 1
     pending: list[bytes] = []
     with _open(path) as f:
         while True:
-            block = f.read(_BLOCK_BYTES)
+            block = f.read(_BLOCK_BYTES if cut else max(_BLOCK_BYTES, len(carry)))
             if not block:
                 break
+            if cut:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    continue
+                block, cut = block[nl:], False
             parts = (carry + block).split(b"\n")
             carry = parts.pop()
+            if max_line_bytes is not None and len(carry) + len(block) > max_line_bytes:
+                parts = [p[: max_line_bytes + 1] for p in parts]
+                if len(carry) > max_line_bytes:
+                    carry, cut = carry[: max_line_bytes + 1], True
             pending.extend(parts)
             while len(pending) >= max_lines:
                 head, pending = pending[:max_lines], pending[max_lines:]
@@ -81,7 +97,7 @@ def buffer_line_blocks(path: Path, max_lines: int) -> Iterator[tuple[int, tuple[
     ends_out = np.empty(0, np.int64)
     with _open(path) as f:
         while True:
-            buf = _read_buffer(pool, carry.shape[0] + _BLOCK_BYTES)
+            buf = _read_buffer(pool, carry.shape[0] + max(_BLOCK_BYTES, carry.shape[0]))  # doubling past a long line
             buf[: carry.shape[0]] = carry
             got = f.readinto(memoryview(buf)[carry.shape[0] :])
             at_end = not got
