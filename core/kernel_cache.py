@@ -8,12 +8,10 @@ shards, trainers and service of one job, or a test beside a benchmark, after an 
 cache stale) can both take number 1; the index then names one signature's file holding the
 other's machine code. A process that loads it runs code compiled for other argument types:
 garbage values or a crash, in every process that loads it until the source changes (shown
-here by interleaving two savers, tests/core/test_kernel_cache.py; in a plain run, 2 of 20
-pairs of processes compiling one kernel at once lost an index entry, the race's first half;
-numba issue #10128 describes the same race for gufuncs). Every
-save here holds an exclusive ``flock`` on the cache directory's lock file from reading the
-index to writing the data, and every load a shared one, so an index never names a file
-another signature's save wrote.
+by interleaving two savers in tests/core/test_kernel_cache.py; numba issue 10128 describes the
+same race for gufuncs). Every save here holds an exclusive ``flock`` on the cache directory's
+lock file from reading the index to writing the data, and every load a shared one, so an index
+never names a file another signature's save wrote.
 """
 
 from __future__ import annotations
@@ -27,8 +25,8 @@ from typing import Any
 from numba import njit
 from numba.core.caching import IndexDataCacheFile
 
-# The hot kernels' options (tables, optimizers, gathers): no GIL, numpy's float semantics
-# (3.8x faster than numba's Python error model here, ../shared/PERF-NOTES.md).
+# The hot kernels' options (tables, optimizers, gathers): no GIL, and numpy's error model, which
+# spares every division the zero check of numba's Python error model (several times slower here).
 JIT: dict[str, Any] = {"nogil": True, "error_model": "numpy"}
 LOCK_NAME = ".streamrec-cache.lock"
 
@@ -53,7 +51,7 @@ def make_cache_process_safe() -> None:
         with cache_lock(self._cache_path, fcntl.LOCK_SH):
             return load(self, key)
 
-    locked_save.locked_across_processes = True  # type: ignore[attr-defined]
+    vars(locked_save)["locked_across_processes"] = True  # the mark the check above reads
     IndexDataCacheFile.save, IndexDataCacheFile.load = locked_save, locked_load
 
 
