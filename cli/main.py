@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         # A shell starts a background job with SIGINT ignored and Python keeps it so: every
-        # command stops on Ctrl-C / kill -INT however it was started (#12 finding 10).
+        # command stops on Ctrl-C / kill -INT however it was started.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return int(args.func(args) or 0)

@@ -1,4 +1,4 @@
-"""A record's own field values -> the model's hashed features, with the job's schema (issue #11.4).
+"""A record's own field values -> the model's hashed features, with the job's schema.
 
 A client sends what its log holds, ``{"user_id": 259, "age": "18-24", "genres": ["Comedy",
 "Drama"]}``, instead of ``slot_id << 56 | fnv1a(...)`` ids. The values are hashed by the

@@ -57,7 +57,7 @@ class SlotConfig(FrozenModel):
 
 
 class HistoryConfig(FrozenModel):
-    """User behaviour history computed from the stream (#11, :mod:`trainer.history_join`): per
+    """User behaviour history computed from the stream (:mod:`trainer.history_join`): per
     user (the schema's ``user_id``), the last ``length`` items (``item_id``) of its records whose
     label is above ``positive_above``, with their event times, kept in the PS (the id-rows table
     ``ids.history``, evicted after ``ttl_passes`` passes without a new entry when set). Each record

@@ -116,7 +116,7 @@ class ShardTables:
         if flags & _SYNC:
             self.sync.hold_sparse(msg.table, keys, grads, shows, clicks)
         else:
-            received_at = msg.meta.get("received_at")  # the change log's time of these keys (#14)
+            received_at = msg.meta.get("received_at")  # the change log's time of these keys
             table.push(keys, grads, shows=shows, clicks=clicks, unique=bool(flags & _UNIQUE),
                        received_at=float(received_at) if isinstance(received_at, (int, float)) else None)
         return ok(msg)

@@ -1,5 +1,5 @@
 """Rows changed since the served bundle, held in the service's memory: lookups read them there
-instead of a round trip to busy shards (serving p99 while training, #14).
+instead of a round trip to busy shards (serving p99 while training).
 
 The live thread (:mod:`service.live_items`) calls :meth:`LiveRows.poll` every
 ``items_interval_s``: for each sparse table of the served bundle it reads every shard's

@@ -1,4 +1,4 @@
-"""The served user history (#11): /v1/recommend and /v1/predict for a known user read the user's
+"""The served user history: /v1/recommend and /v1/predict for a known user read the user's
 latest behaviour, as the towers were trained with it.
 
 When the bundle's schema has ``history`` and the model a user-tower slot of that name, a

@@ -3,7 +3,7 @@
 kafka-python decodes every record of a fetch in Python (``DefaultRecordBatch._read_msg``: a
 dozen varint decodes, a record object, a CRC call, the consumer record): ~10 us a record on a
 loaded 2-core machine, the largest CPU cost of a trainer at 20,000 records/s (profiled with
-py-spy, issue #14: ~30% of a trainer's samples, the JSON parse ~15%, the step ~10%).
+py-spy: more than the JSON parse and the step together).
 :class:`FastPartitionRecords` replaces the fetcher's record unpacking only: a kernel walks a
 batch's records once and returns their offsets, timestamps and key/value spans as arrays, and
 Python only slices the values and builds the consumer records. Batches, offsets and every

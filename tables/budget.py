@@ -1,4 +1,4 @@
-"""A sparse table's byte budget (issue #12 finding 4): what it holds, and how many rows fit.
+"""A sparse table's byte budget: what it holds, and how many rows fit.
 
 A table's bytes are what it really holds, allocated, not what it uses: the row store at its
 capacity (every column: key, parameters, optimizer state, show/click/pass/epoch metadata,

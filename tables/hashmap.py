@@ -9,7 +9,7 @@ the following run back (no tombstones in the index, so lookups never degrade aft
 eviction). Capacity is a power of two (at most 2**32 slots) and the caller keeps the load
 factor below ``MAX_LOAD``.
 
-The slot hash is keyed (hash flooding, issue #12): SipHash-1-3 of the key's 8 bytes under
+The slot hash is keyed against hash flooding: SipHash-1-3 of the key's 8 bytes under
 a 128-bit secret ``hkey`` (two uint64, :func:`new_hash_key`, from ``os.urandom``). Ids come
 from producers; with an unkeyed, invertible mix anyone could compute ids that share one
 home slot and turn every insert into a walk along one run (quadratic pushes). Without the

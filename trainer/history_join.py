@@ -1,4 +1,4 @@
-"""The point-in-time join of each record with its user's behaviour history (#11).
+"""The point-in-time join of each record with its user's behaviour history.
 
 The history (:class:`logrecords.schema_config.HistoryConfig`) lives in the PS, in the id-rows
 table ``ids.history`` (a ring of the last N positive (item id, event time) per user,
