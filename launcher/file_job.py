@@ -3,8 +3,7 @@ processes (the launcher's machinery), then evaluation on a test file by worker 0
 
 Workers run with one BLAS thread each (``blas_threads``, passed to every role as
 :func:`launcher.launch.thread_limits`): with W workers on few cores, more threads only contend
-(measured on the 2-core machine with 2 workers, wide&deep MLP 400x3: 2 threads per worker ran at
-0.28x and 0.90x the samples/s of 1 thread, with 3x the CPU time).
+(slower, with more CPU time: bench/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -10,14 +10,10 @@ learns how much recent items outweigh older ones (users' interests drift), ``q``
 say more about a user. The two-tower user tower cannot see the candidate item, so the query is
 global, not the target attention of DIN (Zhou et al., KDD 2018).
 
-Measured (bench/retrieval.py planted 200k, 2026-11-24, load 6-10): end to end, 4 runs each, the
-user history attention-pooled 0.098-0.105 (mean 0.101), mean-pooled 0.098-0.100 (2 runs), no
-history 0.092-0.098 (0.095); in-process (one worker) 0.0994 and 0.1003 (last 10) against 0.1006
-without history. At the dense lr 1e-3 the query and biases stay within +-0.06 of zero, so it
-pools nearly as the mean does; at lr 0.01 they move (the newest items weighted down) and recall
-fell to 0.094 in-process. Gains over the mean pooling: not shown. Position biases starting at -0.1 p
-(a recency-weighted mean; 2026-11-24, load 5-8): in-process 0.1026 against 0.0994, end to end 0.094-0.103
-(mean 0.098, 4 runs) against 0.095-0.101 without history: not kept.
+At the default dense lr the query and biases stay near zero, so it pools nearly as the mean
+does: on bench/retrieval.py's planted log the history helps recall a little, the attention over
+the mean not clearly, and position biases starting as a recency-weighted mean were not kept
+(figures in bench/RESULTS.md).
 
 No wide weight is read for these ids: the history's item ids carry the items' like rates in
 column 0, which say nothing about the user's click.

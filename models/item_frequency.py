@@ -93,9 +93,8 @@ def reader_alpha(alpha: float, readers: int) -> float:
     ``readers`` gaps of the whole stream have (the same span; fewer samples, so more noise: one
     estimate shared by the workers would have none of it).
 
-    In-process on MovieLens 100K (two workers over one store, records alternating, seeds 0-2,
-    2026-11-25): recall@10 0.155 / 0.156 / 0.137 against 0.149 / 0.147 / 0.124 at the configured
-    0.1 (one worker 0.167 / 0.156 / 0.168; an estimate shared by both 0.157 / 0.150 / 0.150)."""
+    In-process on MovieLens 100K two workers recalled better with it than at the configured rate
+    (bench/RESULTS.md)."""
     return float(1.0 - (1.0 - alpha) ** readers)
 
 

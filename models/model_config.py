@@ -55,11 +55,10 @@ class RetrievalConfig(FrozenModel):
     softmax`` only the head (a, the wide weights, b) learns from the clicks, the towers from the
     softmax; ``both`` adds ``pointwise_weight`` x the click loss to the towers.
 
-    Defaults measured in-process on a planted interaction stream (200k events, seed 0; bench/RESULTS.md):
-    softmax + logQ on the dot product, temperature 0.05, had recall@10 6.3x the click loss's and
-    2.5x popularity's (0.55 of the oracle); without logQ 3.3x; temperature 0.1 and 64 sampled
-    negatives were no better; L2-normalised towers lost (0.79-0.87x of it); ``both`` was within
-    the noise and lowered the click AUC. On a click stream whose items are drawn independently
+    The defaults recalled best in-process on a planted interaction stream (bench/RESULTS.md):
+    softmax + logQ on the dot product at temperature 0.05 recalled several times what the click
+    loss did; a higher temperature, sampled negatives, L2-normalised towers or ``both`` did no
+    better. On a click stream whose items are drawn independently
     of the user (the built-in generator's), the softmax has no choice to learn and the click
     AUC stays near 0.5: use ``loss: pointwise`` there.
     """
@@ -73,11 +72,9 @@ class RetrievalConfig(FrozenModel):
     # the softmax's weight of a record labelled 0. A record is something the user chose in an interaction log (a
     # rating, a play: label 0 = chose it and did not like it), and the softmax learns which items a user chooses
     # from every choice; in an impression log (shown, clicked?) label 0 is an item passed over: keep 0 (positives
-    # only). Not the likes' head: /v1/predict learns the label from every record whatever this says. Off by default,
-    # measured end to end (bench/retrieval.py, 2026-11-25, arms label0-*, paired against the default): planted (picks
-    # drawn from the very preference the likes are) 0.5: +0.0122 (1 pair), +0.0073 [+0.0003, +0.0139] (2), 0.25:
-    # +0.0066 (2), 1: +0.0057 (1); MovieLens 100K (a low rating says what a user does not want) 0.5: -0.0257
-    # [-0.0442, -0.0098] (2), 0.25: -0.0101 (2), 1: -0.0278 (1).
+    # only). Not the likes' head: /v1/predict learns the label from every record whatever this says. Off by default:
+    # it helped on planted data and hurt on MovieLens 100K, where a low rating says what a user does not want
+    # (bench/retrieval.py's arms label0-*, bench/RESULTS.md).
     label0_weight: float = Field(0.0, ge=0.0, le=1.0,
                                  description="The softmax's weight of a label-0 record: 0 learns from the positives "
                                              "only.")
@@ -97,9 +94,7 @@ class RetrievalConfig(FrozenModel):
     frequency_hashes: int = Field(2, ge=1, le=8, description="Hash functions of the streaming item-frequency estimate.")
     # the estimate's moving-average rate: ~1/alpha gaps per item. 0.1, not the paper's 0.01: where items' rates
     # drift (new releases) the correction must subtract an item's rate now, or the towers learn a hot item's score
-    # too low. bench/retrieval.py end to end (2026-11-25, 3 + 2 paired runs): MovieLens 100K 0.128-0.148 against
-    # 0.123-0.127 at 0.01 (+0.0104 [+0.0008, +0.0214], +0.0122 [+0.0024, +0.0241]), planted +0.0022, ml-latest-small
-    # +0.0007; in-process (one worker, no history) MovieLens 100K 0.164 against 0.126 (0.2: 0.164, 0.5: 0.146)
+    # too low; it recalled better than 0.01 on MovieLens 100K, end to end and in-process (bench/RESULTS.md).
     # Per occurrence in the whole stream: each of W workers (reading 1/W of it) averages at 1 - (1 - alpha)^W
     # (models.item_frequency.reader_alpha), so the estimate spans the same stretch of the stream whatever W.
     frequency_alpha: float = Field(0.1, gt=0.0, le=1.0,
@@ -108,10 +103,8 @@ class RetrievalConfig(FrozenModel):
     # with a parameter server: one estimate for the whole job, in the PS (rate rows of an id-rows table that every
     # worker counts its steps into, trainer.shared_frequency; Yi et al. keep the arrays on the parameter servers),
     # so each worker corrects by the rate of the whole stream; false: each worker its own, at reader_alpha. Without
-    # a PS (one process) the worker's own is the job's. bench/retrieval.py end to end (2026-11-25, 2 trainers):
-    # with dense_update ps as well, MovieLens 100K +0.0030 over 9 paired runs (+0.0111, -0.0025, +0.0031 by round),
-    # planted +0.0007 (4), ml-latest-small +0.0015 (2), none clear of the noise; alone +0.0004 (2); in-process
-    # (two workers, one store, seeds 0-7) MovieLens 100K 0.1619 against 0.1487 (one worker 0.1637), alone 0.1538
+    # a PS (one process) the worker's own is the job's. In-process it brings two workers close to one worker's
+    # recall; end to end its gain is within the noise (bench/RESULTS.md).
     shared_frequency: bool = Field(True,
                                    description="One item-frequency estimate for the job, in the PS, that every "
                                                "trainer counts into; false: each trainer its own.")
@@ -223,18 +216,10 @@ DRIFTING_USER_ID_OPTIMIZER: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta
 # 1e-7, embeddings from uniform [-0.05, 0.05]) with one accumulator per row (TorchRec's; 1 state
 # float per row, not dim). On a mean loss an id's gradient is ~1/batch of its example's: a tiny
 # start lets its first steps move it (Keras' 0.1 stalled them), and lr 0.02 keeps the first steps
-# of the many rare ids small. bench/auc_sweep.py (1M planted Criteo rows, seeds 0-2, 2026-11-24):
-# test AUC 0.7122 +- 0.0001 against 0.7112 +- 0.0004 with the previous defaults (lr 0.05, wide 0.01,
-# accumulators from 0, init 0.01) and TensorFlow's 0.7125 in the same run; element-wise 0.7120; a
-# second run 0.7119 vs 0.7111; deepfm 0.7091 vs 0.6981. With 1 worker the defaults reach TF's 0.7125.
-# dense_merge mean: with 2 workers (dense_update local) their dense changes are averaged at each merge,
-# not summed: bench/auc_sweep.py seeds 0-2 0.7123 +- 0.0001 vs 0.7120 +- 0.0002 with sum, 1 worker 0.7125,
-# TF 0.7125; deepfm 0.7100 vs 0.7094 (bench/RESULTS.md).
-# init 0.03 (TensorFlow's 0.05 before): bench/auc_sweep.py seeds 0-2 0.7127 +- 0.0001 vs 0.7125 +- 0.0001,
-# +0.0002 in each seed (TF 0.7125); bench/train.py seed 0 0.7127 vs 0.7124, TF PS 0.7126; 0.1: -0.0006, 0.01: -0.0003.
-# dense_average 0.995: the test set and bundles take the MLP weights' moving average over ~200 steps
-# (trainer/dense_average.py): bench/auc_sweep.py seeds 0-2 0.7129 +- 0.0001 vs 0.7126 +- 0.0002, +0.0003 paired,
-# higher in each seed (0.99 +0.0003, 0.98 +0.0002, 0.999 +0.0001; TF 0.7125); ~0.1 ms per step.
+# of the many rare ids small. dense_merge mean: with 2 workers (dense_update local) their dense changes are
+# averaged at each merge, not summed, as two changes from one base overshoot together. init 0.03 and
+# dense_average 0.995 (the test set and bundles take the MLP weights' moving average over ~200 steps,
+# trainer/dense_average.py) each raised bench/auc_sweep.py's test AUC in every seed (bench/RESULTS.md).
 WIDE_DEEP_DEFAULTS: dict[str, Any] = {
     "sparse_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "wide_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},

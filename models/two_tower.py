@@ -81,9 +81,8 @@ def served_dim(config: ModelConfig) -> int:
 
 class TwoTower(Model):
     # Rows pulled ahead are stale by the prefetch depth plus the other trainers' steps meanwhile, and
-    # the softmax moves the popular items' rows at every step: bench/retrieval.py planted, 2 trainers
-    # through `up`, recall@10 0.083-0.088 with the prefetched pull (3 runs), 0.0945 without (1 trainer:
-    # 0.096); in-process, rows pulled 1 step ahead cost 0.007 of 0.101. Parsing still runs ahead.
+    # the softmax moves the popular items' rows at every step: the prefetched pull lowered
+    # bench/retrieval.py's recall (bench/RESULTS.md). Parsing still runs ahead.
     prefetch_rows = False
 
     def __init__(self, config: ModelConfig) -> None:

@@ -7,17 +7,16 @@
   the worker's (checkpointed in the worker's part of a pass). ``merge``: the change is added
   whole (``sum``, GEO) or divided by the number of workers (``mean``: the PS vector is then the
   average of the workers' models, as in local SGD). Summed, two workers' changes since one base
-  were each computed without the other's, and together overshoot: bench/auc_sweep.py (wide_deep,
-  2 workers, merges every 64 steps, seeds 0-2) measured ``mean`` 0.7123, ``sum`` 0.7120, 1 worker
-  0.7125 (bench/RESULTS.md).
+  were each computed without the other's, and together overshoot: ``mean`` comes closer to one
+  worker's test AUC in bench/auc_sweep.py (bench/RESULTS.md).
 - :class:`PSDense` (``ps``): workers push their dense GRADIENTS every step and the shard's
   dense table runs the optimizer (Paddle's async communicator, one gradient per send); each
   worker pulls fresh parameters after every ``sync_steps``-th step. In sync mode the shards
   hold a step's gradients of all workers, sum them at the barrier and apply the optimizer
   once, and every worker pulls after every step. The optimizer state lives on the shards and
   is saved and restored with them. (Taking the pull's answer one step later, so that its
-  round trip overlaps compute, was measured: no faster on 2 cores, and 0.01-0.03 lower test
-  AUC in bench/train.py's 200k-row job, so the pull blocks.)
+  round trip overlaps compute, was no faster on 2 cores and lowered the test AUC, so the pull
+  blocks.)
 
 Both offer the same verbs to the worker and the job: ``start``/``refresh`` (take the PS's
 value), ``update`` (one step; True when the caller must refresh after the step's end),

@@ -5,7 +5,7 @@ dozen records at 500 records/s, 4,096 in a replay at 20,000/s. Trained as they c
 step count (and so the model) would depend on the arrival rate. :class:`MiniBatcher` holds
 polls until they hold ``size`` records, or the first of them waited ``wait_s``, or a poll came
 back empty, or the consumer has caught up with the log (``caught_up``: nothing more is waiting
-in Kafka, so holding the records would only delay them; freshness #14); then the held group
+in Kafka, so holding the records would only delay them); then the held group
 of ``n`` records is trained as ``round(n / size)`` (at least one) near-equal mini-batches, in
 record order: steps of ``size`` records give or take a half (polls are joined whole: 6 polls
 of 50 make one step of 300, not two of 150). A big poll becomes several mini-batches, small
@@ -21,12 +21,9 @@ many were waiting) means a backlog: its steps are up to ``BACKLOG_GROWTH`` x ``s
 that keeps up gets short polls and trains at ``size``. The rule reads the poll's size only (not a
 lag sampled in time, nor whether this poll happened to reach the log's end), so a stream replayed
 from a pass trains the same steps as the first time (a resumed job matches a clean run,
-tests/trainer/test_streaming_job.py). Measured (#14, `up`'s default two-tower, 20,000
-records/s of bench/rate_source.py, load 13-14 on the 2-core machine, one run each, growth
-from a lag of one poll): growth 1 / 2 / 4 trained 10.4k / 16.7k / 17.0k records/s, ending 225k /
-4.9k / 3.0k records behind; the holdout AUC of tests/trainer/test_minibatch_quality.py's replay
-arm (60k records) was 0.669 / 0.664 / 0.655 with steps of 256 / 512 / 1024: growth 2 keeps it
-within the test's 0.01 of a slow stream's.
+tests/trainer/test_streaming_job.py). A growth of 2 catches up with nearly the whole backlog
+that 4 does while keeping the holdout AUC within the quality test's 0.01 of a slow stream's
+(bench/RESULTS.md).
 
 The offset rule (:mod:`streaming.offsets`) holds per poll: a poll's span is marked pushed
 after the step of the mini-batch holding its LAST record (``MiniBatch.completes``), so its

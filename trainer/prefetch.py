@@ -10,14 +10,11 @@ through the socket, none in Python). Both keep the order of the source, re-raise
 producer's error in the consumer at the item where it happened, stop within ``close()``,
 and keep the producer's return value (e.g. counts of rejected records) in ``result``.
 
-Measured by ``bench/overlap.py`` (the train-files job of bench/train.py: wide&deep, MLP
-400x3, batch 512, 1 shard, 2 workers; thread and process runs interleaved in one invocation).
-On the quiet 2-core machine (load 2.4-3.1, 1M rows) the thread won: 47.3k against 40.8k
-samples/s (process 0.86x; its workers waited ~4 s for batches against ~0.6 s, and each child
-adds ~190 MB). Under heavy load from other processes (load 7-15) the process variant was
-ahead (1.07-1.33x medians): a thread contends for the GIL with the step's Python between its
-BLAS calls, a process does not. So ``streamrec train-files`` defaults to ``thread``, and
-``--prefetch process`` is there for busy hosts. The streaming job
+On a quiet machine the thread is faster (a child adds memory and its workers wait longer for
+batches); on a busy one the process is (a thread contends for the GIL with the step's Python
+between its BLAS calls, a process does not): ``bench/overlap.py``, bench/RESULTS.md. So
+``streamrec train-files`` defaults to ``thread``, and ``--prefetch process`` is there for busy
+hosts. The streaming job
 keeps the thread: its Kafka consumer and offset tracker are shared with the training loop
 (offsets marked after each step, re-seeks on rollback), which a child process cannot share.
 """
