@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,9 +77,10 @@ class Live:
 
 
 @pytest.fixture
-def live_service(tmp_path: Path) -> Iterator[tuple[str, Live]]:
+def live_service(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[tuple[str, Live]]:
     ck, ex = tmp_path / "checkpoints", tmp_path / "exports"
-    kafka = {"topic": "fuzz", "dead_letter_topic": "fuzz.dead", "partitions": 1, "batch_size": 200,
+    topic = f"fuzz-{uuid.uuid4().hex[:10]}"  # a topic of its own on the session broker
+    kafka = {"topic": topic, "dead_letter_topic": f"{topic}.dead", "partitions": 1, "batch_size": 200,
              "batch_timeout_ms": 100}
     job = {"model": {"type": "wide_deep", "slots": [{"name": f"C{i}"} for i in range(1, 27)], "embedding_dim": 4,
                      "mlp": [8]},
@@ -88,7 +90,7 @@ def live_service(tmp_path: Path) -> Iterator[tuple[str, Live]]:
     job_yaml.write_text(yaml.safe_dump(job))
     tables = PSConfig(tables=load_job_config(job_yaml).model.table_configs()).model_dump(mode="json")["tables"]
     live = Live(tmp_path)
-    with EmbeddedBroker() as broker, shard_processes(tmp_path, tables, n=1) as shards:
+    with shard_processes(tmp_path, tables, n=1) as shards:
         try:
             produce({"bootstrap": broker.bootstrap, "kafka": kafka, "n": 1000, "seed": 2})
             spec = ClusterSpec(role="worker", rank=0, shard_endpoints=tuple(shards.endpoints), num_workers=1,
