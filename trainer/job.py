@@ -185,7 +185,7 @@ class StreamingJob:
             # its pulls only prefetch: the training client's waits report a shard restart
             pull_client = PSClient(self.spec.shard_endpoints, secret=self.spec.secret(), report_restarts=False)
         pull = None if pull_client is None else lambda t, k: pull_client.wait(pull_client.pull(t, k))
-        # each batch joined with its users' history (#11)
+        # each batch joined with its users' history
         history = self.history = open_history(self.config.records, self.spec)
         idle_since = time.monotonic()
         try:
