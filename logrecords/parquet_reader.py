@@ -69,6 +69,9 @@ def _numeric(arr: Any) -> tuple[np.ndarray, np.ndarray]:
     """float64 values (null -> NaN) and a mask of rows whose value is not a number (wrong type)."""
     pa = require_pyarrow()
     t = arr.type
+    if pa.types.is_date(t):  # a day is its midnight, UTC: a date column can be the event time
+        arr = arr.cast(pa.timestamp("s"))
+        t = arr.type
     if pa.types.is_timestamp(t):
         secs = arr.cast(pa.int64()).cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
         return secs / _UNIT_SECONDS[t.unit], np.zeros(len(arr), dtype=bool)

@@ -26,22 +26,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     infer.add_argument("--label", help="the label column (default: one named label/click/clicked/y/target)")
     infer.add_argument("--user", help="the user id column (with --item: a two_tower model)")
     infer.add_argument("--item", help="the item id column (with --user: a two_tower model)")
+    infer.add_argument("--event-time", dest="event_time",
+                       help="the event time column, in Unix seconds (default: one found: see `schema infer` docs)")
     infer.add_argument("--format", choices=["json", "csv", "parquet"], help="default: from the file's extension")
     infer.add_argument("--sample", type=int, default=10_000, help="records read (the first N)")
+    infer.add_argument("--max-line-bytes", type=int, default=None,
+                       help="a longer line of a JSON-lines or CSV file is left out (and counted) unread "
+                            "(default: 16 MiB)")
     infer.add_argument("--out", help="write the YAML here instead of standard output")
     infer.set_defaults(func=run_infer)
 
 
 def run_infer(args: argparse.Namespace) -> int:
     from core.errors import ConfigError
-    from logrecords.schema_inference import infer_schema
+    from logrecords.schema_inference import DEFAULT_MAX_LINE_BYTES, infer_schema
 
     if args.sample < 1:
         raise ConfigError("--sample must be >= 1")
+    max_line_bytes = DEFAULT_MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes
+    if max_line_bytes < 1:
+        raise ConfigError("--max-line-bytes must be >= 1")
     if (args.user is None) != (args.item is None):
         raise ConfigError("--user and --item go together (a two_tower model needs both)")
     inference = infer_schema(args.file, fmt=args.format, label=args.label, user=args.user, item=args.item,
-                             sample=args.sample)
+                             event_time=args.event_time, sample=args.sample, max_line_bytes=max_line_bytes)
+    for note in inference.notes:
+        print(f"streamrec schema infer: note: {note}", file=sys.stderr)
     text = render_yaml(inference, command=_command(args))
     check_yaml(text, source=f"schema infer {args.file}")
     if args.out:
@@ -54,9 +64,9 @@ def run_infer(args: argparse.Namespace) -> int:
 
 def _command(args: argparse.Namespace) -> str:
     parts = ["streamrec schema infer", args.file]
-    for flag in ("label", "user", "item", "format"):
+    for flag in ("label", "user", "item", "event_time", "format"):
         if getattr(args, flag):
-            parts += [f"--{flag}", getattr(args, flag)]
+            parts += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     return " ".join(parts)
 
 
@@ -120,7 +130,7 @@ def render_yaml(inference: Inference, *, command: str) -> str:
         out.append(f"    - {{name: {_q(f.name)}, kind: sparse, hash: {f.hash.value}{sep}}}  # {f.why}")
     for f in f_all:
         if f.role == "ignored":
-            out.append(f"    # {f.name}: ignored: {f.why}")
+            out.append(f"    # {f.name or '(no name)'}: ignored: {f.why}")
     out += ["train:", "  model:"]
     if two_tower:
         out += ["    type: two_tower  # --user and --item: retrieval towers, item vectors served by /similar",

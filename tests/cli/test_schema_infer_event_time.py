@@ -1,0 +1,161 @@
+"""`streamrec schema infer` finds the event time of a ratings log from any plausible epoch: MovieLens-100k's
+Unix seconds of 1997-1998 (JSON lines, CSV, Parquet integers, Parquet timestamps), proposed as the event time
+and never as a dense input; milliseconds and ISO-8601 text, which the parsers do not read as event time, found
+and left out with how to use them; ``--event-time`` names it."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cli.main import main
+from launcher.system_config import load_config
+from logrecords.file_formats import FileReader
+from logrecords.schema_inference import infer_schema
+from tests.cli.test_schema_infer import write as write_records
+
+ML_FIRST, ML_LAST = 874_724_710, 893_286_638  # MovieLens-100k's first and last rating, Unix seconds
+ARGS = ["--label", "liked", "--user", "user_id", "--item", "item_id"]
+
+
+def movielens(n: int = 3000, seed: int = 0, scale: int = 1) -> list[dict[str, Any]]:
+    """u.data's shape: user_id, item_id, rating 1-5, timestamp (in the file's own order, not sorted by time),
+    with the README's derived label."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        rating = rng.choice([1, 2, 3, 3, 4, 4, 4, 5, 5])
+        out.append({"user_id": rng.randint(1, 943), "item_id": rng.randint(1, 1682), "rating": rating,
+                    "timestamp": rng.randint(ML_FIRST, ML_LAST) * scale, "liked": int(rating >= 4)})
+    out[n // 3]["timestamp"], out[n // 2]["timestamp"] = ML_FIRST * scale, ML_LAST * scale
+    return out
+
+
+def write(path: Path, recs: list[dict[str, Any]], types: dict[str, Any] | None = None) -> Path:
+    if path.suffix != ".parquet" or not types:
+        return write_records(path, recs)
+    pq.write_table(pa.table({k: pa.array([r[k] for r in recs], types.get(k)) for k in recs[0]}), path)
+    return path
+
+
+def infer(capsys: pytest.CaptureFixture[str], path: Path, *args: str) -> tuple[str, Any]:
+    assert main(["schema", "infer", str(path), *ARGS, *args]) == 0
+    text = capsys.readouterr().out
+    out = path.with_suffix(".yaml")
+    out.write_text(text)
+    return text, load_config(out)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_movielens_seconds_are_the_event_time_not_a_dense_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 suffix: str) -> None:
+    recs = movielens()
+    data = write(tmp_path / f"u{suffix}", recs)
+    text, config = infer(capsys, data)
+    schema = config.schema_
+    assert schema.event_time == "timestamp" and schema.dense_names == []
+    assert config.train.model.n_dense == 0
+    assert '  event_time: "timestamp"  # numbers in the Unix-seconds range (1997-09-20 .. 1998-04-22), named like ' \
+           'a time -> the event time' in text
+    # The parsers read the file with the proposal, the event time as the very seconds.
+    times = [b.parse()[0].event_time for b in FileReader(schema).blocks(data, 1000)]
+    np.testing.assert_array_equal(np.concatenate(times), [r["timestamp"] for r in recs])
+
+
+def test_a_parquet_timestamp_column_is_the_event_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recs = movielens(scale=1000)
+    data = write(tmp_path / "u.parquet", recs, {"timestamp": pa.timestamp("ms")})
+    text, config = infer(capsys, data)
+    assert config.schema_.event_time == "timestamp"
+    assert "a Parquet timestamp -> the event time" in text
+    times = [b.parse()[0].event_time for b in FileReader(config.schema_).blocks(data, 1000)]
+    np.testing.assert_array_equal(np.concatenate(times), [r["timestamp"] / 1000 for r in recs])
+
+
+@pytest.mark.parametrize(("scale", "unit"), [(1000, "milliseconds"), (10**6, "microseconds")])
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_other_units_are_found_and_left_out_with_how_to_use_them(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 suffix: str, scale: int, unit: str) -> None:
+    data = write(tmp_path / f"u{suffix}", movielens(scale=scale))
+    text, config = infer(capsys, data)
+    assert config.schema_.event_time is None and config.schema_.dense_names == []
+    assert f"    # timestamp: ignored: Unix {unit} (1997-09-20 .. 1998-04-22): a time, but the parsers read event " \
+           'time as seconds since the epoch; write it in seconds (or as a Parquet timestamp) and set `event_time: ' \
+           '"timestamp"` to use it (a time is no dense input)' in text
+    assert main(["schema", "infer", str(data), *ARGS, "--event-time", "timestamp"]) == 2
+    assert f"--event-time 'timestamp': Unix {unit}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_iso_dates_are_found_but_not_proposed(tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str) -> None:
+    recs = movielens(200)
+    for k, r in enumerate(recs):
+        r["timestamp"] = f"1997-{9 + k % 3:02d}-{1 + k % 28:02d}T12:{k % 60:02d}:00Z"
+    data = write(tmp_path / f"u{suffix}", recs)
+    text, config = infer(capsys, data)
+    assert config.schema_.event_time is None
+    assert "# timestamp: ignored: ISO-8601 date text (1997-09-01T12:00:00Z .. 1997-11-28T12:47:00Z): the parsers " \
+           "read event time as a number of seconds since the epoch, not as date text" in text
+    assert {s.name for s in config.schema_.slots} == {"user_id", "item_id", "rating"}
+
+
+def test_an_unnamed_time_is_found_when_it_rises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A column named like nothing, in the epoch range: the event time when the log is in time order; when it
+    is not, a dense input whose magnitude the YAML comment warns about."""
+    recs = movielens()
+    for r, t in zip(recs, sorted(r["timestamp"] for r in recs), strict=True):
+        r["when"], r["amount"] = t, r.pop("timestamp")
+    recs[10]["when"] -= 5000  # a few late arrivals: still non-decreasing in most of the sample
+    data = write(tmp_path / "u.jsonl", recs)
+    text, config = infer(capsys, data)
+    assert config.schema_.event_time == "when" and config.schema_.dense_names == ["amount"]
+    assert "the Unix-seconds range (1997-09-20 .. 1998-04-22), non-decreasing -> the event time" in text
+    assert '{name: "amount", kind: dense}  # integers with many distinct values (3000) -> dense (counts, amounts); ' \
+           "WARNING: values up to 8.93e+08, which log1p squashes to about 20.6: check it is not a time or an id" in text
+
+
+def test_two_times_one_event_time_and_no_dense_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recs = movielens()
+    for r in recs:
+        r["updated_at"] = r["timestamp"] + 3600
+    data = write(tmp_path / "u.jsonl", recs)
+    text, config = infer(capsys, data)
+    assert config.schema_.event_time == "timestamp" and config.schema_.dense_names == []
+    assert '# updated_at: ignored: Unix seconds (1997-09-20 .. 1998-04-23): another time; the event time is ' \
+           '"timestamp" (a time is no dense input)' in text
+    text, config = infer(capsys, data, "--event-time", "updated_at")
+    assert config.schema_.event_time == "updated_at" and config.schema_.dense_names == []
+    assert "--event-time -> the event time" in text and "another time; the event time is \"updated_at\"" in text
+    assert text.startswith("# Proposed by `streamrec schema infer")
+    assert "--event-time updated_at" in text.splitlines()[0]
+
+
+def test_event_time_flag_errors_name_the_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recs = movielens(300)
+    for r in recs:
+        r["genre"] = "drama"
+    data = write(tmp_path / "u.jsonl", recs)
+    for flag, message in [("nope", "--event-time 'nope' is not a column of u.jsonl"),
+                          ("liked", "--event-time 'liked' is also the label, user or item column"),
+                          ("genre", "--event-time 'genre' must hold numbers (seconds since the epoch); the sample "
+                                    "has 'drama'")]:
+        assert main(["schema", "infer", str(data), *ARGS, "--event-time", flag]) == 2
+        assert message in capsys.readouterr().err
+    text, config = infer(capsys, data, "--event-time", "rating")  # the user's word, with a warning
+    assert config.schema_.event_time == "rating"
+    assert "WARNING: values 1 .. 5 are not Unix seconds from 1973 to 2100" in text
+
+
+def test_small_numbers_and_yyyymmdd_dates_are_not_times(tmp_path: Path) -> None:
+    """Numbers below 1973 in seconds are rather counts or yyyymmdd dates, even in a column named date."""
+    recs = [{"label": k % 2, "item": f"i{k % 9}", "date": 19970920 + k, "ts": 1000 + k} for k in range(200)]
+    data = write(tmp_path / "f.jsonl", recs)
+    inf = infer_schema(data)
+    assert inf.schema().event_time is None
+    assert {f.name: f.role for f in inf.fields}["date"] == "dense"
