@@ -48,7 +48,7 @@ from logrecords.sample_encoding import criteo_lines
 from logrecords.schema_config import SchemaConfig
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 from streaming.topics import ensure_topics
@@ -89,7 +89,7 @@ def raw_consume(config: KafkaConfig, bootstrap: list[str], n: int) -> float:
 
 
 def ingest(config: KafkaConfig, bootstrap: list[str], n: int) -> float:
-    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap) as consumer:
         consumer.seek_to({p: 0 for p in range(config.partitions)})
         got = 0
         start = time.perf_counter()

@@ -4,9 +4,8 @@ A micro-batch closes when it holds ``batch_size`` records, or ``batch_timeout_ms
 or the consumer has caught up with the log (a Kafka poll came back short and every assigned
 partition is read to its highwater: waiting would only add latency), whichever comes first; a
 poll never waits longer. ``caught_up`` tells the caller which: a backlog still gives full
-batches, whatever the arrival rate. Several trainers share the partitions of
-the topic through a consumer group (``Membership.GROUP``), or a trainer reads the partitions
-it selects of those the topic has (``Membership.ASSIGN``): the topic's metadata, not the
+batches, whatever the arrival rate. A trainer reads the partitions it selects (``select``;
+all by default) of those the topic has, without a consumer group: the topic's metadata, not the
 config, says which exist, re-read every ``metadata_refresh_ms`` so that a partition added
 while running is read too, from its beginning. Offsets follow the rule of
 :mod:`streaming.offsets`: the trainer calls ``tracker.mark_pushed(batch)`` after pushing
@@ -19,17 +18,14 @@ stream it trained whichever log they were read from.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
-from enum import StrEnum
 from typing import Any
 
-from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
-from kafka.structs import OffsetAndMetadata
 
 from core.errors import Unavailable
 from logrecords.batch import Batch
@@ -48,34 +44,6 @@ log = logging.getLogger(__name__)
 FUTURE_SKEW_S = 60.0
 
 
-class Membership(StrEnum):
-    GROUP = "group"  # share partitions with the other members of config.group_id
-    ASSIGN = "assign"  # read the selected partitions of the topic (all by default), no group coordination
-
-
-class _Rebalance(AsyncConsumerRebalanceListener):
-    # Async: these run on kafka-python's IO thread, where a blocking commit would deadlock.
-    def __init__(self, owner: StreamConsumer) -> None:
-        self.owner = owner
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        # Before partitions move away, record in the group how far they were pushed, so the
-        # next owner starts there. On failure it re-reads from the previous commit (at least once).
-        partitions = [tp.partition for tp in revoked]
-        offsets = {p: o for p, o in self.owner.committable().items() if p in partitions}
-        self.owner.tracker.forget(partitions)
-        if offsets:
-            with contextlib.suppress(KafkaError):
-                await self.owner._consumer.commit_async(self.owner._as_commit(offsets))
-
-    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        # Lost (evicted), not handed over: another member may already own them; commit nothing.
-        self.owner.tracker.forget([tp.partition for tp in lost])
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.owner._apply_restore([tp.partition for tp in assigned])
-
-
 class StreamConsumer:
     """Reads ``config.topic`` as parsed micro-batches. Use as a context manager or call ``close()``."""
 
@@ -85,7 +53,6 @@ class StreamConsumer:
         schema: SchemaConfig,
         bootstrap: list[str],
         *,
-        membership: Membership = Membership.GROUP,
         select: Callable[[int], bool] | None = None,
         dead_letters: DeadLetters | None = None,
         client_id: str = "streamrec-trainer",
@@ -93,7 +60,6 @@ class StreamConsumer:
         self.config = config
         self.parser: Parser = make_parser(schema, max_message_bytes=config.max_message_bytes)
         self.tracker = OffsetTracker()
-        self.membership = membership
         options = client_options(config, bootstrap)
         self._options = options
         self._owns_dead_letters = dead_letters is None
@@ -111,7 +77,7 @@ class StreamConsumer:
         self._consumer = KafkaConsumer(
             **options,
             client_id=client_id,
-            group_id=config.group_id if membership is Membership.GROUP else None,
+            group_id=None,  # partitions are assigned, not shared through a group
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=config.batch_size,
@@ -123,14 +89,10 @@ class StreamConsumer:
             metadata_max_age_ms=config.metadata_refresh_ms,  # partitions added to the topic show up this soon
             heartbeat_interval_ms=max(100, config.session_timeout_ms // 3),
         )
-        install_fast_records(self._consumer)  # a batch's records decoded by one kernel (#14: ~3x less CPU)
-        topic = config.topic
-        if membership is Membership.GROUP:
-            self._consumer.subscribe([topic], listener=_Rebalance(self))
-        else:
-            if not self._consumer.partitions_for_topic(topic):
-                raise Unavailable(f"topic '{topic}' has no partitions (does it exist?)")
-            self._follow_partitions()
+        install_fast_records(self._consumer)  # a batch's records decoded by one kernel, not one by one in Python
+        if not self._consumer.partitions_for_topic(config.topic):
+            raise Unavailable(f"topic '{config.topic}' has no partitions (does it exist?)")
+        self._follow_partitions()
 
     def _follow_partitions(self) -> None:
         """Assign every selected partition the topic's metadata names; a new one is read from its
@@ -157,8 +119,7 @@ class StreamConsumer:
         batch whose records were all rejected is issued and marked pushed at once (nothing to
         train), so its offsets still advance.
         """
-        if (self.membership is Membership.ASSIGN
-                and time.monotonic() - self._partitions_at >= self.config.metadata_refresh_ms / 1000):
+        if time.monotonic() - self._partitions_at >= self.config.metadata_refresh_ms / 1000:
             self._follow_partitions()
         chunks = self._collect()
         self.caught_up = self._at_end()
@@ -225,11 +186,6 @@ class StreamConsumer:
                     count += len(recs)
             if chunks and count - before < asked and self._at_end():
                 break  # a short poll at the log's end: nothing more is waiting, so the batch goes now
-        if self.membership is Membership.GROUP and chunks:
-            # A rebalance between two polls may have taken partitions away: their new owner
-            # re-reads these records from the handed-off offset, so they are dropped here.
-            mine = self._consumer.assignment()
-            chunks = [(tp, recs) for tp, recs in chunks if tp in mine]
         return chunks
 
     def _at_end(self) -> bool:
@@ -263,8 +219,7 @@ class StreamConsumer:
         """Resume each partition at the given offset (the manifest of the last committed pass,
         counted from the stream's start: ``log_base`` is taken off).
 
-        Partitions assigned later (a group's, or ones added to the topic) are positioned when
-        they are assigned.
+        Partitions assigned later (ones added to the topic) are positioned when they are assigned.
         """
         self._restore = {}
         for p, o in offsets.items():
@@ -277,7 +232,7 @@ class StreamConsumer:
         self._apply_restore([tp.partition for tp in self._consumer.assignment()])
 
     def _apply_restore(self, partitions: list[int]) -> None:
-        # Once only: later rebalances resume from the offsets handed off through the group.
+        # Once only: a partition is positioned when it is first assigned.
         mine = {p: self._restore.pop(p) for p in partitions if p in self._restore}
         for p, off in mine.items():
             self._consumer.seek(TopicPartition(self.config.topic, p), off)
@@ -288,18 +243,6 @@ class StreamConsumer:
         (``log_base`` added); dead letters are flushed first."""
         self.dead_letters.flush()
         return {p: o + self._base.get(p, 0) for p, o in self.tracker.committable().items()}
-
-    def commit(self) -> dict[int, int]:
-        """Also record ``committable()`` in the Kafka group (for lag tools); returns it."""
-        offsets = self.committable()
-        if self.membership is Membership.GROUP and offsets:
-            self._consumer.commit(self._as_commit(offsets))
-        return offsets
-
-    def _as_commit(self, offsets: dict[int, int]) -> dict[TopicPartition, OffsetAndMetadata]:
-        """``committable()`` offsets as the group commits them: offsets of this log."""
-        return {TopicPartition(self.config.topic, p): OffsetAndMetadata(max(0, o - self._base.get(p, 0)), "", -1)
-                for p, o in offsets.items()}
 
     def assigned(self) -> list[int]:
         return sorted(tp.partition for tp in self._consumer.assignment())
@@ -335,7 +278,7 @@ class StreamConsumer:
         }
 
     def close(self) -> None:
-        """Leave the group (handing off pushed offsets), then flush and close the dead-letter producer."""
+        """Close the Kafka consumer, then flush and close the dead-letter producer."""
         try:
             self._consumer.close(autocommit=False)
         finally:

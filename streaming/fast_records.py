@@ -218,7 +218,6 @@ class FastPartitionRecords(Fetcher.PartitionRecords):
 
 def install(consumer: KafkaConsumer) -> None:
     """``consumer``'s fetches are unpacked by :class:`FastPartitionRecords` from now on. The kernel
-    is compiled (or loaded from numba's cache) here, not in the first poll: a group member whose
-    poll stalls past ``max_poll_interval_ms`` is evicted and its records are read twice."""
+    is compiled (or loaded from numba's cache) here, so that the first poll does not stall on it."""
     decode_records(np.zeros(0, dtype=np.uint8), 0, 0, np.empty((0, 7), dtype=np.int64))
     consumer._fetcher.PartitionRecords = FastPartitionRecords

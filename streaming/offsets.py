@@ -15,10 +15,6 @@ offsets of the last committed pass, so every record is trained at least once, an
 once more for records after the restore point (those pushed but not yet committed).
 Rejected records belong to their batch's span: they become committable with it, after their
 dead letters were flushed (the consumer flushes before reporting committable offsets).
-
-In a consumer group, when a rebalance takes partitions away, the consumer commits their
-committable offsets to the group before letting go, so the next owner starts exactly there
-(records pushed meanwhile by the old owner are then trained twice: still at least once).
 """
 
 from __future__ import annotations
@@ -40,12 +36,6 @@ class OffsetTracker:
             self._pending[p] = {}
             self._next[p] = int(off)
 
-    def forget(self, partitions: list[int]) -> None:
-        """The partitions were revoked: another consumer resumes them from the last commit."""
-        for p in partitions:
-            self._pending.pop(p, None)
-            self._next.pop(p, None)
-
     def issued(self, batch: Batch) -> None:
         """Record that ``batch`` was handed to the trainer (its records are now in flight)."""
         for p, (first, last) in batch.positions.items():
@@ -57,9 +47,7 @@ class OffsetTracker:
     def mark_pushed(self, batch: Batch) -> None:
         """The gradients of every record of ``batch`` were pushed to the parameter servers."""
         for p, (first, last) in batch.positions.items():
-            pending = self._pending.get(p)
-            if pending is None:
-                continue  # partition revoked meanwhile; its new owner restarts from the last commit
+            pending = self._pending.get(p, {})
             if pending.get(first) != last:
                 raise Conflict(f"partition {p}: span {first}..{last} is not in flight (pushed twice, or never issued)")
             del pending[first]

@@ -18,7 +18,7 @@ from kafka.errors import KafkaError
 
 from logrecords.batch import Batch
 from ps.cluster import ClusterSpec
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from trainer.job_config import JobConfig
 from trainer.minibatch import MiniBatch, MiniBatcher
 from trainer.passes import PassProgress
@@ -37,7 +37,7 @@ class JobStream:
         self.stopping = stopping
         self.lock = threading.RLock()
         mine = functools.partial(reads_partition, spec)
-        self.consumer = StreamConsumer(config.kafka, config.records, bootstrap, membership=Membership.ASSIGN,
+        self.consumer = StreamConsumer(config.kafka, config.records, bootstrap,
                                        select=mine, client_id=f"streamrec-trainer-{spec.rank}")
         if offsets:
             self.consumer.seek_to({p: o for p, o in offsets.items() if mine(p)})

@@ -16,7 +16,7 @@ import pytest
 from cli.main import main
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 
 pytestmark = pytest.mark.process
@@ -49,7 +49,7 @@ def test_a_line_over_the_request_limit_is_refused_and_the_rest_go_on(
     cut = next(r for r in on_topic if r.partition == 2)  # record 2 kept its place, cut
     assert huge.startswith(cut.value) and len(cut.value) == config.max_message_bytes + 1
     batches = []
-    with StreamConsumer(config, SCHEMA, [broker.bootstrap], membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SCHEMA, [broker.bootstrap]) as consumer:
         deadline = time.monotonic() + 60
         while sum(map(len, batches)) < 5 and time.monotonic() < deadline:
             batch = consumer.poll_batch()

@@ -10,7 +10,7 @@ import pytest
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 
@@ -30,7 +30,7 @@ def test_a_short_batch_goes_once_the_log_is_read_and_a_backlog_gives_full_batche
     bootstrap = [broker.bootstrap]
     with RecordProducer(config, client_options(config, bootstrap)) as producer:
         producer.send_all(records(350))
-        with StreamConsumer(config, SCHEMA, bootstrap, membership=Membership.ASSIGN) as consumer:
+        with StreamConsumer(config, SCHEMA, bootstrap) as consumer:
             sizes, flags = [], []
             while sum(sizes) < 350:
                 batch = consumer.poll_batch()

@@ -14,7 +14,7 @@ from logrecords.sample_encoding import criteo_lines
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 
@@ -55,7 +55,7 @@ def test_criteo_bad_records_are_dead_lettered_with_reason_and_bytes(
     with RecordProducer(config, client_options(config, bootstrap)) as producer:
         producer.send_all(stream)
 
-    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap) as consumer:
         batches = _consume_all(consumer, len(good), 6)
         counts = consumer.reject_counts
         committable = consumer.committable()
@@ -101,7 +101,7 @@ def test_json_bad_records_are_dead_lettered(
     bootstrap = [broker.bootstrap]
     with RecordProducer(config, client_options(config, bootstrap)) as producer:
         producer.send_all(stream)
-    with StreamConsumer(config, schema, bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, schema, bootstrap) as consumer:
         batches = _consume_all(consumer, 2, 4)
         counts = consumer.reject_counts
     assert [b.labels.tolist() for b in batches] == [[1.0, 0.0]]
@@ -124,7 +124,7 @@ def test_huge_message_is_dead_lettered_truncated_and_ingestion_goes_on(
         producer.send(config.topic, value=value)
     producer.flush()
     producer.close()
-    with StreamConsumer(config, SchemaConfig.criteo(), [broker.bootstrap], membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SchemaConfig.criteo(), [broker.bootstrap]) as consumer:
         batches = _consume_all(consumer, 10, 1)
         assert consumer.reject_counts == {"oversized": 1}
         assert consumer.dead_letters.failed_sends == 0
@@ -146,7 +146,7 @@ def test_a_batch_is_the_parse_of_its_records_and_names_each_reject_by_its_offset
     bootstrap = [broker.bootstrap]
     with RecordProducer(config, client_options(config, bootstrap)) as producer:
         producer.send_all(stream)
-    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap) as consumer:
         batches = _consume_all(consumer, len(good), 3)
         assert consumer.reject_counts == {"bad_label": 3}
         whole, _ = consumer.parser.parse(good)

@@ -12,7 +12,7 @@ from kafka import KafkaProducer
 
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
-from streaming.consumer import FUTURE_SKEW_S, Membership, StreamConsumer
+from streaming.consumer import FUTURE_SKEW_S, StreamConsumer
 from streaming.kafka_config import KafkaConfig
 
 pytestmark = pytest.mark.process
@@ -42,7 +42,7 @@ def test_far_future_stamps_are_counted_and_taken_as_now(
         for i in range(20):
             producer.send(config.topic, value=b'{"label": 0, "n": %d}' % i, partition=0, timestamp_ms=YEAR_2100_MS)
         producer.flush()
-        with StreamConsumer(config, SCHEMA, [broker.bootstrap], membership=Membership.ASSIGN) as consumer:
+        with StreamConsumer(config, SCHEMA, [broker.bootstrap]) as consumer:
             first = _drain(consumer, 25)
             read_by = time.time()
             assert sum(map(len, first)) == 25  # trained as any record

@@ -13,7 +13,7 @@ from kafka import KafkaAdminClient
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.group_offsets import GroupOffsets
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
@@ -42,7 +42,7 @@ def test_offsets_count_the_stream_and_the_group_gets_this_logs(
     with RecordProducer(made, client_options(made, bootstrap)) as producer:  # stream records 100.. and 40..
         producer.send_all((b'{"label": 1, "n": %d}' % i for i in range(20)), partitions=(i % 2 for i in range(20)))
     config = made.model_copy(update={"log_base": {0: 100, 1: 40}})
-    with StreamConsumer(config, SCHEMA, bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SCHEMA, bootstrap) as consumer:
         # partition 0 resumes at stream record 104 (this log's offset 4); partition 1 from a point before
         # this log began: everything it holds is read
         consumer.seek_to({0: 104, 1: 30})

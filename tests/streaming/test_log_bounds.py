@@ -10,7 +10,7 @@ import pytest
 from logrecords.schema_config import SchemaConfig
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.log_bounds import past_the_end
 from streaming.producer import RecordProducer
@@ -44,7 +44,7 @@ def test_a_consumer_restoring_past_an_empty_log_reads_the_new_one(
 ) -> None:
     config = kafka_config(partitions=1, batch_size=100)
     bootstrap = [broker.bootstrap]
-    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap) as consumer:
         consumer.seek_to({0: 5000})  # a checkpoint of the topic's previous life
         _fill(config, bootstrap, 50, batches=1)
         seen = 0

@@ -69,13 +69,11 @@ def test_double_push_and_rewinding_batches_are_conflicts() -> None:
         t.issued(span(p0=(5, 12)))
 
 
-def test_revoked_partitions_are_forgotten_and_late_pushes_ignored() -> None:
+def test_a_push_on_a_partition_never_issued_is_a_conflict() -> None:
     t = OffsetTracker()
-    a = span(p0=(0, 9), p1=(0, 9))
-    t.issued(a)
-    t.forget([1])
-    t.mark_pushed(a)
-    assert t.committable() == {0: 10}
+    t.issued(span(p0=(0, 9)))
+    with pytest.raises(Conflict, match="never issued"):
+        t.mark_pushed(span(p0=(0, 9), p1=(0, 9)))
 
 
 @settings(max_examples=100, deadline=None)

@@ -16,7 +16,7 @@ from logrecords.rejects import Rejected, RejectReason
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 
@@ -82,7 +82,7 @@ def test_poison_pill_on_the_topic_is_dead_lettered_and_the_partition_moves(
     with RecordProducer(config, client_options(config, bootstrap)) as producer:
         producer.send_all(stream)
     batches = []
-    with StreamConsumer(config, SCHEMA, bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SCHEMA, bootstrap) as consumer:
         for _ in range(200):
             batch = consumer.poll_batch()
             if batch is not None:

@@ -13,7 +13,7 @@ from logrecords.batch import concat_batches
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 
@@ -31,7 +31,7 @@ def test_a_replayed_old_record_is_received_now(broker: EmbeddedBroker,
     with RecordProducer(config, client_options(config, bootstrap)) as producer:
         producer.send_all(OLD * 3)
     batches = []
-    with StreamConsumer(config, SCHEMA, bootstrap, membership=Membership.ASSIGN) as consumer:
+    with StreamConsumer(config, SCHEMA, bootstrap) as consumer:
         for _ in range(200):
             batch = consumer.poll_batch()
             if batch is not None:

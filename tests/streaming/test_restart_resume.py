@@ -12,7 +12,7 @@ from logrecords.sample_encoding import criteo_lines
 from logrecords.schema_config import SchemaConfig
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 
@@ -42,7 +42,7 @@ def test_restart_from_stored_offsets_resumes_exactly_there(
 
     # First trainer: trains a while, leaves the newest batch un-pushed, and checkpoints.
     seen_first: list[Batch] = []
-    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as first:
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap) as first:
         while sum(map(len, seen_first)) < N // 2:
             batch = first.poll_batch()
             if batch is not None:
@@ -65,7 +65,7 @@ def test_restart_from_stored_offsets_resumes_exactly_there(
 
     # Second trainer restores the manifest.
     seen_second: list[Batch] = []
-    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.ASSIGN) as second:
+    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap) as second:
         second.seek_to(manifest)
         for _ in range(200):
             batch = second.poll_batch()
@@ -87,30 +87,3 @@ def test_restart_from_stored_offsets_resumes_exactly_there(
     assert set(pushed_first) & set(resumed) == set()
     assert set(record_numbers([unpushed])) <= set(resumed)
     assert sum(final.values()) == N  # every offset committed in the end
-
-
-def test_group_member_restores_offsets_when_partitions_are_assigned(
-    broker: EmbeddedBroker, kafka_config: Callable[..., KafkaConfig]
-) -> None:
-    config = kafka_config(partitions=2, batch_size=500)
-    bootstrap = [broker.bootstrap]
-    lines = numbered_lines(1000)
-    with RecordProducer(config, client_options(config, bootstrap)) as producer:
-        producer.send_all(lines)
-    manifest = {0: 123, 1: 7}
-    with StreamConsumer(config, SchemaConfig.criteo(), bootstrap, membership=Membership.GROUP) as consumer:
-        consumer.seek_to(manifest)  # before the group assigned anything: applied on assignment
-        seen: list[Batch] = []
-        for _ in range(300):
-            batch = consumer.poll_batch()
-            if batch is not None:
-                seen.append(batch)
-                consumer.tracker.mark_pushed(batch)
-            covered = {p for b in seen for p in b.positions}
-            if covered == {0, 1} and consumer.lag() == {0: 0, 1: 0}:
-                break
-        committed = consumer.commit()
-    for p, offset in manifest.items():
-        assert min(b.positions[p][0] for b in seen if p in b.positions) == offset
-    assert sum(map(len, seen)) == 1000 - 123 - 7
-    assert sum(committed.values()) == 1000

@@ -12,7 +12,7 @@ import pytest
 from logrecords.schema_config import SchemaConfig, SlotConfig, SlotKind
 from streaming.broker import EmbeddedBroker
 from streaming.connection import client_options
-from streaming.consumer import Membership, StreamConsumer
+from streaming.consumer import StreamConsumer
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 
@@ -31,7 +31,7 @@ def test_every_partition_of_the_topic_is_read_whatever_the_config_says(
         producer.send_all((b'{"label": 1, "n": %d}' % i for i in range(RECORDS)),
                           partitions=(i % 6 for i in range(RECORDS)))
     seen: list[tuple[int, int]] = []
-    consumers = [StreamConsumer(config, SCHEMA, bootstrap, membership=Membership.ASSIGN,
+    consumers = [StreamConsumer(config, SCHEMA, bootstrap,
                                 select=lambda p, r=r: p % 2 == r, client_id=f"c{r}") for r in range(2)]
     try:
         assert [c.assigned() for c in consumers] == [[0, 2, 4], [1, 3, 5]]
