@@ -65,14 +65,14 @@ def staged_save(location: str, *, scratch: Path | None = None) -> Iterator[Path]
 @contextmanager
 def fetched(locations: list[str], *, scratch: Path | None = None) -> Iterator[list[Path]]:
     """Local copies of the directories ``locations`` name (local ones as they are), for the block."""
-    if all(local_path_of(loc) is not None for loc in locations):
-        yield [local_path_of(loc) for loc in locations]  # type: ignore[misc]
+    local = [local_path_of(loc) for loc in locations]
+    if all(path is not None for path in local):
+        yield [path for path in local if path is not None]
         return
     top = Path(tempfile.mkdtemp(prefix=".load-", dir=_scratch(scratch)))
     try:
         out = []
-        for i, loc in enumerate(locations):
-            path = local_path_of(loc)
+        for i, (loc, path) in enumerate(zip(locations, local, strict=True)):
             if path is None:
                 path = top / f"{i:06d}"
                 path.mkdir()

@@ -161,15 +161,16 @@ class Store(ABC):
         return self.location
 
 
-class LocalStore(Store):
+class DirectoryStore(Store):
     """A directory on this host: temp file, fsync, rename."""
 
     def __init__(self, location: str, path: Path) -> None:
         self.location = location
         self.local = path  # created by the first write
+        self._root = path  # the same, typed as never None
 
     def _p(self, rel: str) -> Path:
-        return self.local / rel if rel else self.local  # type: ignore[operator]
+        return self._root / rel if rel else self._root
 
     def url(self, rel: str = "") -> str:
         return str(self._p(rel))
@@ -348,7 +349,7 @@ def open_store(root: str | Path | Store) -> Store:
     location = str(root)
     path = local_path_of(location)
     if path is not None:
-        return LocalStore(location, path)
+        return DirectoryStore(location, path)
     try:
         import fsspec
 
