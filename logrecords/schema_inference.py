@@ -62,7 +62,7 @@ _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]
 LIST_SEPARATORS = ("|", ";")
 _INT = re.compile(r"-?[0-9]+")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-_TIME_NAME = re.compile(r"(^|_)(ts|time|timestamp|date|datetime|event_time)$|time$|At$", re.IGNORECASE)
+_TIME_NAME = re.compile(r"(^|_)(ts|time|timestamp|date|datetime|event_time|at)$|time$|(?-i:[a-z]At)$", re.IGNORECASE)
 _ID_NAME = re.compile(r"(^id$|_id$|(?-i:[a-z]Id)$|(^|_)(user|item|uid|iid|product|movie|ad|campaign|query)$)",
                       re.IGNORECASE)
 

@@ -153,9 +153,13 @@ def test_event_time_flag_errors_name_the_column(tmp_path: Path, capsys: pytest.C
 
 
 def test_small_numbers_and_yyyymmdd_dates_are_not_times(tmp_path: Path) -> None:
-    """Numbers below 1973 in seconds are rather counts or yyyymmdd dates, even in a column named date."""
-    recs = [{"label": k % 2, "item": f"i{k % 9}", "date": 19970920 + k, "ts": 1000 + k} for k in range(200)]
+    """Numbers below 1973 in seconds are rather counts or yyyymmdd dates, even in a column named date; numbers
+    in the epoch range in no time order, in a column whose name only ends like "at", are no time either."""
+    rng = random.Random(1)
+    recs = [{"label": k % 2, "item": f"i{k % 9}", "date": 19970920 + k, "ts": 1000 + k,
+             "format": rng.randint(10**11, 4 * 10**12)} for k in range(200)]
     data = write(tmp_path / "f.jsonl", recs)
     inf = infer_schema(data)
     assert inf.schema().event_time is None
-    assert {f.name: f.role for f in inf.fields}["date"] == "dense"
+    roles = {f.name: f.role for f in inf.fields}
+    assert (roles["date"], roles["ts"], roles["format"]) == ("dense", "dense", "dense")
