@@ -40,7 +40,9 @@ _MEETINGS_KEPT = 64  # steps remembered per epoch (a worker polls only its curre
 
 
 @dataclass
-class Lease:
+class HeldRank:
+    """A rank's lease in the shard's table: who holds it, and until when."""
+
     holder: str
     expires: float  # on the table's clock
 
@@ -53,7 +55,7 @@ class RankLeases:
         self._nonce = os.urandom(4).hex()
         self._changes = 0
         self.workers: int | None = None
-        self.leases: dict[int, Lease] = {}
+        self.leases: dict[int, HeldRank] = {}
         self._meetings: dict[str, set[str]] = {}  # step -> holders arrived
 
     @property
@@ -77,7 +79,7 @@ class RankLeases:
             return {"rank": None, "retry_s": min(lease.expires for lease in self.leases.values()) - now,
                     "epoch": self.epoch}
         rank = free[0]
-        self.leases[rank] = Lease(holder, now + ttl_s)
+        self.leases[rank] = HeldRank(holder, now + ttl_s)
         self._changes += 1
         self._meetings.clear()
         return {"rank": rank, "epoch": self.epoch}
@@ -93,7 +95,7 @@ class RankLeases:
             raise Conflict(f"rank {rank} is leased to {lease.holder!r}, not {holder!r}",
                            detail={"rank": rank, "holder": lease.holder})
         if lease is None:  # the table forgot it (a restarted shard 0): the renewer keeps its rank
-            self.leases[rank] = Lease(holder, now + ttl_s)
+            self.leases[rank] = HeldRank(holder, now + ttl_s)
         else:
             lease.expires = now + ttl_s
         return {"rank": rank, "epoch": self.epoch}
