@@ -21,7 +21,7 @@ from service.export_watcher import ExportWatcher
 from service.job import JobLink
 from service.json_rows import rows_json
 from service.live_items import LiveItems
-from service.metrics import Metrics, RequestMetricsMiddleware
+from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_store import ModelStore
 from service.offload import Offload
 from service.read_through import ReadThrough
@@ -29,7 +29,7 @@ from service.routes import admin, dashboard, embeddings, health, items, predict,
 from service.settings import ServiceSettings
 
 
-def _register_gauges(metrics: Metrics, store: ModelStore, job: JobLink) -> None:
+def _register_gauges(metrics: ServiceMetrics, store: ModelStore, job: JobLink) -> None:
     def last(key: str) -> float | None:
         return store.history[-1][key] if store.history else None
 
@@ -45,7 +45,7 @@ def _register_gauges(metrics: Metrics, store: ModelStore, job: JobLink) -> None:
     metrics.gauge("history_freshness_p95_seconds", lambda: job.history_freshness("p95"))
 
 
-def _register_live(metrics: Metrics, live: LiveItems) -> None:
+def _register_live(metrics: ServiceMetrics, live: LiveItems) -> None:
     """The live path's freshness from the receipt of the records behind a change (item vector in
     the index; embedding row in the service's memory) and progress."""
     metrics.gauge("live_item_freshness_p50_seconds", lambda: live.freshness(0.5))
@@ -61,7 +61,7 @@ def _register_live(metrics: Metrics, live: LiveItems) -> None:
 
 
 def create_app(settings: ServiceSettings) -> FastAPI:
-    metrics = Metrics()
+    metrics = ServiceMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
-from service.metrics import Metrics
+from service.metrics import ServiceMetrics
 from service.model_store import ModelStore
 from service.settings import LimitSettings, ServiceSettings
 
@@ -25,7 +25,7 @@ async def get_job(request: Request) -> JobLink:
     return request.app.state.job
 
 
-async def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> ServiceMetrics:
     return request.app.state.metrics
 
 
@@ -40,6 +40,6 @@ async def get_limits(request: Request) -> LimitSettings:
 StoreDep = Annotated[ModelStore, Depends(get_store)]
 WatcherDep = Annotated[ExportWatcher, Depends(get_watcher)]
 JobDep = Annotated[JobLink, Depends(get_job)]
-MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 LimitsDep = Annotated[LimitSettings, Depends(get_limits)]

@@ -11,7 +11,7 @@ from typing import Any
 
 from exports.retention import DiskUsage
 from service.job import JobLink
-from service.metrics import Metrics
+from service.metrics import ServiceMetrics
 from service.model_store import ModelStore
 from stores.store import open_store
 
@@ -39,7 +39,7 @@ class DiskView:
         return {"state": "disk full" if self.full() else "ok", **self.usage.read(),
                 "bundles_vanished": self.store.vanished, "training": training or None}
 
-    def register(self, metrics: Metrics) -> None:
+    def register(self, metrics: ServiceMetrics) -> None:
         metrics.gauge("exports_free_bytes", lambda: self.usage.read()["export_free_bytes"])
         metrics.gauge("exports_bytes", lambda: self.usage.read()["export_bytes"])
         metrics.counter("bundles_vanished", lambda: self.store.vanished)

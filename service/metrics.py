@@ -42,7 +42,7 @@ class _ReadAtScrape(Collector):
                 yield CounterMetricFamily(f"streamrec_{name}", name.replace("_", " "), value=float(value))
 
 
-class Metrics:
+class ServiceMetrics:
     """The metrics of one app; ``render()`` is the exposition ``/metrics`` serves."""
 
     def __init__(self) -> None:
@@ -108,7 +108,7 @@ class RequestMetricsMiddleware:
     """Times each HTTP request under its route template and refuses bodies over the limit
     with 422 before the handler reads them."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int, body_timeout_s: float) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics, max_body_bytes: int, body_timeout_s: float) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body_bytes
