@@ -10,10 +10,12 @@ raise :class:`core.errors.ShardRestarted`: the data plane (``PSClient.wait``) re
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InvalidInput
+from ps.placement import Placement, default_placement
 from ps.protocol import Flag, Op
 from ps.transport import Transport
 
@@ -51,11 +53,22 @@ class LeaseTable:
     leases: dict[int, Lease]  # rank -> its lease
 
 
+@dataclass(frozen=True)
+class Replacement:
+    """A load that places the virtual shards anew (:meth:`PSAdmin.load`)."""
+
+    saved_shards: int  # how many shards wrote the chain
+    placement: Placement  # where the rows go now
+    dense_slice_min_elements: int  # the client's: how dense arrays are cut over the new shards
+
+
 class PSAdmin:
     """Control calls to the shards behind ``transport``."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, placement: Callable[[], Placement] | None = None) -> None:
+        """``placement``: the client's routing, recorded in every save (default: the shard count's)."""
         self._transport = transport
+        self._placement = placement or (lambda: default_placement(transport.n_shards))
 
     # ---------------------------------------------------------------- saves
     def save(self, path: str | None = None, *, into: str | None = None, mode: SaveMode = SaveMode.BASE,
@@ -73,8 +86,9 @@ class PSAdmin:
         runs one save at a time: a save asked during a running one is refused with Conflict.
         """
         metas = []
+        placement = self._placement().to_meta()
         for s in range(self._transport.n_shards):
-            meta: dict[str, Any] = {"mode": SaveMode(mode).value, "cursor": cursor}
+            meta: dict[str, Any] = {"mode": SaveMode(mode).value, "cursor": cursor, "placement": placement}
             if into is not None:
                 meta["dir"] = into.format(shard=s)
             elif path is not None:
@@ -95,13 +109,20 @@ class PSAdmin:
             raise InvalidInput(f"save_wait needs one entry per shard ({n}), got {len(metas)}")
         return self._transport.ask_every_shard(Op.SAVE_WAIT, metas, timeout_s=timeout_s)
 
-    def load(self, path: str | None = None, *, chain: list[str] | None = None, timeout_s: float = 600.0) -> None:
+    def load(self, path: str | None = None, *, chain: list[str] | None = None, timeout_s: float = 600.0,
+             replace: Replacement | None = None) -> None:
         """Every shard restores: from ``chain`` (save-dir templates with ``{shard}``, oldest
         first; the newest base onwards is replayed), else its numbered saves under ``path`` or
-        its ``--checkpoint-dir``."""
+        its ``--checkpoint-dir``. ``replace`` (with ``chain``): the chain was written by
+        ``replace.saved_shards`` shards under another placement; every shard loads the rows
+        ``replace.placement`` puts on it from all of their saves (:mod:`ps.shard_replace`)."""
         metas = []
         for s in range(self._transport.n_shards):
-            if chain is not None:
+            if chain is not None and replace is not None:
+                metas.append({"sources": [[t.format(shard=j) for t in chain] for j in range(replace.saved_shards)],
+                              "placement": replace.placement.to_meta(),
+                              "dense_slice_min_elements": replace.dense_slice_min_elements})
+            elif chain is not None:
                 metas.append({"dirs": [t.format(shard=s) for t in chain]})
             else:
                 metas.append({"path": str(path)} if path is not None else {})

@@ -36,15 +36,25 @@ import numpy as np
 from core.errors import InvalidInput, NotFound, ShardRestarted
 from ps.admin import PSAdmin
 from ps.id_rows_wire import IdRows, rows_of, write_parts
+from ps.placement import Placement, default_placement
 from ps.protocol import Flag, Message, Op, check_keys
 from ps.ps_config import ClientConfig
-from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS, DenseSlice, KeyPlan, place_dense, plan_keys, route_keys, shard_of
+from ps.routing import (
+    DEFAULT_SLICE_MIN_ELEMENTS,
+    DenseSlice,
+    KeyPlan,
+    place_dense,
+    plan_keys,
+    route_keys,
+    shard_of,
+)
 from ps.shard_changes import changes_meta, changes_of
 from ps.transport import Transport
 from tables.change_log import Changes
 from tables.table_config import DEFAULT_DENSE_OPTIMIZER, OptimizerConfig
 
 T = TypeVar("T")
+
 # Pulls of at most this many keys skip the dedupe pass: it costs more than gathering a small
 # request's repeats twice. Bigger ones are deduplicated (fewer bytes, fewer rows to gather).
 _DIRECT_MAX_KEYS = 1024
@@ -82,10 +92,11 @@ class PSClient:
         one prefetching pulls, beside the client whose waits report the restart)."""
         self._transport = Transport(endpoints, config=config, secret=secret)
         self._n_shards = self._transport.n_shards
+        self._placement = default_placement(self._n_shards)  # a restored pass may name another (set_placement)
         self._step = self._transport.config.max_keys_per_request
         self._direct_max = min(_DIRECT_MAX_KEYS, self._step)
         self._report_restarts = report_restarts
-        self.admin = PSAdmin(self._transport)
+        self.admin = PSAdmin(self._transport, lambda: self._placement)
         # when the records behind the next sparse pushes were received (Kafka time), for the
         # shards' changed-keys logs: live freshness counts from receipt (#14); None: push time
         self.received_at: float | None = None
@@ -103,6 +114,21 @@ class PSClient:
     @property
     def n_shards(self) -> int:
         return self._n_shards
+
+    @property
+    def dense_slice_min_elements(self) -> int:
+        return self._slice_min
+
+    @property
+    def placement(self) -> Placement:
+        """Which shard holds each virtual shard (:mod:`ps.placement`): how keys are routed."""
+        return self._placement
+
+    def set_placement(self, placement: Placement) -> None:
+        """Route by ``placement`` from now on (the one the shards were loaded under)."""
+        if placement.n_shards != self._n_shards:
+            raise InvalidInput(f"a placement over {placement.n_shards} shards for a client of {self._n_shards}")
+        self._placement = placement
 
     def wait(self, ticket: Ticket[T]) -> T:
         """Complete ``ticket``: block until every shard asked answered; raise the first error."""
@@ -124,18 +150,18 @@ class PSClient:
             request = self._transport.request
             if self._n_shards == 1:
                 return Ticket((request(0, Op.PULL_SPARSE, table, [keys]),), _direct_rows)
-            grouped, position, offsets = route_keys(keys, self._n_shards)
+            grouped, position, offsets = route_keys(keys, self._placement)
             bounds = offsets.tolist()
             rids = tuple(request(s, Op.PULL_SPARSE, table, [grouped[bounds[s] : bounds[s + 1]]])
                          for s in range(self._n_shards) if bounds[s + 1] > bounds[s])
             return Ticket(rids, partial(_routed_rows, position))
-        plan = plan_keys(keys, self._n_shards)
+        plan = plan_keys(keys, self._placement)
         parts = self._start_pull(table, plan, Flag.NONE)
         return Ticket(tuple(parts), partial(_rows, plan, list(parts.values())))
 
     def pull_existing(self, table: str, keys: np.ndarray) -> Ticket[Found]:
         """Start pulling stored rows only (serving read-through): nothing is created or counted."""
-        plan = plan_keys(check_keys(keys), self.n_shards)
+        plan = plan_keys(check_keys(keys), self._placement)
         parts = self._start_pull(table, plan, Flag.EXISTING)
         return Ticket(tuple(parts), partial(_found, plan, list(parts.values())))
 
@@ -154,13 +180,13 @@ class PSClient:
         columns ``[ids, time_bits]`` (each key's entries in input order) or 'put' with ``[values]``."""
         meta = {"mode": mode, "words": words, "ttl_passes": ttl_passes}
         rids = tuple(self._transport.request(s, Op.ID_ROWS_WRITE, table, arrays, meta)
-                     for s, arrays in write_parts(check_keys(keys), columns, self.n_shards,
+                     for s, arrays in write_parts(check_keys(keys), columns, self._placement,
                                                   self.config.max_keys_per_request))
         return Ticket(rids, _nothing)
 
     def read_id_rows(self, table: str, keys: np.ndarray, *, words: int) -> Ticket[IdRows]:
         """Start reading the stored rows (uint64 (n, words), zeros when absent) of id-rows table ``table``."""
-        plan = plan_keys(check_keys(keys), self.n_shards)
+        plan = plan_keys(check_keys(keys), self._placement)
         parts = {self._transport.request(s, Op.ID_ROWS_READ, table, [plan.keys[sl]], {"words": words}): sl
                  for s, sl in self._parts(plan)}
         return Ticket(tuple(parts), partial(rows_of, plan, list(parts.values()), words))
@@ -172,8 +198,8 @@ class PSClient:
         occurrences per step of each of ``asked``, in input order. One request per shard: a
         step's keys, far below a frame's limit."""
         observed, asked = check_keys(observed), check_keys(asked)
-        where = shard_of(observed, self.n_shards)
-        plan = plan_keys(asked, self.n_shards)
+        where = shard_of(observed, self._placement)
+        plan = plan_keys(asked, self._placement)
         bounds = plan.offsets.tolist()
         meta = {"alpha": float(alpha)}
         rids = tuple(self._transport.request(s, Op.RATES, table, [np.ascontiguousarray(observed[where == s]),
@@ -207,7 +233,7 @@ class PSClient:
         request = self._transport.request
         if self._n_shards == 1:
             return (request(0, Op.PUSH_SPARSE, table, [keys, *columns], meta=meta, flags=flags),)
-        grouped, position, offsets = route_keys(keys, self._n_shards)
+        grouped, position, offsets = route_keys(keys, self._placement)
         placed = []
         for column in columns:  # each column in the grouped keys' order
             out = np.empty_like(column)
@@ -254,7 +280,7 @@ class PSClient:
             raise InvalidInput(f"grads must be float32 ({keys.shape[0]}, width), got {grads.dtype} {grads.shape}")
         if (shows is None) != (clicks is None):
             raise InvalidInput("pass both shows and clicks, or neither")
-        plan = plan_keys(keys, self.n_shards)
+        plan = plan_keys(keys, self._placement)
         columns = [plan.sum_by_key(grads)]
         if shows is not None:
             columns += [plan.sum_by_key(np.asarray(shows, np.float32)), plan.sum_by_key(np.asarray(clicks, np.float32))]

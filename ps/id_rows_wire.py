@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ps.protocol import Message
-from ps.routing import KeyPlan, shard_of
+from ps.routing import KeyPlan, Where, placement_of, shard_of
 
 
 class IdRows(NamedTuple):
@@ -19,7 +19,7 @@ class IdRows(NamedTuple):
     found: np.ndarray
 
 
-def write_parts(keys: np.ndarray, columns: Sequence[np.ndarray], n_shards: int,
+def write_parts(keys: np.ndarray, columns: Sequence[np.ndarray], where: Where,
                 max_keys: int) -> Iterator[tuple[int, list[np.ndarray]]]:
     """(shard, [keys, *columns] of its part) per request. Unlike a push nothing is merged: a
     shard gets its keys in input order (a stable sort), repeats kept. A request holds at most
@@ -27,7 +27,8 @@ def write_parts(keys: np.ndarray, columns: Sequence[np.ndarray], n_shards: int,
     table's rows of that many keys, and an id row may be wider than any embedding."""
     row_bytes = 8 + sum(c.dtype.itemsize * (c.shape[1] if c.ndim == 2 else 1) for c in columns)
     max_keys = max(1, max_keys * 8 // row_bytes)
-    shards = shard_of(keys, n_shards)
+    n_shards = placement_of(where).n_shards
+    shards = shard_of(keys, where)
     order = np.argsort(shards, kind="stable")
     bounds = np.searchsorted(shards[order], np.arange(n_shards + 1))
     for s in range(n_shards):

@@ -1,9 +1,11 @@
 """Where parameters live: pure functions from keys and dense names to shards.
 
-Sparse keys: ``shard_of(key, n) = (fmix64(key ^ ROUTING_SALT) >> 32) % n`` where ``fmix64`` is
-MurmurHash3's 64-bit finalizer. The salt and the use of the high 32 bits keep the routing
-independent of the table's own slot hash, so every shard's hash map stays evenly filled.
-Changing any of this moves keys between shards: it is part of the checkpoint format.
+Sparse keys: a key's virtual shard is ``(fmix64(key ^ ROUTING_SALT) >> 32) % 4096`` where
+``fmix64`` is MurmurHash3's 64-bit finalizer, and its shard is ``placement.table[virtual shard]``
+(:mod:`ps.placement`; a plain shard count ``n`` means its default placement ``v % n``). The salt
+and the use of the high 32 bits keep the routing independent of the table's own slot hash, so
+every shard's hash map stays evenly filled. Changing the hash moves keys between virtual
+shards: it is part of the checkpoint format.
 
 Dense arrays: small ones live whole on ``crc32(name) % n``; arrays of at least
 ``slice_min_elements`` elements are cut into ``n`` nearly equal contiguous slices of the
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.kernel_cache import kernel
+from ps.placement import VIRTUAL_SHARDS, Placement, default_placement
 from tables.dedupe import dedupe, sum_rows, sum_values
 
 ROUTING_SALT = np.uint64(0x2545F4914F6CDD1D)
@@ -32,19 +35,32 @@ def _fmix64_np(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(33))
 
 
-def shard_of(keys: np.ndarray, n_shards: int) -> np.ndarray:
-    """Shard index (int64) of each uint64 key; pure and vectorized."""
-    if n_shards < 1:
-        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
+Where = int | Placement  # a shard count (its default placement) or a placement
+
+
+def placement_of(where: Where) -> Placement:
+    return where if isinstance(where, Placement) else default_placement(int(where))
+
+
+_VMASK = np.uint64(VIRTUAL_SHARDS - 1)
+
+
+def virtual_shard_of(keys: np.ndarray) -> np.ndarray:
+    """Virtual shard (int64) of each uint64 key; pure and vectorized."""
     keys = np.asarray(keys, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        return ((_fmix64_np(keys ^ ROUTING_SALT) >> np.uint64(32)) % np.uint64(n_shards)).astype(np.int64)
+        return ((_fmix64_np(keys ^ ROUTING_SALT) >> np.uint64(32)) & _VMASK).astype(np.int64)
+
+
+def shard_of(keys: np.ndarray, where: Where) -> np.ndarray:
+    """Shard index (int64) of each uint64 key under ``where``; pure and vectorized."""
+    return placement_of(where).table[virtual_shard_of(keys)].astype(np.int64)
 
 
 _U64 = (1 << 64) - 1
 
 
-def shard_of_key(key: int, n_shards: int) -> int:
+def shard_of_key(key: int, where: Where) -> int:
     """:func:`shard_of` of one key in plain Python ints: ~1 us where the array forms cost
     tens of microseconds in call overhead (a service's single-id lookups)."""
     z = key ^ int(ROUTING_SALT)
@@ -53,7 +69,7 @@ def shard_of_key(key: int, n_shards: int) -> int:
     z ^= z >> 33
     z = (z * 0xC4CEB9FE1A85EC53) & _U64
     z ^= z >> 33
-    return (z >> 32) % n_shards
+    return int(placement_of(where).table[(z >> 32) & (VIRTUAL_SHARDS - 1)])
 
 
 @kernel(inline="always")
@@ -66,14 +82,16 @@ def _fmix64(z: np.uint64) -> np.uint64:
 
 
 @kernel(nogil=True)
-def _group(uniq: np.ndarray, first_inverse: np.ndarray, n_shards: int,
+def _group(uniq: np.ndarray, first_inverse: np.ndarray, table: np.ndarray, n_shards: int,
            salt: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Route (as :func:`shard_of`) and counting-sort the unique keys by shard, in one pass each."""
+    """Route (as :func:`shard_of`, ``table`` the placement) and counting-sort the unique keys by
+    shard, in one pass each."""
     m = uniq.shape[0]
     shard = np.empty(m, np.int64)
     offsets = np.zeros(n_shards + 1, np.int64)
+    mask = np.uint64(table.shape[0] - 1)
     for j in range(m):
-        s = np.int64((_fmix64(uniq[j] ^ salt) >> np.uint64(32)) % np.uint64(n_shards))
+        s = np.int64(table[np.int64((_fmix64(uniq[j] ^ salt) >> np.uint64(32)) & mask)])
         shard[j] = s
         offsets[s + 1] += 1
     for s in range(n_shards):
@@ -120,21 +138,22 @@ class KeyPlan:
         return sum_rows(np.ascontiguousarray(values, np.float32), self.first_seen_inverse, m)[self.order]
 
 
-def plan_keys(keys: np.ndarray, n_shards: int) -> KeyPlan:
+def plan_keys(keys: np.ndarray, where: Where) -> KeyPlan:
     """Deduplicate ``keys`` and group them by :func:`shard_of` (O(n), no sort)."""
     keys = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
-    if n_shards < 1:
-        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
+    placement = placement_of(where)
     uniq, first_inverse = dedupe(keys)
-    grouped, inverse, offsets, order = _group(uniq, first_inverse, n_shards, ROUTING_SALT)
+    grouped, inverse, offsets, order = _group(uniq, first_inverse, placement.table, placement.n_shards, ROUTING_SALT)
     return KeyPlan(grouped, inverse, offsets, first_inverse, order)
 
 
-def route_keys(keys: np.ndarray, n_shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def route_keys(keys: np.ndarray, where: Where) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`plan_keys` without deduplication, for small pulls (repeats are gathered twice,
     cheaper than a dedupe pass): ``(grouped, position, offsets)``, ``keys[i] ==
     grouped[position[i]]``, shard ``s``'s keys ``grouped[offsets[s]:offsets[s+1]]``."""
-    grouped, position, offsets, _ = _group(keys, np.arange(keys.shape[0]), n_shards, ROUTING_SALT)
+    placement = placement_of(where)
+    grouped, position, offsets, _ = _group(keys, np.arange(keys.shape[0]), placement.table, placement.n_shards,
+                                           ROUTING_SALT)
     return grouped, position, offsets
 
 

@@ -15,6 +15,7 @@ must still get its answer there.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -27,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
+from core.errors import Conflict, CorruptData, InvalidInput, NotFound, StreamrecError
 from ps import protocol
+from ps.placement import Placement
 from ps.protocol import Flag, Message, Op
-from ps.shard_id_rows import adopt_saved
+from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
+from ps.shard_replace import replay, restore_replaced
 from ps.shard_requests import Outbox, ok
 from ps.shard_saves import (
     commit_managed,
@@ -38,13 +41,11 @@ from ps.shard_saves import (
     next_managed_dir,
     restore_plan,
     shard_dir,
-    verify_plan,
     write_save_manifest,
 )
 from ps.shard_tables import ShardTables
 from stores.staging import StagedSave, fetched
 from tables.dense_table import DenseTable
-from tables.table_config import DenseTableConfig, OptimizerConfig
 from tables.table_files import TableSave
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class SaveRun:
     target: StagedSave  # where it is written here, and the client's dir (a path, or a URL it is uploaded to)
     mode: str
     cursor: str
+    placement: dict[str, Any] | None = None  # the client's routing when it asked (ps.placement)
     started: float = field(default_factory=time.monotonic)
     waiters: list[tuple[bytes, int]] = field(default_factory=list)  # SAVE_WAIT requests to answer when written
     written: bool = False
@@ -110,6 +112,7 @@ class ShardSaveRuns:
         mode, cursor = msg.meta.get("mode", "base"), msg.meta.get("cursor", "checkpoint")
         if mode not in ("base", "delta") or not isinstance(cursor, str):
             raise InvalidInput(f"save mode must be 'base' or 'delta' and cursor a string, got {mode!r}, {cursor!r}")
+        placement = _placement(msg.meta.get("placement"), "save") if "placement" in msg.meta else None
         if self.saving:
             run = self._run
             assert run is not None
@@ -137,7 +140,8 @@ class ShardSaveRuns:
         dense = {name: (table, table.snapshot()) for name, table in self._tables.dense.items()}
         dense_meta = {k: dict(v) for k, v in self._tables.dense_meta.items()}
         self._based.add(cursor)
-        run = SaveRun(os.urandom(8).hex(), ident, msg, target, mode, cursor)
+        run = SaveRun(os.urandom(8).hex(), ident, msg, target, mode, cursor,
+                      None if placement is None else placement.to_meta())
         self._run = run
         self._thread = threading.Thread(target=self._write, args=(run, managed, points, dense, dense_meta),
                                         name="save", daemon=True)
@@ -161,8 +165,9 @@ class ShardSaveRuns:
                     point.abort()
             for name, (table, snap) in dense.items():
                 table.write_snapshot(save_dir / "dense" / name, snap)
+            placed = {} if run.placement is None else {"placement": run.placement}
             entry = write_save_manifest(save_dir, {"shard": self._index, "mode": mode, "cursor": cursor,
-                                                   "sparse": saved, "dense": dense_meta})
+                                                   "sparse": saved, "dense": dense_meta, **placed})
             run.target.upload()
             if managed is None and cursor == "checkpoint" and self._checkpoint_root is not None \
                     and run.target.remote is None:
@@ -170,7 +175,7 @@ class ShardSaveRuns:
             if managed is not None:
                 commit_managed(managed, save_dir, mode)
             run.entry = {"save": run.id, "mode": mode, "cursor": cursor, "dir": run.target.location,
-                         "manifest": entry}
+                         "manifest": entry, **placed}
         except Exception as exc:
             self._based.discard(cursor)  # the chain may be broken: the next save on it is a base
             if not isinstance(exc, StreamrecError):
@@ -229,8 +234,25 @@ class ShardSaveRuns:
     def load(self, msg: Message) -> Message:
         if self.saving:
             raise Conflict(f"shard {self._index}: cannot load while a save is running")
-        dirs = msg.meta.get("dirs")
-        if dirs is not None:
+        dirs, sources = msg.meta.get("dirs"), msg.meta.get("sources")
+        if sources is not None:
+            if not isinstance(sources, list) or not sources or not all(
+                    isinstance(d, list) and all(isinstance(x, str) for x in d) for d in sources):
+                raise InvalidInput("load: 'sources' must be a non-empty list of lists of directories")
+            placement = _placement(msg.meta.get("placement"), "load")
+            if not 0 <= self._index < placement.n_shards:
+                raise InvalidInput(f"load: a placement over {placement.n_shards} shards has no shard {self._index}")
+            slice_min = msg.meta.get("dense_slice_min_elements", DEFAULT_SLICE_MIN_ELEMENTS)
+            if not isinstance(slice_min, int) or isinstance(slice_min, bool) or slice_min < 1:
+                raise InvalidInput("load: 'dense_slice_min_elements' must be a positive integer")
+            flat = [d for group in sources for d in group]
+            with fetched(flat, scratch=self._checkpoint_root) as local:  # URLs are downloaded first
+                bounds = np.cumsum([0, *(len(g) for g in sources)])
+                restore_replaced(self._tables, [list(local[a:b]) for a, b in itertools.pairwise(bounds)],
+                                 placement, slice_min)
+            self._based.clear()  # the next save on every cursor is a base
+            self.restored_from = f"{len(sources)} shards' saves ending at {sources[0][-1]}"
+        elif dirs is not None:
             if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
                 raise InvalidInput("load: 'dirs' must be a list of directories")
             with fetched(dirs, scratch=self._checkpoint_root) as local_dirs:  # URLs are downloaded first
@@ -244,19 +266,9 @@ class ShardSaveRuns:
         """Replay ``save_dirs`` (oldest first) from their newest base on, once every file of
         the chain verified (a corrupt one raises CorruptData naming it, nothing loaded)."""
         plan = restore_plan(save_dirs)
-        adopt_saved(self._tables, plan)  # id-rows tables exist once written: make those the saves hold
-        verify_plan(plan, set(self._tables.sparse))
-        for save_dir, man in plan:
-            for name in man["sparse"]:
-                if name in self._tables.sparse:
-                    self._tables.sparse[name].load(save_dir / "sparse" / name)
-        last_dir, last = plan[-1]
-        for name, meta in last["dense"].items():
-            cfg = DenseTableConfig(name=name, optimizer=OptimizerConfig.model_validate(meta["optimizer"]))
-            table = DenseTable(cfg, initial=np.zeros(meta["size"], np.float32))
-            table.load(last_dir / "dense" / name)
-            self._tables.add_dense(name, meta, table)
+        replay(self._tables, plan)
         self._based.clear()
+        last_dir = plan[-1][0]
         self.restored_from = str(last_dir)
         log.info("shard %d restored %d saves ending at %s", self._index, len(plan), last_dir)
 
@@ -265,3 +277,10 @@ class ShardSaveRuns:
         if root is None and self._checkpoint_root is None:
             raise InvalidInput(f"shard {self._index} has no --checkpoint-dir; pass a directory")
         return shard_dir(root if root is not None else self._checkpoint_root, self._index)  # type: ignore[arg-type]
+
+
+def _placement(meta: Any, op: str) -> Placement:
+    try:
+        return Placement.from_meta(meta, f"{op} request")
+    except CorruptData as err:
+        raise InvalidInput(err.message) from None

@@ -72,6 +72,17 @@ class DenseTable:
             state = {k: v.copy() for k, v in self._opt.state.items()}
             return {"value": self._value.copy(), "state": state, "version": self.version}
 
+    def load_snapshot(self, snap: dict[str, Any]) -> None:
+        """Take over a :meth:`snapshot` of this shape (a dense array cut anew over another shard count)."""
+        fresh = DenseOptimizer(self.config.optimizer, self._value)
+        if np.shape(snap["value"]) != self._value.shape:
+            raise CorruptData(f"dense table {self.name}: snapshot of {np.shape(snap['value'])}, table is {self.shape}")
+        fresh.load_state(snap["state"])
+        with self._lock:
+            self._value[...] = snap["value"]
+            self._opt = fresh
+            self.version = int(snap["version"])
+
     def write_snapshot(self, path: str | Path, snap: dict[str, Any]) -> dict[str, Any]:
         p = Path(path)
         p.mkdir(parents=True, exist_ok=True)

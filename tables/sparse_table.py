@@ -37,6 +37,7 @@ from tables.row_kernels import gather, touch
 from tables.table_config import EvictionConfig, TableConfig
 from tables.table_files import TableSave, load_table
 from tables.table_lock import TableLock
+from tables.table_merge import TablePart, load_parts
 from tables.table_state import TableState
 
 _U64 = np.dtype(np.uint64)
@@ -339,10 +340,19 @@ class SparseTable:
         its chain). Everything is verified first: on any error the table is unchanged. The
         budget in force afterwards (the saved policy's) gives back the capacity beyond it."""
         manifest = load_table(self, Path(path))
+        self._loaded()
+        return manifest
+
+    def load_parts(self, parts: list[TablePart]) -> None:
+        """Become the union of rows other tables gave (:mod:`tables.table_merge`): a shard count
+        that changed, each new shard made of the rows now placed on it from every old shard."""
+        load_parts(self, parts)
+        self._loaded()
+
+    def _loaded(self) -> None:
         with self.lock.mutex:
             self.budget.fit_loaded()
             self.changes.restart()  # live readers start over: the rows went back to a save
-        return manifest
 
 
 def _summed_by_key(k: np.ndarray, g: np.ndarray, s: np.ndarray,

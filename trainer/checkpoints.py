@@ -30,7 +30,10 @@ from typing import Any
 import numpy as np
 
 from core.atomic_files import decode_arrays, encode_arrays, fsync_dir
-from core.errors import Conflict, CorruptData
+from core.errors import CorruptData
+from ps.admin import Replacement
+from ps.placement import Placement, placement_for, saved_placement
+from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
 from stores.store import Store, open_store
 
 MANIFEST = "pass.json"
@@ -133,6 +136,9 @@ def commit_pass(root: Root, pass_id: int, manifest: dict[str, Any], *, ranks: li
         files[f"shard-{i}/shard.json"] = e["manifest"]
     files |= extra_files or {}
     man = {**manifest, "pass": pass_id, "files": files, "shard_modes": [e["mode"] for e in shard_entries]}
+    placements = [e.get("placement") for e in shard_entries]
+    if placements and placements[0] is not None and all(p == placements[0] for p in placements):
+        man["placement"] = placements[0]  # the virtual shards' placement the shards saved under (ps.placement)
     store.write_json(f"{d}/{MANIFEST}", man)
     if store.local is not None:
         fsync_dir(store.local)
@@ -167,14 +173,17 @@ def read_worker_part(root: Root, pass_id: int, rank: int) -> tuple[dict[str, Any
     return info, arrays
 
 
-def check_shard_count(root: Root, pass_id: int, n_shards: int) -> None:
-    """Conflict unless pass ``pass_id`` was written by ``n_shards`` shards: a shard loads only its
-    own part of a pass, so another count would lose rows (or find no save) without a word."""
-    modes = open_store(root).read_json(f"{pass_name(pass_id)}/{MANIFEST}").get("shard_modes", [])
-    if len(modes) != n_shards:
-        raise Conflict(f"pass {pass_id} was written by {len(modes)} PS shards but this job runs {n_shards}; "
-                       f"restart with {len(modes)} shards (the shard count cannot change between passes)",
-                       detail={"pass": pass_id, "saved_shards": len(modes), "shards": n_shards})
+def shard_placement(root: Root, pass_id: int, n_shards: int) -> tuple[Placement, Replacement | None]:
+    """The placement a job of ``n_shards`` shards runs from pass ``pass_id``, and how its shards
+    load the pass: None as they wrote it (same placement), else a :class:`ps.admin.Replacement`
+    (the count changed, or an old pass's routing is not the placement's)."""
+    man = open_store(root).read_json(f"{pass_name(pass_id)}/{MANIFEST}")
+    n_saved = len(man.get("shard_modes", []))
+    saved = saved_placement(man, n_saved, f"{pass_name(pass_id)}/{MANIFEST}")
+    placement = placement_for(saved, n_shards)
+    if saved is not None and saved.same_table(placement):
+        return placement, None
+    return placement, Replacement(n_saved, placement, DEFAULT_SLICE_MIN_ELEMENTS)
 
 
 def chain(root: Root, pass_id: int) -> list[str]:

@@ -28,6 +28,7 @@ then (after a barrier, so nobody pulls half-loaded tables) reads the same manife
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -72,8 +73,15 @@ def newest_usable_pass(root: Store) -> tuple[int, dict[str, Any]] | None:
 
 
 def load_into_shards(client: PSClient, root: Store, pass_id: int) -> None:
-    checkpoints.check_shard_count(root, pass_id, client.n_shards)
-    client.admin.load(chain=checkpoints.chain(root, pass_id))
+    """The shards load pass ``pass_id``; with another shard count than wrote it, the virtual
+    shards are placed anew and every shard loads its rows from all the old shards' saves."""
+    placement, replace = checkpoints.shard_placement(root, pass_id, client.n_shards)
+    if replace is not None:
+        replace = dataclasses.replace(replace, dense_slice_min_elements=client.dense_slice_min_elements)
+        log.info("pass %d: written by %d PS shards, placed anew on %d (placement version %d)", pass_id,
+                 replace.saved_shards, client.n_shards, placement.version)
+    client.admin.load(chain=checkpoints.chain(root, pass_id), replace=replace)
+    client.set_placement(placement)
 
 
 def load_newest_usable(client: PSClient, root: Store) -> tuple[int, dict[str, Any]] | None:
@@ -101,6 +109,8 @@ def restore(root: Store | str, client: PSClient, *, rank: int, chief: bool) -> R
     if found is None:
         return Restored()
     n, man = found
+    if not chief:  # the chief's load set it; every worker routes as the shards were loaded
+        client.set_placement(checkpoints.shard_placement(root, n, client.n_shards)[0])
     arrays: dict[str, np.ndarray] = {}
     # a worker that did not exist then starts its optimizer fresh
     with contextlib.suppress(CorruptData, NotFound, FileNotFoundError):

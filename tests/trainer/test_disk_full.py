@@ -70,14 +70,16 @@ def _job(disk: SmallDisk, broker, cluster) -> tuple[Any, Any, Path, Path, dict]:
     return c, job, Path(cfg.checkpoint_dir), Path(cfg.export_dir), kafka
 
 
+def _pass_2_exported(root: Path, exports: Path) -> bool:
+    """Pass 2 is committed and exported: the job waits for records, nothing is being written."""
+    return 2 in checkpoints.complete_passes(root) and any(
+        read_manifest(exports, v).pass_id == 2 for v in list_versions(exports))
+
+
 def test_a_full_disk_pauses_training_the_service_serves_and_training_resumes(broker, cluster, tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", "48m") as disk:
         c, job, root, exports, kafka = _job(disk, broker, cluster)
-
-        def bundle_of_pass_2() -> bool:
-            return any(read_manifest(exports, v).pass_id == 2 for v in list_versions(exports))
-
-        _until(lambda: 2 in checkpoints.complete_passes(root) and bundle_of_pass_2(), job, c.procs, "pass 2's bundle")
+        _until(lambda: _pass_2_exported(root, exports), job, c.procs, "pass 2's bundle")
         with started(make_settings(exports, job_control_file=str(root / "control.json"))) as api:
             wait_until(lambda: api.get("/readyz").json().get("version") == list_versions(exports)[-1],
                        timeout=60, what="the newest bundle served")
@@ -113,7 +115,7 @@ def test_a_full_disk_pauses_training_the_service_serves_and_training_resumes(bro
 def test_a_pass_the_shards_cannot_save_is_trained_again_once_space_is_back(broker, cluster, tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", "48m") as disk:
         c, job, root, exports, kafka = _job(disk, broker, cluster)
-        _until(lambda: 2 in checkpoints.complete_passes(root) and list_versions(exports), job, c.procs, "pass 2")
+        _until(lambda: _pass_2_exported(root, exports), job, c.procs, "pass 2's bundle")  # nothing writes now
         part = sum(f.stat().st_size for f in (root / checkpoints.pass_name(2)).glob("worker-0.*"))
         # room for a worker's part and its temp files, not for pass 3's save (a base of every table)
         disk.fill(leave=2 * part + (256 << 10))

@@ -4,13 +4,13 @@ whole series again, the missed point included (from its pass's manifest)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from stores.store import LocalStore, open_store
+from stores.store import DirectoryStore, open_store
 from trainer import checkpoints, pass_history
 from trainer.disk_space import DiskState
 
@@ -28,7 +28,7 @@ def _commit(root: Path, n: int) -> dict:
     return point
 
 
-class _FullStore(LocalStore):
+class _FullStore(DirectoryStore):
     """Where no disk can be mounted: a local root whose history writes fail as a full disk's do."""
 
     full = True
@@ -59,18 +59,33 @@ def _failing_writes(root: Path, disk: DiskState, fail, heal) -> None:
     assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]  # no temp file left behind
 
 
-def test_a_read_only_history_is_counted_logged_once_and_written_at_the_next_commit(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="trainer.disk_space")
+@contextlib.contextmanager
+def _warnings(name: str) -> Iterator[list[logging.LogRecord]]:
+    """What logger ``name`` emits meanwhile (enabled even if an earlier test's logging setup disabled it)."""
+    logger, records = logging.getLogger(name), []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    was = logger.disabled
+    logger.disabled = False
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.disabled = was
+
+
+def test_a_read_only_history_is_counted_logged_once_and_written_at_the_next_commit(tmp_path: Path) -> None:
     disk = DiskState()
-    if can_mount():
-        with small_disk(tmp_path / "disk", "4m") as d:
-            _failing_writes(d.path, disk, lambda: d.read_only(True), lambda: d.read_only(False))
-    else:  # the file and its directory read-only for a user that is not root
-        root = tmp_path / "root"
-        root.mkdir()
-        _failing_writes(root, disk, lambda: root.chmod(0o555), lambda: root.chmod(0o755))
-    failed = [r for r in caplog.records if "pass_history failed" in r.getMessage()]
+    with _warnings("trainer.disk_space") as records:
+        if can_mount():
+            with small_disk(tmp_path / "disk", "4m") as d:
+                _failing_writes(d.path, disk, lambda: d.read_only(True), lambda: d.read_only(False))
+        else:  # the file and its directory read-only for a user that is not root
+            root = tmp_path / "root"
+            root.mkdir()
+            _failing_writes(root, disk, lambda: root.chmod(0o555), lambda: root.chmod(0o755))
+    failed = [r for r in records if "pass_history failed" in r.getMessage()]
     assert len(failed) == 1 and ("Read-only" in failed[0].getMessage() or "Permission" in failed[0].getMessage())
 
 
