@@ -27,13 +27,15 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from core.errors import InvalidInput, NotFound, ShardRestarted
+from core.errors import InvalidInput, NotFound, ShardRestarted, Unavailable
 from ps.admin import PSAdmin
 from ps.id_rows_wire import IdRows, rows_of, write_parts
 from ps.placement import Placement, default_placement
@@ -55,6 +57,8 @@ from tables.table_config import DEFAULT_DENSE_OPTIMIZER, OptimizerConfig
 
 T = TypeVar("T")
 
+BARRIER_PEER_TIMEOUT_S = 120.0  # a sync peer silent this long (no barrier poll) is gone: longer than any step
+_BARRIER_POLL_MIN_S, _BARRIER_POLL_MAX_S = 0.001, 0.05
 # Pulls of at most this many keys skip the dedupe pass: it costs more than gathering a small
 # request's repeats twice. Bigger ones are deduplicated (fewer bytes, fewer rows to gather).
 _DIRECT_MAX_KEYS = 1024
@@ -92,6 +96,7 @@ class PSClient:
         one prefetching pulls, beside the client whose waits report the restart)."""
         self._transport = Transport(endpoints, config=config, secret=secret)
         self._n_shards = self._transport.n_shards
+        self.worker_id = os.urandom(8).hex()  # who this client is at a barrier: a worker sets its rank
         self._placement = default_placement(self._n_shards)  # a restored pass may name another (set_placement)
         self._step = self._transport.config.max_keys_per_request
         self._direct_max = min(_DIRECT_MAX_KEYS, self._step)
@@ -336,10 +341,29 @@ class PSClient:
         return self._dense[name]
 
     # ---------------------------------------------------------------- sync steps
-    def barrier(self, step: int, workers: int, *, timeout_s: float | None = None) -> None:
-        """Wait until ``workers`` workers reached ``step`` on every shard; SYNC pushes are then applied."""
-        meta = {"step": step, "workers": workers}
-        self._transport.ask_every_shard(Op.BARRIER, [meta] * self.n_shards, timeout_s=timeout_s)
+    def barrier(self, step: int, workers: int, *, timeout_s: float | None = None, worker: int | None = None) -> None:
+        """Wait until ``workers`` workers reached ``step`` on every shard; SYNC pushes are then
+        applied. The shards are polled (:mod:`ps.sync_steps`), so the wait has no limit while
+        every missing peer keeps in touch; Unavailable names a peer the shards have not heard
+        from for ``timeout_s`` (default :data:`BARRIER_PEER_TIMEOUT_S`). ``worker``: this
+        worker's rank (default: this client's id), how the shards tell the workers apart."""
+        peer_timeout = BARRIER_PEER_TIMEOUT_S if timeout_s is None else timeout_s
+        meta = {"step": step, "workers": workers, "worker": self.worker_id if worker is None else str(worker)}
+        waiting = list(range(self.n_shards))
+        pause = _BARRIER_POLL_MIN_S
+        while True:
+            rids = [self._transport.request(s, Op.BARRIER, meta=meta) for s in waiting]
+            replies = self._transport.collect(rids, report_restart=False)
+            still = []
+            for s, reply in zip(waiting, replies, strict=True):
+                if reply.meta.get("waiting"):
+                    _check_peers(s, self.endpoints[s], step, workers, reply.meta, peer_timeout)
+                    still.append(s)
+            if not still:
+                return
+            waiting = still
+            time.sleep(pause)
+            pause = min(pause * 2, _BARRIER_POLL_MAX_S)
 
     def close(self) -> None:
         self._transport.close()
@@ -349,6 +373,23 @@ class PSClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_peers(shard: int, endpoint: str, step: int, workers: int, meta: dict[str, Any],
+                 peer_timeout: float) -> None:
+    """Unavailable naming the peer(s) a waiting barrier reply says were silent too long."""
+    gone = [(int(r), float(quiet)) for r, quiet in meta.get("missing", []) if float(quiet) > peer_timeout]
+    arrived = meta.get("arrived")
+    if gone:
+        names = ", ".join(f"worker {r} (silent {quiet:.0f} s)" for r, quiet in gone)
+        raise Unavailable(f"sync barrier at step {step}: {names} gone; {arrived} of {workers} workers arrived "
+                          f"(shard {shard} at {endpoint}, peer timeout {peer_timeout:g} s)",
+                          detail={"step": step, "gone": [r for r, _ in gone], "shard": shard})
+    quiet = float(meta.get("quiet_s", 0.0))
+    if "missing" not in meta and quiet > peer_timeout:
+        raise Unavailable(f"sync barrier at step {step}: {workers - int(arrived or 0)} of {workers} workers did not "
+                          f"arrive within {quiet:.0f} s (shard {shard} at {endpoint}, peer timeout {peer_timeout:g} s)",
+                          detail={"step": step, "shard": shard})
 
 
 # ---------------------------------------------------------------- how tickets finish

@@ -7,8 +7,8 @@ data-plane ops in :mod:`ps.shard_tables`, saves and loads in :mod:`ps.shard_save
 (written by a background thread that wakes the loop when done), the policy op in
 :mod:`ps.shard_policy`, sync steps in :mod:`ps.sync_steps`, rank leases in
 :mod:`ps.rank_leases`. A resent mutating request is answered from :mod:`ps.replay_cache`.
-Barriers never block the loop: a barrier reply is deferred until the last worker of the
-step arrives; a handler that returns None has deferred its reply the same way.
+Barriers never block the loop: a barrier is polled and answered at once (:mod:`ps.sync_steps`);
+a handler that returns None has deferred its reply (a save being written).
 
 Hostile input: a frame larger than the largest legitimate one (:meth:`PSConfig.max_frame_bytes`)
 is dropped by libzmq as it arrives (ZMQ_MAXMSGSIZE), never buffered, and its peer
@@ -317,26 +317,26 @@ class ShardServer:
         self._refusals.refused(err)
 
     # ---------------------------------------------------------------- sync steps
-    def _barrier(self, ident: bytes, msg: Message) -> None:
-        """Arrive at a step; the last worker's arrival applies the held pushes and answers everyone."""
+    def _barrier(self, ident: bytes, msg: Message) -> Message:
+        """Poll a step's barrier (:mod:`ps.sync_steps`); the poll that completes it applies the held pushes."""
         try:
-            step, workers = int(msg.meta["step"]), int(msg.meta["workers"])
+            step, workers, worker = int(msg.meta["step"]), int(msg.meta["workers"]), str(msg.meta["worker"])
         except (KeyError, TypeError, ValueError):
-            raise InvalidInput("barrier needs integer meta 'step' and 'workers'") from None
+            raise InvalidInput("barrier needs integer meta 'step' and 'workers' and a 'worker' id") from None
         sync = self.tables.sync
-        waiters = sync.arrive(step, workers, (ident, msg.request_id))
-        if waiters is None:
-            return
-        held = sync.release()
-        failures = self.tables.apply_held(held)
-        for err in failures:
-            self._count_error(err)
-        outbox = self._loop_outbox()
-        for who, rid in waiters:  # every worker of the step hears the same outcome
+        poll = sync.arrive(step, workers, worker, time.monotonic())
+        if poll.release:
+            held = sync.release()
+            failures = self.tables.apply_held(held)
+            for err in failures[1:]:  # the first is counted as this poll's error
+                self._count_error(err)
+            sync.released(failures[0] if failures else None, held.pushes)  # every worker hears the same outcome
             if failures:
-                outbox.error(who, Op.BARRIER, rid, failures[0])
-            else:
-                outbox.reply(who, Message(Op.BARRIER, rid, meta={"step": step, "applied": held.pushes}))
+                raise failures[0]
+            return Message(Op.BARRIER, msg.request_id, meta={"step": step, "applied": held.pushes})
+        if poll.error is not None:
+            raise poll.error
+        return Message(Op.BARRIER, msg.request_id, meta=poll.meta)
 
     def _policy(self, ident: bytes, msg: Message) -> Message:
         table = self.tables.table(str(msg.meta.get("table", "")))

@@ -79,6 +79,8 @@ class PSWorker:
             config = load_ps_config(spec.ps_config) if spec.ps_config else PSConfig()
         client = PSClient(spec.shard_endpoints, config=config.client, secret=spec.secret(),
                           dense_slice_min_elements=config.dense_slice_min_elements)
+        if not spec.leased_rank:  # a leased rank is claimed later: the client's own id stands
+            client.worker_id = str(spec.rank)  # sync barriers name a missing peer by its rank
         return cls(client, mode=spec.mode, num_workers=spec.num_workers, geo_steps=spec.geo_steps, geo_lr=geo_lr)
 
     @classmethod
