@@ -142,6 +142,7 @@ class DenseMerge(StrEnum):
 
     SUM = "sum"  # added whole (Paddle's GEO rule)
     MEAN = "mean"  # added / workers: the average of the workers' models (local SGD, FedAvg)
+    SQRT = "sqrt"  # added / sqrt(workers): the square-root learning-rate scaling of a K-times larger batch
 
 
 class DenseAverageConfig(FrozenModel):
@@ -150,6 +151,9 @@ class DenseAverageConfig(FrozenModel):
 
     decay: float = Field(gt=0.0, lt=1.0,
                          description="Per-step decay of the moving average: about 1 / (1 - decay) steps are averaged.")
+    follow_merges: bool = Field(False,
+                                description="`dense_update: local` with several workers: at each merge the average "
+                                            "moves with the weights, by the other workers' merged change.")
 
 
 class ScheduleKind(StrEnum):
@@ -260,7 +264,8 @@ class ModelConfig(FrozenModel):
                                            "click rate (0: p = 0.5).")
     dense_merge: DenseMerge = Field(DenseMerge.SUM,
                                     description="`dense_update: local` with several workers: a worker's dense change "
-                                                "enters the PS whole (`sum`) or averaged (`mean`).")
+                                                "enters the PS whole (`sum`), averaged (`mean`) or divided by the "
+                                                "square root of the worker count (`sqrt`).")
     dense_average: DenseAverageConfig | None = Field(
         None, description="Evaluate and export a moving average of the dense weights; left out, the raw weights.")
     dense_schedule: DenseScheduleConfig | None = Field(

@@ -28,6 +28,7 @@ class DenseAverage:
 
     def __init__(self, config: DenseAverageConfig, size: int) -> None:
         self.decay = float(config.decay)
+        self.follow_merges = config.follow_merges
         self.state: dict[str, np.ndarray] = {"avg": np.zeros(size, np.float32), "avg_t": np.zeros(1, np.float64)}
 
     @property
@@ -44,6 +45,13 @@ class DenseAverage:
         acc = keep * acc + (1 - keep) * w (the dense optimizer does it in its own pass over w)."""
         self.state["avg_t"][0] += 1
         return self.state["avg"], np.float32(self.decay)
+
+    def shift(self, jump: np.ndarray) -> None:
+        """Move the average by ``jump`` (what a merge added to the weights: the other workers' changes),
+        so that it reads as the average of the iterates with that change in them too."""
+        t = self.state["avg_t"][0]
+        if t:
+            self.state["avg"] += jump * np.float32(1.0 - self.decay**t)
 
     def read(self, values: np.ndarray) -> np.ndarray:
         """The bias-corrected average (a new array); ``values`` when no step was averaged yet."""

@@ -32,7 +32,7 @@ from streaming.dead_letter import DeadLetters
 from trainer.job_config import DenseUpdate
 from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
-from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb
+from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb, rss_mb
 from trainer.ps_worker import PSWorker
 from trainer.worker import Prepared, Worker
 
@@ -138,6 +138,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
         batches.close()
         raise
     load_numba_runtime()
+    rss_before_data = rss_mb()  # the process's fixed cost: imports, kernels, model, connections
     shards = _shard_pids(ps) if spec.rank == 0 else []
     shard_cpu0 = [process_cpu_seconds(pid) for pid in shards]
     start, main_cpu, loop_cpu = time.perf_counter(), time.thread_time(), time.process_time()
@@ -164,7 +165,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
               "first_batch_s": first[0] if first else None, "first_step_s": first[1] if len(first) > 1 else None,
               "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
               "loop_cpu_s": time.process_time() - loop_cpu, "main_cpu_s": time.thread_time() - main_cpu,
-              "blas_threads": blas_threads(), "shard_loop_cpu_s": shard_loop_cpu,
+              "blas_threads": blas_threads(), "shard_loop_cpu_s": shard_loop_cpu, "rss_before_data_mb": rss_before_data,
               "phases": dict(worker.phase_seconds),
               "phase_cpu": dict(worker.phase_cpu_seconds), "progressive": worker.metrics.total.summary()}
     results = Path(job["results"])

@@ -1,0 +1,204 @@
+"""Scale-out benchmark: one job, the same data and model, at 1 to 32 workers (and 1, 2, 4 shards), in one run.
+
+Data: the Criteo-shaped planted set of bench/train.py (one PlantedModel, its long tail of ids;
+--rows training rows, then --test-rows test rows). Job: `streamrec train-files` (launcher/file_job.py)
+with bench/train.py's model: wide&deep, dim 9, MLP 400-400-400, batch 512, Adam 1e-3, dense_update
+local, merged every --dense-sync-steps steps by each --merge entry (``model.dense_merge``, with
+``+follow`` also ``model.dense_average.follow_merges``; the model's defaults when not given;
+several are compared in the same run, at 1 worker they coincide and run once).
+
+Per row: samples/s of the training loops; the speed-up over the 1-worker row only where the
+machine has a core for every process (else CPU per sample is the figure that carries over to a
+bigger machine); CPU microseconds per trained sample by role during the training loops (the
+workers' training threads, their prefetch stages (parse, features, pull), the rest of the worker
+processes (zmq I/O threads), the shards (/proc/<pid>/stat, worker 0's loop)) and of the whole job
+(every process of `train-files` from start to exit, start-up and test pass included:
+getrusage of the reaped children); per-worker RSS before the training loop and at its peak;
+test AUC and its difference to the 1-worker row of the same shard count.
+
+Staleness (updates applied to a row between a worker's pull and its push) is not measured: it
+needs a per-row update count on the shards.
+
+A short warm-up job runs first, so that numba's caches hold every kernel.
+
+Run: ``python -m bench.scale [--quick] [--workers 1,2,4,8,16,32] [--shards 1,2,4] [--merge mean,sqrt] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.train import make_planted, run_training, variant_config, warm_up
+
+QUICK_ROWS = 100_000
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _job_args(args: argparse.Namespace, shards: int, workers: int) -> argparse.Namespace:
+    """The namespace bench/train.py's run_training reads, for one job."""
+    return argparse.Namespace(dim=args.dim, mlp=args.mlp, batch_size=args.batch_size, lr=args.lr, servers=shards,
+                              workers=workers, dense_sync_steps=args.dense_sync_steps, ps_pull_steps=1,
+                              warmup_rows=args.warmup_rows, dense_update="local")
+
+
+def merge_update(merge: str) -> dict:
+    """The model keys of a --merge entry: ``RULE`` (model.dense_merge) or ``RULE+follow`` (also
+    model.dense_average.follow_merges, at the model's default decay)."""
+    from models.model_config import WIDE_DEEP_DEFAULTS
+
+    rule, _, follow = merge.partition("+")
+    if follow not in ("", "follow"):
+        raise SystemExit(f"--merge entries are RULE or RULE+follow, got {merge!r}")
+    update: dict = {"dense_merge": rule}
+    if follow:
+        update["dense_average"] = {**WIDE_DEEP_DEFAULTS["dense_average"], "follow_merges": True}
+    return update
+
+
+def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: int, merge: str | None) -> dict:
+    """One `train-files` job and its figures per trained sample."""
+    job = _job_args(args, shards, workers)
+    config = None if merge is None else variant_config(job, merge_update(merge), work)
+    cpu0, t0 = _children_cpu_s(), time.perf_counter()
+    res = run_training(job, data.train, data.test, work, "local", config=config)
+    wall, job_cpu = time.perf_counter() - t0, _children_cpu_s() - cpu0
+    full = json.loads((work / "job" / "results" / "result.json").read_text())
+    ws, n = full["workers"], full["train_rows"]
+
+    def us(seconds: float) -> float:
+        return round(seconds / n * 1e6, 2)
+
+    train = sum(w["main_cpu_s"] for w in ws)
+    # the workers' other threads during their loops: the prefetch stage (its own thread CPU counts its
+    # start-up too, numba's runtime among it, so the process's loop CPU less the training thread's is used)
+    rest = sum(w["loop_cpu_s"] for w in ws) - train
+    shard = sum(full.get("shard_loop_cpu_s", []))
+    return {
+        "shards": shards, "workers": workers, "merge": merge or "default", "train_rows": n,
+        "samples_per_s": full["samples_per_s"], "train_seconds": full["train_seconds"], "wall_s": round(wall, 1),
+        "test_auc": round(full["test_auc"], 4), "test_logloss": round(full["test_logloss"], 4),
+        "cpu_us_per_sample": {"train": us(train), "prefetch_io": us(rest), "shards": us(shard),
+                              "loop_total": us(train + rest + shard),
+                              "job_total": us(job_cpu)},
+        "worker_rss_mb": {"before_data": max((w.get("rss_before_data_mb") or 0.0) for w in ws),
+                          "peak": max(w["peak_rss_mb"] for w in ws)},
+        "shard_peak_rss_mb": max(full["rss_mb"]["shards"]), "job_peak_rss_mb": res["peak_rss_mb"],
+    }
+
+
+def add_ratios(rows: list[dict], cores: int) -> None:
+    """Each row against the 1-worker row of its shard count (the baseline of this run)."""
+    base = {r["shards"]: r for r in rows if r["workers"] == 1}
+    for r in rows:
+        b = base.get(r["shards"])
+        if b is None:
+            continue
+        r["auc_minus_1_worker"] = round(r["test_auc"] - b["test_auc"], 4)
+        r["cpu_per_sample_over_1_worker"] = round(r["cpu_us_per_sample"]["loop_total"]
+                                                  / b["cpu_us_per_sample"]["loop_total"], 2)
+        # a speed-up means something only when every worker and shard has a core of its own
+        r["speedup"] = (round(r["samples_per_s"] / b["samples_per_s"], 2)
+                        if r["workers"] + r["shards"] <= cores else None)
+
+
+def print_table(out: dict) -> None:
+    s = out["setup"]
+    print(f"scale: wide&deep dim {s['dim']}, MLP {s['mlp']}, batch {s['batch_size']}, Adam {s['lr']}, dense_update "
+          f"local merged every {s['dense_sync_steps']} steps; {s['rows']:,} train rows, {s['test_rows']:,} test rows "
+          f"(planted, Bayes AUC {out['bayes_auc']:.4f}); {out['cores']} cores")
+    print("CPU us per trained sample during the training loops: train = workers' training threads, pf+io = their "
+          "other threads\n(prefetch: parse, features, pull; zmq I/O), shards; job = every process of the job from "
+          "start to exit (start-up, test pass)")
+    head = (f"{'sh':>3}{'wk':>4} {'merge':<13}{'samples/s':>10}{'speed':>6}{'train':>7}{'pf+io':>7}"
+            f"{'shards':>7}{'loop':>7}{'x1wk':>6}{'job':>7}{'RSS0':>6}{'RSSpk':>6}{'AUC':>8}{'dAUC':>8}{'wall':>6}")
+    print(head)
+    for r in out["rows"]:
+        c, m = r["cpu_us_per_sample"], r["worker_rss_mb"]
+        speed = "-" if r.get("speedup") is None else f"{r['speedup']:.2f}"
+        print(f"{r['shards']:>3}{r['workers']:>4} {r['merge']:<13}{r['samples_per_s']:>10,.0f}{speed:>6}"
+              f"{c['train']:>7.1f}{c['prefetch_io']:>7.1f}{c['shards']:>7.1f}"
+              f"{c['loop_total']:>7.1f}{r.get('cpu_per_sample_over_1_worker', float('nan')):>6.2f}"
+              f"{c['job_total']:>7.1f}{m['before_data']:>6.0f}{m['peak']:>6.0f}{r['test_auc']:>8.4f}"
+              f"{r.get('auc_minus_1_worker', float('nan')):>+8.4f}{r['wall_s']:>6.0f}")
+    print("RSS0 / RSSpk: MB of the largest worker before its training loop / at its peak; x1wk: loop CPU per sample "
+          "over the 1-worker row's; dAUC: test AUC minus the 1-worker row's; wall: seconds of the whole job")
+    for note in out["notes"]:
+        print(f"note: {note}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="training rows")
+    ap.add_argument("--test-rows", type=int, default=200_000)
+    ap.add_argument("--quick", action="store_true",
+                    help=f"{QUICK_ROWS:,} training rows and 50,000 test rows (a run that finishes on 2 cores)")
+    ap.add_argument("--workers", default="1,2,4,8,16,32", help="worker counts, comma-separated")
+    ap.add_argument("--shards", default="1", help="shard counts, comma-separated (each with every worker count)")
+    ap.add_argument("--merge", default="", help="model.dense_merge rules to compare, comma-separated, each RULE or "
+                                                "RULE+follow (dense_average.follow_merges on); empty: the defaults")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dim", type=int, default=9)
+    ap.add_argument("--mlp", default="400,400,400")
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--dense-sync-steps", type=int, default=64)
+    ap.add_argument("--warmup-rows", type=int, default=5_000, help="a warm-up job's rows (0: none)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+    if args.quick:
+        args.rows, args.test_rows = QUICK_ROWS, min(args.test_rows, 50_000)
+    workers = sorted({int(w) for w in args.workers.split(",")})
+    shard_counts = sorted({int(s) for s in args.shards.split(",")})
+    merges: list[str | None] = [m.strip() for m in args.merge.split(",") if m.strip()] or [None]
+    cores = len(os.sched_getaffinity(0))
+    notes = ["staleness (updates to a row between a worker's pull and its push) is not measured: it needs a "
+             "per-row update count on the shards"]
+    with tempfile.TemporaryDirectory(prefix="streamrec-scale-") as tmp:
+        work = Path(tmp)
+        data = make_planted(work, args.rows, args.test_rows, args.seed)
+        if args.warmup_rows:
+            warm_up(_job_args(args, 1, 1), data.train, work)
+        rows = []
+        for shards in shard_counts:
+            for w in workers:
+                if shards > w:
+                    continue
+                for merge in merges if w > 1 else merges[:1]:  # one worker: every merge rule is the same
+                    row = one_job(args, data, work, shards, w, merge)
+                    if w == 1 and len(merges) > 1:
+                        row["merge"] = "any"
+                    rows.append(row)
+                    print(f"# {shards} shard(s) / {w} worker(s) {row['merge']}: {row['samples_per_s']:,.0f}/s, "
+                          f"AUC {row['test_auc']:.4f}, {row['wall_s']:.0f} s", file=sys.stderr, flush=True)
+    add_ratios(rows, cores)
+    busiest = max(r["workers"] + r["shards"] for r in rows)
+    notes.append("samples/s: train rows over the longest worker's loop (train-files' figure); where the workers' "
+                 "loops do not overlap (more processes than cores, a loaded machine) it overstates the job's rate")
+    if busiest > cores:
+        notes.append(f"this machine has {cores} cores, fewer than the {busiest} processes of the largest job: "
+                     "no speed-up is printed where workers + shards exceed the cores; CPU per sample is the figure "
+                     "that carries over to a machine with a core per process")
+    out = {"setup": {"rows": args.rows, "test_rows": args.test_rows, "dim": args.dim, "mlp": args.mlp,
+                     "batch_size": args.batch_size, "lr": args.lr, "dense_sync_steps": args.dense_sync_steps,
+                     "seed": args.seed},
+           "cores": cores, "bayes_auc": round(data.bayes_auc, 4), "rows": rows, "notes": notes}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print_table(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
