@@ -61,16 +61,19 @@ class RoleProcess:
         """The exit code once the process ended; None while it runs or before it was started."""
         return self.proc.poll() if self.proc is not None else None
 
-    def died_on_full_disk(self) -> str | None:
-        """What the end of this run's log says of a full disk (None: nothing; the run ended otherwise)."""
+    def run_log_tail(self) -> bytes:
+        """The last :data:`TAIL_BYTES` of the log, from this run's start on (b'' when unreadable)."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
                 tail = f.read()
         except OSError:
-            return None
-        tail = tail[tail.rfind(START_HEADER) + 1:]  # this run's, not an earlier one's
-        for line in reversed(tail.splitlines()[-TAIL_LINES:]):  # how it ended, not what it survived
+            return b""
+        return tail[tail.rfind(START_HEADER) + 1:]  # this run's, not an earlier one's
+
+    def died_on_full_disk(self) -> str | None:
+        """What the end of this run's log says of a full disk (None: nothing; the run ended otherwise)."""
+        for line in reversed(self.run_log_tail().splitlines()[-TAIL_LINES:]):  # how it ended, not what it survived
             if any(t in line for t in DISK_FULL_TEXT):
                 return line.decode(errors="replace").strip()[-200:]
         return None

@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING
 
 from launcher.launch import Launcher, LaunchSpec
 from launcher.restart_policy import RestartPolicy, Supervised, Tended
-from launcher.role_process import START_HEADER, RoleProcess
+from launcher.role_process import RoleProcess
 from ps.auth import read_secret
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from streaming.broker import EmbeddedBroker
 
 _BIND_FAILED = b"address already in use"  # what a server's failed bind says (uvicorn, tansu: the OS's message)
-_LOG_TAIL = 8192  # bytes of a dead role's log read for it
 
 
 class ClusterThread:
@@ -145,13 +144,4 @@ class UpRoles:
 
 def _bind_failed(role: RoleProcess) -> bool:
     """The role exited and its log, since its last start, says its port was taken."""
-    if role.exit_code() is None:
-        return False
-    try:
-        with open(role.log_path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - _LOG_TAIL))
-            tail = f.read()
-    except OSError:
-        return False
-    last_start = tail.rfind(START_HEADER)
-    return _BIND_FAILED in tail[max(0, last_start):].lower()
+    return role.exit_code() is not None and _BIND_FAILED in role.run_log_tail().lower()
