@@ -103,7 +103,7 @@ class PSClient:
         self._report_restarts = report_restarts
         self.admin = PSAdmin(self._transport, lambda: self._placement)
         # when the records behind the next sparse pushes were received (Kafka time), for the
-        # shards' changed-keys logs: live freshness counts from receipt (#14); None: push time
+        # shards' changed-keys logs: live freshness counts from receipt; None: push time
         self.received_at: float | None = None
         self._slice_min = dense_slice_min_elements
         self._dense: dict[str, tuple[tuple[int, ...], list[DenseSlice]]] = {}

@@ -58,8 +58,7 @@ class ShardIdRows:
         if table is None:
             _check_name(msg.table)
             return ok(msg, np.zeros((keys.shape[0], words), np.uint64), np.zeros(keys.shape[0], np.uint8))
-        _check_kind(table, words)
-        rows, found = table.read(keys)  # type: ignore[attr-defined]
+        rows, found = _id_rows(table, words).read(keys)
         return ok(msg, rows, found.view(np.uint8))
 
     def rates(self, msg: Message, *, observe: bool = True) -> Message:
@@ -76,8 +75,7 @@ class ShardIdRows:
             _check_name(name)
             table = IdRowsTable(id_rows_config(name, words, ttl_passes=ttl_passes))
             self.tables.add_sparse(table)  # its share of the shard's byte budget too
-        _check_kind(table, words)
-        return table  # type: ignore[return-value]
+        return _id_rows(table, words)
 
 
 def _words(msg: Message) -> int:
@@ -92,10 +90,12 @@ def _check_name(name: str) -> None:
         raise InvalidInput(f"{name!r} is not an id-rows table name (they start with 'ids.')")
 
 
-def _check_kind(table: Any, words: int) -> None:
+def _id_rows(table: Any, words: int) -> IdRowsTable:
+    """``table`` as the id-rows table of ``words`` words a row that a request names; Conflict if it is not."""
     if not isinstance(table, IdRowsTable) or table.words != words:
         held = f"{table.words} words a row" if isinstance(table, IdRowsTable) else "embeddings"
         raise Conflict(f"table {table.name!r} holds {held}; a request for {words} words a row refused")
+    return table
 
 
 def adopt_saved(tables: ShardTables, plan: list[tuple[Path, dict[str, Any]]]) -> None:

@@ -274,9 +274,11 @@ class ShardSaveRuns:
 
     def _managed_dir(self, msg: Message) -> Path:
         root = msg.meta.get("path")
-        if root is None and self._checkpoint_root is None:
-            raise InvalidInput(f"shard {self._index} has no --checkpoint-dir; pass a directory")
-        return shard_dir(root if root is not None else self._checkpoint_root, self._index)  # type: ignore[arg-type]
+        if root is None:
+            if self._checkpoint_root is None:
+                raise InvalidInput(f"shard {self._index} has no --checkpoint-dir; pass a directory")
+            root = self._checkpoint_root
+        return shard_dir(root, self._index)
 
 
 def _placement(meta: Any, op: str) -> Placement:
