@@ -23,7 +23,7 @@ from core.kernel_cache import JIT, kernel
 from logrecords.batch import Batch
 from models.base import Model
 from models.features import build_features
-from models.two_tower import served_dim
+from models.two_tower import as_two_tower, served_dim
 from ps.client import PSClient
 from stores.store import Store
 from tables.id_rows_files import decode_saved_rows
@@ -105,9 +105,10 @@ class ItemCatalog:
         catalogue, every table's rows from the shards (the exporter's and the live path's)."""
         if not ids.size:
             return np.zeros((0, served_dim(model.config)), np.float32)
-        f = build_features(model.config, self.batch_of(ids, rows), model.item_slots)  # type: ignore[attr-defined]
+        tower = as_two_tower(model)
+        f = build_features(model.config, self.batch_of(ids, rows), tower.item_slots)
         pulled = {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
-        return np.ascontiguousarray(model.item_vectors(f, pulled), np.float32)  # type: ignore[attr-defined]
+        return np.ascontiguousarray(tower.item_vectors(f, pulled), np.float32)
 
     def read_saved_items(self, store: Store, shard_dirs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The catalogue rows the shard saves in ``shard_dirs`` (relative to ``store``) hold: ids

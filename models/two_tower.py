@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from core.errors import InvalidInput
 from logrecords.batch import Batch, Ragged
 from models.base import Model
 from models.embedding import EmbeddingBlock
@@ -327,3 +328,10 @@ class TwoTower(Model):
             wide_backward(dbias, ti.idx, ti.offs, grads[ITEM_BIAS_TABLE])
         if self.pool is not None and not repeat:
             self.pool.add(f.item_ids, f.item_hash, np.arange(f.n))
+
+
+def as_two_tower(model: Model) -> TwoTower:
+    """``model`` as the two-tower model that item slots and item vectors need; InvalidInput if it is another."""
+    if not isinstance(model, TwoTower):
+        raise InvalidInput(f"item vectors need a two_tower model, this one is {model.config.type.value}")
+    return model

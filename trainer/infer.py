@@ -14,6 +14,7 @@ from exports.item_catalog import ItemCatalog
 from models import build_model
 from models.features import build_features
 from models.model_config import ModelType
+from models.two_tower import as_two_tower
 from ps.cluster import ClusterSpec
 from ps.ps_config import PSConfig, load_ps_config
 from streaming.file_dataset import FileDataset
@@ -31,8 +32,8 @@ def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, p
     try:
         worker = Worker(model, PSStore(ps, model.params.values, dense_rule=None))  # starts from the PS's dense vector
         data = FileDataset(list(paths), config.records, batch_size=batch_size)
-        two_tower = model.config.type is ModelType.TWO_TOWER
-        catalog = ItemCatalog(tuple(s.name for s in model.item_slots)) if two_tower else None  # type: ignore[attr-defined]
+        tower = as_two_tower(model) if model.config.type is ModelType.TWO_TOWER else None
+        catalog = ItemCatalog(tuple(s.name for s in tower.item_slots)) if tower is not None else None
         metrics, scored, seen = Metrics(), [], []
         for batch in data:
             p = worker.score(batch)
@@ -44,11 +45,11 @@ def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, p
         if predictions is not None:
             np.savetxt(predictions, np.concatenate(scored) if scored else np.zeros(0), fmt="%.6f")
         items = 0
-        if catalog is not None and items_out is not None:
+        if tower is not None and catalog is not None and items_out is not None:
             ids, item_rows = _last_rows(seen, catalog.words)
-            f = build_features(model.config, catalog.batch_of(ids, item_rows), model.item_slots)  # type: ignore[attr-defined]
+            f = build_features(model.config, catalog.batch_of(ids, item_rows), tower.item_slots)
             rows = {t: ps.client.wait(ps.client.pull(t, ti.keys)) for t, ti in f.tables.items()}
-            vectors = np.ascontiguousarray(model.item_vectors(f, rows), np.float32)  # type: ignore[attr-defined]
+            vectors = np.ascontiguousarray(tower.item_vectors(f, rows), np.float32)
             write_bytes(items_out, encode_arrays({"ids": ids, "vectors": vectors}))
             items = int(ids.shape[0])
         return {**metrics.summary(), "rejected": dict(data.dead_letters.counts), "items": items}

@@ -14,6 +14,7 @@ from logrecords.batch import Batch
 from logrecords.schema_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from models import build_model
 from models.model_config import ModelConfig
+from models.two_tower import as_two_tower
 from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
 
@@ -51,7 +52,7 @@ def test_recommend_reads_the_users_history_live_and_from_the_bundle(tmp_path: Pa
     items = np.arange(1, 41, dtype=np.uint64) | ITEM
     rng = np.random.default_rng(0)
     with shard_processes(tmp_path, tables) as shards, shards.client() as c:
-        slots = tuple(s.name for s in build_model(model).item_slots)  # type: ignore[attr-defined]
+        slots = tuple(s.name for s in as_two_tower(build_model(model)).item_slots)
         ItemCatalog(slots, client=c).observe(_events(np.repeat(users[:1], 40), items, 0.0))
         join = HistoryJoin(SCHEMA, shards.client())
         join.join(_events(users[:2].repeat(4), rng.choice(items, 8), 100.0))  # users 1 and 2: 4 items each

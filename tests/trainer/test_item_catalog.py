@@ -13,6 +13,7 @@ from exports.item_catalog import ItemCatalog
 from logrecords.batch import Batch
 from models import build_model
 from models.model_config import ModelConfig
+from models.two_tower import as_two_tower
 from trainer.export import Exporter
 
 from ..ps.ps_harness import shard_processes
@@ -49,7 +50,7 @@ def test_catalogue_rows_round_trip_through_the_encoding() -> None:
 @pytest.mark.process
 def test_items_seen_only_by_a_non_chief_worker_are_exported_and_searchable(tmp_path: Path) -> None:
     model = ModelConfig.model_validate(SMALL_MODEL)
-    slots = tuple(s.name for s in build_model(model).item_slots)  # type: ignore[attr-defined]
+    slots = tuple(s.name for s in as_two_tower(build_model(model)).item_slots)
     tables = [t.model_dump(mode="json") for t in model.table_configs()]
     chief_items = np.arange(1, 21, dtype=np.uint64) | ITEM
     other_items = np.arange(1000, 1040, dtype=np.uint64) | ITEM
@@ -106,6 +107,6 @@ def test_the_catalogue_takes_the_item_tables_eviction_ttl() -> None:
             return ticket
 
     client = Capture()
-    catalog = ItemCatalog(("item",), client=client, ttl_passes=3)  # type: ignore[arg-type]
+    catalog = ItemCatalog(("item",), client=client, ttl_passes=3)
     catalog.observe(_batch(np.array([5, 9], np.uint64) | ITEM))
     assert client.metas == [{"table": "ids.items", "mode": "put", "ttl_passes": 3, "n": 2}]
