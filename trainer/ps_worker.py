@@ -12,13 +12,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
 from core.errors import ConfigError, InvalidInput
 from ps.client import PSClient
-from ps.cluster import ClusterSpec, Mode, cluster_from_env
+from ps.cluster import ClusterSpec, Mode
 from ps.protocol import Flag
 from ps.ps_config import PSConfig, load_ps_config
 from tables.table_config import OptimizerConfig
@@ -82,14 +80,6 @@ class PSWorker:
         if not spec.leased_rank:  # a leased rank is claimed later: the client's own id stands
             client.worker_id = str(spec.rank)  # sync barriers name a missing peer by its rank
         return cls(client, mode=spec.mode, num_workers=spec.num_workers, geo_steps=spec.geo_steps, geo_lr=geo_lr)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, geo_lr: float = 0.05) -> PSWorker:
-        """The worker described by ``STREAMREC_*`` / ``TF_CONFIG`` (see :mod:`ps.cluster`)."""
-        spec = cluster_from_env(env)
-        if spec.role != "worker":
-            raise ConfigError(f"this process has role {spec.role!r}, not worker")
-        return cls.from_spec(spec, geo_lr=geo_lr)
 
     def pull(self, table: str, keys: np.ndarray) -> np.ndarray:
         if self.mode != "geo":
