@@ -21,6 +21,7 @@ import yaml
 from core.errors import ConfigError, StreamrecError, Unavailable
 from logrecords.schema_config import SchemaConfig
 from models.model_config import ModelConfig
+from ps.cluster import Mode
 from ps.ps_config import PSConfig
 from tables.table_config import TableConfig
 from trainer.job_config import DenseUpdate
@@ -36,7 +37,7 @@ class FileJob:
     batch_size: int = 512
     servers: int = 1
     workers: int = 1
-    mode: str = "async"
+    mode: Mode = "async"
     predictions: str | None = None
     blas_threads: int = 1
     dense_update: DenseUpdate = DenseUpdate.LOCAL
@@ -77,7 +78,7 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
         launcher = Launcher(LaunchSpec(
             servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",
                                                                str(spec_path)),
-            ps_config=ps_yaml, log_dir=root / "logs", checkpoint_dir=root / "checkpoints", mode=job.mode,  # type: ignore[arg-type]
+            ps_config=ps_yaml, log_dir=root / "logs", checkpoint_dir=root / "checkpoints", mode=job.mode,
             env=thread_limits(job.blas_threads),
         ), out=log or sys.stderr)
         code = launcher.run()

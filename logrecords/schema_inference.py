@@ -41,7 +41,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from core.errors import InvalidInput
 from logrecords.file_formats import format_of, line_blocks
@@ -79,12 +79,15 @@ class FieldGuess:
     tower: str | None = None  # two_tower: user | item
 
 
+InferredFormat = Literal["json", "csv", "parquet"]  # the formats a schema is inferred from
+
+
 @dataclass
 class Inference:
     """The proposed schema, with one guess per column of the sample."""
 
     path: Path
-    format: str
+    format: InferredFormat
     records: int
     fields: list[FieldGuess]
     delimiter: str = ","
@@ -99,7 +102,7 @@ class Inference:
         slots = [SlotConfig(name=f.name, kind=SlotKind.DENSE) for f in self.fields if f.role == "dense"]
         slots += [SlotConfig(name=f.name, kind=SlotKind.SPARSE, hash=f.hash or HashKind.FNV1A, separator=f.separator)
                   for f in self.fields if f.role == "sparse"]
-        return SchemaConfig(format=self.format, label=label, slots=tuple(slots), event_time=etime,  # type: ignore[arg-type]
+        return SchemaConfig(format=self.format, label=label, slots=tuple(slots), event_time=etime,
                             user_id=self.user, item_id=self.item, delimiter=self.delimiter, columns=self.columns)
 
 
@@ -474,7 +477,7 @@ def infer_schema(path: str | Path, *, fmt: str | None = None, label: str | None 
             if s.types.get(c) == "decimal" and g.role == "dense":
                 g = FieldGuess(c, "dense", f"Parquet decimals, read as float64: {g.why}")
             fields.append(g)
-    inf = Inference(path=path, format=fmt, records=s.records, fields=fields,
+    inf = Inference(path=path, format=cast(InferredFormat, fmt), records=s.records, fields=fields,
                     delimiter=s.delimiter, columns=s.columns, user=user, item=item)
     inf.notes += s.notes()
     if not any(f.role == "sparse" for f in fields):

@@ -31,7 +31,7 @@ from typing import Annotated, Any
 import numpy as np
 from fastapi import Depends, Request
 
-from core.errors import StreamrecError
+from core.errors import CorruptData, StreamrecError
 from exports.bundle import BundleManifest, read_manifest
 from exports.history_table import HISTORY_TABLE, history_words, slot_ids
 from logrecords.batch import Batch
@@ -149,7 +149,9 @@ class UserHistory:
                 chain.append(man)
                 if man.kind == "base" or man.parent_version == self._version:
                     break
-                man = read_manifest(self.root, man.parent_version)  # type: ignore[arg-type]
+                if man.parent_version is None:
+                    raise CorruptData(f"bundle {man.version}: a delta without a parent version")
+                man = read_manifest(self.root, man.parent_version)
             tables = self._tables if chain[-1].kind == "delta" else [
                 IdRowsTable(id_rows_config(HISTORY_TABLE, words)) for _ in range(side.manifest.num_shards)]
             for m in reversed(chain):

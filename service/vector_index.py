@@ -96,7 +96,7 @@ class ItemIndex:
     vectors: np.ndarray  # float32[n, dim] by position: the first n rows of ``buffer``
     trained_on: int  # items the IVF quantizer was trained on (0: not IVF)
     changed: int  # items upserted since the last (re)build
-    buffer: np.ndarray = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    buffer: np.ndarray | None = field(repr=False, compare=False, default=None)
 
     @property
     def size(self) -> int:
