@@ -45,4 +45,4 @@ def test_wrong_type_and_bad_yaml(tmp_path: Path) -> None:
 def test_config_is_frozen() -> None:
     cfg = Outer(name="x")
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen assignment
-        cfg.name = "y"  # type: ignore[misc]
+        cfg.name = "y"

@@ -104,7 +104,7 @@ def _job_yaml(tmp: Path, kafka: dict[str, Any]) -> Path:
 def _trainer(tmp: Path, job: Path, ps_yaml: Path, endpoint: str, bootstrap: str):
     (port,) = free_ports(1)
     spec = ClusterSpec(role="worker", rank=0, shard_endpoints=(endpoint,), num_workers=1, mode="async",
-                       ps_config=str(ps_yaml))  # type: ignore[arg-type]
+                       ps_config=str(ps_yaml))
     log = tmp / "trainer.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "cli", "train", "--config", str(job), "--bootstrap",

@@ -41,7 +41,7 @@ def _raw_call(endpoint: str, payload: bytes) -> bytes:
     b'{"op": "__init__"}',
 ])
 def test_bad_requests_get_an_error_and_the_server_keeps_answering(payload: bytes) -> None:
-    server = ControlServer(_Job()).start()  # type: ignore[arg-type]
+    server = ControlServer(_Job()).start()
     try:
         reply = _raw_call(server.endpoint, payload)
         assert b'"ok": false' in reply
@@ -53,7 +53,7 @@ def test_bad_requests_get_an_error_and_the_server_keeps_answering(payload: bytes
 
 
 def test_deep_json_is_named_and_a_handler_bug_is_an_internal_error() -> None:
-    server = ControlServer(_Job()).start()  # type: ignore[arg-type]
+    server = ControlServer(_Job()).start()
     client = ControlClient(server.endpoint, timeout_s=10)
     try:
         assert b"nested too deeply" in _raw_call(server.endpoint, b"[" * 5000 + b"]" * 5000)
@@ -71,7 +71,7 @@ SECRET = b"job-control-test-secret-0123456789"
 
 
 def test_a_secret_holding_server_answers_only_signed_requests() -> None:
-    server = ControlServer(_Job(), secret=SECRET).start()  # type: ignore[arg-type]
+    server = ControlServer(_Job(), secret=SECRET).start()
     signed = ControlClient(server.endpoint, timeout_s=10, secret=SECRET)
     unsigned = ControlClient(server.endpoint, timeout_s=10)
     wrong = ControlClient(server.endpoint, timeout_s=10, secret=b"another-secret-of-enough-bytes")
@@ -92,7 +92,7 @@ def test_a_captured_signed_request_cannot_be_replayed() -> None:
     from jobcontrol.channel import CONTROL_IDENTITY
     from ps.auth import sign
 
-    server = ControlServer(_Job(), secret=SECRET).start()  # type: ignore[arg-type]
+    server = ControlServer(_Job(), secret=SECRET).start()
     try:
         payload = b'{"op": "status", "args": {}}'
         frames = [payload, sign(SECRET, [payload], identity=CONTROL_IDENTITY)]
@@ -113,6 +113,6 @@ def test_a_captured_signed_request_cannot_be_replayed() -> None:
 
 def test_job_control_off_loopback_needs_a_secret() -> None:
     with pytest.raises(ConfigError, match="without authentication"):
-        ControlServer(_Job(), "tcp://0.0.0.0:0")  # type: ignore[arg-type]
-    server = ControlServer(_Job(), "tcp://0.0.0.0:0", secret=SECRET)  # type: ignore[arg-type]
+        ControlServer(_Job(), "tcp://0.0.0.0:0")
+    server = ControlServer(_Job(), "tcp://0.0.0.0:0", secret=SECRET)
     server.stop()

@@ -65,7 +65,7 @@ def stub() -> StubJob:
 
 @pytest.fixture
 def service(tmp_path: Path, stub: StubJob) -> Iterator[str]:
-    job = ControlServer(stub).start()  # type: ignore[arg-type]
+    job = ControlServer(stub).start()
     (port,) = free_ports(1)
     settings = ServiceSettings(exports_dir=str(tmp_path / "exports"), port=port, job_control=job.endpoint,
                                admin_token=TOKEN)

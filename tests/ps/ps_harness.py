@@ -17,7 +17,7 @@ import yaml
 from core.errors import Unavailable
 from launcher.launch import free_ports
 from ps.client import PSClient
-from ps.cluster import ClusterSpec, cluster_env
+from ps.cluster import ClusterSpec, Mode, cluster_env
 from ps.ps_config import ClientConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,9 +73,9 @@ class Shards:
                         logs = {i: (self.logs / f"shard-{i}.log").read_text()[-2000:] for i in range(len(self.procs))}
                         raise AssertionError(f"shards not healthy (dead: {dead}); logs: {logs}") from None
 
-    def worker_env(self, rank: int, workers: int, mode: str = "async") -> dict[str, str]:
+    def worker_env(self, rank: int, workers: int, mode: Mode = "async") -> dict[str, str]:
         spec = ClusterSpec(role="worker", rank=rank, shard_endpoints=tuple(self.endpoints), num_workers=workers,
-                           mode=mode, ps_config=str(self.config),  # type: ignore[arg-type]
+                           mode=mode, ps_config=str(self.config),
                            secret_file=str(self.secret_file) if self.secret_file else None)
         return {**os.environ, **cluster_env(spec)}
 

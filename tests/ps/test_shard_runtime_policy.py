@@ -89,7 +89,7 @@ def test_an_oversized_sketch_is_refused_by_the_shards_and_the_admin_api(tmp_path
             assert [s["errors"] for s in c.admin.stats()] == [{"invalid_input": 1}] * 2, "each shard counted it"
         job = SimpleNamespace(model=SimpleNamespace(tables=[TableConfig.model_validate(EMB)]),
                               spec=ClusterSpec(role="worker", shard_endpoints=tuple(shards.endpoints)))
-        server = ControlServer(JobControl(job)).start()  # type: ignore[arg-type]
+        server = ControlServer(JobControl(job)).start()
         exports = tmp_path / "exports"
         exports.mkdir()
         try:

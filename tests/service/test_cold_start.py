@@ -50,7 +50,7 @@ def builder(tmp_path: Path) -> BundleBuilder:
     _count(b, items[59:], np.array([50.0], np.float32))
     vecs = np.random.default_rng(2).standard_normal((60, b.model.tower_dim)).astype(np.float32)
     b.export("base", items=(items, vecs), newest_record_time=time.time())
-    b.item_vectors = vecs  # type: ignore[attr-defined]
+    b.item_vectors = vecs
     return b
 
 

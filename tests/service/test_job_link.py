@@ -34,8 +34,8 @@ def test_the_link_reads_the_endpoint_from_the_file_before_each_call(tmp_path: Pa
     assert link.connected
     with pytest.raises(Unavailable, match="names no endpoint"):
         link.call("status")
-    first = ControlServer(Chief("first")).start()  # type: ignore[arg-type]
-    second = ControlServer(Chief("second")).start()  # type: ignore[arg-type]
+    first = ControlServer(Chief("first")).start()
+    second = ControlServer(Chief("second")).start()
     try:
         store.write_json("control.json", {"endpoint": first.endpoint, "rank": 0})
         assert link.call("status") == {"chief": "first"}

@@ -35,7 +35,7 @@ class FakeReadThrough:
 def test_a_missed_live_read_backs_off_to_the_bundle_then_reads_live_again(tmp_path: Path) -> None:
     now = [100.0]
     rt = FakeReadThrough()
-    history = UserHistory(tmp_path, rt, clock=lambda: now[0])  # type: ignore[arg-type]
+    history = UserHistory(tmp_path, rt, clock=lambda: now[0])
     user = np.array([7], np.uint64)
     side = Side()  # no bundle: its history reads as empty
 
@@ -55,6 +55,6 @@ def test_a_missed_live_read_backs_off_to_the_bundle_then_reads_live_again(tmp_pa
 def test_a_paused_read_through_is_not_asked(tmp_path: Path) -> None:
     rt = FakeReadThrough()
     rt.paused, rt.down = True, False
-    history = UserHistory(tmp_path, rt)  # type: ignore[arg-type]
+    history = UserHistory(tmp_path, rt)
     assert not history.rows(Side(), np.array([7], np.uint64), WORDS).any()
     assert rt.calls == 0 and history.live_misses == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -158,14 +159,14 @@ def test_restored_table_continues_every_cursor_chain(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["base", "delta"])
-def test_begin_save_holds_the_table_as_of_its_call(tmp_path: Path, mode: str) -> None:
+def test_begin_save_holds_the_table_as_of_its_call(tmp_path: Path, mode: Literal["base", "delta"]) -> None:
     rng = np.random.default_rng(5)
     t = SparseTable(config(initial_capacity=16))
     push(t, POOL[:200], rng)
     t.save(tmp_path / "base0")
     push(t, POOL[100:250], rng)
     expected = view(t)
-    point = t.begin_save(tmp_path / "snap", mode=mode)  # type: ignore[arg-type]
+    point = t.begin_save(tmp_path / "snap", mode=mode)
     push(t, POOL, rng)  # after the consistent point: in the table, not in the save
     assert not (tmp_path / "snap").exists()  # nothing is written before write()
     man = point.write()

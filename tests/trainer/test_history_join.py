@@ -70,7 +70,7 @@ def test_each_record_sees_only_its_users_earlier_positives(seed: int) -> None:
     perm = np.arange(n)
     for a in range(0, n, 50):  # batches in stream order, shuffled inside (a batch is not sorted by time)
         rng.shuffle(perm[a : a + 50])
-    join = HistoryJoin(_schema(), TableClient())  # type: ignore[arg-type]
+    join = HistoryJoin(_schema(), TableClient())
     got: dict[int, list[int]] = {}
     appended: list[int] = []  # records in the order the join appends them (by time within a batch)
     for a in range(0, n, 50):
@@ -87,7 +87,7 @@ def test_each_record_sees_only_its_users_earlier_positives(seed: int) -> None:
 
 def test_own_embeddings_rekey_the_history_ids() -> None:
     schema = _schema(embeddings="own")
-    join = HistoryJoin(schema, TableClient())  # type: ignore[arg-type]
+    join = HistoryJoin(schema, TableClient())
     batch = Batch(labels=np.ones(2, np.float32), dense=np.zeros((2, 0), np.float32), slots={},
                   event_time=np.array([1.0, 2.0]), user_id=np.array([7, 7], np.uint64),
                   item_id=np.array([(1 << 56) | 5, (1 << 56) | 6], np.uint64))
@@ -98,16 +98,17 @@ def test_own_embeddings_rekey_the_history_ids() -> None:
 
 def test_a_replayed_batch_sees_no_label_of_its_own_and_leaves_the_history_as_it_was() -> None:
     client = TableClient()
-    join = HistoryJoin(_schema(), client)  # type: ignore[arg-type]
+    join = HistoryJoin(_schema(), client)
     users = np.array([7, 7, 7], np.uint64)
     batch = Batch(labels=np.ones(3, np.float32), dense=np.zeros((3, 0), np.float32), slots={},
                   event_time=np.array([1.0, 2.0, 3.0]), user_id=users, item_id=np.array([11, 12, 13], np.uint64))
     first = join.join(batch).slots["history"]
-    stored = client.table.read(users[:1])[0].copy()  # type: ignore[union-attr]
+    assert client.table is not None
+    stored = client.table.read(users[:1])[0].copy()
     again = join.join(batch).slots["history"]  # trained again after a rollback: the PS already holds it
     for (v1, o1), (v2, o2) in ((first, again),):
         assert o1.tolist() == o2.tolist() == [0, 0, 1, 3] and v1.tolist() == v2.tolist() == [11, 12, 11]
-    np.testing.assert_array_equal(client.table.read(users[:1])[0], stored)  # type: ignore[union-attr]
+    np.testing.assert_array_equal(client.table.read(users[:1])[0], stored)
 
 
 def test_history_freshness_runs_from_the_batch_receipt_to_its_write() -> None:
@@ -115,7 +116,7 @@ def test_history_freshness_runs_from_the_batch_receipt_to_its_write() -> None:
     with positives -> its positives written; batches without positives or a receipt time add nothing."""
     import time
 
-    join = HistoryJoin(_schema(), TableClient())  # type: ignore[arg-type]
+    join = HistoryJoin(_schema(), TableClient())
     assert join.freshness(0.5) is None
 
     def batch(labels: list[float], received_at: float | None) -> Batch:

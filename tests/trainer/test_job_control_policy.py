@@ -25,7 +25,7 @@ def test_policy_get_dry_run_apply_and_refuse(tmp_path: Path) -> None:
     table = model.tables[0]
     with shard_processes(tmp_path, [table.model_dump(mode="json")], n=2) as shards:
         job = SimpleNamespace(model=model, spec=ClusterSpec(role="worker", shard_endpoints=tuple(shards.endpoints)))
-        control = JobControl(job)  # type: ignore[arg-type]
+        control = JobControl(job)
         with shards.client() as ps:
             keys = np.arange(1, 1001, dtype=np.uint64)
             ps.wait(ps.push(table.name, keys, np.zeros((1000, table.width), np.float32)))

@@ -164,7 +164,8 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
               "p = ProcessPrefetcher(partial(counting, 1000))\nnext(p)\nprint(p.pid, flush=True)\ntime.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
-        child = int(parent.stdout.readline())  # type: ignore[union-attr]
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
         assert alive(child)
     finally:
         parent.kill()
