@@ -73,6 +73,10 @@ def _is_list(annotation: Any) -> bool:
     return typing.get_origin(annotation) in (list, tuple) or any(_is_list(a) for a in _optional_args(annotation))
 
 
+def _is_mapping(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is dict
+
+
 def _optional_args(annotation: Any) -> tuple[Any, ...]:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return tuple(a for a in typing.get_args(annotation) if a is not type(None))
@@ -173,7 +177,8 @@ def sections(root: type[BaseModel] = StreamrecConfig) -> list[Section]:
             if not text:
                 missing.append(key)
             if sub is not None:
-                target = f"{key}[]" if _is_list(field.annotation) else key
+                target = f"{key}[]" if _is_list(field.annotation) else f"{key}.<name>" if _is_mapping(
+                    field.annotation) else key
                 if sub not in first_path:  # claimed before recursing: a shared model is told where it is used first
                     first_path[sub] = target
                     nested.append((sub, target, text))

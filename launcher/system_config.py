@@ -4,7 +4,7 @@
 
     kafka:   logrecords.schema_config.KafkaConfig   (no bootstrap_servers: `up` starts the embedded broker)
     schema:  logrecords.schema_config.SchemaConfig  (default: the generator's JSON layout)
-    ps:      client timeouts of the parameter-server client
+    ps:      the parameter-server client, each shard's byte budget and every table's policies
     train:   trainer.job_config.JobConfig less kafka/records (model, passes, checkpoint and export roots)
     service: service.settings.ServiceSettings, less what comes from elsewhere (exports, host, port)
     up:      shards, workers, generator, API address, what Ctrl-C does
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field, ValidationInfo, create_model, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
 from core.yaml_config import FrozenModel, load_yaml
 from launcher.restart_policy import RestartPolicy
@@ -28,11 +28,12 @@ from logrecords.sample_encoding import generated_json_schema
 from logrecords.schema_config import SchemaConfig
 from models.model_config import ModelConfig
 from models.schema_fit import check_fit, fill_dense_width
-from ps.ps_config import ClientConfig
+from ps.ps_config import ClientConfig, ShardLimits
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
 from service.settings import ServiceSettings
 from stores.store import local_path_of
 from streaming.kafka_config import KafkaConfig
+from tables.table_config import TableConfig, TablePolicy
 from trainer.job_config import JobConfig, PassConfig
 
 DEFAULT_API_PORT = 8000
@@ -68,12 +69,34 @@ TrainSection = create_model(
 )
 
 
+DEFAULT_POLICY = "default"  # the ps.tables entry every table starts from
+
+
 class PSSection(FrozenModel):
+    """The parameter server: its client, each shard's byte budget and the tables' policies.
+
+    ``tables`` maps ``default``, a table name (``emb8``, ``emb8.user_id``, ``bias.items``) or a model
+    slot name to a :class:`tables.table_config.TablePolicy`; a slot named there gets a table of its
+    own (``emb{dim}.{slot}``, as a slot with an optimizer of its own), so its policy is its alone."""
+
     client: ClientConfig = Field(ClientConfig(),
                                  description="How trainers and the service wait for shards and split their requests.")
     dense_slice_min_elements: int = Field(DEFAULT_SLICE_MIN_ELEMENTS, ge=1,
                                           description="A dense array of at least this many elements is split in "
                                                       "slices over the shards.")
+    shard: ShardLimits = Field(ShardLimits(), description="What one shard's tables may hold in all.")
+    tables: dict[str, TablePolicy] = Field(
+        {}, description="Admission, eviction, NaN handling, show/click decay and optimizers per table: keyed by "
+                        "`default` (every table), a table name or a model slot name (which then gets a table of its "
+                        "own); a key left out comes from `default`, then the model.")
+
+    def policy_of(self, *names: str) -> TablePolicy:
+        """The policy of a table known by ``names`` (most specific first), ``default`` under it."""
+        policy = self.tables.get(DEFAULT_POLICY, TablePolicy())
+        for name in reversed(names):
+            if name in self.tables:
+                policy = self.tables[name].over(policy)
+        return policy
 
 
 class ServiceSection(ServiceSettings):
@@ -136,10 +159,11 @@ class StreamrecConfig(FrozenModel):
                                            "the embedded broker.")
     schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema",
                                   description="The record layout; default: the generator's JSON layout.")
-    ps: PSSection = Field(PSSection(), description="The parameter-server client.")
     # validated after schema (and its default too): train.model must fit it (models.schema_fit)
     train: TrainSection = Field(default_factory=TrainSection, validate_default=True,  # type: ignore[valid-type]
                                 description="The training job: model, passes, checkpoint and export roots.")
+    ps: PSSection = Field(PSSection(),
+                          description="The parameter-server client, each shard's byte budget and the tables' policies.")
     service: ServiceSection = Field(ServiceSection(),
                                     description="The serving API: index, limits, live path, admin token.")
     up: UpSection = Field(UpSection(), description="How `streamrec up` runs every role on this machine.")
@@ -166,6 +190,35 @@ class StreamrecConfig(FrozenModel):
         if schema is not None:
             check_fit(train.model, schema, model_key="train.model", schema_key="schema")
         return train
+
+    @model_validator(mode="after")
+    def _slot_policies(self) -> StreamrecConfig:
+        """Each slot named in ``ps.tables`` gets a table of its own (its optimizer: the policy's, else
+        the model's), and every other name there must be a table of the model."""
+        ps, model = self.ps, self.train.model
+        if not ps.tables:
+            return self
+        slots = []
+        for s in model.slots:
+            if s.name in ps.tables:
+                own = ps.policy_of(s.name).optimizer or s.optimizer or model.sparse_optimizer
+                s = s.model_copy(update={"optimizer": own})
+            slots.append(s)
+        model = model.model_copy(update={"slots": tuple(slots)})
+        known = {t.name for t in model.table_configs()} | {s.name for s in slots} | {DEFAULT_POLICY}
+        unknown = sorted(set(ps.tables) - known)
+        if unknown:
+            raise ValueError(f"ps.tables.{unknown[0]}: no such table or slot of train.model (tables: "
+                             f"{sorted(t.name for t in model.table_configs())}; slots: {[s.name for s in slots]}; "
+                             f"or `{DEFAULT_POLICY}`)")
+        return self.model_copy(update={"train": self.train.model_copy(update={"model": model})})
+
+    def ps_tables(self) -> tuple[TableConfig, ...]:
+        """The sparse tables every shard serves: the model's, with ``ps.tables``' policies."""
+        model = self.train.model
+        slot_of = {model.table_name(s): s.name for s in model.slots if s.optimizer is not None}
+        return tuple(self.ps.policy_of(*((slot_of[t.name],) if t.name in slot_of else ()), t.name).apply(t)
+                     for t in model.table_configs())
 
 
 def load_config(path: str | Path | None) -> StreamrecConfig:
@@ -194,8 +247,8 @@ def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any]
     train["records"] = config.schema_.model_dump(mode="json")
     train["checkpoint_dir"] = resolve_root(config.train.checkpoint_dir, base)
     train["export_dir"] = resolve_root(config.train.export_dir, base)
-    ps = {"tables": [t.model_dump(mode="json") for t in config.train.model.table_configs()],
-          **config.ps.model_dump(mode="json")}
+    ps = {"tables": [t.model_dump(mode="json") for t in config.ps_tables()],
+          **config.ps.model_dump(mode="json", exclude={"tables"})}
     service = config.service.model_dump(mode="json", exclude={"admin_token"})
     service["exports_dir"] = resolve_root(config.service.exports_dir or config.train.export_dir, base)
     service.update(overrides or {})

@@ -66,7 +66,9 @@ class ShardLimits(FrozenModel):
     ``max_sketch_share``: the most of the machine's memory one table's admission sketches may
     take on a shard (:func:`tables.admission.check_sketch_memory`)."""
 
-    max_bytes: int | None = Field(None, ge=1)
+    max_bytes: int | None = Field(None, ge=1,
+                                  description="Bytes one shard's sparse tables may hold in all, split over the tables "
+                                              "in proportion to their bytes per row; left out, no bound.")
     max_sketch_share: float = Field(
         DEFAULT_SKETCH_SHARE, gt=0.0, le=1.0,
         description="Most of this machine's memory (physical, or the container's limit) one table's admission "

@@ -71,16 +71,16 @@ class CountAdmission(FrozenModel):
     show, 1 when no shows are given). Pending counts live in a count-min sketch of fixed size."""
 
     policy: Literal["count"] = "count"
-    min_count: float = Field(3.0, gt=0.0)
-    sketch_width: int = Field(1 << 20, ge=64, le=1 << 30)
-    sketch_depth: int = Field(4, ge=1, le=16)
+    min_count: float = Field(3.0, gt=0.0, description="Pushes (or shows) an id needs before it gets a row.")
+    sketch_width: int = Field(1 << 20, ge=64, le=1 << 30, description="Counters per row of the pending-count sketch.")
+    sketch_depth: int = Field(4, ge=1, le=16, description="Rows (hash functions) of the pending-count sketch.")
 
 
 class ProbabilityAdmission(FrozenModel):
     """Each push of an unknown id admits it with probability ``probability``."""
 
     policy: Literal["probability"] = "probability"
-    probability: float = Field(0.1, gt=0.0, le=1.0)
+    probability: float = Field(0.1, gt=0.0, le=1.0, description="Chance that one push of an unknown id admits it.")
 
 
 class ScoreAdmission(FrozenModel):
@@ -89,11 +89,11 @@ class ScoreAdmission(FrozenModel):
     with pending shows and clicks in count-min sketches."""
 
     policy: Literal["score"] = "score"
-    threshold: float = Field(1.0, gt=0.0)
-    nonclick_coeff: float = Field(0.1, ge=0.0)
-    click_coeff: float = Field(1.0, ge=0.0)
-    sketch_width: int = Field(1 << 20, ge=64, le=1 << 30)
-    sketch_depth: int = Field(4, ge=1, le=16)
+    threshold: float = Field(1.0, gt=0.0, description="The score an id needs before it gets a row.")
+    nonclick_coeff: float = Field(0.1, ge=0.0, description="Score of a show without a click.")
+    click_coeff: float = Field(1.0, ge=0.0, description="Score of a click.")
+    sketch_width: int = Field(1 << 20, ge=64, le=1 << 30, description="Counters per row of the pending sketches.")
+    sketch_depth: int = Field(4, ge=1, le=16, description="Rows (hash functions) of the pending sketches.")
 
 
 AdmissionConfig = Annotated[
@@ -118,14 +118,24 @@ class EvictionConfig(FrozenModel):
     tombstones like shrink's) and refuses only what still does not fit.
     """
 
-    ttl_passes: int | None = Field(None, ge=0)
-    delete_threshold: float | None = Field(None, ge=0.0)
-    max_rows: int | None = Field(None, ge=0)
-    max_bytes: int | None = Field(None, ge=1)
-    over_budget: Literal["refuse", "evict"] = "evict"
-    budget_order: Literal["score", "lru"] = "score"
-    nonclick_coeff: float = Field(0.1, ge=0.0)
-    click_coeff: float = Field(1.0, ge=0.0)
+    ttl_passes: int | None = Field(None, ge=0,
+                                   description="A row unseen (no push) for more than this many passes goes at the "
+                                               "next shrink (every `train.passes.base_every` passes); left out, none.")
+    delete_threshold: float | None = Field(None, ge=0.0,
+                                           description="A row whose decayed show/click score is below this goes at "
+                                                       "the next shrink; left out, none.")
+    max_rows: int | None = Field(None, ge=0,
+                                 description="At each shrink the coldest rows (`budget_order`) go until the table "
+                                             "holds at most this many; left out, no bound.")
+    max_bytes: int | None = Field(None, ge=1,
+                                  description="Bytes the table may hold on each shard (rows, index, optimizer state, "
+                                              "sketches), enforced on every push; left out, the shard's share.")
+    over_budget: Literal["refuse", "evict"] = Field(
+        "evict", description="A full table: `evict` the coldest rows for new ids, or `refuse` new ids.")
+    budget_order: Literal["score", "lru"] = Field(
+        "score", description="Which rows are coldest: lowest show/click `score`, or least recently seen (`lru`).")
+    nonclick_coeff: float = Field(0.1, ge=0.0, description="The eviction score of a show without a click.")
+    click_coeff: float = Field(1.0, ge=0.0, description="The eviction score of a click.")
 
 
 class TableConfig(FrozenModel):
@@ -156,3 +166,36 @@ class DenseTableConfig(FrozenModel):
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-/]+$")
     optimizer: OptimizerConfig = DEFAULT_DENSE_OPTIMIZER
+
+
+class TablePolicy(FrozenModel):
+    """A table's feature lifecycle and update rule as the root YAML's ``ps.tables`` sets them. A key
+    left out keeps what ``ps.tables.default`` sets, else what the model gives the table; a section
+    a table sets (``eviction``, an optimizer) replaces ``default``'s whole, so what reads is what runs."""
+
+    admission: AdmissionConfig | None = Field(
+        None, description="Which new ids get a row: `{policy: always}`, `{policy: count, min_count}`, "
+                          "`{policy: probability, probability}` or `{policy: score, threshold}`; left out, `always`.")
+    eviction: EvictionConfig | None = Field(
+        None, description="Which rows go: `ttl_passes`, `delete_threshold` (score) and `max_rows` at each shrink, "
+                          "`max_bytes` on every push; left out, none.")
+    nonfinite: Literal["reject", "skip"] | None = Field(
+        None, description="A push with NaN/Inf gradients: `reject` refuses it whole, `skip` drops those rows; "
+                          "left out, `reject`.")
+    show_click_decay: float | None = Field(
+        None, gt=0.0, le=1.0, description="Factor applied to each row's show and click counts at every pass end; "
+                                          "left out, 0.98.")
+    optimizer: OptimizerConfig | None = Field(
+        None, description="The rows' update rule; left out, the model's (`sparse_optimizer`, or the slot's own).")
+    wide_optimizer: OptimizerConfig | None = Field(
+        None, description="The wide weights' update rule; left out, the model's `wide_optimizer`.")
+
+    def over(self, base: TablePolicy) -> TablePolicy:
+        """This policy, with what it leaves out taken from ``base``."""
+        return TablePolicy.model_validate({k: getattr(self, k) if getattr(self, k) is not None else getattr(base, k)
+                                           for k in TablePolicy.model_fields})
+
+    def apply(self, table: TableConfig) -> TableConfig:
+        """``table`` with what this policy sets."""
+        update = {k: getattr(self, k) for k in TablePolicy.model_fields if getattr(self, k) is not None}
+        return table.model_copy(update=update)
