@@ -26,8 +26,9 @@ from tables.table_files import policy_of
 log = logging.getLogger(__name__)
 
 POLICY_FILE = "runtime-policy.json"  # in the shard's managed checkpoint dir
-LASTS = ("until this table's admission or eviction in the PS YAML changes: saves, restores, rollbacks and "
-         "shard restarts keep it; a redeploy whose YAML changed them puts the YAML's in force")
+LASTS = ("until this table's admission or eviction in the YAML (the root YAML's `ps.tables`, rendered into the "
+         "shards' ps.yaml) changes: saves, restores, rollbacks and shard restarts keep it; a redeploy whose YAML "
+         "changed them puts the YAML's in force")
 
 
 def policy_reply(table: SparseTable, meta: dict[str, Any], runtime: RuntimePolicies | None = None) -> dict[str, Any]:
@@ -47,8 +48,16 @@ def policy_reply(table: SparseTable, meta: dict[str, Any], runtime: RuntimePolic
         cfg = table.config
         would = table.shrink(dry_run=True)
     return {"table": table.name, "admission": cfg.admission.model_dump(), "eviction": cfg.eviction.model_dump(),
+            "nonfinite": cfg.nonfinite, "show_click_decay": cfg.show_click_decay,
+            "source": policy_source(table.configured, cfg),
             "would_evict": int(would), "rows": table.size(), "applied": bool(applied),
             **({"lasts": LASTS} if applied else {})}
+
+
+def policy_source(configured: TableConfig, config: TableConfig) -> dict[str, str]:
+    """Where each policy section in force came from: the YAML the shard started with, or a runtime change."""
+    return {k: "yaml" if getattr(config, k) == getattr(configured, k) else "runtime"
+            for k in ("admission", "eviction", "nonfinite", "show_click_decay")}
 
 
 def _policy_config(table: SparseTable, admission: Any, eviction: Any) -> TableConfig:

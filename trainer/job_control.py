@@ -129,5 +129,6 @@ class JobControl:
     def _merge(parts: list[dict[str, Any]], *, applied: bool, dry_run: bool) -> dict[str, Any]:
         first = parts[0]
         return {"table": first["table"], "admission": first["admission"], "eviction": first["eviction"],
+                **{k: first[k] for k in ("nonfinite", "show_click_decay", "source") if k in first},
                 "would_evict": sum(int(p["would_evict"]) for p in parts),
                 "rows": sum(int(p["rows"]) for p in parts), "applied": applied, "dry_run": dry_run}

@@ -97,7 +97,9 @@ async def reload(watcher: WatcherDep) -> dict[str, Any]:
     return await run_in_threadpool(watcher.poll_once)
 
 
-@router.get("/tables/{name}/policy", summary="A table's admission and eviction settings")
+@router.get("/tables/{name}/policy",
+            summary="A table's admission, eviction, NaN and decay settings in force, each with its source: the YAML's "
+                    "`ps.tables` or a runtime change")
 async def get_policy(name: TableName, job: JobDep) -> Any:
     return await run_in_threadpool(job.call, "get_policy", table=name)
 
