@@ -178,7 +178,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     if spec.rank == 0:
         worker.dense.refresh(store)  # every worker's last change is in
         worker.dense.serve_average()  # model.dense_average: the test set is scored with the averaged weights
-        _evaluate(spec, job, worker, results)
+        _evaluate(spec, job, worker, ps, results)
     ps.close()
     return result
 
@@ -188,7 +188,7 @@ def _shard_pids(ps: PSWorker) -> list[int]:
     return [int(h["pid"]) for h in ps.client.admin.health()]
 
 
-def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: Path) -> None:
+def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWorker, results: Path) -> None:
     from logrecords.generator import roc_auc
 
     ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
@@ -201,7 +201,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, results: P
     if job.get("predictions"):
         np.savetxt(job["predictions"], p, fmt="%.6f")
     pc = np.clip(p, 1e-7, 1 - 1e-7)
-    shard_pids = _shard_pids(worker.store.worker)  # type: ignore[attr-defined]
+    shard_pids = _shard_pids(ps)
     shard_rss = [process_peak_rss_mb(pid) for pid in shard_pids]
     shard_cpu = [process_cpu_seconds(pid) for pid in shard_pids]
     rss = sum(r["peak_rss_mb"] for r in ranks[1:]) + peak_rss_mb() + ranks[0]["prefetch_rss_mb"] + sum(shard_rss)

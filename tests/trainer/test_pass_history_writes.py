@@ -64,7 +64,7 @@ def _warnings(name: str) -> Iterator[list[logging.LogRecord]]:
     """What logger ``name`` emits meanwhile (enabled even if an earlier test's logging setup disabled it)."""
     logger, records = logging.getLogger(name), []
     handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = records.append
     was = logger.disabled
     logger.disabled = False
     logger.addHandler(handler)
