@@ -144,11 +144,13 @@ class Launcher:
         s = self.spec
         secret = read_secret(s.secret_file) if s.secret_file else None
         deadline = time.monotonic() + s.startup_timeout_s
-        with PSClient(self._endpoints, config=ClientConfig(timeout_s=0.5, retries=0), secret=secret) as client:
-            while True:
-                dead = [r.name for r in self.servers if r.poll() is not None]
-                if dead:
-                    raise Unavailable(f"{', '.join(dead)} exited during startup; see {s.log_dir}")
+        while True:
+            dead = [r.name for r in self.servers if r.poll() is not None]
+            if dead:
+                raise Unavailable(f"{', '.join(dead)} exited during startup; see {s.log_dir}")
+            # a client per attempt: closing it drops what it queued for a shard not listening yet, which
+            # would reach that shard once it binds, signed before it started, and be refused there
+            with PSClient(self._endpoints, config=ClientConfig(timeout_s=0.5, retries=0), secret=secret) as client:
                 try:
                     client.admin.health()
                     return
