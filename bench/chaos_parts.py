@@ -1,20 +1,29 @@
 """Building blocks of ``bench/chaos.py``: the run's processes, a watcher that verifies every
-committed pass and counts records per pass, and a client that probes the service.
+committed pass and counts records per pass, a client that probes the service, and the tools of
+the faults that are not signals: the order of the faults, a ballast file that fills a disk, idle
+TCP connections held against a port, a line over the broker's limit and a burst of records
+stamped years ahead.
 
-Nothing here kills anything; :mod:`bench.chaos` decides what to kill and when.
+Nothing here kills anything; :mod:`bench.chaos` decides what to inject and when.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
+import random
+import selectors
+import socket
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from core.errors import StreamrecError
 from launcher.up import RUN_TAG_ENV
@@ -153,7 +162,26 @@ class Probe:
     status: int  # HTTP status; 0: no answer (connection refused, timeout)
 
 
-class ServiceProbe:
+class Looping:
+    """A daemon thread running ``_run`` until :meth:`stop` sets ``_stop``."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class ServiceProbe(Looping):
     """A thread that sends ``/v1/embeddings:lookup`` (of ``values`` of ``slot``) and ``/readyz``
     to ``api`` every ``interval_s`` and keeps every answer's status."""
 
@@ -162,16 +190,7 @@ class ServiceProbe:
         self.body = json.dumps({"slot": slot, "values": values}).encode()
         self.interval_s = interval_s
         self.probes: list[Probe] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="service-probe", daemon=True)
-
-    def start(self) -> ServiceProbe:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        super().__init__("service-probe")
 
     def _ask(self, path: str, body: bytes | None) -> None:
         t = time.time()
@@ -228,3 +247,165 @@ def auc_comparison(chaos_auc: float | None, calm_aucs: list[float | None]) -> di
     return {"no_kills_aucs": calm_aucs, "no_kills_mean": None if mean is None else round(mean, 4),
             "no_kills_spread": round(max(known) - min(known), 4) if len(known) > 1 else None,
             "difference": None if chaos_auc is None or mean is None else round(chaos_auc - mean, 4)}
+
+
+# ----------------------------------------------------------------------------- faults
+
+# Faults that restart `up` itself: the embedded broker's log is lost with it, and the replay resumes
+# on a new one by taking the pass's offsets as counts of the file's lines.
+RESTARTS_UP = ("broker", "up")
+# Records put on the topic from outside the replay file: before a restart of `up` they would be
+# taken as lines of the file that the resumed replay then leaves out.
+FOREIGN_RECORDS = ("future_timestamps",)
+
+
+def fault_plan(faults: list[str], rng: random.Random) -> list[str]:
+    """Each of ``faults`` once in a seeded order, with those of :data:`FOREIGN_RECORDS` after every
+    one of :data:`RESTARTS_UP` (see there)."""
+    order = list(faults)
+    rng.shuffle(order)
+    restarts = [i for i, f in enumerate(order) if f in RESTARTS_UP]
+    if restarts:
+        late = [f for f in order[: restarts[-1]] if f in FOREIGN_RECORDS]
+        order = [f for f in order if f not in late]
+        last = max(i for i, f in enumerate(order) if f in RESTARTS_UP)
+        order[last + 1 : last + 1] = late
+    return order
+
+
+def mount_tmpfs(path: Path, size_mb: int) -> str | None:
+    """Mount a tmpfs of ``size_mb`` MiB on ``path`` (made if missing); None when mounted, else why not."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(path)],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"mount exited {done.returncode}")
+
+
+def unmount(path: Path) -> None:
+    """Unmount ``path``, lazily when something still holds it open."""
+    if subprocess.run(["umount", str(path)], capture_output=True, timeout=30).returncode != 0:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+class Ballast:
+    """A file that takes every free byte of the file system under ``directory`` until :meth:`free`."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / ".chaos-ballast"
+        self.bytes = 0
+
+    def fill(self) -> int:
+        """Write until the file system says ENOSPC (or EDQUOT); returns the bytes written."""
+        block = b"\0" * self.CHUNK
+        with open(self.path, "wb", buffering=0) as f:
+            size = self.CHUNK
+            while size:
+                try:
+                    self.bytes += f.write(block[:size])
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    size //= 2  # the last few blocks: take what is left, byte by byte at the end
+        return self.bytes
+
+    def free(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+class IdleConnections(Looping):
+    """``n`` TCP connections to ``host:port`` that never send a byte, held by a thread until
+    :meth:`stop`; one the server closes is opened again, as an attacker would."""
+
+    def __init__(self, host: str, port: int, n: int) -> None:
+        self.host, self.port, self.n = host, port, n
+        self.opened = 0
+        self.closed_by_server = 0
+        self.connect_failures = 0
+        self.most_held = 0
+        self._socks: dict[int, socket.socket] = {}
+        self._sel = selectors.DefaultSelector()
+        super().__init__("idle-connections")
+
+    @property
+    def held(self) -> int:
+        return len(self._socks)
+
+    def stop(self) -> None:
+        super().stop()
+        for sock in list(self._socks.values()):
+            self._drop(sock)
+        self._sel.close()
+
+    def _open(self) -> None:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=5)
+        except OSError:
+            self.connect_failures += 1
+            return
+        sock.setblocking(False)
+        self._socks[sock.fileno()] = sock
+        self._sel.register(sock, selectors.EVENT_READ)
+        self.opened += 1
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._socks.pop(sock.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(sock)
+        sock.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            while self.held < self.n and not self._stop.is_set():
+                before = self.connect_failures
+                self._open()
+                if self.connect_failures > before:
+                    self._stop.wait(0.1)  # a refused connect: the server may be restarting
+                    break
+            self.most_held = max(self.most_held, self.held)
+            for key, _ in self._sel.select(timeout=0.2) if self._socks else ():
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(4096)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:  # closed by the server (or an answer, e.g. a timeout's 408, then closed)
+                    self.closed_by_server += 1
+                    self._drop(sock)
+            if not self._socks:
+                self._stop.wait(0.2)
+
+
+def oversized_line(limit: int) -> bytes:
+    """A JSON-lines record (newline included) of ``limit`` + 64 KiB bytes: a valid JSON object the
+    broker cannot take in one request."""
+    pad = limit + (64 << 10)
+    return json.dumps({"label": 0, "user_id": "0", "pad": "x" * pad}).encode() + b"\n"
+
+
+def far_future_burst(bootstrap: list[str], topic: str, lines: list[bytes], *, years: float) -> int:
+    """Produce ``lines`` to ``topic`` with a Kafka timestamp ``years`` ahead of now; the count sent."""
+    from kafka import KafkaProducer
+
+    stamp = int((time.time() + years * 365.25 * 86400) * 1000)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=10)
+    try:
+        for line in lines:
+            producer.send(topic, value=line.rstrip(b"\n"), timestamp_ms=stamp)
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=10)
+    return len(lines)
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
