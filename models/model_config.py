@@ -152,8 +152,9 @@ class DenseAverageConfig(FrozenModel):
     decay: float = Field(gt=0.0, lt=1.0,
                          description="Per-step decay of the moving average: about 1 / (1 - decay) steps are averaged.")
     follow_merges: bool = Field(False,
-                                description="`dense_update: local` with several workers: at each merge the average "
-                                            "moves with the weights, by the other workers' merged change.")
+                                description="`dense_update: local` with K workers: the average follows the merged "
+                                            "model: each merge moves it by the other workers' change, and its decay "
+                                            "per step is `decay`^K.")
 
 
 class ScheduleKind(StrEnum):

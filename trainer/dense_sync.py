@@ -96,6 +96,8 @@ class LocalDense(_Served):
     def start(self, store: ParamStore) -> None:
         """Begin from the store's current value."""
         self.share = merge_share(self.merge, store.num_workers)
+        if self.average is not None:
+            self.average.span_workers(store.num_workers)
         fresh = store.pull_dense()
         self.values[...] = fresh
         self.base[...] = fresh

@@ -81,3 +81,18 @@ def test_config_takes_the_rule_and_the_flag() -> None:
     assert model.dense_merge is DenseMerge.SQRT
     assert model.dense_average is not None and model.dense_average.follow_merges
     assert DenseAverageConfig(decay=0.99).follow_merges is False
+
+
+def test_following_decays_per_step_as_many_steps_as_there_are_workers() -> None:
+    store = SharedDense(np.zeros(3, np.float32), workers=4)
+    w = LocalDense(np.zeros(3, np.float32), SGD, sync_steps=100, merge=DenseMerge.MEAN,
+                   average=DenseAverageConfig(decay=0.9, follow_merges=True))
+    w.start(store)
+    iterates = []
+    for g in ([1, 2, 3], [0, 1, 0], [4, 0, 0]):
+        w.update(np.float32(g), store)
+        iterates.append(w.values.copy())
+    decay = 0.9**4
+    weights = np.array([decay ** (len(iterates) - 1 - i) for i in range(len(iterates))])
+    expected = (weights[:, None] * np.array(iterates, np.float64)).sum(0) / weights.sum()
+    np.testing.assert_allclose(w.served(), expected, rtol=1e-5, atol=1e-6)
