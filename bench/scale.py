@@ -3,9 +3,9 @@
 Data: the Criteo-shaped planted set of bench/train.py (one PlantedModel, its long tail of ids;
 --rows training rows, then --test-rows test rows). Job: `streamrec train-files` (launcher/file_job.py)
 with bench/train.py's model: wide&deep, dim 9, MLP 400-400-400, batch 512, Adam 1e-3, dense_update
-local, merged every --dense-sync-steps steps by each --merge entry (``model.dense_merge``, with
-``+follow`` also ``model.dense_average.follow_merges``; the model's defaults when not given;
-several are compared in the same run, at 1 worker they coincide and run once).
+local, merged every --dense-sync-steps steps by each --merge rule (``model.dense_merge``: the
+model's default when not given; several are compared in the same run, at 1 worker they coincide
+and run once).
 
 Per row: samples/s of the training loops; the speed-up over the 1-worker row only where the
 machine has a core for every process (else CPU per sample is the figure that carries over to a
@@ -52,24 +52,10 @@ def _job_args(args: argparse.Namespace, shards: int, workers: int) -> argparse.N
                               warmup_rows=args.warmup_rows, dense_update="local")
 
 
-def merge_update(merge: str) -> dict:
-    """The model keys of a --merge entry: ``RULE`` (model.dense_merge) or ``RULE+follow`` (also
-    model.dense_average.follow_merges, at the model's default decay)."""
-    from models.model_config import WIDE_DEEP_DEFAULTS
-
-    rule, _, follow = merge.partition("+")
-    if follow not in ("", "follow"):
-        raise SystemExit(f"--merge entries are RULE or RULE+follow, got {merge!r}")
-    update: dict = {"dense_merge": rule}
-    if follow:
-        update["dense_average"] = {**WIDE_DEEP_DEFAULTS["dense_average"], "follow_merges": True}
-    return update
-
-
 def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: int, merge: str | None) -> dict:
     """One `train-files` job and its figures per trained sample."""
     job = _job_args(args, shards, workers)
-    config = None if merge is None else variant_config(job, merge_update(merge), work)
+    config = None if merge is None else variant_config(job, {"dense_merge": merge}, work)
     cpu0, t0 = _children_cpu_s(), time.perf_counter()
     res = run_training(job, data.train, data.test, work, "local", config=config)
     wall, job_cpu = time.perf_counter() - t0, _children_cpu_s() - cpu0
@@ -145,8 +131,8 @@ def main() -> int:
                     help=f"{QUICK_ROWS:,} training rows and 50,000 test rows (a run that finishes on 2 cores)")
     ap.add_argument("--workers", default="1,2,4,8,16,32", help="worker counts, comma-separated")
     ap.add_argument("--shards", default="1", help="shard counts, comma-separated (each with every worker count)")
-    ap.add_argument("--merge", default="", help="model.dense_merge rules to compare, comma-separated, each RULE or "
-                                                "RULE+follow (dense_average.follow_merges on); empty: the defaults")
+    ap.add_argument("--merge", default="", help="model.dense_merge rules to compare, comma-separated "
+                                                "(empty: the model's default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dim", type=int, default=9)
     ap.add_argument("--mlp", default="400,400,400")
@@ -172,8 +158,6 @@ def main() -> int:
         rows = []
         for shards in shard_counts:
             for w in workers:
-                if shards > w:
-                    continue
                 for merge in merges if w > 1 else merges[:1]:  # one worker: every merge rule is the same
                     row = one_job(args, data, work, shards, w, merge)
                     if w == 1 and len(merges) > 1:

@@ -142,7 +142,6 @@ class DenseMerge(StrEnum):
 
     SUM = "sum"  # added whole (Paddle's GEO rule)
     MEAN = "mean"  # added / workers: the average of the workers' models (local SGD, FedAvg)
-    SQRT = "sqrt"  # added / sqrt(workers): the square-root learning-rate scaling of a K-times larger batch
 
 
 class DenseAverageConfig(FrozenModel):
@@ -151,10 +150,6 @@ class DenseAverageConfig(FrozenModel):
 
     decay: float = Field(gt=0.0, lt=1.0,
                          description="Per-step decay of the moving average: about 1 / (1 - decay) steps are averaged.")
-    follow_merges: bool = Field(False,
-                                description="`dense_update: local` with K workers: the average follows the merged "
-                                            "model: each merge moves it by the other workers' change, and its decay "
-                                            "per step is `decay`^K.")
 
 
 class ScheduleKind(StrEnum):
@@ -265,8 +260,7 @@ class ModelConfig(FrozenModel):
                                            "click rate (0: p = 0.5).")
     dense_merge: DenseMerge = Field(DenseMerge.SUM,
                                     description="`dense_update: local` with several workers: a worker's dense change "
-                                                "enters the PS whole (`sum`), averaged (`mean`) or divided by the "
-                                                "square root of the worker count (`sqrt`).")
+                                                "enters the PS whole (`sum`) or averaged (`mean`).")
     dense_average: DenseAverageConfig | None = Field(
         None, description="Evaluate and export a moving average of the dense weights; left out, the raw weights.")
     dense_schedule: DenseScheduleConfig | None = Field(

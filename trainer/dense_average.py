@@ -10,8 +10,6 @@ The average starts empty and is bias-corrected, as Adam's moments (Kingma & Ba, 
 at any ``t`` it is the weighted mean of the ``t`` iterates seen, weights ``decay^(t - i)``;
 no warm-up constant is needed. Each worker averages the weights it trains with (its own copy,
 merged with the others' at every ``dense_sync_steps``); the chief's average is the one used.
-With ``follow_merges`` it averages the merged model's path instead: a merge moves it by what the
-other workers added, and with K workers each local step decays it as K steps would.
 The sparse rows are not averaged: most are touched a few times in a pass.
 """
 
@@ -29,8 +27,7 @@ class DenseAverage:
     (``avg``: the uncorrected accumulator, ``avg_t``: the steps averaged, float64)."""
 
     def __init__(self, config: DenseAverageConfig, size: int) -> None:
-        self.config_decay = self.decay = float(config.decay)
-        self.follow_merges = config.follow_merges
+        self.decay = float(config.decay)
         self.state: dict[str, np.ndarray] = {"avg": np.zeros(size, np.float32), "avg_t": np.zeros(1, np.float64)}
 
     @property
@@ -47,20 +44,6 @@ class DenseAverage:
         acc = keep * acc + (1 - keep) * w (the dense optimizer does it in its own pass over w)."""
         self.state["avg_t"][0] += 1
         return self.state["avg"], np.float32(self.decay)
-
-    def span_workers(self, workers: int) -> None:
-        """With ``follow_merges``: each of this worker's steps stands for ``workers`` steps of the merged
-        model, so the decay per step is taken to that power (the average spans as many steps of the
-        merged model as one worker's would)."""
-        if self.follow_merges:
-            self.decay = self.config_decay**workers
-
-    def shift(self, jump: np.ndarray) -> None:
-        """Move the average by ``jump`` (what a merge added to the weights: the other workers' changes),
-        so that it reads as the average of the iterates with that change in them too."""
-        t = self.state["avg_t"][0]
-        if t:
-            self.state["avg"] += jump * np.float32(1.0 - self.decay**t)
 
     def read(self, values: np.ndarray) -> np.ndarray:
         """The bias-corrected average (a new array); ``values`` when no step was averaged yet."""

@@ -5,10 +5,8 @@
   base) to the PS dense vector, then continues from the merged value (Paddle's GEO rule, for
   the dense part). The shard only sums (its rule is SGD at lr 1), and the optimizer state is
   the worker's (checkpointed in the worker's part of a pass). ``merge``: the change is added
-  whole (``sum``, GEO), divided by the number of workers (``mean``: the PS vector is then the
-  average of the workers' models, as in local SGD) or by its square root (``sqrt``: K workers'
-  changes in the same direction move the vector sqrt(K) times one worker's, the square-root
-  learning-rate scaling of a K-times larger batch). Summed, two workers' changes since one base
+  whole (``sum``, GEO) or divided by the number of workers (``mean``: the PS vector is then the
+  average of the workers' models, as in local SGD). Summed, two workers' changes since one base
   were each computed without the other's, and together overshoot: ``mean`` comes closer to one
   worker's test AUC in bench/auc_sweep.py (bench/RESULTS.md).
 - :class:`PSDense` (``ps``): workers push their dense GRADIENTS every step and the shard's
@@ -67,16 +65,6 @@ class _Served:
             self.values[...] = self.average.read(self.values)
 
 
-def merge_share(merge: DenseMerge, workers: int) -> np.float32:
-    """The part of a worker's dense change that enters the PS vector: 1 (``sum``), 1/K (``mean``) or
-    1/sqrt(K) (``sqrt``) for K workers."""
-    if merge is DenseMerge.MEAN:
-        return np.float32(1.0 / workers)
-    if merge is DenseMerge.SQRT:
-        return np.float32(1.0 / np.sqrt(workers))
-    return np.float32(1.0)
-
-
 class LocalDense(_Served):
     def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1,
                  merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
@@ -90,14 +78,12 @@ class LocalDense(_Served):
         self.optimizer = DenseOptimizer(optimizer, values)
         self.sync_steps = max(1, sync_steps)
         self.merge = merge
-        self.share = np.float32(1.0)  # the part of a change sent (merge_share, set at start)
+        self.share = np.float32(1.0)  # the part of a change sent: 1, or 1/workers for mean (start)
         self.steps = 0
 
     def start(self, store: ParamStore) -> None:
         """Begin from the store's current value."""
-        self.share = merge_share(self.merge, store.num_workers)
-        if self.average is not None:
-            self.average.span_workers(store.num_workers)
+        self.share = np.float32(1.0 / store.num_workers if self.merge is DenseMerge.MEAN else 1.0)
         fresh = store.pull_dense()
         self.values[...] = fresh
         self.base[...] = fresh
@@ -122,13 +108,6 @@ class LocalDense(_Served):
         store.add_dense(change)
 
     def refresh(self, store: ParamStore) -> None:
-        """Continue from the merged value (after a sync)."""
-        if self.average is not None and self.average.follow_merges:
-            fresh = store.pull_dense()
-            self.average.shift(fresh - self.values)
-            self.values[...] = fresh
-            self.base[...] = fresh
-            return
         self.start(store)
 
     def flush(self, store: ParamStore) -> None:
