@@ -48,7 +48,6 @@ class JobLink:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="job-status", daemon=True)
         self.cached_status: dict[str, Any] | None = None
-        self.cached_at: float | None = None
         self.last_error: str | None = None
 
     def _connect(self, endpoint: str | None) -> ControlClient | None:
@@ -96,7 +95,6 @@ class JobLink:
         while not self._stop.is_set():
             try:
                 self.cached_status = self.call("status")
-                self.cached_at = time.time()
                 self.last_error = None
             except StreamrecError as err:
                 self.last_error = err.message

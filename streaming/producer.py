@@ -200,13 +200,9 @@ def _chunks(records: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
         yield chunk
 
 
-def file_lines(path: str | Path) -> Iterator[bytes]:
-    """Non-empty lines of a text file, without their line ending (.gz files are read decompressed)."""
-    return (line for _, line in numbered_lines(path))
-
-
 def numbered_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    """(line number from 1, line) of each non-empty line of a text file, as :func:`file_lines`."""
+    """(line number from 1, line) of each non-empty line of a text file, without its line ending
+    (.gz files are read decompressed)."""
     p = Path(path)
     if p.suffix == ".gz":
         import gzip

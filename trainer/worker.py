@@ -70,7 +70,6 @@ class Worker:
         self.phase_cpu_seconds: dict[str, float] = defaultdict(float)
         self.steps = 0
         self.records = 0
-        self.loss_sum = 0.0
 
     def _timed(self, phase: str, t0: tuple[float, float]) -> tuple[float, float]:
         t1 = (time.perf_counter(), time.thread_time())
@@ -90,7 +89,6 @@ class Worker:
             self._update(f, None, (time.perf_counter(), time.thread_time()), first=False)
         self.steps += 1
         self.records += f.n
-        self.loss_sum += loss * f.n
         return loss
 
     def _update(self, f: Features, rows: dict[str, np.ndarray] | None, t: tuple[float, float], *,
