@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from core.atomic_files import read_json
 from exports.bundle import list_versions, read_manifest
 from jobcontrol.channel import ControlClient
+from launcher.launch import free_ports
 from tests.service.service_support import auth, make_settings, started, wait_until
 from trainer import checkpoints
 from trainer.job_config import load_job_config
@@ -57,7 +59,7 @@ def _gauges(text: str) -> dict[str, float]:
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
 
 
-def _job(disk: SmallDisk, broker, cluster) -> tuple[Any, Any, Path, Path, dict]:
+def _job(disk: SmallDisk, broker, cluster, *extra: str) -> tuple[Any, Any, Path, Path, dict]:
     kafka = produce(broker.bootstrap, stop=FIRST)
     path = job_yaml(disk.path, "run", kafka)
     data = yaml.safe_load(path.read_text())
@@ -66,7 +68,7 @@ def _job(disk: SmallDisk, broker, cluster) -> tuple[Any, Any, Path, Path, dict]:
     cfg = load_job_config(path)
     c = cluster(cfg.model.table_configs())
     # idle far longer than the full disk lasts: the job ends once the rest is trained
-    job = c.train(path, broker.bootstrap, extra=("--max-idle-s", "20"))
+    job = c.train(path, broker.bootstrap, extra=("--max-idle-s", "20", *extra))
     return c, job, Path(cfg.checkpoint_dir), Path(cfg.export_dir), kafka
 
 
@@ -78,7 +80,8 @@ def _pass_2_exported(root: Path, exports: Path) -> bool:
 
 def test_a_full_disk_pauses_training_the_service_serves_and_training_resumes(broker, cluster, tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", "48m") as disk:
-        c, job, root, exports, kafka = _job(disk, broker, cluster)
+        port = free_ports(1)[0]
+        c, job, root, exports, kafka = _job(disk, broker, cluster, "--metrics-port", str(port))
         _until(lambda: _pass_2_exported(root, exports), job, c.procs, "pass 2's bundle")
         with started(make_settings(exports, job_control_file=str(root / "control.json"))) as api:
             wait_until(lambda: api.get("/readyz").json().get("version") == list_versions(exports)[-1],
@@ -98,6 +101,10 @@ def test_a_full_disk_pauses_training_the_service_serves_and_training_resumes(bro
             assert gauges["streamrec_checkpoints_bytes"] > 0 and gauges["streamrec_exports_bytes"] > 0
             r = api.post("/v1/embeddings:lookup", json={"slot": "C1", "ids": [1, 2, 3]})
             assert r.status_code == 200 and r.json()["version"] == served  # serving the last good bundle
+            trainer = _gauges(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text)
+            assert trainer["streamrec_trainer_disk_full"] == 1.0  # the trainer's own /metrics
+            assert trainer["streamrec_trainer_checkpoint_free_bytes"] <= FULL
+            assert trainer["streamrec_trainer_disk_write_failures_total"] >= 1
             assert job.poll() is None and checkpoints.complete_passes(root)[-1] == 2  # still paused, alive
             disk.free()
             _until(lambda: (s := _status(root)) and s["disk"]["state"] == "ok" and s["pass"] >= 3, job, c.procs,
