@@ -138,7 +138,7 @@ SECTION_NOTES: dict[type[BaseModel], str] = {
 def _default(field: FieldInfo, model: type[BaseModel] | None) -> str:
     """What the key is when its section leaves it out; a section: only where it differs from its model's defaults."""
     if field.default_factory is not None:
-        value = field.default_factory()  # type: ignore[call-arg]
+        value = field.get_default(call_default_factory=True, validated_data={})
     elif field.default is PydanticUndefined:
         return "required"
     else:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 from core.errors import StreamrecError, Unavailable
 from launcher.restart_policy import RestartPolicy, Supervised, Tended, restarts_ever
@@ -119,9 +119,9 @@ class Launcher:
     def _say(self, text: str) -> None:
         print(f"streamrec launch: {text}", file=self.out, flush=True)
 
-    def _cluster(self, role: str, rank: int) -> dict[str, str]:
+    def _cluster(self, role: Literal["server", "worker"], rank: int) -> dict[str, str]:
         s = self.spec
-        spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self._endpoints, num_workers=s.workers,  # type: ignore[arg-type]
+        spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self._endpoints, num_workers=s.workers,
                            mode=s.mode, geo_steps=s.geo_steps, ps_config=str(s.ps_config),
                            secret_file=str(s.secret_file) if s.secret_file else None,
                            checkpoint_dir=str(s.checkpoint_dir),

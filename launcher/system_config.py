@@ -160,7 +160,7 @@ class StreamrecConfig(FrozenModel):
     schema_: SchemaConfig = Field(default_factory=generated_json_schema, alias="schema",
                                   description="The record layout; default: the generator's JSON layout.")
     # validated after schema (and its default too): train.model must fit it (models.schema_fit)
-    train: TrainSection = Field(default_factory=TrainSection, validate_default=True,  # type: ignore[valid-type]
+    train: TrainSection = Field(default_factory=TrainSection, validate_default=True,
                                 description="The training job: model, passes, checkpoint and export roots.")
     ps: PSSection = Field(PSSection(),
                           description="The parameter-server client, each shard's byte budget and the tables' policies.")
