@@ -50,7 +50,9 @@ def policy_up(tmp_path: Path) -> Iterator[Up]:
 
 
 def shard_client(up: Up, secret: bytes | None = None) -> PSClient:
-    endpoints = re.search(r"shards up at (\S+);", up.log.read_text()).group(1).split(",")  # type: ignore[union-attr]
+    said = re.search(r"shards up at (\S+);", up.log.read_text())
+    assert said is not None, up.log.read_text()
+    endpoints = said.group(1).split(",")
     return PSClient(endpoints, secret=secret or read_secret(up.run_dir / "ps-secret"))
 
 
