@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class Matrix:
         return r if r < len(self.users) and self.users[r] == user else None
 
 
-def _implicit_lists(split: Split, model: object, matrix: Matrix, k: int, fallback: Lists) -> Lists:
+def _implicit_lists(split: Split, model: Any, matrix: Matrix, k: int, fallback: Lists) -> Lists:
     lists: Lists = {}
     known = [(u, r) for u in split.truth if (r := matrix.row_of(u)) is not None]
     for u in split.truth:
@@ -96,7 +97,7 @@ def _implicit_lists(split: Split, model: object, matrix: Matrix, k: int, fallbac
         return lists
     rows = np.array([r for _, r in known])
     n = min(len(matrix.items), k + max(len(split.seen.get(u, ())) for u, _ in known))
-    ids, _ = model.recommend(rows, matrix.csr[rows], N=n, filter_already_liked_items=False)  # type: ignore[attr-defined]
+    ids, _ = model.recommend(rows, matrix.csr[rows], N=n, filter_already_liked_items=False)
     for (u, _), row in zip(known, np.atleast_2d(ids), strict=True):
         raw = [int(matrix.items[i]) for i in row if 0 <= i < len(matrix.items)]
         # a short list (no positive in train, no neighbours) is padded with the popular items
@@ -104,7 +105,7 @@ def _implicit_lists(split: Split, model: object, matrix: Matrix, k: int, fallbac
     return lists
 
 
-def implicit_models(seed: int = 0) -> dict[str, Callable[[], object]]:
+def implicit_models(seed: int = 0) -> dict[str, Callable[[], Any]]:
     from implicit.cpu.als import AlternatingLeastSquares
     from implicit.cpu.bpr import BayesianPersonalizedRanking
     from implicit.nearest_neighbours import CosineRecommender
@@ -131,7 +132,7 @@ def baseline_lists(split: Split, k: int = 10, seed: int = 0) -> dict[str, Lists]
         matrix = Matrix(split, every)
         for name, make in implicit_models(seed).items():
             model = make()
-            model.fit(matrix.csr, show_progress=False)  # type: ignore[attr-defined]
+            model.fit(matrix.csr, show_progress=False)
             out[name + suffix] = _implicit_lists(split, model, matrix, k, pop)
         out[TEMPORAL_MF_NAME + suffix] = temporal_mf_lists(split, pop, k, TemporalMFSpec(seed=seed), every=every)
     return out
