@@ -206,8 +206,8 @@ TWO_TOWER_DEFAULTS: dict[str, Any] = {"embedding_dim": 32, "mlp": (), "tower_dim
 
 # two_tower's user id slot where users' interests drift: its rows on Adam without momentum (an RMSprop-like
 # Adagrad whose accumulator decays, ~100 updates) in a table of their own, so a user's steps do not shrink. What
-# bench/retrieval.py's default arm, examples/two_tower*.yaml and `schema infer --user --item` give the slot
-# (measured in bench/retrieval_arms.py, USER_ID_RMS). Not a model default: the slot's optimizer is per config.
+# bench/retrieval.py's streamrec config, examples/two_tower*.yaml and `schema infer --user --item` give the slot
+# (measured against the shared Adagrad: bench/RESULTS.md). Not a model default: the slot's optimizer is per config.
 DRIFTING_USER_ID_OPTIMIZER: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta1": 0.0, "beta2": 0.99}
 
 
@@ -249,7 +249,7 @@ class ModelConfig(FrozenModel):
         OptimizerConfig(kind="adagrad", lr=0.05), description="Update rule of the embedding rows.")
     # adagrad, not ftrl: ftrl's beta=1 swamps the small per-id gradients of a mean loss. lr 0.01, not 0.05:
     # an id's first adagrad step is lr whatever its gradient, and most ids are rare, so 0.05 overfits them
-    # (bench/auc_sweep.py, bench/train.py's data: test AUC 0.7096-0.7101 at 0.05, 0.7103-0.7118 at 0.01)
+    # (bench/RESULTS.md, on bench/train.py's data)
     # (these optimizer and init defaults are lr's; wide_deep/deepfm: WIDE_DEEP_DEFAULTS; two_tower: TWO_TOWER_DEFAULTS)
     wide_optimizer: OptimizerConfig = Field(OptimizerConfig(kind="adagrad", lr=0.01),
                                             description="Update rule of the wide (per-id linear) weights.")

@@ -1,7 +1,7 @@
 """Dense optimizers (SGD, Adagrad, Adam, FTRL) over one flat float32 vector, element-wise.
 
-One numba loop per step over the vector, no temporaries: ~0.3-0.6 ms for 420k weights
-(``bench/dense.py``), so a shard can run the optimizer on every dense push
+One numba loop per step over the vector, no temporaries: under a millisecond for a few hundred
+thousand weights, so a shard can run the optimizer on every dense push
 (``dense_update: ps``), and a worker on every step (``dense_update: local``).
 
 Every element is updated at every step, so Adam's bias correction is one step count ``t``

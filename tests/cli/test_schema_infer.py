@@ -78,7 +78,7 @@ def test_infer_proposes_slots_hash_kinds_and_towers(tmp_path: Path, capsys: pyte
     # a comment per guess
     assert "# integer ids -> sparse, int hash" in text and "constant for each item id" in text
     assert "Unix-seconds range" in text and "varies within an item id" in text
-    # bench/retrieval.py's default arm: the user id on RMSprop-like steps, the history left to uncomment for `up`
+    # bench/retrieval.py's streamrec config: the user id on RMSprop-like steps, the history left to uncomment for `up`
     user = next(s for s in model.slots if s.name == "user")
     assert user.optimizer is not None and user.optimizer.kind == "adam" and user.optimizer.beta1 == 0.0
     assert "      # - {name: history, tower: user, pooling: attention}" in text
