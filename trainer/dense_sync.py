@@ -104,12 +104,7 @@ class LocalDense(_Served):
     def _send(self, store: ParamStore) -> None:
         change = self.values - self.base
         if self.share != 1:
-            import os
-            tail = int(os.environ.get("XSCALE_SUM_TAIL", "0"))
-            keep = change[change.shape[0] - tail:].copy() if tail else None
             change *= self.share
-            if keep is not None:
-                change[change.shape[0] - tail:] = keep
         store.add_dense(change)
 
     def refresh(self, store: ParamStore) -> None:
