@@ -101,7 +101,11 @@ class PSClient:
         self._step = self._transport.config.max_keys_per_request
         self._direct_max = min(_DIRECT_MAX_KEYS, self._step)
         self._report_restarts = report_restarts
-        self.admin = PSAdmin(self._transport, lambda: self._placement)
+        # the admin reads the placement from a cell, not through a closure over self: a client in a
+        # reference cycle, dropped without close(), is left to the cyclic GC, whose zmq Context.__del__
+        # may run before its sockets are closed and then wait in term() forever, in whatever thread
+        self._placement_cell = [self._placement]
+        self.admin = PSAdmin(self._transport, partial(self._placement_cell.__getitem__, 0))
         # when the records behind the next sparse pushes were received (Kafka time), for the
         # shards' changed-keys logs: live freshness counts from receipt; None: push time
         self.received_at: float | None = None
@@ -133,7 +137,7 @@ class PSClient:
         """Route by ``placement`` from now on (the one the shards were loaded under)."""
         if placement.n_shards != self._n_shards:
             raise InvalidInput(f"a placement over {placement.n_shards} shards for a client of {self._n_shards}")
-        self._placement = placement
+        self._placement = self._placement_cell[0] = placement
 
     def wait(self, ticket: Ticket[T]) -> T:
         """Complete ``ticket``: block until every shard asked answered; raise the first error."""

@@ -3,6 +3,8 @@ updated, several tickets (thousands) may be in flight, dense arrays follow the s
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +51,27 @@ def test_thousands_of_tickets_in_flight_to_one_shard_are_all_answered_without_a_
             for ticket in tickets:
                 np.testing.assert_array_equal(c.wait(ticket)[:, 0], -1.0)
         assert c.admin.stats()[0]["replies_dropped"] == {}
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # the unclosed socket and context, as meant here
+def test_a_client_dropped_without_close_is_freed_at_once_not_left_to_the_cyclic_gc(tmp_path: Path) -> None:
+    """No reference cycle holds a client (its admin included): the cyclic GC, run in whatever thread
+    allocates, may finalize the zmq context before its sockets and wait in term() forever."""
+    keys = np.arange(3, dtype=np.uint64)
+    with shard_processes(tmp_path, [SGD1], n=1) as shards:
+        gc.disable()
+        try:
+            dropped = shards.client()
+            dropped.wait(dropped.push("emb", keys, np.ones((3, 4), np.float32)))
+            dropped.set_placement(dropped.placement)
+            assert dropped.admin.health()
+            freed = weakref.ref(dropped)
+            del dropped
+            assert freed() is None
+        finally:
+            gc.enable()
+        with shards.client() as c:  # the shard serves on, the dropped client's push applied once
+            np.testing.assert_array_equal(c.wait(c.pull("emb", keys))[:, 0], -1.0)
 
 
 @pytest.mark.parametrize("n_shards", [1, 2])
