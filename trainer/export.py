@@ -151,3 +151,22 @@ class Exporter:
     def close(self) -> None:
         self.wait()
         self.client.close()
+
+    def abandon(self) -> None:
+        """A shard was lost: the running export fails alone (it may hang until its timeout), its
+        client closed once it ended; a fresh exporter goes on."""
+        close_when_done(self._thread, self.client)
+
+
+def close_when_done(thread: threading.Thread | None, client: PSClient) -> None:
+    """Close ``client`` once ``thread``, its only user, ended: at once when none runs, else from a
+    thread waiting for it (a client left to the garbage collector may hang in zmq's term())."""
+    if thread is None or not thread.is_alive():
+        client.close()
+        return
+
+    def close() -> None:
+        thread.join()
+        client.close()
+
+    threading.Thread(target=close, name="close-abandoned-client", daemon=True).start()

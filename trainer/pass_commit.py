@@ -50,7 +50,7 @@ from stores.store import Store
 from trainer import checkpoints, pass_history
 from trainer.dense_sync import Dense
 from trainer.disk_space import DiskState, is_disk_full, wait_retry
-from trainer.export import SAVE_TIMEOUT_S, Exporter
+from trainer.export import SAVE_TIMEOUT_S, Exporter, close_when_done
 from trainer.job_context import JobContext
 from trainer.metrics import Metrics, WindowedMetrics
 from trainer.worker import Worker
@@ -110,6 +110,11 @@ class CommitFinisher:
                 self.wait()
         finally:
             self.client.close()
+
+    def abandon(self) -> None:
+        """A shard was lost: the running step fails alone (it may hang until its timeout), the
+        client closed once it ended."""
+        close_when_done(self._thread, self.client)
 
 
 def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[str, Any]], ranks: list[int], *,
@@ -348,11 +353,14 @@ class PassCommitter:
     def abandon_commit(self) -> None:
         """A shard was lost: the commit finishing in the background may hang on it until its
         timeout; it fails alone (no manifest) and the next commit, a base, takes over."""
+        if self.finisher is not None:
+            self.finisher.abandon()
         self.finisher, self.force_base = None, True
 
     def renew_exporter(self) -> None:
         """A shard was lost: the running export may hang on it; it fails alone (no bundle), a fresh exporter goes on."""
         if self.exporter is not None:
+            self.exporter.abandon()
             self.exporter = self._make_exporter()
 
     def rebase_exports(self) -> None:
