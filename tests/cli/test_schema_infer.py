@@ -103,7 +103,7 @@ def test_without_user_and_item_a_wide_deep_model_over_every_field(tmp_path: Path
     assert main(["schema", "infer", str(data), "--out", str(path)]) == 0
     config = load_config(path)
     assert config.train.model.type.value == "wide_deep"
-    assert config.train.model.n_dense == 0  # no dense field: the model must say so (issue #15, wall 1)
+    assert config.train.model.n_dense == 0  # no dense field: the model must say so
     assert {s.name for s in config.train.model.slots} == {s.name for s in config.schema_.sparse_slots}
     assert "# flag: ignored: booleans" in path.read_text()
 

@@ -1,4 +1,4 @@
-"""deploy/grafana/streamrec.json against what the roles really export (issue #12 finding 9): the
+"""deploy/grafana/streamrec.json against what the roles really export: the
 dashboard loads, each role has panels, and every metric its queries name is served by a real
 role: a shard process, a `streamrec train` worker (embedded broker) and the service app
 reading that worker's bundles, each scraped on its /metrics."""

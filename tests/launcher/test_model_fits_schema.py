@@ -1,4 +1,4 @@
-"""The model must fit the schema it trains on (issue #15, finding 1): a schema without dense
+"""The model must fit the schema it trains on: a schema without dense
 fields used to crash both trainers at the first batch (`batch dense is (1004, 0), model needs
 (1004, 13)`) while `streamrec config check` accepted the config."""
 

@@ -1,4 +1,4 @@
-"""`streamrec up` and the processes around it (#12 finding 10): its shards refuse requests not
+"""`streamrec up` and the processes around it: its shards refuse requests not
 signed with the run's secret; started in the background of a script (SIGINT ignored) it still
 stops cleanly on SIGINT; killed outright, it takes every role with it and frees their ports."""
 

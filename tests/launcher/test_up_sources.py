@@ -1,4 +1,4 @@
-"""The record sources of `streamrec up` (#15 finding 2 and what supervision found):
+"""The record sources of `streamrec up` (and what supervision found):
 
 - a replay goes as fast as the trainers take it, held back by the consumer group's lag: the lag
   samples the replayer records stay within ``up.replay.max_lag`` plus one chunk, it did pause,

@@ -1,4 +1,4 @@
-"""`streamrec up` supervises its roles the way Kubernetes would (#12 finding 11): a kill -9 of a
+"""`streamrec up` supervises its roles the way Kubernetes would: a kill -9 of a
 shard, of the chief trainer, of the other trainer or of the service is followed by a restart
 (said on the console) and the system goes on: new passes commit, records keep being counted,
 the API answers. One `up` takes the four kills in turn, so the test starts the system once."""
@@ -70,7 +70,7 @@ def test_a_kill_9_of_a_shard_the_chief_the_other_trainer_or_the_service_is_survi
             up.wait_for(f"records counted after killing {role}",
                         lambda r=before_records: up.job()["records_total"] > r)
             assert up.get("/readyz")["version"] >= 1
-            if role == "server.1":  # #12 finding 7: a restarted shard other than 0 is noticed (its
+            if role == "server.1":  # a restarted shard other than 0 is noticed (its
                 # incarnation changed) and the trainers regroup from the last pass, not train on silently
                 up.wait_for("a regroup after the shard restart", lambda g=before_regroups: up.job()["regroups"] > g)
     finally:

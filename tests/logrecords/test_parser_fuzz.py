@@ -1,5 +1,5 @@
 """Fuzzing every message parser (Criteo TSV, JSON lines, CSV lines) with random bytes and with
-mutated valid records (issue #12): a parser never raises; every record is either in the batch
+mutated valid records: a parser never raises; every record is either in the batch
 or rejected once, with a reason and its own bytes; what is accepted is finite and in range; the
 kernel path agrees with the reference path (JSON, CSV: ``parse_reference``; Criteo: a plain
 Python reading of the line); memory stays bounded over the whole run. Each test is bounded by
@@ -125,7 +125,7 @@ def check_contract(batch: Batch, rejected: list[Rejected], rows: list[bytes]) ->
     assert np.isfinite(np.asarray(batch.dense)).all(), batch.dense
     if batch.event_time is not None:
         t = np.asarray(batch.event_time)
-        assert not np.isinf(t).any(), t  # absent is NaN; 1e400 must not become inf (issue #12 finding 1)
+        assert not np.isinf(t).any(), t  # absent is NaN; 1e400 must not become inf
 
 
 def _hex_or_none(text: str) -> int | None:

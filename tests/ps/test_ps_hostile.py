@@ -1,4 +1,4 @@
-"""Hostile peers and faults against real shard processes (issue #12): replays outside a tag
+"""Hostile peers and faults against real shard processes: replays outside a tag
 count and across a restart, oversized and junk messages, a corrupt table file in a restore."""
 
 from __future__ import annotations

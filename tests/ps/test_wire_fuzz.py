@@ -1,4 +1,4 @@
-"""Fuzzing the PS wire against a real shard process (issue #12): random frames and mutated
+"""Fuzzing the PS wire against a real shard process: random frames and mutated
 valid requests (bytes flipped, inserted, cut; frames dropped, doubled, swapped), sent unsigned
 and, when what they decode to is harmless, signed afresh with the shard's secret, so the
 decoder and the handlers behind the MAC are reached too. Every message gets an error reply (or

@@ -1,4 +1,4 @@
-"""The OpenAPI fuzz of tests/service/test_openapi_fuzz.py against real processes (issue #12):
+"""The OpenAPI fuzz of tests/service/test_openapi_fuzz.py against real processes:
 `streamrec serve` under uvicorn, linked through control.json to a live training job (a shard,
 one `streamrec train` worker, the embedded broker), so the admin routes run with a valid token
 all the way into the job (checkpoint, export, shrink, rollback, pause/resume, policies). Every

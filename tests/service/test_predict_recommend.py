@@ -81,7 +81,7 @@ def test_bad_instances_are_422_naming_the_field(client: TestClient) -> None:
 
 def test_recommend_runs_on_the_event_loop(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     # a hop to the thread pool (e.g. a plain-def dependency) is two thread wake-ups per request,
-    # which a loaded machine delays by milliseconds: the recommend p99 (#11)
+    # which a loaded machine delays by milliseconds: the recommend p99
     hops: list[object] = []
     real = anyio.to_thread.run_sync
 

@@ -1,4 +1,4 @@
-"""Raw field values at the API (#11.4): a record's own values, hashed with the schema the bundle
+"""Raw field values at the API: a record's own values, hashed with the schema the bundle
 carries, give exactly the answer of the same request in hashed ids, on every endpoint that takes
 features; bad raw input is a 422 naming the field; a bundle without a schema still serves hashed
 ids and refuses raw values with a clear error."""

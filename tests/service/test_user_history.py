@@ -1,4 +1,4 @@
-"""The served user history (#11): /v1/recommend for a known user uses the history the trainers
+"""The served user history: /v1/recommend for a known user uses the history the trainers
 keep, read live from the shards (or, without read-through, from the bundle), exactly as if the
 client had sent it; a client-sent history is served as sent."""
 

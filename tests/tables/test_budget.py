@@ -1,4 +1,4 @@
-"""The byte budget (issue #12 finding 4): enforced as rows are created, refuse or evict,
+"""The byte budget: enforced as rows are created, refuse or evict,
 measured bytes never over it, kept by save/load, bad values refused with their key."""
 
 from __future__ import annotations

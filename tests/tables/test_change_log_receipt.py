@@ -1,4 +1,4 @@
-"""Live freshness counts from receipt (#14): a push carries when its records were received
+"""Live freshness counts from receipt: a push carries when its records were received
 (the batch's newest Kafka time, ``PSClient.received_at``) and the changed-keys log keeps that
 time for its keys, so readers (the service's live path) measure from receipt, not from the push."""
 

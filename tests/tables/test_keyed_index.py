@@ -1,4 +1,4 @@
-"""The keyed slot hash (issue #12 finding 5): a secret per table, saved with it, and ids
+"""The keyed slot hash: a secret per table, saved with it, and ids
 crafted against the old unkeyed mix no longer pile into one probe run."""
 
 from __future__ import annotations

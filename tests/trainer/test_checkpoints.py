@@ -184,7 +184,7 @@ def test_a_chief_killed_after_the_release_leaves_the_previous_pass_the_newest(tm
 
 @pytest.mark.process
 def test_a_pass_with_a_corrupt_table_file_is_quarantined_and_recovery_falls_back(tmp_path: Path) -> None:
-    """#12 finding 6: a flipped byte in a table file of the newest pass made restore fail (and
+    """A flipped byte in a table file of the newest pass made restore fail (and
     left a shard half-loaded). Now the chief's load fails whole, the pass is quarantined, and the
     previous pass (its own chain) is restored, by the chief and then by every other worker."""
     from ps.admin import SaveMode

@@ -1,4 +1,4 @@
-"""Issue #15 finding 7: after each committed pass the chief records the pass's offsets in the
+"""After each committed pass the chief records the pass's offsets in the
 Kafka consumer group, so standard tools (here KafkaAdminClient.list_group_offsets) see
 streamrec's lag as log end - committed. Real tansu broker, shard and `streamrec train`."""
 

@@ -1,4 +1,4 @@
-"""The point-in-time history join (#11): a record sees exactly its user's positives strictly
+"""The point-in-time history join: a record sees exactly its user's positives strictly
 before its event time (never itself, a later record or one at the same time), across batches
 and within one, as a slow reference computes it from the whole stream."""
 

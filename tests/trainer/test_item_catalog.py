@@ -1,4 +1,4 @@
-"""One item catalogue for the job (#11): items any worker saw are in the PS, exported and indexed,
+"""One item catalogue for the job: items any worker saw are in the PS, exported and indexed,
 including those only a non-chief worker saw; a delta bundle carries the items written since."""
 
 from __future__ import annotations

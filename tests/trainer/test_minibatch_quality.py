@@ -1,4 +1,4 @@
-"""Model quality does not depend on how fast records arrive (issue #15, finding 2).
+"""Model quality does not depend on how fast records arrive.
 
 The same planted events reach the trainer as a 20,000 records/s replay does (Kafka polls of
 4,096) and as a 500 records/s stream does (polls of ~50 every 0.1 s); both go through the
@@ -6,7 +6,7 @@ job's :class:`trainer.minibatch.MiniBatcher` with the JobConfig defaults and tra
 default `up` model in-process. Holdout AUC agrees within 0.01. The batcher's clock is the
 stream's own time (records / rate), so the test does not depend on the machine's speed. A third
 arm is a trainer that keeps up with the slow stream: every poll reaches the log's end
-(``caught_up``), so it trains each poll of 50 at once (#14); its AUC agrees too. A fourth is the
+(``caught_up``), so it trains each poll of 50 at once; its AUC agrees too. A fourth is the
 fast stream behind a backlog, whose steps grow (trainer.minibatch); its AUC agrees too.
 """
 
@@ -81,6 +81,6 @@ def test_holdout_auc_does_not_depend_on_arrival_rate() -> None:
     assert size <= np.median(slow_steps) <= 1.5 * size  # small polls were joined
     assert abs(fast - slow) < 0.01, (fast, slow)
     assert set(kept_up_steps) == {50} and abs(fast - kept_up) < 0.01, (fast, kept_up)
-    grown = BACKLOG_GROWTH * size  # a backlog grows the steps (#14): the model still learns as well
+    grown = BACKLOG_GROWTH * size  # a backlog grows the steps: the model still learns as well
     assert set(behind_steps[:4096 // grown]) == {grown} and abs(behind - slow) < 0.01, (behind, slow)
-    assert min(fast, slow) > 0.55  # it learned (the 4096-record steps of finding 2 reached ~0.52 here)
+    assert min(fast, slow) > 0.55  # it learned (the 4096-record steps of a fixed batch size reached ~0.52 here)
