@@ -63,7 +63,9 @@ class Placement:
                 raise ValueError(f"table of shape {table.shape} with shards outside 0..{n - 1}")
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptData(f"{where}: malformed shard placement ({exc})", detail={"file": where}) from None
-        return cls(table.astype(np.int32), n, version)
+        fixed = table.astype(np.int32)
+        fixed.setflags(write=False)  # one array type for every placement: one compiled routing kernel
+        return cls(fixed, n, version)
 
 
 @lru_cache(maxsize=64)
