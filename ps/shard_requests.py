@@ -90,6 +90,12 @@ class Outbox:
         return True
 
 
+# A refusal's detail key: the request came on the old connection of a client that reconnected under
+# its routing id, which the client resends; counted under its own code and logged at info, since every
+# reconnect of a busy client makes some and they are no sign of a wrong secret or a foreign peer.
+REPLACED_CONNECTION = "replaced_connection"
+
+
 class RefusalLog:
     """Counts every refused request by error code; logs the first ``burst`` refusals of each
     ``interval_s``, then one summary line per interval for the rest (junk at any rate writes a
@@ -105,6 +111,11 @@ class RefusalLog:
         self._quiet: Counter[str] = Counter()  # refusals of this interval not logged one by one
 
     def refused(self, err: StreamrecError) -> None:
+        if err.detail.get(REPLACED_CONNECTION):
+            with self._lock:
+                self.counts[REPLACED_CONNECTION] += 1
+            self._log.info("%s dropped a request: %s", self._prefix, err.message)
+            return
         with self._lock:
             self.counts[err.code] += 1
             now = self._clock()

@@ -36,7 +36,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from core.errors import InvalidInput, StreamrecError
+from core.errors import Forbidden, InvalidInput, StreamrecError
 from ps import protocol
 from ps.auth import Verifier, require_auth_for
 from ps.protocol import Flag, Message, Op
@@ -46,7 +46,7 @@ from ps.replay_cache import MUTATING, ReplayCache
 from ps.shard_changes import changes_reply
 from ps.shard_id_rows import ShardIdRows
 from ps.shard_policy import POLICY_FILE, RuntimePolicies, policy_reply
-from ps.shard_requests import REPLIES_QUEUED_PER_PEER, Outbox, RefusalLog, ok
+from ps.shard_requests import REPLACED_CONNECTION, REPLIES_QUEUED_PER_PEER, Outbox, RefusalLog, ok
 from ps.shard_save_runs import ShardSaveRuns
 from ps.shard_saves import managed_saves, shard_dir
 from ps.shard_tables import ShardTables
@@ -246,7 +246,16 @@ class ShardServer:
             if self._verifier is not None:
                 head = body[0]  # bytes (_recv_body): the flags' low byte read in place, as protocol.peek would
                 has_tag = len(head) >= _HEADER_SIZE and bool(head[_FLAGS_AT] & _AUTH_BIT)
-                self._verifier.verify(body, has_tag=has_tag, identity=ident)
+                try:
+                    self._verifier.verify(body, has_tag=has_tag, identity=ident)
+                except Forbidden as err:
+                    if ident[:1] != b"\0":
+                        raise
+                    # Our clients always set a routing id, so a "\0" name is the old connection of one that
+                    # reconnected under its id (ROUTER_HANDOVER renamed it): what was still queued there is
+                    # signed for the old name, and the client resends it on its new connection.
+                    raise Forbidden(f"{err.message} (a request queued on a connection its client has replaced; "
+                                    "the client resends it)", detail={REPLACED_CONNECTION: True}) from None
             msg = protocol.decode(body)
             op = msg.op
             self.requests[_OP_NAMES[op]] += 1
