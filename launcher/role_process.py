@@ -44,7 +44,8 @@ class RoleProcess:
     exit_codes: list[int] = field(default_factory=list)
 
     def start(self) -> None:
-        self.log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the process's life
+        # Unbuffered: a header a full disk refused is not kept in a buffer for close() to fail on.
+        self.log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - stays open for the process's life
         with contextlib.suppress(OSError):  # a full disk: the role starts all the same
             self.log.write(START_HEADER + f"{self.name} (restart {self.restarts})\n".encode())
             self.log.flush()
@@ -106,4 +107,5 @@ class RoleProcess:
 
     def close_log(self) -> None:
         if self.log is not None:
-            self.log.close()
+            with contextlib.suppress(OSError):  # the supervisor goes on whatever the disk says
+                self.log.close()

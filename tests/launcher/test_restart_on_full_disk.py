@@ -4,6 +4,7 @@ budget, until there is space; a role that dies otherwise is still given up on.""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -59,3 +60,16 @@ def test_a_role_dying_otherwise_is_still_given_up_on(tmp_path: Path) -> None:
     assert _until_exit(sup, said) is Tended.RUNNING and "restart 1/1" in said[-1]
     assert sup.tend(said.append) is Tended.RUNNING
     assert _until_exit(sup, said) is Tended.GAVE_UP and "giving up" in said[-1]
+
+
+def test_a_role_started_on_a_full_disk_is_tended_and_closed_without_an_error(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        (disk.path / "ballast").write_bytes(b"")
+        with contextlib.suppress(OSError), open(disk.path / "ballast", "wb") as f:  # the disk, full
+            f.write(b"x" * (2 << 20))
+        role = RoleProcess("quiet", [sys.executable, "-c", "pass"], {}, disk.path / "quiet.log")
+        sup = Supervised(role, POLICY, finished_ok=True)
+        role.start()  # its log's header does not fit: it starts all the same
+        assert _until_exit(sup, []) is Tended.FINISHED
+        role.close_log()  # nothing left to flush, nothing raised
+        assert role.log is not None and role.log.closed
