@@ -7,6 +7,8 @@ exactly one exception handler and the PS wire protocol can send ``code`` back to
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 
@@ -100,6 +102,13 @@ class DiskFull(Unavailable):
 
     code = "disk_full"
     http_status = 507
+
+
+# The errnos of a write that failed for want of space or on a failing device, and how they read once
+# they crossed a process boundary as text (a shard's save error on the wire, a role's log).
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
+DISK_FULL_TEXT = tuple(f"[Errno {n}]" for n in sorted(DISK_FULL_ERRNOS)) + tuple(
+    os.strerror(n) for n in sorted(DISK_FULL_ERRNOS))
 
 
 class Unauthorized(StreamrecError):

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from core.errors import DISK_FULL_TEXT
 from core.processes import dies_with_parent
 
 START_HEADER = b"=== streamrec launch: starting "  # each start's first line in the role's log
 # what a role's log says when a write failed for want of space or on a failing device
-DISK_FULL_TEXT = (b"[Errno 28]", b"No space left on device", b"[Errno 122]", b"Disk quota exceeded", b"[Errno 5]")
+DISK_FULL_LOG_TEXT = tuple(text.encode() for text in DISK_FULL_TEXT)
 TAIL_BYTES = 16384
 TAIL_LINES = 30
 
@@ -75,7 +76,7 @@ class RoleProcess:
     def died_on_full_disk(self) -> str | None:
         """What the end of this run's log says of a full disk (None: nothing; the run ended otherwise)."""
         for line in reversed(self.run_log_tail().splitlines()[-TAIL_LINES:]):  # how it ended, not what it survived
-            if any(t in line for t in DISK_FULL_TEXT):
+            if any(t in line for t in DISK_FULL_LOG_TEXT):
                 return line.decode(errors="replace").strip()[-200:]
         return None
 

@@ -11,20 +11,15 @@ with the free and used bytes of the checkpoint and export roots.
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import threading
 import time
 from typing import Any
 
-from core.errors import StreamrecError
+from core.errors import DISK_FULL_ERRNOS, DISK_FULL_TEXT, StreamrecError
 
 log = logging.getLogger(__name__)
 
-FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
-# how an errno above reads once a shard's save error crossed the wire as text
-_FULL_TEXT = tuple(f"[Errno {n}]" for n in sorted(FULL_ERRNOS)) + tuple(os.strerror(n) for n in sorted(FULL_ERRNOS))
 RETRY_MIN_S = 0.5
 RETRY_MAX_S = 10.0  # a paused worker looks for space again at least this often
 
@@ -33,9 +28,9 @@ def is_disk_full(exc: BaseException | None) -> bool:
     """``exc`` (or what caused it) is a write that failed for want of space or on a failing device."""
     seen = 0
     while exc is not None and seen < 8:
-        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
             return True
-        if isinstance(exc, StreamrecError) and any(t in exc.message for t in _FULL_TEXT):
+        if isinstance(exc, StreamrecError) and any(t in exc.message for t in DISK_FULL_TEXT):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
