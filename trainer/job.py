@@ -398,7 +398,9 @@ class StreamingJob:
                 # writes failed for want of space, and the roots' free and used bytes (trainer.disk_space)
                 "disk": {**committer.disk.status(), **self.disk_usage.read(),
                          "recoveries": self.recovery.disk_recoveries,
-                         "bundles_retired": 0 if committer.exporter is None else committer.exporter.retired}}
+                         "bundles_retired": 0 if committer.exporter is None else committer.exporter.retired,
+                         "retention_failures": 0 if committer.exporter is None
+                         else committer.exporter.retention_failures}}
 
 
 def newest_time(times: np.ndarray, *, limit: float) -> tuple[float | None, int]:

@@ -108,6 +108,9 @@ class TrainerCollector(Collector):
         exporter = job.committer.exporter
         if exporter is not None:
             yield from counter("streamrec_trainer_bundles_retired", "bundles deleted by retention", exporter.retired)
+            yield from counter("streamrec_trainer_bundle_retention_failures",
+                               "retention passes that failed (tried again after the next export)",
+                               exporter.retention_failures)
         usage = job.disk_usage.read()
         for root in ("checkpoint", "export"):
             yield from gauge(f"streamrec_trainer_{root}_free_bytes", f"bytes free on the {root} root's file system",
