@@ -7,6 +7,7 @@ parser whose ``func`` default takes the parsed namespace and returns an exit cod
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import signal
 import sys
@@ -43,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A shell starts a background job with SIGINT ignored and Python keeps it so: every
         # command stops on Ctrl-C / kill -INT however it was started.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # `kill -USR1 <pid>`: every thread's stack to stderr (a role's log), so a process that
+        # hangs can be read before it is killed (the launcher and `up` do so at their stop).
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         return int(args.func(args) or 0)
     except StreamrecError as err:

@@ -241,6 +241,7 @@ def _stop(roles: list[RoleProcess], sig: int, grace_s: float) -> None:
     deadline = time.monotonic() + grace_s
     for role in roles:
         if role.proc is not None and role.wait(max(0.0, deadline - time.monotonic())) is None:
+            role.dump_stacks()
             role.kill()
             role.proc.wait()
         role.close_log()

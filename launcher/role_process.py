@@ -29,6 +29,7 @@ START_HEADER = b"=== streamrec launch: starting "  # each start's first line in 
 DISK_FULL_LOG_TEXT = tuple(text.encode() for text in DISK_FULL_TEXT)
 TAIL_BYTES = 16384
 TAIL_LINES = 30
+_DUMP_S = 0.5  # for a hung role to write its stacks before the SIGKILL
 
 
 @dataclass
@@ -99,6 +100,15 @@ class RoleProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             return self.proc.wait(timeout=timeout_s)
         return None
+
+    def dump_stacks(self) -> None:
+        """Ask a role that outlived its grace for its threads' stacks (SIGUSR1, which every
+        ``streamrec`` command answers into its log), so why it hung can be read after the kill."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGUSR1)  # the role itself, not its group's children
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=_DUMP_S)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to the whole process group, if the process still runs."""

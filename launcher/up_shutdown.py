@@ -48,7 +48,8 @@ def shut_down(roles: UpRoles, *, final_pass: FinalPass | None, broker: EmbeddedB
     for role in roles.own:
         if role.proc is None:
             continue
-        role.wait(max(0.1, deadline - time.monotonic()))
+        if role.wait(max(0.1, deadline - time.monotonic())) is None:
+            role.dump_stacks()
         role.kill(signal.SIGKILL)  # the whole group: stragglers too
         role.wait(_REAP_S)
         role.close_log()

@@ -124,7 +124,6 @@ def register_stream(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_stream(args: argparse.Namespace) -> int:
-    import faulthandler
     import signal
     from contextlib import ExitStack
 
@@ -139,7 +138,6 @@ def run_stream(args: argparse.Namespace) -> int:
     from trainer.rank_claim import RankLease
     from trainer.trainer_metrics import trainer_registry
 
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack to stderr
     config = load_job_config(args.config)
     bootstrap = args.bootstrap.split(",") if args.bootstrap else list(config.kafka.bootstrap_servers)
     if not bootstrap:

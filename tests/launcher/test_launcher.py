@@ -141,3 +141,27 @@ def test_spec_env_reaches_every_role_without_touching_ours(tmp_path: Path) -> No
     out = io.StringIO()
     assert Launcher(spec, out=out).run() == 0, out.getvalue()
     assert dict(os.environ) == before
+
+
+def test_a_role_that_outlives_its_grace_leaves_its_stacks_in_its_log_then_is_killed(tmp_path: Path) -> None:
+    from launcher.launch import _stop
+    from launcher.role_process import RoleProcess
+
+    # As a hung streamrec role: SIGUSR1 answered with the stacks (as cli.main registers), SIGTERM ignored.
+    hang = ("import faulthandler, signal, sys, time\n"
+            "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "def stuck_in_a_barrier():\n"
+            "    print('ready', flush=True)\n"
+            "    while True: time.sleep(0.05)\n"
+            "stuck_in_a_barrier()\n")
+    role = RoleProcess("worker.0", [sys.executable, "-c", hang], dict(os.environ), tmp_path / "worker.0.log")
+    role.start()
+    deadline = time.monotonic() + 60
+    while b"ready" not in role.log_path.read_bytes():
+        assert time.monotonic() < deadline and role.poll() is None
+        time.sleep(0.05)
+    _stop([role], signal.SIGTERM, 0.3)
+    assert role.poll() == -signal.SIGKILL
+    log = role.log_path.read_text()
+    assert "most recent call first" in log and "in stuck_in_a_barrier" in log, log

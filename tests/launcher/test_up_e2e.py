@@ -116,8 +116,21 @@ class Up:
         try:
             return self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
+            hung = self.stacks()
             os.killpg(self.proc.pid, signal.SIGKILL)
-            raise
+            raise AssertionError(f"up did not stop within 120 s of SIGINT:\n{hung}") from None
+
+    def stacks(self) -> str:
+        """Every thread's stack of `up` and of each role still running (SIGUSR1: every streamrec
+        command writes them to its log), then the end of each role's log: why a stop hangs."""
+        for pid in [self.proc.pid, *run_processes(self.run_dir)]:
+            with contextlib.suppress(OSError):
+                if b"cli" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGUSR1)
+        time.sleep(1.0)
+        tails = [f"--- {log.name} ---\n{log.read_text(errors='replace')[-6000:]}"
+                 for log in sorted((self.run_dir / "logs").glob("*.log"))]
+        return f"--- up ---\n{self.output()}\n" + "\n".join(tails)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
