@@ -1,0 +1,150 @@
+"""Every role's log in one format: ``configure(role=..., config=...)`` once per process.
+
+A line is the UTC time, the level, the role (``worker.0``, ``shard.1``, ``service``, ``up``),
+the logger and the message, as text::
+
+    2026-11-28T04:15:02.123Z INFO  worker.0 trainer.pass_commit: pass 3 committed: ...
+
+or, with ``format: json``, one JSON object per line (``ts``, ``level``, ``role``, ``logger``,
+``message``, ``request_id`` inside a service request, ``exc`` with a traceback, and the
+record's ``fields`` mapping when it has one). Every ``streamrec`` command that runs a role
+calls :func:`configure` (cli/main.py) with the ``logging:`` section of the YAML it reads, so
+``up``, docker-compose and Kubernetes roles log alike. Libraries that chatter at info (the
+Kafka client, faiss's loader) are held at warning unless the level is debug.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+from pydantic import Field
+
+from core.errors import ConfigError
+from core.yaml_config import FrozenModel, validate_config
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class LoggingConfig(FrozenModel):
+    """How a role logs (module docstring); the service also writes an access log."""
+
+    level: LogLevel = Field(LogLevel.INFO, description="The lowest level written: debug, info, warning or error.")
+    format: LogFormat = Field(LogFormat.TEXT,
+                              description="`text`: one line per record; `json`: one JSON object per line.")
+    access_log: bool = Field(True, description="The service logs each request (method, path, status, duration, "
+                                               "request id).")
+    access_sample: float = Field(1.0, ge=0.0, le=1.0,
+                                 description="Fraction of the service's successful requests (status < 400) the access "
+                                             "log writes; every failed one is written.")
+
+
+# Libraries whose info lines are per connection or per load, not a role's life.
+QUIET_LIBRARIES = ("kafka", "faiss", "numba", "urllib3", "botocore", "aiobotocore", "s3fs", "fsspec", "asyncio",
+                   "httpx", "multipart")
+
+request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+"""The id of the service request being handled (set by service.access_log), written on each of its lines."""
+
+_state = {"role": "streamrec"}
+
+
+def _timestamp(created: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+
+
+class TextFormatter(logging.Formatter):
+    """``<UTC time> <LEVEL> <role> <logger>: <message>`` (`` request_id=...`` within a request)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = (f"{_timestamp(record.created)} {record.levelname:<5} {_state['role']} {record.name}: "
+                f"{record.getMessage()}")
+        rid = getattr(record, "request_id", None) or request_id.get()
+        if rid is not None:
+            line += f" request_id={rid}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        elif record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line (a traceback goes into ``exc``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        obj: dict[str, Any] = {"ts": _timestamp(record.created), "level": record.levelname.lower(),
+                               "role": _state["role"], "logger": record.name, "message": record.getMessage()}
+        rid = getattr(record, "request_id", None) or request_id.get()
+        if rid is not None:
+            obj["request_id"] = rid
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            obj.update({k: v for k, v in fields.items() if k not in obj})
+        if record.exc_info:
+            obj["exc"] = self.formatException(record.exc_info)
+        return json.dumps(obj, default=str)
+
+
+class _RoleHandler(logging.StreamHandler):
+    """The handler :func:`configure` installs on the root logger (and replaces on a second call)."""
+
+
+def configure(*, role: str, config: LoggingConfig | None = None, path: Path | None = None,
+              stream: IO[str] | None = None) -> None:
+    """Send every logger's records at ``config.level`` and above to ``path`` (appended) or
+    ``stream`` (default stderr) in ``config.format``, as ``role``. A second call replaces the first."""
+    config = config or LoggingConfig()
+    set_role(role)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _RoleHandler)]:
+        root.removeHandler(old)
+        if old.stream not in (sys.stderr, sys.stdout):
+            old.close()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # line-buffered: a line is in the file once logged, as an operator tailing it expects
+        stream = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - the handler owns it
+    handler = _RoleHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if config.format is LogFormat.JSON else TextFormatter())
+    root.addHandler(handler)
+    level = logging.getLevelNamesMapping()[config.level.upper()]
+    root.setLevel(level)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING) if level > logging.DEBUG else logging.NOTSET)
+
+
+def set_role(role: str) -> None:
+    """The role written on every line from now on (a trainer learns its rank after its lease)."""
+    _state["role"] = role
+
+
+def load_logging_section(path: str | Path | None) -> LoggingConfig:
+    """The ``logging:`` section of any streamrec YAML (the root or a role's file); defaults
+    when ``path`` is None or the file has none."""
+    if path is None:
+        return LoggingConfig()
+    try:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}", detail={"file": str(path)}) from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: top level must be a mapping", detail={"file": str(path)})
+    return validate_config(loaded.get("logging") or {}, LoggingConfig, f"{path}:logging")
