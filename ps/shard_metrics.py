@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.role_registry import role_registry
+
 if TYPE_CHECKING:
     from ps.shard_server import ShardServer
 
@@ -27,6 +29,43 @@ REFUSED_KEYS = {"refused_by_budget": "budget", "not_admitted": "admission", "non
                 "nonfinite_skipped": "nonfinite_skipped"}
 # table counter -> reason label of streamrec_shard_evicted_rows_total
 EVICTED_ROWS = {"evicted": "shrink", "evicted_by_budget": "budget"}
+
+HELP = {
+    "streamrec_shard_requests": "Requests this shard decoded, by protocol op (rate: requests/s; moves with every "
+                                "pull, push and admin call).",
+    "streamrec_shard_refused_requests": "Requests this shard answered with an error, by error class of core.errors "
+                                        "(bad input, failed signatures, unknown tables).",
+    "streamrec_shard_connections_closed": "Peer connections this shard closed, oversized or malformed frames among "
+                                          "them (rises when a client misbehaves).",
+    "streamrec_shard_dropped_replies": "Replies dropped instead of queued, by reason: the peer was gone or not "
+                                       "reading (it times out and retries).",
+    "streamrec_shard_dense_elements": "Dense parameters (float32 elements) this shard holds, all dense parts "
+                                      "together; moves when a model is created or restored.",
+    "streamrec_shard_pulled_keys": "Keys trainers and the service pulled from this table (rate: keys/s).",
+    "streamrec_shard_pushed_keys": "Keys whose updates trainers pushed into this table (rate: keys/s).",
+    "streamrec_shard_pulled_missing_keys": "Keys pulled that had no row, answered with their initializer (new "
+                                           "features; a burst after a restart means rows were lost).",
+    "streamrec_shard_table_rows": "Rows (features with an embedding) this table holds on this shard.",
+    "streamrec_shard_table_bytes": "Bytes this table holds on this shard: rows, hash index, optimizer state and "
+                                   "admission sketches.",
+    "streamrec_shard_table_max_bytes": "This table's byte budget on this shard, absent when unbounded; keys are "
+                                       "refused or rows evicted once table bytes reach it.",
+    "streamrec_shard_table_capacity_rows": "Rows allocated for this table on this shard (grows in steps ahead of "
+                                           "the rows held).",
+    "streamrec_shard_refused_keys": "Keys given no row or no update, by reason: budget (byte budget full), "
+                                    "admission (not admitted yet), nonfinite (a NaN or inf update).",
+    "streamrec_shard_evicted_rows": "Rows evicted, by reason: shrink (unseen for too long) or budget (made room "
+                                    "under the byte budget).",
+}
+"""Each metric's HELP: what it counts, in what unit, and when it moves."""
+
+
+def _counter(name: str, labels: tuple[str, ...]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, HELP[name], labels=labels)
+
+
+def _gauge(name: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, HELP[name], labels=labels)
 
 
 class ShardCollector(Collector):
@@ -43,47 +82,38 @@ class ShardCollector(Collector):
         tables = [(name, table.stats()) for name, table in list(server.sparse.items())]
         dense = list(server.tables.dense_meta.values())
 
-        by_op = CounterMetricFamily("streamrec_shard_requests", "requests decoded, by op", labels=("shard", "op"))
+        by_op = _counter("streamrec_shard_requests", ("shard", "op"))
         for op, n in sorted(requests.items()):
             by_op.add_metric((shard, op), n)
         yield by_op
-        refused = CounterMetricFamily("streamrec_shard_refused_requests", "requests refused, by error code",
-                                      labels=("shard", "code"))
+        refused = _counter("streamrec_shard_refused_requests", ("shard", "code"))
         for code, n in sorted(errors.items()):
             refused.add_metric((shard, code), n)
         yield refused
-        closed = CounterMetricFamily("streamrec_shard_connections_closed",
-                                     "peer connections closed (oversized frames among them)", labels=("shard",))
+        closed = _counter("streamrec_shard_connections_closed", ("shard",))
         closed.add_metric((shard,), server.connections_closed)
         yield closed
-        dropped = CounterMetricFamily("streamrec_shard_dropped_replies",
-                                      "replies not queued: the peer was gone or not reading, by reason",
-                                      labels=("shard", "reason"))
+        dropped = _counter("streamrec_shard_dropped_replies", ("shard", "reason"))
         for reason, n in sorted(server.replies_dropped.items()):
             dropped.add_metric((shard, reason), n)
         yield dropped
         yield from _table_families(shard, tables)
-        held = GaugeMetricFamily("streamrec_shard_dense_elements", "dense parameters held (all dense parts)",
-                                 labels=("shard",))
+        held = _gauge("streamrec_shard_dense_elements", ("shard",))
         held.add_metric((shard,), sum(int(m["size"]) for m in dense))
         yield held
 
 
 def _table_families(shard: str, tables: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
     labels = ("shard", "table")
-    pulled = CounterMetricFamily("streamrec_shard_pulled_keys", "keys pulled (rate: keys/s)", labels=labels)
-    pushed = CounterMetricFamily("streamrec_shard_pushed_keys", "keys pushed (rate: keys/s)", labels=labels)
-    missing = CounterMetricFamily("streamrec_shard_pulled_missing_keys",
-                                  "keys pulled that had no row (read as their initializer)", labels=labels)
-    rows = GaugeMetricFamily("streamrec_shard_table_rows", "rows held", labels=labels)
-    nbytes = GaugeMetricFamily("streamrec_shard_table_bytes", "bytes held (rows, index, optimizer state, sketches)",
-                               labels=labels)
-    max_bytes = GaugeMetricFamily("streamrec_shard_table_max_bytes", "the table's byte budget (absent: none)",
-                                  labels=labels)
-    capacity = GaugeMetricFamily("streamrec_shard_table_capacity_rows", "rows allocated", labels=labels)
-    refused = CounterMetricFamily("streamrec_shard_refused_keys", "keys given no row or no update, by reason",
-                                  labels=(*labels, "reason"))
-    evicted = CounterMetricFamily("streamrec_shard_evicted_rows", "rows evicted, by reason", labels=(*labels, "reason"))
+    pulled = _counter("streamrec_shard_pulled_keys", labels)
+    pushed = _counter("streamrec_shard_pushed_keys", labels)
+    missing = _counter("streamrec_shard_pulled_missing_keys", labels)
+    rows = _gauge("streamrec_shard_table_rows", labels)
+    nbytes = _gauge("streamrec_shard_table_bytes", labels)
+    max_bytes = _gauge("streamrec_shard_table_max_bytes", labels)
+    capacity = _gauge("streamrec_shard_table_capacity_rows", labels)
+    refused = _counter("streamrec_shard_refused_keys", (*labels, "reason"))
+    evicted = _counter("streamrec_shard_evicted_rows", (*labels, "reason"))
     for name, st in tables:
         key = (shard, name)
         pulled.add_metric(key, st["pulled_keys"])
@@ -102,7 +132,7 @@ def _table_families(shard: str, tables: list[tuple[str, dict[str, Any]]]) -> Ite
 
 
 def shard_registry(server: ShardServer) -> CollectorRegistry:
-    """A registry of its own (no process-global state) holding ``server``'s metrics."""
-    registry = CollectorRegistry(auto_describe=False)
+    """A registry of its own (no process-global state) holding ``server``'s metrics and its process's."""
+    registry = role_registry("shard")
     registry.register(ShardCollector(server))
     return registry

@@ -54,9 +54,16 @@ async def handle_error(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         err = StreamrecError(f"internal error: {type(exc).__name__}")
     metrics = getattr(request.app.state, "metrics", None)
-    if metrics is not None:
+    if metrics is not None and not _unrouted_404(request, err):
         metrics.count_error(err.code)
     return error_response(err)
+
+
+def _unrouted_404(request: Request, err: StreamrecError) -> bool:
+    """A 404 for a path no route serves (a browser's /favicon.ico, a crawler's guess): not a
+    failure of the service, so not counted as an error; the latency histogram still shows it
+    under route ``<unmatched>``."""
+    return err.http_status == 404 and request.scope.get("route") is None
 
 
 def install_error_handler(app: FastAPI) -> None:

@@ -12,12 +12,14 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.errors import InvalidInput, RequestTimeout
+from core.role_registry import role_registry
+from service.metric_help import HELP
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -35,21 +37,23 @@ class _ReadAtScrape(Collector):
         for name, read in sorted(self.gauges.items()):
             value = read()
             if value is not None:
-                yield GaugeMetricFamily(f"streamrec_{name}", name.replace("_", " "), value=float(value))
+                yield GaugeMetricFamily(f"streamrec_{name}", HELP[name], value=float(value))
         for name, read in sorted(self.counters.items()):
             value = read()
             if value is not None:
-                yield CounterMetricFamily(f"streamrec_{name}", name.replace("_", " "), value=float(value))
+                yield CounterMetricFamily(f"streamrec_{name}", HELP[name], value=float(value))
 
 
 class ServiceMetrics:
     """The metrics of one app; ``render()`` is the exposition ``/metrics`` serves."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self._latency = Histogram("streamrec_request_seconds", "request latency by route template",
+        self.registry = role_registry("service")
+        self._latency = Histogram("streamrec_request_seconds", "Seconds from a request's head to its response's "
+                                  "end, by route template (<unmatched>: no route), method and status",
                                   ("route", "method", "status"), buckets=LATENCY_BUCKETS, registry=self.registry)
-        self._errors = Counter("streamrec_errors", "errors answered, by error code", ("code",),
+        self._errors = Counter("streamrec_errors", "Error responses, by error class of core.errors; a 404 of a "
+                               "path no route serves (a browser's favicon) is not counted", ("code",),
                                registry=self.registry)
         self._read = _ReadAtScrape()
         self.registry.register(self._read)
@@ -65,14 +69,20 @@ class ServiceMetrics:
 
     def gauge(self, name: str, read: Callable[[], float | None]) -> None:
         """``streamrec_<name>``, the value ``read()`` returns at scrape time (None: not exposed)."""
-        self._read.gauges[name] = read
+        self._read.gauges[_described(name)] = read
 
     def counter(self, name: str, read: Callable[[], float | None]) -> None:
         """``streamrec_<name>_total``, a running count kept elsewhere and read at scrape time."""
-        self._read.counters[name] = read
+        self._read.counters[_described(name)] = read
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _described(name: str) -> str:
+    if name not in HELP:
+        raise KeyError(f"streamrec_{name} has no HELP text: add it to service.metric_help.HELP")
+    return name
 
 
 def _counting(receive: Receive, limit: int, timeout_s: float) -> Receive:

@@ -8,7 +8,7 @@ reads them in the metrics thread (:mod:`core.metrics_http`). A figure not known 
 looked up, no pass committed by this process, a worker that is not the chief) is left out.
 
 Label values come from closed sets: ``rank`` this worker's rank, ``phase`` a step phase of
-:class:`trainer.worker.Worker`.
+:class:`trainer.worker.Worker`, ``reason`` a :class:`logrecords.rejects.RejectReason`.
 """
 
 from __future__ import annotations
@@ -21,18 +21,70 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.role_registry import role_registry
+from logrecords.rejects import RejectReason
+
 if TYPE_CHECKING:
     from trainer.job import StreamingJob
 
-# name, help, key of the chief's last committed pass's progress point (trainer.pass_history)
+# name, key of the chief's last committed pass's progress point (trainer.pass_history)
 LAST_PASS = (
-    ("streamrec_trainer_last_pass_auc", "progressive AUC of the last committed pass (all workers)", "auc"),
-    ("streamrec_trainer_last_pass_logloss", "progressive log loss of the last committed pass", "logloss"),
-    ("streamrec_trainer_auc_total", "progressive AUC of every pass up to the last committed one", "auc_total"),
-    ("streamrec_trainer_last_pass_records_per_second", "records per second of the last committed pass",
-     "records_per_s"),
-    ("streamrec_trainer_last_pass_freshness_seconds", "age of the newest record at the last commit", "freshness_s"),
+    ("streamrec_trainer_last_pass_auc", "auc"),
+    ("streamrec_trainer_last_pass_logloss", "logloss"),
+    ("streamrec_trainer_auc_total", "auc_total"),
+    ("streamrec_trainer_last_pass_records_per_second", "records_per_s"),
+    ("streamrec_trainer_last_pass_freshness_seconds", "freshness_s"),
 )
+REJECT_REASONS = tuple(r.label for r in RejectReason if r is not RejectReason.OK)
+
+HELP = {
+    "streamrec_trainer_records_trained": "Records this worker process trained since it started (rate: samples/s).",
+    "streamrec_trainer_job_records": "Records of every worker up to this worker's position, as the passes count "
+                                     "them (carried over a restart).",
+    "streamrec_trainer_consumer_lag_records": "Records in Kafka not yet consumed on this worker's partitions, "
+                                              "looked up about once a second; rising: training falls behind.",
+    "streamrec_trainer_pass": "Id of the newest pass committed, restored or rolled back to; steps up at each commit.",
+    "streamrec_trainer_pass_records": "Records this worker trained in the current, uncommitted pass; back to 0 at "
+                                      "each commit.",
+    "streamrec_trainer_pass_elapsed_seconds": "Seconds since the current pass started; back to 0 at each commit.",
+    "streamrec_trainer_commit_stall_seconds": "Seconds the last commit held this worker's training loop.",
+    "streamrec_trainer_paused": "1 while job control has paused training, else 0.",
+    "streamrec_trainer_newest_record_timestamp_seconds": "Event time (unix seconds) of the newest record trained.",
+    "streamrec_trainer_recoveries": "Reloads of the last complete pass after a shard lost its tables (a shard "
+                                    "restarted).",
+    "streamrec_trainer_regroups": "Regroups of the workers after the membership epoch moved (a worker or shard "
+                                  "was replaced).",
+    "streamrec_trainer_rejected_records": "Records the stream refused and sent to the dead-letter topic, by reason "
+                                          "(bad_hex, invalid_json, oversized...); rises with bad input upstream.",
+    "streamrec_trainer_dead_letter_failures": "Rejected records that could not be written to the dead-letter topic "
+                                              "(counted, dropped; training goes on).",
+    "streamrec_trainer_phase_seconds": "Seconds this worker spent in each step phase (rate: share of wall time).",
+    "streamrec_trainer_disk_full": "1 while a write fails for want of disk space (training pauses or goes back to "
+                                   "the last complete pass), else 0.",
+    "streamrec_trainer_disk_write_failures": "Writes that failed for want of disk space, by what was written.",
+    "streamrec_trainer_disk_recoveries": "Passes the disk had no room for, gone back from to the last complete one.",
+    "streamrec_trainer_bundles_retired": "Exported bundles deleted by retention (passes.keep).",
+    "streamrec_trainer_bundle_retention_failures": "Retention runs that failed to delete old bundles (tried again "
+                                                   "after the next export).",
+    "streamrec_trainer_checkpoint_free_bytes": "Bytes free on the checkpoint root's file system (read at most "
+                                               "every 5 s); absent on an object store.",
+    "streamrec_trainer_checkpoint_bytes": "Bytes of the files under the checkpoint root (read at most every 5 s).",
+    "streamrec_trainer_export_free_bytes": "Bytes free on the export root's file system (read at most every 5 s); "
+                                           "absent on an object store.",
+    "streamrec_trainer_export_bytes": "Bytes of the files under the export root (read at most every 5 s).",
+    "streamrec_trainer_last_pass_auc": "Progressive AUC (0..1) of the last committed pass, all workers; moves at "
+                                       "each commit.",
+    "streamrec_trainer_last_pass_logloss": "Progressive log loss of the last committed pass; moves at each commit.",
+    "streamrec_trainer_auc_total": "Progressive AUC (0..1) of every pass up to the last committed one.",
+    "streamrec_trainer_last_pass_records_per_second": "Records per second the job trained in the last committed "
+                                                      "pass.",
+    "streamrec_trainer_last_pass_freshness_seconds": "Seconds from the newest trained record's event time to the "
+                                                     "last commit.",
+    "streamrec_trainer_last_pass_seconds": "Seconds the last committed pass took, from its start to its commit.",
+    "streamrec_trainer_last_commit_timestamp_seconds": "When the last pass was committed (unix seconds); only on "
+                                                       "the chief, once it committed one.",
+}
+"""Each metric's HELP: what it counts, in what unit, and when it moves."""
 
 
 def _number(value: Any) -> float | None:
@@ -49,90 +101,87 @@ class TrainerCollector(Collector):
         job, progress = self.job, self.job.progress
         rank = (str(job.rank),)
 
-        def gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
+        def gauge(name: str, value: float | None) -> Iterator[Metric]:
             if value is not None:
-                family = GaugeMetricFamily(name, doc, labels=("rank",))
+                family = GaugeMetricFamily(name, HELP[name], labels=("rank",))
                 family.add_metric(rank, value)
                 yield family
 
-        def counter(name: str, doc: str, value: float) -> Iterator[Metric]:
-            family = CounterMetricFamily(name, doc, labels=("rank",))
+        def counter(name: str, value: float) -> Iterator[Metric]:
+            family = CounterMetricFamily(name, HELP[name], labels=("rank",))
             family.add_metric(rank, value)
             yield family
 
-        yield from counter("streamrec_trainer_records_trained", "records trained by this worker process "
-                           "(rate: samples/s)", job.records_run)
-        yield from gauge("streamrec_trainer_job_records", "records of every worker up to this worker's position, "
-                         "as the passes count them", progress.records_total)
-        yield from gauge("streamrec_trainer_consumer_lag_records", "records not yet consumed on this worker's "
-                         "partitions", progress.lag)
-        yield from gauge("streamrec_trainer_pass", "newest pass committed, restored or rolled back to",
-                         progress.pass_id)
-        yield from gauge("streamrec_trainer_pass_records", "records this worker trained in the current pass",
-                         progress.clock.count)
-        yield from gauge("streamrec_trainer_pass_elapsed_seconds", "seconds since the current pass started",
-                         max(0.0, time.monotonic() - progress.clock.started))
+        yield from counter("streamrec_trainer_records_trained", job.records_run)
+        yield from gauge("streamrec_trainer_job_records", progress.records_total)
+        yield from gauge("streamrec_trainer_consumer_lag_records", progress.lag)
+        yield from gauge("streamrec_trainer_pass", progress.pass_id)
+        yield from gauge("streamrec_trainer_pass_records", progress.clock.count)
+        yield from gauge("streamrec_trainer_pass_elapsed_seconds", max(0.0, time.monotonic() - progress.clock.started))
         stalls = job.commit_stall_s
-        yield from gauge("streamrec_trainer_commit_stall_seconds", "seconds the last commit held this worker's loop",
-                         stalls[-1] if stalls else None)
-        yield from gauge("streamrec_trainer_paused", "1 while paused by job control", float(job.paused.is_set()))
-        yield from gauge("streamrec_trainer_newest_record_timestamp_seconds", "event time of the newest record "
-                         "trained", progress.newest_time)
-        yield from counter("streamrec_trainer_recoveries", "reloads of a complete pass after a lost shard",
-                           job.recovery.recoveries)
-        yield from counter("streamrec_trainer_regroups", "regroups after the membership epoch moved",
-                           job.recovery.regroups)
+        yield from gauge("streamrec_trainer_commit_stall_seconds", stalls[-1] if stalls else None)
+        yield from gauge("streamrec_trainer_paused", float(job.paused.is_set()))
+        yield from gauge("streamrec_trainer_newest_record_timestamp_seconds", progress.newest_time)
+        yield from counter("streamrec_trainer_recoveries", job.recovery.recoveries)
+        yield from counter("streamrec_trainer_regroups", job.recovery.regroups)
+        yield from self._rejected(rank)
         yield from self._disk(gauge, counter, rank)
         worker = job.worker
         if worker is not None:
-            phases = CounterMetricFamily("streamrec_trainer_phase_seconds", "seconds spent in each step phase",
+            phases = CounterMetricFamily("streamrec_trainer_phase_seconds", HELP["streamrec_trainer_phase_seconds"],
                                          labels=("rank", "phase"))
             for phase, seconds in sorted(dict(worker.phase_seconds).items()):
                 phases.add_metric((*rank, phase), seconds)
             yield phases
         yield from self._last_pass(gauge)
 
+    def _rejected(self, rank: tuple[str]) -> Iterator[Metric]:
+        """Records the stream refused, every reason from 0 so that the first dead letter is a rise, not a new series."""
+        consumer = None if self.job.stream is None else self.job.stream.consumer
+        counts = {} if consumer is None else consumer.reject_counts
+        rejected = CounterMetricFamily("streamrec_trainer_rejected_records", HELP["streamrec_trainer_rejected_records"],
+                                       labels=("rank", "reason"))
+        for reason in REJECT_REASONS:
+            rejected.add_metric((*rank, reason), counts.get(reason, 0))
+        yield rejected
+        failed = CounterMetricFamily("streamrec_trainer_dead_letter_failures",
+                                     HELP["streamrec_trainer_dead_letter_failures"], labels=("rank",))
+        failed.add_metric(rank, 0 if consumer is None else consumer.dead_letters.failed_sends)
+        yield failed
+
     def _disk(self, gauge: Any, counter: Any, rank: tuple[str]) -> Iterator[Metric]:
         """Failed writes for want of space (trainer.disk_space) and the roots' free and used bytes."""
         job = self.job
         disk = job.committer.disk
-        yield from gauge("streamrec_trainer_disk_full", "1 while a write fails for want of disk space "
-                         "(training pauses or goes back to the last complete pass)", float(disk.full))
-        failures = CounterMetricFamily("streamrec_trainer_disk_write_failures", "writes that failed for want of "
-                                       "disk space, by what was written", labels=("rank", "what"))
+        yield from gauge("streamrec_trainer_disk_full", float(disk.full))
+        failures = CounterMetricFamily("streamrec_trainer_disk_write_failures",
+                                       HELP["streamrec_trainer_disk_write_failures"], labels=("rank", "what"))
         for what, n in sorted(disk.failures.items()):
             failures.add_metric((*rank, what), n)
         yield failures
-        yield from counter("streamrec_trainer_disk_recoveries", "passes the disk had no room for, gone back from",
-                           job.recovery.disk_recoveries)
+        yield from counter("streamrec_trainer_disk_recoveries", job.recovery.disk_recoveries)
         exporter = job.committer.exporter
         if exporter is not None:
-            yield from counter("streamrec_trainer_bundles_retired", "bundles deleted by retention", exporter.retired)
-            yield from counter("streamrec_trainer_bundle_retention_failures",
-                               "retention passes that failed (tried again after the next export)",
-                               exporter.retention_failures)
+            yield from counter("streamrec_trainer_bundles_retired", exporter.retired)
+            yield from counter("streamrec_trainer_bundle_retention_failures", exporter.retention_failures)
         usage = job.disk_usage.read()
         for root in ("checkpoint", "export"):
-            yield from gauge(f"streamrec_trainer_{root}_free_bytes", f"bytes free on the {root} root's file system",
-                             usage.get(f"{root}_free_bytes"))
-            yield from gauge(f"streamrec_trainer_{root}_bytes", f"bytes of the files under the {root} root",
-                             usage.get(f"{root}_bytes"))
+            yield from gauge(f"streamrec_trainer_{root}_free_bytes", usage.get(f"{root}_free_bytes"))
+            yield from gauge(f"streamrec_trainer_{root}_bytes", usage.get(f"{root}_bytes"))
 
     def _last_pass(self, gauge: Any) -> Iterator[Metric]:
         """The chief's newest committed pass (its manifest's progress point)."""
         manifest = self.job.committer.last_commit
         point = manifest.get("progress") or {}
-        for name, doc, key in LAST_PASS:
-            yield from gauge(name, doc, _number(point.get(key)))
+        for name, key in LAST_PASS:
+            yield from gauge(name, _number(point.get(key)))
         records, rate = _number(point.get("records")), _number(point.get("records_per_s"))
-        yield from gauge("streamrec_trainer_last_pass_seconds", "duration of the last committed pass",
-                         records / rate if records and rate else None)
-        yield from gauge("streamrec_trainer_last_commit_timestamp_seconds", "when the last pass was committed "
-                         "(unix time)", _number(manifest.get("created_at")))
+        yield from gauge("streamrec_trainer_last_pass_seconds", records / rate if records and rate else None)
+        yield from gauge("streamrec_trainer_last_commit_timestamp_seconds", _number(manifest.get("created_at")))
 
 
 def trainer_registry(job: StreamingJob) -> CollectorRegistry:
-    """A registry of its own (no process-global state) holding ``job``'s metrics."""
-    registry = CollectorRegistry(auto_describe=False)
+    """A registry of its own (no process-global state) holding ``job``'s metrics and its process's."""
+    registry = role_registry("trainer")
     registry.register(TrainerCollector(job))
     return registry
