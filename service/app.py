@@ -16,6 +16,7 @@ from ps.auth import read_secret
 from service.cold_start import ColdStart
 from service.connections import ConnectionStats
 from service.disk import DiskView
+from service.docs_pages import install_docs_pages
 from service.errors import install_error_handler
 from service.export_watcher import ExportWatcher
 from service.job import JobLink
@@ -24,6 +25,7 @@ from service.live_items import LiveItems
 from service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from service.model_store import ModelStore
 from service.offload import Offload
+from service.openapi_examples import install_openapi_examples
 from service.read_through import ReadThrough
 from service.routes import admin, dashboard, embeddings, health, items, predict, recommend
 from service.settings import ServiceSettings
@@ -110,7 +112,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                 app.state.read_through.close()
             sys.setswitchinterval(switch)
 
-    app = FastAPI(title="streamrec service", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="streamrec service", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Fresh embeddings, similar items, recommendations and CTR scores from the latest "
                               "exported bundle; the admin API operates the training job.")
     app.state.settings = settings
@@ -128,4 +130,6 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     # hot routes first: the router tries routes in order
     for module in (embeddings, items, recommend, predict, health, admin, dashboard):
         app.include_router(module.router)
+    install_docs_pages(app)
+    install_openapi_examples(app)
     return app

@@ -41,6 +41,7 @@ from tables.table_merge import TablePart, load_parts
 from tables.table_state import TableState
 
 _U64 = np.dtype(np.uint64)
+_KEY_SCAN_ROWS = 1 << 16
 
 
 class SparseTable:
@@ -136,6 +137,23 @@ class SparseTable:
         """Row number of each id (uint64 array), -1 when absent."""
         with self.lock.mutex:
             return self.state.lookup(keys)
+
+    def stored_keys(self, limit: int, *, top_byte: int | None = None) -> np.ndarray:
+        """Up to ``limit`` ids that have a row, oldest rows first; with ``top_byte`` only ids whose
+        top byte it is (one slot's ids: logrecords.hashing). Real ids to show, as in the API's examples."""
+        out: list[np.ndarray] = []
+        found = 0
+        with self.lock.mutex:
+            n, keys = self.state.rows.n, self.state.rows.cols["keys"]
+            for start in range(0, n, _KEY_SCAN_ROWS):  # a chunk at a time: no copy of a large table's keys
+                chunk = keys[start : min(n, start + _KEY_SCAN_ROWS)]
+                if top_byte is not None:
+                    chunk = chunk[(chunk >> np.uint64(56)) == np.uint64(top_byte)]
+                out.append(chunk[: limit - found].copy())
+                found += out[-1].shape[0]
+                if found >= limit:
+                    break
+        return np.concatenate(out) if out else np.empty(0, np.uint64)
 
     def size(self) -> int:
         return self.state.rows.n
