@@ -1,4 +1,4 @@
-"""For tests: start a real `streamrec shard` serving /metrics, and scrape a /metrics page."""
+"""For tests: start a real `streamrec shard` serving /metrics, and scrape and check a /metrics page."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of an exposition: (sample name, sorted labels) -> value."""
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def assert_help_explains(page: str) -> None:
+    """Every streamrec metric's HELP on ``page`` is a phrase of its own, not its name with spaces."""
+    for family in text_string_to_metric_families(page):
+        if family.name.startswith("streamrec_"):
+            restated = family.name.removeprefix("streamrec_").replace("_", " ")
+            assert family.documentation.lower() != restated and len(family.documentation.split()) >= 5, family.name
 
 
 def labels(**values: str) -> tuple[tuple[str, str], ...]:

@@ -1,7 +1,8 @@
-"""deploy/grafana/streamrec.json against what the roles really export: the
-dashboard loads, each role has panels, and every metric its queries name is served by a real
-role: a shard process, a `streamrec train` worker (embedded broker) and the service app
-reading that worker's bundles, each scraped on its /metrics."""
+"""deploy/grafana/streamrec.json and deploy/prometheus/alerts.yml against what the roles really
+export: the dashboard loads, each role has panels, and every metric the dashboard's queries and
+the alert rules' expressions name is served by a real role: a shard process, a `streamrec train`
+worker (embedded broker) and the service app reading that worker's bundles, each scraped on its
+/metrics, where every role also has its process metrics, its build info and HELP that explains."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ from streaming.connection import client_options
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 from streaming.topics import ensure_topics
-from tests.prom_scrape import REPO, samples, scrape, shard_with_metrics, wait_scrape
+from tests.deploy.test_alert_rules import alert_metrics, expr_metrics
+from tests.prom_scrape import REPO, assert_help_explains, samples, scrape, shard_with_metrics, wait_scrape
 from trainer.job_config import load_job_config
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "streamrec.json"
@@ -53,7 +55,7 @@ def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 def dashboard_metrics() -> set[str]:
     """The sample names the dashboard's queries read (``..._total``, ``..._bucket`` as written)."""
     dashboard = json.loads(DASHBOARD.read_text())
-    return {m for p in _panels(dashboard) for t in p["targets"] for m in METRIC.findall(t["expr"])}
+    return {m for p in _panels(dashboard) for t in p["targets"] for m in expr_metrics(t["expr"])}
 
 
 def test_the_dashboard_loads_and_has_panels_for_every_role() -> None:
@@ -68,6 +70,7 @@ def test_the_dashboard_loads_and_has_panels_for_every_role() -> None:
     names = dashboard_metrics()
     for role in ("streamrec_shard_", "streamrec_trainer_", "streamrec_request_seconds"):
         assert any(n.startswith(role) for n in names), role
+    assert {"process_resident_memory_bytes", "streamrec_trainer_rejected_records_total"} <= names
     # keys/s, rows, bytes, refusals; samples/s, lag, pass and commit times, AUC
     assert {"streamrec_shard_pulled_keys_total", "streamrec_shard_pushed_keys_total", "streamrec_shard_table_rows",
             "streamrec_shard_table_bytes", "streamrec_shard_refused_requests_total",
@@ -122,7 +125,7 @@ def _trainer(tmp: Path, job: Path, ps_yaml: Path, endpoint: str, bootstrap: str)
 @pytest.mark.process
 def test_every_metric_the_dashboard_queries_is_exported_by_a_role(broker, tmp_path: Path) -> None:
     deadline = time.monotonic() + 270  # under pytest's 300 s: a loaded machine trains slowly; nothing here is timed
-    wanted = dashboard_metrics()
+    wanted = dashboard_metrics() | alert_metrics()
     job = _job_yaml(tmp_path, _produce(broker.bootstrap))
     config = load_job_config(job)
     ps_yaml = tmp_path / "ps.yaml"
@@ -154,7 +157,11 @@ def test_every_metric_the_dashboard_queries_is_exported_by_a_role(broker, tmp_pa
     assert all(n in exported["shard"] for n in wanted if n.startswith("streamrec_shard_"))
     assert all(n in exported["trainer"] for n in wanted if n.startswith("streamrec_trainer_"))
     assert all(n in exported["service"] for n in wanted if n.startswith(("streamrec_request_", "streamrec_bundle_")))
+    for role, names in exported.items():
+        assert {"process_start_time_seconds", "process_resident_memory_bytes", "streamrec_build_info"} <= names, role
+        assert_help_explains(pages[role])
     trained = {name: v for (name, _), v in samples(pages["trainer"]).items()}
     assert 0 < trained["streamrec_trainer_records_trained_total"] <= RECORDS
     assert 0.0 <= trained["streamrec_trainer_last_pass_auc"] <= 1.0 and trained["streamrec_trainer_pass"] >= 1
     assert trained["streamrec_trainer_consumer_lag_records"] >= 0 and trained["streamrec_trainer_last_pass_seconds"] > 0
+

@@ -1,13 +1,17 @@
 """The service's /metrics: the process and build-info series of every role, HELP text that says
 more than the name, and errors counted only where the service failed a request it serves (a
-browser's favicon or a crawler's guess is a 404 of no route, not an error)."""
+browser's favicon or a crawler's guess is a 404 of no route, not an error); the service's own
+dashboard charts only metrics the service exports."""
 
 from __future__ import annotations
 
-from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
+import re
+from pathlib import Path
 
-from tests.prom_scrape import labels, samples
+from fastapi.testclient import TestClient
+
+from service.metric_help import HELP
+from tests.prom_scrape import assert_help_explains, labels, samples
 
 
 def _errors(client: TestClient) -> dict[str, float]:
@@ -31,7 +35,11 @@ def test_metrics_have_process_and_build_info_and_help_that_explains(client: Test
     assert {"process_start_time_seconds", "process_resident_memory_bytes", "python_gc_collections_total",
             "streamrec_build_info"} <= names
     assert ("streamrec_build_info", "service") in {(n, dict(k).get("role")) for n, k in samples(text)}
-    for family in text_string_to_metric_families(text):
-        if family.name.startswith("streamrec_"):
-            restated = family.name.removeprefix("streamrec_").replace("_", " ")
-            assert family.documentation.lower() != restated and len(family.documentation.split()) >= 5, family.name
+    assert_help_explains(text)
+
+
+def test_the_console_charts_only_metrics_the_service_exports() -> None:
+    """Its charts read /metrics samples by name; a name the service never exports draws nothing."""
+    page = (Path(__file__).resolve().parents[2] / "service" / "static" / "index.html").read_text()
+    charted = set(re.findall(r"\bstreamrec_[a-z0-9_]+", page))
+    assert charted and charted <= {f"streamrec_{name}" for name in HELP}, charted - {f"streamrec_{n}" for n in HELP}
