@@ -6,8 +6,9 @@ ingestion parser itself (``logrecords.json_lines.JsonLinesParser`` under the job
 the bundle carries: exports.bundle), so slot ids, hash kinds (fnv1a, int, hex) and the value
 types a slot takes are exactly what training saw: a sparse field is a string or an integer, or
 a list of them; a dense field a number; a slot with a CSV ``separator`` also takes the joined
-text (``"Comedy|Drama"``), split as the CSV parser splits it (empty pieces skipped). Absent
-fields hold no id (dense: 0), as in a record.
+text (``"Comedy|Drama"``), split as the CSV parser splits it (empty pieces skipped). A field the
+caller needs (the model's inputs) that a record lacks (absent or null) is refused, unless its slot
+is ``optional``: then it holds no id (dense: 0), as in a record, and the answer names it as a default.
 
 Every problem is an ``InvalidInput`` naming the record and the field: an unknown field, a value
 of the wrong type, a value its hash kind cannot take (``"x"`` in an ``int`` slot, an int past
@@ -17,12 +18,13 @@ of the wrong type, a value its hash kind cannot take (``"x"`` in an ``int`` slot
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from core.errors import InvalidInput
+from logrecords.batch import Batch
 from logrecords.hashing import slot_of
 from logrecords.json_lines import JsonLinesParser
 from logrecords.schema_config import SchemaConfig
@@ -66,10 +68,12 @@ class RecordHasher:
         self.fields = tuple(dict.fromkeys(fields))
         self._parser.parse([json.dumps(self._as_record({})).encode()])  # its kernel loads here, not on a request
 
-    def instances(self, records: Sequence[Mapping[str, Any]], where: Sequence[str], *,
-                  slots: Sequence[str]) -> list[dict[str, Any]]:
+    def instances(self, records: Sequence[Mapping[str, Any]], where: Sequence[str], *, slots: Sequence[str],
+                  needs: Collection[str] = ()) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
         """``{"label", "dense", "slots": {name: [ids]}}`` per record (``slots``: the model's slot
-        names; the schema's other slots are dropped). ``where[i]`` names record i in errors."""
+        names; the schema's other slots are dropped), and ``where[i]`` -> the optional fields of
+        ``needs`` record i lacked (their defaults were used). A record lacking a field of ``needs``
+        that is not optional is refused, naming it. ``where[i]`` names record i in errors."""
         lines = []
         for record, at in zip(records, where, strict=True):
             unknown = [k for k in record if k not in self.fields]
@@ -87,6 +91,7 @@ class RecordHasher:
             r = rejected[0]
             raise InvalidInput(f"{where[r.index]}: {r.detail}", detail={"record": where[r.index],
                                                                         "reason": r.reason.value})
+        defaults = self._defaults(batch, where, needs)
         keep = [s for s in slots if s in batch.slots]
         out = []
         for i in range(len(records)):
@@ -95,7 +100,25 @@ class RecordHasher:
                 flat, offsets = batch.slots[name]
                 ids[name] = flat[offsets[i]: offsets[i + 1]].tolist()
             out.append({"label": float(batch.labels[i]), "dense": batch.dense[i].tolist(), "slots": ids})
-        return out
+        return out, defaults
+
+    def _defaults(self, batch: Batch, where: Sequence[str], needs: Collection[str]) -> dict[str, list[str]]:
+        """Raise for the first needed required field a record lacks; the optional ones each lacked."""
+        fields = self.schema.presence_fields
+        needed = np.array([name in needs for name in fields], dtype=bool)
+        if batch.absent is None or not needed.any():
+            return {}
+        optional = self.schema.optional_fields
+        required = needed & np.array([name not in optional for name in fields], dtype=bool)
+        lacking = batch.absent & required
+        if lacking.any():
+            i, j = (int(k) for k in np.argwhere(lacking)[0])
+            raise InvalidInput(f"{where[i]}.{fields[j]}: absent, and the model reads it; send it (the slot may be "
+                               f"marked optional in the schema, to score with its default)",
+                               detail={"field": f"{where[i]}.{fields[j]}", "absent": [fields[k] for k in
+                                                                                     np.flatnonzero(lacking[i])]})
+        used = batch.absent & needed
+        return {where[i]: [fields[j] for j in np.flatnonzero(used[i])] for i in np.flatnonzero(used.any(axis=1))}
 
     def values(self, slot: str, values: Sequence[Any], where: str) -> np.ndarray:
         """Feature ids of one slot's raw values, in order (``where``: the request field)."""
@@ -106,8 +129,8 @@ class RecordHasher:
             at_once = self._values_at_once(slot, values)
             if at_once is not None:
                 return at_once
-        out = self.instances([{slot: v} for v in values], [f"{where}[{i}]" for i in range(len(values))],
-                             slots=[slot])
+        out, _ = self.instances([{slot: v} for v in values], [f"{where}[{i}]" for i in range(len(values))],
+                                slots=[slot])
         counts = [len(o["slots"][slot]) for o in out]
         if any(c != 1 for c in counts):
             i = next(i for i, c in enumerate(counts) if c != 1)

@@ -37,6 +37,12 @@ def _auc(snap: Snapshot) -> str:
     return out
 
 
+def _counts(counts: dict[str, int]) -> str:
+    """``year 90,000, genres 12`` by count, or ``none``."""
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v:,}" for k, v in top) or "none"
+
+
 def plain_line(snap: Snapshot) -> str:
     """One progress line (no terminal): rounded figures with their units, ``–`` where unknown."""
     return (f"records/s {_num(snap.records_per_s)} (total {_num(snap.records)} records)  "
@@ -59,6 +65,8 @@ def render(snap: Snapshot, *, run_dir: str, started: float) -> Panel:
         ("last pass", _num(snap.last_pass)),
         ("last export", _num(snap.last_export) + f"   serving bundle {_num(snap.bundle_version)}"),
         ("freshness", _num(snap.freshness_s, "{:.1f} s")),
+        ("records refused", _counts(snap.rejected)),
+        ("fields absent", _counts(snap.absent_fields)),
         ("API", f"{snap.api_url}   dashboard {snap.api_url}/"),
         ("logs", f"{run_dir}/logs"),
     ]

@@ -54,6 +54,8 @@ class Snapshot:
     last_export: float | None = None
     freshness_s: float | None = None
     bundle_version: int | None = None
+    rejected: dict[str, int] = field(default_factory=dict)  # the chief's refused records by reason
+    absent_fields: dict[str, int] = field(default_factory=dict)  # the chief's records lacking a required field
     roles: dict[str, str] = field(default_factory=dict)  # role -> "running" / "exited N"
     errors: list[str] = field(default_factory=list)
 
@@ -111,6 +113,8 @@ class StatusCollector:
             snap.auc = find_number(commit.get("metrics") or {}, "auc")
         snap.auc_total = find_number(job.get("last_point") or {}, "auc_total")  # trainer.pass_history
         snap.last_pass = find_number(job, "pass")
+        snap.rejected = dict(job.get("rejected") or {})
+        snap.absent_fields = dict(job.get("absent_fields") or {})
         last_export = job.get("last_export")
         if isinstance(last_export, int | float) and not isinstance(last_export, bool):
             snap.last_export = float(last_export)

@@ -28,6 +28,8 @@ class Batch:
     positions:  partition -> (first offset, last offset) covered, or {} for file data
     received_at: the newest Kafka timestamp of the batch's records (seconds since the epoch: when
                 the system received them, a replayed log's too), or None for file data
+    absent:     bool[n, k]: record i lacks field ``schema.presence_fields[j]`` (key absent or null), or
+                None where the format cannot tell (Criteo and CSV read an empty value as the value)
     """
 
     labels: np.ndarray
@@ -38,6 +40,7 @@ class Batch:
     item_id: np.ndarray | None = None
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)
     received_at: float | None = None
+    absent: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -59,6 +62,7 @@ class Batch:
             item_id=None if self.item_id is None else self.item_id[rows],
             positions=dict(self.positions),
             received_at=self.received_at,
+            absent=None if self.absent is None else self.absent[rows],
         )
 
 
@@ -106,4 +110,6 @@ def concat_batches(batches: list[Batch]) -> Batch:
         item_id=opt("item_id"),
         positions=positions,
         received_at=max((b.received_at for b in batches if b.received_at is not None), default=None),
+        # a batch of another parser (the reference path's empty one included) may not report absence
+        absent=None if any(b.absent is None for b in batches) else np.concatenate([b.absent for b in batches]),
     )

@@ -96,12 +96,17 @@ class JsonLinesParser:
         self._slot_id = np.array([self._slot_ids[slot.name] for slot in sparse], dtype=np.int64)
         self._slot_reason = np.array([_SLOT_REASON[slot.hash] for slot in sparse], dtype=np.int8)
         self._sparse_names = [slot.name for slot in sparse]
+        # the kernel's field of each presence field (the first of that name: a name may have two roles)
+        first = {}
+        for k, (name, _, _) in enumerate(fields):
+            first.setdefault(name, k)
+        self._presence_col = np.array([first[name] for name in schema.presence_fields], dtype=np.int64)
 
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
         """Parse a batch: the kernel for the common shape, the reference path for the rest."""
         n = len(values)
         buf, bounds = join_messages(values)
-        status, reason, bad_field, labels, dense, etime, t_row, t_slot, t_id = scan_json(
+        status, reason, bad_field, labels, dense, etime, given, t_row, t_slot, t_id = scan_json(
             buf, bounds, self.max_message_bytes, self._key_buf, self._key_bounds, self._role, self._col,
             self._slot_kind, self._slot_id, self._slot_reason, len(self.schema.dense_names),
             int(np.count_nonzero(buf == 44)) + n,  # at most commas + 1 ids per record
@@ -122,6 +127,7 @@ class JsonLinesParser:
             event_time=None if s.event_time is None else etime[rows],
             user_id=None if s.user_id is None else self._first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else self._first_ids(slots[s.item_id]),
+            absent=~given[np.ix_(rows, self._presence_col)],
         )
         return with_reference(batch, rejected, rows, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
 
@@ -182,6 +188,8 @@ class JsonLinesParser:
                        f"field '{s.event_time}': event time must be a finite number")
 
         slots = {slot.name: self._slot(slot.name, slot.hash, docs, reasons) for slot in s.sparse_slots}
+        absent = np.array([[d.get(name) is None for name in s.presence_fields] for d in docs],
+                          dtype=bool).reshape(n, len(s.presence_fields))
 
         rejected = [Rejected(i, reason, detail, values[i]) for i, (reason, detail) in sorted(reasons.items())]
         keep = np.ones(n, dtype=bool)
@@ -193,6 +201,7 @@ class JsonLinesParser:
             event_time=event_time,
             user_id=None if s.user_id is None else self._first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else self._first_ids(slots[s.item_id]),
+            absent=absent,
         )
         return (batch if keep.all() else batch.take(np.flatnonzero(keep))), rejected
 

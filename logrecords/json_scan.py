@@ -165,6 +165,7 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
     labels = np.full(n, np.nan)
     dense = np.zeros((n, n_dense))
     etime = np.full(n, np.nan)
+    given = np.zeros((n, n_fields), dtype=np.bool_)  # the record holds the field's key with a value other than null
     t_row = np.empty(cap, dtype=np.int64)
     t_slot = np.empty(cap, dtype=np.int32)
     t_id = np.empty(cap, dtype=np.uint64)
@@ -231,6 +232,7 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
                         break
                 elif role[f] != ROLE_SPARSE:
                     seen[f] = True
+                    given[i, f] = c != 110
                     r = role[f]
                     good = True
                     v = np.nan
@@ -262,6 +264,7 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
                         bad_field[i] = f
                 else:
                     seen[f] = True
+                    given[i, f] = c != 110
                     j = col[f]
                     is_list = c == 91
                     if is_list:
@@ -344,4 +347,4 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
         if rank < (1 << 30):
             status[i] = REJECT
             m = m_row
-    return status, reason, bad_field, labels, dense, etime, t_row[:m], t_slot[:m], t_id[:m]
+    return status, reason, bad_field, labels, dense, etime, given, t_row[:m], t_slot[:m], t_id[:m]

@@ -1,4 +1,7 @@
-"""Pick the parser for a schema; every parser maps a list of message bytes to (Batch, rejected)."""
+"""Pick the parser for a schema; every parser maps a list of message bytes to (Batch, rejected).
+
+The parser :func:`make_parser` gives also checks records for absent fields (logrecords.absent_fields).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from core.errors import ConfigError
+from logrecords.absent_fields import AbsentFieldCheck
 from logrecords.batch import Batch
 from logrecords.criteo import CriteoParser
 from logrecords.csv_lines import CsvLinesParser
@@ -20,13 +24,29 @@ class Parser(Protocol):
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]: ...
 
 
-def make_parser(schema: SchemaConfig, *, max_message_bytes: int = 65536) -> Parser:
+class CheckedParser:
+    """A parser whose batches go through an :class:`AbsentFieldCheck` (its counts: ``check.absent``)."""
+
+    def __init__(self, parser: Parser) -> None:
+        self.parser = parser
+        self.schema = parser.schema
+        self.check = AbsentFieldCheck(parser.schema)
+
+    def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
+        batch, rejected = self.parser.parse(values)
+        return self.check.check(batch, rejected, values)
+
+
+def make_parser(schema: SchemaConfig, *, max_message_bytes: int = 65536) -> CheckedParser:
     """The parser of one record per message; csv messages need ``schema.columns`` (no header row)."""
+    parser: Parser
     if schema.format == "criteo":
-        return CriteoParser(schema, max_message_bytes=max_message_bytes)
-    if schema.format == "csv":
-        return CsvLinesParser(schema, max_message_bytes=max_message_bytes)
-    if schema.format == "parquet":
+        parser = CriteoParser(schema, max_message_bytes=max_message_bytes)
+    elif schema.format == "csv":
+        parser = CsvLinesParser(schema, max_message_bytes=max_message_bytes)
+    elif schema.format == "parquet":
         raise ConfigError("schema.format parquet is for files (train-files, the file dataset); "
                           "records as messages need json, csv or criteo")
-    return JsonLinesParser(schema, max_message_bytes=max_message_bytes)
+    else:
+        parser = JsonLinesParser(schema, max_message_bytes=max_message_bytes)
+    return CheckedParser(parser)

@@ -20,6 +20,7 @@ class RejectReason(IntEnum):
     OVERSIZED = 8
     BAD_TEXT = 9
     PARSER_ERROR = 10  # the parser itself failed on this record (a bug it must not turn into a crash)
+    ABSENT_FIELD = 11  # lacks a field the schema requires, which too many records lack (logrecords.absent_fields)
 
     @property
     def label(self) -> str:

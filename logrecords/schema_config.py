@@ -48,6 +48,11 @@ class SlotConfig(FrozenModel):
     separator: str | None = Field(default=None, min_length=1, max_length=1,
                                   description="CSV sparse slots only: the character a field's many ids are split on, "
                                               "e.g. `|` (JSON and Parquet hold lists).")
+    optional: bool = Field(False,
+                           description="A record may lack this field: its absence (dense 0, no id) is neither counted "
+                                       "nor refused, and the API scores a request without it, naming the default it "
+                                       "used. Left false, a record lacking it is counted per field and, past "
+                                       "`max_absent_share`, refused.")
 
     @model_validator(mode="after")
     def _check(self) -> SlotConfig:
@@ -111,6 +116,12 @@ class SchemaConfig(FrozenModel):
     history: HistoryConfig | None = Field(None,
                                           description="The users' recent positive items as a user-tower list slot, "
                                                       "kept in the PS; left out, none.")
+    max_absent_share: float = Field(
+        0.5, ge=0.0, le=1.0,
+        description="JSON records: the share of records that may lack a required field (a slot not `optional`, or "
+                    "the event time); each absence is counted per field. Once more than this share of the records "
+                    "read (at least 100) lack a field, a record lacking it is refused and dead-lettered as "
+                    "`absent_field`, naming the field. 1 never refuses.")
 
     @model_validator(mode="after")
     def _check(self) -> SchemaConfig:
@@ -146,6 +157,16 @@ class SchemaConfig(FrozenModel):
     @property
     def dense_names(self) -> list[str]:
         return [s.name for s in self.slots if s.kind is SlotKind.DENSE]
+
+    @property
+    def presence_fields(self) -> list[str]:
+        """The fields whose absence a parser reports, in the columns of ``Batch.absent``: dense, event time, sparse."""
+        time = [] if self.event_time is None else [self.event_time]
+        return [*self.dense_names, *time, *(s.name for s in self.sparse_slots)]
+
+    @property
+    def optional_fields(self) -> set[str]:
+        return {s.name for s in self.slots if s.optional}
 
     @property
     def sparse_slots(self) -> list[SlotConfig]:

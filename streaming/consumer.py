@@ -30,7 +30,7 @@ from kafka.errors import KafkaError
 from core.errors import Unavailable
 from logrecords.batch import Batch
 from logrecords.isolated_parse import parse_isolating
-from logrecords.parsers import Parser, make_parser
+from logrecords.parsers import make_parser
 from logrecords.schema_config import SchemaConfig
 from streaming.connection import client_options
 from streaming.dead_letter import DeadLetters
@@ -58,7 +58,7 @@ class StreamConsumer:
         client_id: str = "streamrec-trainer",
     ) -> None:
         self.config = config
-        self.parser: Parser = make_parser(schema, max_message_bytes=config.max_message_bytes)
+        self.parser = make_parser(schema, max_message_bytes=config.max_message_bytes)
         self.tracker = OffsetTracker()
         options = client_options(config, bootstrap)
         self._options = options
@@ -265,12 +265,18 @@ class StreamConsumer:
     def reject_counts(self) -> dict[str, int]:
         return dict(self.dead_letters.counts)
 
+    @property
+    def absent_counts(self) -> dict[str, int]:
+        """Records that lacked each required field (refused or not: logrecords.absent_fields)."""
+        return dict(self.parser.check.absent)
+
     def metrics(self) -> dict[str, Any]:
         """Gauges for a metrics endpoint: records and batches delivered, rejects by reason, lag per partition."""
         return {
             "records": self.records_delivered,
             "batches": self.batches_delivered,
             "rejected": self.reject_counts,
+            "absent_fields": self.absent_counts,
             "dead_letter_failures": self.dead_letters.failed_sends,
             "lag": self.lag(),
             "future_records": self.future_records,

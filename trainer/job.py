@@ -383,6 +383,9 @@ class StreamingJob:
                 "phase_seconds": {} if w is None else dict(w.phase_seconds),
                 "newest_record_time": progress.newest_time, "recoveries": self.recovery.recoveries,
                 "future_records": self.future_records + (0 if self.stream is None else self.stream.future_records),
+                # refused records by reason, and records lacking a required field (logrecords.absent_fields)
+                "rejected": {} if self.stream is None else self.stream.rejected,
+                "absent_fields": {} if self.stream is None else self.stream.absent_fields,
                 # receipt -> the batch's positives in the PS user history, which the service reads live
                 "history_freshness_p50_s": self.history.freshness(0.5),
                 "history_freshness_p95_s": self.history.freshness(0.95),

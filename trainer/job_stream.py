@@ -80,6 +80,16 @@ class JobStream:
         """Records whose Kafka timestamp lay past now + the allowed skew (taken as received now)."""
         return self.consumer.future_records
 
+    @property
+    def rejected(self) -> dict[str, int]:
+        """Records refused by reason (each went to the dead letters)."""
+        return self.consumer.reject_counts
+
+    @property
+    def absent_fields(self) -> dict[str, int]:
+        """Records that lacked each required field of the schema, refused or trained with its default."""
+        return self.consumer.absent_counts
+
     def committable(self) -> dict[int, int]:
         with self.lock:
             return self.consumer.committable()

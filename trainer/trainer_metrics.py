@@ -56,6 +56,9 @@ HELP = {
                                   "was replaced).",
     "streamrec_trainer_rejected_records": "Records the stream refused and sent to the dead-letter topic, by reason "
                                           "(bad_hex, invalid_json, oversized...); rises with bad input upstream.",
+    "streamrec_trainer_absent_field_records": "Records that lacked a field the schema requires, by field: trained "
+                                              "with its default, or refused (absent_field) once more than the "
+                                              "schema's max_absent_share of the records lacked it.",
     "streamrec_trainer_dead_letter_failures": "Rejected records that could not be written to the dead-letter topic "
                                               "(counted, dropped; training goes on).",
     "streamrec_trainer_phase_seconds": "Seconds this worker spent in each step phase (rate: share of wall time).",
@@ -144,6 +147,11 @@ class TrainerCollector(Collector):
         for reason in REJECT_REASONS:
             rejected.add_metric((*rank, reason), counts.get(reason, 0))
         yield rejected
+        absent = CounterMetricFamily("streamrec_trainer_absent_field_records",
+                                     HELP["streamrec_trainer_absent_field_records"], labels=("rank", "field"))
+        for name, n in sorted(({} if consumer is None else consumer.absent_counts).items()):
+            absent.add_metric((*rank, name), n)
+        yield absent
         failed = CounterMetricFamily("streamrec_trainer_dead_letter_failures",
                                      HELP["streamrec_trainer_dead_letter_failures"], labels=("rank",))
         failed.add_metric(rank, 0 if consumer is None else consumer.dead_letters.failed_sends)

@@ -9,7 +9,7 @@ as the towers were trained.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Annotated, Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from core.errors import InvalidInput, Unavailable
 from exports.predictor import Predictor, instances_to_batch
 from logrecords.batch import Batch
+from models.model_config import ModelType, Tower
 from service.deps import LimitsDep, StoreDep
 from service.model_store import Side
 from service.offload import OffloadDep, OffloadedBodyRoute, is_small
@@ -45,6 +46,9 @@ PREDICT_EXAMPLES: dict[str, Any] = {
 class PredictResponse(BaseModel):
     version: int
     scores: list[float] = Field(description="click probability per instance, in request order")
+    defaults: dict[str, list[str]] = Field(
+        default_factory=dict, description="per raw instance that lacked optional fields (`instances[2]`), those "
+                                          "fields: scored with their defaults (dense 0, no id)")
 
 
 def predictor_of(side: Side) -> Predictor:
@@ -53,10 +57,28 @@ def predictor_of(side: Side) -> Predictor:
     return side.predictor
 
 
+def fields_needed(side: Side, *, towers: Collection[Tower] = (Tower.USER, Tower.ITEM)) -> list[str]:
+    """The record fields the model reads (the slots of ``towers`` and the dense inputs), and, for
+    a prediction (both towers), the schema's item field: an instance is scored for an item."""
+    model, hasher = side.model, side.records
+    assert model is not None
+    if hasher is None:
+        return []
+    schema = hasher.schema
+    needs = [s.name for s in model.slots if s.tower in towers or model.type is not ModelType.TWO_TOWER]
+    needs += schema.dense_names if model.n_dense else []
+    if Tower.ITEM in towers and schema.item_id is not None:
+        needs.append(schema.item_id)
+    return needs
+
+
 def batch_of(side: Side, records: Sequence[Instance | dict[str, Any]], where: Sequence[str],
-             also: Sequence[str] = ()) -> Batch:
+             also: Sequence[str] = (), *, needs: Collection[str] = ()) -> tuple[Batch, dict[str, list[str]]]:
     """The Batch of hashed or raw records (``where[i]`` names record i in errors): the model's slots,
-    and the schema slots ``also`` the service itself reads (the user id that keys the history)."""
+    and the schema slots ``also`` the service itself reads (the user id that keys the history); and
+    per raw record, the optional fields of ``needs`` it lacked (scored with their defaults). A raw
+    record lacking a required field of ``needs``, or any record lacking the schema's item field when
+    ``needs`` holds it, is refused naming the field."""
     model = side.model
     assert model is not None
     slots = [s.name for s in model.slots]
@@ -67,18 +89,31 @@ def batch_of(side: Side, records: Sequence[Instance | dict[str, Any]], where: Se
         raise InvalidInput(f"{where[raw[0]]}: raw field values need a bundle with the record schema; bundle "
                            f"{side.version} has none (exported before schemas were): send hashed ids "
                            f"{{\"slots\": {{slot: [ids]}}}}", detail={"field": where[raw[0]]})
-    hashed = dict(zip(raw, hasher.instances([records[i] for i in raw], [where[i] for i in raw], slots=slots),
-                      strict=True)) if raw and hasher is not None else {}
+    hashed: dict[int, dict[str, Any]] = {}
+    defaults: dict[str, list[str]] = {}
+    if raw and hasher is not None:
+        found, defaults = hasher.instances([records[i] for i in raw], [where[i] for i in raw], slots=slots,
+                                           needs=needs)
+        item = hasher.schema.item_id
+        for i in raw:  # the item is no field with a default, whatever its slot says
+            if item is not None and item in needs and records[i].get(item) is None:
+                raise InvalidInput(f"{where[i]}.{item}: absent; an instance is scored for an item",
+                                   detail={"field": f"{where[i]}.{item}"})
+        hashed = dict(zip(raw, found, strict=True))
     instances = []
     for i, r in enumerate(records):
         if isinstance(r, Instance):
             if hasher is not None:
                 for name, ids in r.slots.items():
                     hasher.check_ids(name, np.array(ids, np.uint64), f"{where[i]}.slots.{name}")
+                item = hasher.schema.item_id
+                if item is not None and item in needs and not r.slots.get(item):
+                    raise InvalidInput(f"{where[i]}.slots.{item}: absent; an instance is scored for an item",
+                                       detail={"field": f"{where[i]}.slots.{item}"})
             instances.append(r.as_dict())
         else:
             instances.append(hashed[i])
-    return instances_to_batch(instances, slots=slots, n_dense=model.n_dense)
+    return instances_to_batch(instances, slots=slots, n_dense=model.n_dense), defaults
 
 
 def finite_or_fail(values: np.ndarray, what: str) -> np.ndarray:
@@ -102,13 +137,14 @@ async def predict(body: Annotated[PredictRequest, Body(openapi_examples=PREDICT_
 
         def score() -> np.ndarray:
             # each known user's latest behaviour, unless the instance sent its history (service.user_history)
-            batch = history.complete(side, batch_of(side, body.instances, where, also=history.key_slots(side)))
-            return predictor.predict(batch)
+            batch, used = batch_of(side, body.instances, where, also=history.key_slots(side),
+                                   needs=fields_needed(side))
+            return predictor.predict(history.complete(side, batch)), used
 
         if len(body.instances) <= _INLINE_INSTANCES and is_small(request):
-            raw = score()
+            raw, defaults = score()
         else:  # hashing and scoring a large request take a worker thread, not the event loop
-            raw = await offload.run(score)
+            raw, defaults = await offload.run(score)
         scores = finite_or_fail(raw, "score")
         version = side.version
-    return json_response({"version": version, "scores": scores.tolist()})
+    return json_response({"version": version, "scores": scores.tolist(), "defaults": defaults})

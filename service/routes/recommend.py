@@ -15,11 +15,12 @@ from fastapi import APIRouter, Body, Request, Response
 from pydantic import Field, StrictInt, StrictStr
 
 from logrecords.batch import Batch
+from models.model_config import Tower
 from service.cold_start import ColdStartDep
 from service.deps import LimitsDep, StoreDep
 from service.offload import OffloadDep, OffloadedBodyRoute, is_small
 from service.routes.items import check_k, item_ids_of, items_of, run_search
-from service.routes.predict import batch_of, finite_or_fail, predictor_of
+from service.routes.predict import batch_of, fields_needed, finite_or_fail, predictor_of
 from service.schemas import ERROR_RESPONSES, U64, ItemsResponse, Record, Strict, json_response, scored
 from service.user_history import HistoryDep
 
@@ -34,6 +35,12 @@ class RecommendRequest(Strict):
                                             description="item field values never returned (hashed as item ids)")
 
 
+class RecommendResponse(ItemsResponse):
+    defaults: dict[str, list[str]] = Field(
+        default_factory=dict, description="`user` -> the optional fields the raw user lacked: its vector used "
+                                          "their defaults (dense 0, no id)")
+
+
 RECOMMEND_EXAMPLES: dict[str, Any] = {
     "raw": {"summary": "the user's own field values (bundles with a schema)",
             "value": {"user": {"user_id": 259, "age": "18-24", "gender": "M"}, "k": 10, "exclude_values": [1193]}},
@@ -42,7 +49,7 @@ RECOMMEND_EXAMPLES: dict[str, Any] = {
 }
 
 
-@router.post("/v1/recommend", response_model=ItemsResponse, summary="Top-k items for a user")
+@router.post("/v1/recommend", response_model=RecommendResponse, summary="Top-k items for a user")
 async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECOMMEND_EXAMPLES)], request: Request,
                     store: StoreDep, limits: LimitsDep, history: HistoryDep, cold: ColdStartDep,
                     offload: OffloadDep) -> Response:
@@ -53,23 +60,26 @@ async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECO
         items = items_of(side.items, side.version)
         predictor = predictor_of(side)
 
-        def user_of() -> tuple[Batch, np.ndarray, np.ndarray]:
+        def user_of() -> tuple[Batch, np.ndarray, np.ndarray, dict[str, list[str]]]:
             # a known user's latest behaviour, unless the request sent its history (service.user_history)
-            user_batch = history.complete(side, batch_of(side, [body.user], ["user"], also=history.key_slots(side)))
+            user_batch, used = batch_of(side, [body.user], ["user"], also=history.key_slots(side),
+                                        needs=fields_needed(side, towers=(Tower.USER,)))
+            user_batch = history.complete(side, user_batch)
             user = finite_or_fail(predictor.user_vectors(user_batch), "user vector")
             exclude = np.array(body.exclude, np.uint64)
             if body.exclude_values:
                 exclude = np.concatenate([exclude, item_ids_of(side, body.exclude_values, "exclude_values")])
-            return user_batch, user, exclude
+            return user_batch, user, exclude, used
 
-        user_batch, user, exclude = user_of() if is_small(request) else await offload.run(user_of)
+        user_batch, user, exclude, defaults = user_of() if is_small(request) else await offload.run(user_of)
         version = side.version
         popular = cold.answer(side, user_batch, body.k, exclude)
         if popular is not None:  # a user the model knows nothing of (service.cold_start)
-            return json_response({"version": version, "items": scored(*popular)})
+            return json_response({"version": version, "items": scored(*popular), "defaults": defaults})
         ids, scores = await run_search(items, items.search, user, body.k + exclude.shape[0])
     ids, scores = ids[0], scores[0]
     if exclude.shape[0]:
         keep = ~np.isin(ids, exclude)
         ids, scores = ids[keep], scores[keep]
-    return json_response({"version": version, "items": scored(ids[: body.k], scores[: body.k])})
+    return json_response({"version": version, "items": scored(ids[: body.k], scores[: body.k]),
+                          "defaults": defaults})

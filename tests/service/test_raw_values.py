@@ -1,7 +1,8 @@
 """Raw field values at the API: a record's own values, hashed with the schema the bundle
 carries, give exactly the answer of the same request in hashed ids, on every endpoint that takes
-features; bad raw input is a 422 naming the field; a bundle without a schema still serves hashed
-ids and refuses raw values with a clear error."""
+features; bad raw input is a 422 naming the field, an absent required field or item too, and an
+absent optional field is named in the answer as a default; a bundle without a schema still serves
+hashed ids and refuses raw values with a clear error."""
 
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ from .service_support import BundleBuilder, make_settings, started
 SCHEMA = SchemaConfig(
     format="json", label="liked", event_time="ts", user_id="user_id", item_id="movie_id",
     slots=(SlotConfig(name="user_id", kind=SlotKind.SPARSE, hash=HashKind.INT),
-           SlotConfig(name="age", kind=SlotKind.SPARSE),
-           SlotConfig(name="price", kind=SlotKind.DENSE),
+           SlotConfig(name="age", kind=SlotKind.SPARSE, optional=True),
+           SlotConfig(name="price", kind=SlotKind.DENSE, optional=True),
            SlotConfig(name="movie_id", kind=SlotKind.SPARSE, hash=HashKind.INT, slot_id=7),
-           SlotConfig(name="genres", kind=SlotKind.SPARSE, separator="|"),
-           SlotConfig(name="tag", kind=SlotKind.SPARSE, hash=HashKind.HEX)),
+           SlotConfig(name="genres", kind=SlotKind.SPARSE, separator="|", optional=True),
+           SlotConfig(name="tag", kind=SlotKind.SPARSE, hash=HashKind.HEX, optional=True)),
 )
 MODEL = {
     "type": "two_tower", "n_dense": 1, "mlp": [16], "tower_dim": 8, "seed": 5,
@@ -78,14 +79,18 @@ HASHED_USER = {"dense": [3.5], "slots": {"user_id": ids("user_id", [259 % 299]),
 def test_predict_raw_equals_hashed(client: TestClient) -> None:
     raw = [{**RAW_USER, "movie_id": 12, "genres": ["Comedy", "Drama"]},
            {"user_id": "17", "movie_id": 3, "genres": "Action|Comedy|"},  # CSV-style joined list, int as text
-           {"age": "25-34", "ts": 1700000000, "liked": 1}]
+           {"user_id": 5, "movie_id": 9, "age": "25-34", "ts": 1700000000, "liked": 1}]
     hashed = [{**HASHED_USER, "slots": {**HASHED_USER["slots"], "movie_id": ids("movie_id", [12]),
                                         "genres": ids("genres", ["Comedy", "Drama"])}},
               {"slots": {"user_id": ids("user_id", [17]), "movie_id": ids("movie_id", [3]),
                          "genres": ids("genres", ["Action", "Comedy"])}},
-              {"dense": [0.0], "slots": {"age": ids("age", ["25-34"])}, "label": 1}]
+              {"dense": [0.0], "slots": {"user_id": ids("user_id", [5]), "movie_id": ids("movie_id", [9]),
+                                         "age": ids("age", ["25-34"])}, "label": 1}]
     want = ok(client.post("/v1/predict", json={"instances": hashed}))["scores"]
-    assert ok(client.post("/v1/predict", json={"instances": raw}))["scores"] == want
+    answer = ok(client.post("/v1/predict", json={"instances": raw}))
+    assert answer["scores"] == want
+    # the optional fields each record lacked were scored with their defaults, and the answer says so
+    assert answer["defaults"] == {"instances[1]": ["price", "age", "tag"], "instances[2]": ["price", "genres", "tag"]}
     mixed = ok(client.post("/v1/predict", json={"instances": [raw[0], hashed[1], raw[2]]}))["scores"]
     assert mixed == want
 
@@ -131,6 +136,9 @@ BAD_RAW = [  # (endpoint, body or path, the field the error must name)
     ("predict", {"instances": [{"liked": 7, "user_id": 1}]}, "'liked'"),  # label outside [0, 1]
     ("predict", {"instances": [{"slots": {"user_id": ids("age", ["18-24"])}}]}, "instances[0].slots.user_id"),
     ("recommend", {"user": {"user_id": 1, "zip": "10001"}}, "user.zip"),
+    ("recommend", {"user": {"age": "18-24"}}, "user.user_id"),  # a required field absent
+    ("predict", {"instances": [{"user_id": 1, "movie_id": 2}, {"user_id": 1}]}, "instances[1].movie_id"),
+    ("predict", {"instances": [{"slots": {"user_id": ids("user_id", [1])}}]}, "instances[0].slots.movie_id"),
     ("recommend", {"user": {"age": {"min": 18}}}, "'age'"),
     ("recommend", {"user": {"slots": {"age": ids("user_id", [3])}}}, "user.slots.age"),
     ("recommend", {"user": {"user_id": 1}, "exclude_values": ["x1"]}, "exclude_values[0]"),
