@@ -25,7 +25,19 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.commands.config",
     "cli.commands.schema",
     "cli.commands.up",
+    "cli.commands.deploy",
 )
+
+
+# The role a command runs, as its log lines name it; a command not here is a tool and prints.
+LOG_ROLES: dict[str, str] = {"shard": "shard", "train": "worker", "train-files": "train-files", "serve": "service",
+                             "generate": "generator", "produce": "replay", "up": "up", "launch": "launch"}
+
+
+def log_role(args: argparse.Namespace) -> str | None:
+    """The role ``args`` runs (``shard.<index>``; a worker names its rank once it knows it), or None."""
+    role = LOG_ROLES.get(args.command)
+    return f"{role}.{args.index}" if role == "shard" else role
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # hangs can be read before it is killed (the launcher and `up` do so at their stop).
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
+        if (role := log_role(args)) is not None:
+            from core.logs import configure, load_logging_section
+
+            # every role's file (and the root config) holds the same `logging:` section (`up` renders it)
+            configure(role=role, config=load_logging_section(getattr(args, "config", None)))
         return int(args.func(args) or 0)
     except StreamrecError as err:
         print(f"streamrec {args.command}: {err.message}", file=sys.stderr)

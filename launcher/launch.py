@@ -21,6 +21,7 @@ with SIGTERM and ``stop_grace_s`` to finish, then the shards.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -40,6 +41,7 @@ from ps.client import PSClient
 from ps.cluster import ClusterSpec, Mode, cluster_env
 from ps.ps_config import ClientConfig
 
+log = logging.getLogger(__name__)
 _POLL_S = 0.1
 _STOP_GRACE_S = 5.0
 _STARTUP_ATTEMPTS = 3
@@ -124,6 +126,7 @@ class Launcher:
         spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self._endpoints, num_workers=s.workers,
                            mode=s.mode, geo_steps=s.geo_steps, ps_config=str(s.ps_config),
                            secret_file=str(s.secret_file) if s.secret_file else None,
+        log.info(text)  # what the console said stays in the launcher's log (up's, under `up`)
                            checkpoint_dir=str(s.checkpoint_dir),
                            rank_lease_ttl_s=s.rank_lease_ttl_s if role == "worker" else None)
         return {**os.environ, **s.env, **cluster_env(spec)}

@@ -16,6 +16,7 @@ and ``streamrec up`` call :meth:`Supervised.tend` every turn of their watch loop
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -27,6 +28,8 @@ from pydantic import Field
 
 from core.yaml_config import FrozenModel
 from launcher.role_process import RoleProcess
+
+log = logging.getLogger(__name__)
 
 
 class RestartPolicy(FrozenModel):
@@ -70,6 +73,7 @@ class Supervised:
     recent: deque[float] = field(default_factory=deque)  # when the restarts within the window were made
     due: float | None = None  # when a dead role starts again
     gave_up: bool = False
+    finished: bool = False  # exited 0 under finished_ok (said once)
 
     def tend(self, say: Callable[[str], None]) -> Tended:
         """Restart the role when due; notice a death and schedule its restart, or give up."""
@@ -86,6 +90,9 @@ class Supervised:
         if code is None:
             return Tended.RUNNING
         if code == 0 and self.finished_ok:
+            if not self.finished:
+                self.finished = True
+                log.info("%s finished (exit 0)", self.role.name)
             return Tended.FINISHED
         if self.gave_up:
             return Tended.GAVE_UP

@@ -13,6 +13,7 @@ appends a header line to the log, so one file tells the role's whole story.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from typing import IO
 from core.errors import DISK_FULL_TEXT
 from core.processes import dies_with_parent
 
+log = logging.getLogger(__name__)
 START_HEADER = b"=== streamrec launch: starting "  # each start's first line in the role's log
 # what a role's log says when a write failed for want of space or on a failing device
 DISK_FULL_LOG_TEXT = tuple(text.encode() for text in DISK_FULL_TEXT)
@@ -54,6 +56,8 @@ class RoleProcess:
         self.proc = subprocess.Popen(self.argv, env=dict(self.env), stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True,  # own process group: we can kill its children too
                                      preexec_fn=dies_with_parent())
+        log.info("%s started (pid %d, restart %d), logging to %s", self.name, self.proc.pid, self.restarts,
+                 self.log_path)
 
     def poll(self) -> int | None:
         """The exit code once the process ended, None while it runs (it must have been started)."""

@@ -8,6 +8,7 @@
     train:   trainer.job_config.JobConfig less kafka/records (model, passes, checkpoint and export roots)
     service: service.settings.ServiceSettings, less what comes from elsewhere (exports, host, port)
     up:      shards, workers, generator, API address, what Ctrl-C does
+    logging: core.logs.LoggingConfig (level, text or JSON lines, the service's access log), every role's
 
 Every key has a default that works out of the box; an unknown key is an error naming the key
 and the file. :func:`role_files` renders what each role's own loader reads (``ps.yaml``,
@@ -22,6 +23,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
+from core.logs import LoggingConfig
 from core.yaml_config import FrozenModel, load_yaml
 from launcher.restart_policy import RestartPolicy
 from logrecords.sample_encoding import generated_json_schema
@@ -49,11 +51,11 @@ def default_model() -> ModelConfig:
                                        "tower_dim": 16, "retrieval": {"loss": "pointwise", "normalize": False}})
 
 
-# The job's own kafka and records sections come from the root's kafka and schema (shared with
-# the generator), so the train section is JobConfig without them. Its defaults suit `up`: a
+# The job's own kafka, records and logging sections come from the root's kafka, schema and
+# logging (shared with the other roles), so the train section is JobConfig without them. Its defaults suit `up`: a
 # default model, and a pass (checkpoint + export) every 2 s, so served rows trail events by
 # ~2-4 s (bench/freshness.py).
-_SHARED = ("kafka", "records")
+_SHARED = ("kafka", "records", "logging")
 _UP_DEFAULTS = {
     "model": (ModelConfig, Field(default_factory=lambda: default_model(),
                                  description="What is trained; default: two towers over the generator's slots.")),
@@ -167,6 +169,9 @@ class StreamrecConfig(FrozenModel):
     service: ServiceSection = Field(ServiceSection(),
                                     description="The serving API: index, limits, live path, admin token.")
     up: UpSection = Field(UpSection(), description="How `streamrec up` runs every role on this machine.")
+    logging: LoggingConfig = Field(LoggingConfig(),
+                                   description="How every role logs (one format; `up` renders it into each role's "
+                                               "file) and the service's access log.")
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)  # "schema" is the YAML key
 
@@ -237,7 +242,8 @@ def resolve_root(location: str, base: Path) -> str:
 def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any] | None = None,
                train_overrides: dict[str, Any] | None = None) -> dict[str, dict]:
     """What each role's loader reads, as plain mappings: ``ps.yaml`` (ps.ps_config),
-    ``train.yaml`` (trainer.job_config.JobConfig) and ``service.yaml`` (service.settings).
+    ``train.yaml`` (trainer.job_config.JobConfig) and ``service.yaml`` (service.settings), each
+    with the root's ``logging`` section.
 
     Relative checkpoint and export paths resolve against ``base``; ``overrides`` replaces
     top-level keys of the service file (host, port, job_control) and ``train_overrides`` of
@@ -245,11 +251,13 @@ def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any]
     train = config.train.model_dump(mode="json")
     train["kafka"] = config.kafka.model_dump(mode="json")
     train["records"] = config.schema_.model_dump(mode="json")
+    train["logging"] = config.logging.model_dump(mode="json")
     train["checkpoint_dir"] = resolve_root(config.train.checkpoint_dir, base)
     train["export_dir"] = resolve_root(config.train.export_dir, base)
     ps = {"tables": [t.model_dump(mode="json") for t in config.ps_tables()],
-          **config.ps.model_dump(mode="json", exclude={"tables"})}
+          **config.ps.model_dump(mode="json", exclude={"tables"}), "logging": config.logging.model_dump(mode="json")}
     service = config.service.model_dump(mode="json", exclude={"admin_token"})
+    service["logging"] = config.logging.model_dump(mode="json")
     service["exports_dir"] = resolve_root(config.service.exports_dir or config.train.export_dir, base)
     service.update(overrides or {})
     train.update(train_overrides or {})

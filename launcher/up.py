@@ -31,6 +31,7 @@ were in its memory).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import socket
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from streaming.broker import EmbeddedBroker
 
 RUN_TAG_ENV = "STREAMREC_UP_RUN_DIR"  # set in every process `up` starts
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class LocalSystem:
     def say(self, text: str) -> None:
         print(f"streamrec up: {text}", file=self.out, flush=True)
 
+        log.info(text)  # the console's lines stay in up's log too
     def start(self) -> None:
         """Broker and topics, the run's configs, then the source, the service and the cluster."""
         self.run.logs.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from core.logs import LoggingConfig
 from core.metrics_http import MetricsConfig
 from core.yaml_config import FrozenModel, load_yaml
 from ps.protocol import INLINE_MAX_BYTES, MAX_ARRAYS
@@ -86,6 +87,7 @@ class PSConfig(FrozenModel):
 
     @model_validator(mode="after")
     def _unique_names(self) -> PSConfig:
+    logging: LoggingConfig = LoggingConfig()  # how each shard logs (core.logs)
         names = [t.name for t in self.tables]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from core.errors import ConfigError
+from core.logs import LoggingConfig
 from core.yaml_config import FrozenModel, validate_config
 
 DEFAULT_TOKENS = frozenset({"", "changeme", "admin", "secret", "token"})
@@ -132,7 +133,14 @@ class ServiceSettings(FrozenModel):
         return self
 
 
-def load_settings(path: str | Path, *, env: Mapping[str, str] | None = None, **overrides: object) -> ServiceSettings:
+class ServiceFile(ServiceSettings):
+    """What ``streamrec serve --config`` reads: the settings and the role's ``logging`` section,
+    which the root config holds once for every role (so its ``service`` section has none)."""
+
+    logging: LoggingConfig = Field(LoggingConfig(), description="How the service logs, its access log too (core.logs).")
+
+
+def load_settings(path: str | Path, *, env: Mapping[str, str] | None = None, **overrides: object) -> ServiceFile:
     """Settings from YAML, with ``overrides`` (e.g. --host/--port) and the token from ``env``."""
     env = os.environ if env is None else env
     p = Path(path)
@@ -149,4 +157,4 @@ def load_settings(path: str | Path, *, env: Mapping[str, str] | None = None, **o
                           detail={"file": str(p), "keys": ["admin_token"]})
     raw.update({k: v for k, v in overrides.items() if v is not None})
     raw["admin_token"] = env.get(str(raw.get("admin_token_env", "STREAMREC_ADMIN_TOKEN")), "")
-    return validate_config(raw, ServiceSettings, str(p))
+    return validate_config(raw, ServiceFile, str(p))

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from core.logs import LoggingConfig
 from core.metrics_http import MetricsConfig
 from core.yaml_config import FrozenModel, load_yaml
 from logrecords.schema_config import SchemaConfig
@@ -94,6 +95,7 @@ class JobConfig(FrozenModel):
 
     @field_validator("model", mode="before")
     @classmethod
+    logging: LoggingConfig = Field(LoggingConfig(), description="How each worker logs (core.logs).")
     def _dense_width_from_schema(cls, model: Any, info: ValidationInfo) -> Any:
         records = info.data.get("records")  # absent when it was invalid: that error is reported
         return model if records is None else fill_dense_width(model, records)

@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from core.logs import configure, load_logging_section
     from launcher.launch import Launcher, LaunchSpec
 
     command = args.worker_command[1:] if args.worker_command[:1] == ["--"] else args.worker_command
@@ -58,4 +59,6 @@ def run(args: argparse.Namespace) -> int:
         geo_steps=args.geo_steps,
         secret_file=Path(args.secret_file).resolve() if args.secret_file else None,
     )
+    # the launcher's own lines (roles started, restarted, exited) beside the roles' logs
+    configure(role="launch", config=load_logging_section(spec.ps_config), path=spec.log_dir / "launch.log")
     return Launcher(spec).run()

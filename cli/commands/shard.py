@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 from ps.auth import read_secret
@@ -28,7 +27,6 @@ def run(args: argparse.Namespace) -> int:
     from ps.shard_metrics import shard_registry
     from ps.shard_server import ShardServer  # the engine (numba) loads only when a shard runs
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s shard-{args.index} %(levelname)s %(message)s")
     config = load_ps_config(Path(args.config))
     server = ShardServer(
         config,

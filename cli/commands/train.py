@@ -135,6 +135,7 @@ def run_stream(args: argparse.Namespace) -> int:
     from trainer.job import StreamingJob
     from trainer.job_config import load_job_config
     from trainer.job_control import JobControl
+    from core.logs import set_role
     from trainer.rank_claim import RankLease
     from trainer.trainer_metrics import trainer_registry
 
@@ -150,6 +151,8 @@ def run_stream(args: argparse.Namespace) -> int:
             running[0].stopping.set()  # the loop ends after this step
         else:
             raise SystemExit(143)  # still starting: unwind, the ExitStack below releases the rank
+    if not spec.leased_rank:
+        set_role(f"worker.{spec.rank}")
 
     signal.signal(signal.SIGTERM, on_sigterm)
     with ExitStack() as roots:
@@ -164,6 +167,7 @@ def run_stream(args: argparse.Namespace) -> int:
         running.append(job)
         metrics = serve_metrics(trainer_registry(job), config.metrics, port=args.metrics_port,
                                 default_host=endpoint_host(config.control_endpoint))
+            set_role(f"worker.{lease.rank}")
         if metrics is not None:
             roots.callback(metrics.close)
         server = None

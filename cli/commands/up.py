@@ -31,11 +31,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from core.logs import configure
     from launcher.system_config import load_config
     from launcher.up import options_from, run_up
+    from launcher.up_run_dir import RunDir
 
     opts = options_from(load_config(args.config), run_dir=args.run_dir, kafka=args.kafka, replay=args.replay,
                         replay_format=args.replay_format, shards=args.shards, workers=args.workers,
                         port=args.port, host=args.host, rate=args.rate,
                         replay_rate=args.replay_rate)
+    # up's own lines (roles started, restarted, exited) go to its log beside the roles', not over the console
+    configure(role="up", config=opts.config.logging, path=RunDir(opts.run_dir.resolve()).log("up"))
     return run_up(replace(opts, console=not args.plain))
