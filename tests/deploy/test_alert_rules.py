@@ -94,3 +94,16 @@ def test_metric_names_are_read_from_expressions_without_functions_labels_or_keyw
     expr = ('sum by (namespace, table) (rate(a_total{reason="b{c}"}[5m])) > 0.9 * on (x) group_left (y) '
             "b_bytes / ignoring(z) c_seconds offset 5m and d unless predict_linear(e[1h], 4 * 3600) < 0")
     assert expr_metrics(expr) == {"a_total", "b_bytes", "c_seconds", "d", "e"}
+
+
+def test_compose_prometheus_loads_the_rules_and_its_jobs_match_them() -> None:
+    deploy = RULES.parents[1]
+    config = yaml.safe_load((deploy / "prometheus.yml").read_text())
+    compose = yaml.safe_load((deploy / "docker-compose.yml").read_text())
+    mounts = dict(v.removesuffix(":ro").split(":", 1)[::-1] for v in compose["services"]["prometheus"]["volumes"]
+                  if v.startswith("./"))
+    for rule_file in config["rule_files"]:
+        source = mounts[f"/etc/prometheus/{rule_file}"]
+        assert (deploy / source).resolve() == RULES
+    # StreamrecRoleDown selects the scrape jobs by this prefix
+    assert all(job["job_name"].startswith("streamrec") for job in config["scrape_configs"])
