@@ -165,7 +165,9 @@ class LocalSystem:
         topic_end = TopicEnd(self.cfg, self.bootstrap)
         shards = self.roles.cluster.shard_client() if self.roles.cluster is not None else None
         collector = StatusCollector(self.api_url, self.token, shards, bayes_auc=bayes, end_offsets=topic_end)
-        self.say(f"API {self.api_url}  dashboard {self.api_url}/#token={self.token}  logs {self.run.logs}")
+        # the generator's Bayes-optimal AUC rides in the link too: the dashboard draws it as the console does
+        link = f"{self.api_url}/#token={self.token}" + (f"&bayes_auc={bayes:.4f}" if bayes is not None else "")
+        self.say(f"API {self.api_url}  dashboard {link}  logs {self.run.logs}")
         try:
             watch = Watch(self.roles, collector, self.out, self.say, stop)
             if self.opts.console and self.out.isatty():
