@@ -120,13 +120,13 @@ class Launcher:
 
     def _say(self, text: str) -> None:
         print(f"streamrec launch: {text}", file=self.out, flush=True)
+        log.info(text)  # what the console said stays in the launcher's log (up's, under `up`)
 
     def _cluster(self, role: Literal["server", "worker"], rank: int) -> dict[str, str]:
         s = self.spec
         spec = ClusterSpec(role=role, rank=rank, shard_endpoints=self._endpoints, num_workers=s.workers,
                            mode=s.mode, geo_steps=s.geo_steps, ps_config=str(s.ps_config),
                            secret_file=str(s.secret_file) if s.secret_file else None,
-        log.info(text)  # what the console said stays in the launcher's log (up's, under `up`)
                            checkpoint_dir=str(s.checkpoint_dir),
                            rank_lease_ttl_s=s.rank_lease_ttl_s if role == "worker" else None)
         return {**os.environ, **s.env, **cluster_env(spec)}

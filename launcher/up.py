@@ -113,8 +113,8 @@ class LocalSystem:
 
     def say(self, text: str) -> None:
         print(f"streamrec up: {text}", file=self.out, flush=True)
-
         log.info(text)  # the console's lines stay in up's log too
+
     def start(self) -> None:
         """Broker and topics, the run's configs, then the source, the service and the cluster."""
         self.run.logs.mkdir(parents=True, exist_ok=True)

@@ -84,10 +84,10 @@ class PSConfig(FrozenModel):
     shard: ShardLimits = ShardLimits()
     auth: AuthConfig = AuthConfig()
     metrics: MetricsConfig = MetricsConfig()  # each shard's /metrics (ps.shard_metrics); `--metrics-port` overrides
+    logging: LoggingConfig = LoggingConfig()  # how each shard logs (core.logs)
 
     @model_validator(mode="after")
     def _unique_names(self) -> PSConfig:
-    logging: LoggingConfig = LoggingConfig()  # how each shard logs (core.logs)
         names = [t.name for t in self.tables]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

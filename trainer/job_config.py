@@ -92,10 +92,10 @@ class JobConfig(FrozenModel):
     metrics: MetricsConfig = Field(MetricsConfig(),
                                    description="Where each worker serves its Prometheus `/metrics` (`--metrics-port` "
                                                "overrides the port).")
+    logging: LoggingConfig = Field(LoggingConfig(), description="How each worker logs (core.logs).")
 
     @field_validator("model", mode="before")
     @classmethod
-    logging: LoggingConfig = Field(LoggingConfig(), description="How each worker logs (core.logs).")
     def _dense_width_from_schema(cls, model: Any, info: ValidationInfo) -> Any:
         records = info.data.get("records")  # absent when it was invalid: that error is reported
         return model if records is None else fill_dense_width(model, records)

@@ -128,6 +128,7 @@ def run_stream(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
     from core.errors import ConfigError
+    from core.logs import set_role
     from core.metrics_http import endpoint_host, serve_metrics
     from jobcontrol.channel import CONTROL_FILE, ControlServer, advertised_endpoint
     from ps.cluster import cluster_from_env
@@ -135,7 +136,6 @@ def run_stream(args: argparse.Namespace) -> int:
     from trainer.job import StreamingJob
     from trainer.job_config import load_job_config
     from trainer.job_control import JobControl
-    from core.logs import set_role
     from trainer.rank_claim import RankLease
     from trainer.trainer_metrics import trainer_registry
 
@@ -144,6 +144,8 @@ def run_stream(args: argparse.Namespace) -> int:
     if not bootstrap:
         raise ConfigError("train needs Kafka: set kafka.bootstrap_servers or --bootstrap")
     spec = cluster_from_env()
+    if not spec.leased_rank:
+        set_role(f"worker.{spec.rank}")
     running: list[StreamingJob] = []
 
     def on_sigterm(*_: object) -> None:  # Kubernetes stops a pod with SIGTERM: release the rank at once
@@ -151,8 +153,6 @@ def run_stream(args: argparse.Namespace) -> int:
             running[0].stopping.set()  # the loop ends after this step
         else:
             raise SystemExit(143)  # still starting: unwind, the ExitStack below releases the rank
-    if not spec.leased_rank:
-        set_role(f"worker.{spec.rank}")
 
     signal.signal(signal.SIGTERM, on_sigterm)
     with ExitStack() as roots:
@@ -160,6 +160,7 @@ def run_stream(args: argparse.Namespace) -> int:
         if lease is not None:
             roots.callback(lease.close)  # last out: released after the job stopped
             spec = spec.model_copy(update={"rank": lease.rank})
+            set_role(f"worker.{lease.rank}")
         # checkpoint_dir and export_dir may be URLs (s3://...): the job reads and writes them through
         # stores.store, so this worker needs no filesystem shared with the shards or the service
         job = StreamingJob(config, spec, bootstrap=bootstrap, max_idle_s=args.max_idle_s,
@@ -167,7 +168,6 @@ def run_stream(args: argparse.Namespace) -> int:
         running.append(job)
         metrics = serve_metrics(trainer_registry(job), config.metrics, port=args.metrics_port,
                                 default_host=endpoint_host(config.control_endpoint))
-            set_role(f"worker.{lease.rank}")
         if metrics is not None:
             roots.callback(metrics.close)
         server = None
