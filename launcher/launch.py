@@ -94,6 +94,8 @@ class LaunchSpec:
     restart: RestartPolicy | None = None  # set: supervise shards and workers (module docstring)
     rank_lease_ttl_s: float | None = None  # set: workers claim leased ranks (STREAMREC_RANK=auto)
     stop_grace_s: float = 30.0  # a stopped worker's time to finish (the chief's pass being saved) before SIGKILL
+    # set: every shard and worker serves /metrics on a free port (`--metrics-port`, which the worker command must take)
+    metrics_ports: bool = False
 
 
 class Launcher:
@@ -106,10 +108,14 @@ class Launcher:
         self._stop = threading.Event()
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self._plan_roles()
+        names = [f"server.{i}" for i in range(spec.servers)] + [f"worker.{i}" for i in range(spec.workers)]
+        picked = free_ports(spec.servers + (len(names) if spec.metrics_ports else 0), spec.host)
+        # role name -> its /metrics port, kept when the shards are started again on other ports
+        self.metrics_ports = dict(zip(names, picked[spec.servers:], strict=False))
+        self._plan_roles(picked[:spec.servers])
 
-    def _plan_roles(self) -> None:
-        self.ports = free_ports(self.spec.servers, self.spec.host)
+    def _plan_roles(self, ports: list[int]) -> None:
+        self.ports = ports
         self._endpoints = tuple(f"tcp://{self.spec.host}:{p}" for p in self.ports)
         self.servers = [self._server(i) for i in range(self.spec.servers)]
         self.workers = [self._worker(i) for i in range(self.spec.workers)]
@@ -137,11 +143,17 @@ class Launcher:
                 "--port", str(self.ports[i]), "--host", s.host, "--checkpoint-dir", str(s.checkpoint_dir)]
         if s.secret_file:
             argv += ["--secret-file", str(s.secret_file)]
+        argv += self._metrics_argv(f"server.{i}")
         return RoleProcess(f"server.{i}", argv, self._cluster("server", i), s.log_dir / f"server.{i}.log")
 
     def _worker(self, i: int) -> RoleProcess:
-        return RoleProcess(f"worker.{i}", list(self.spec.command), self._cluster("worker", i),
+        return RoleProcess(f"worker.{i}", [*self.spec.command, *self._metrics_argv(f"worker.{i}")],
+                           self._cluster("worker", i),
                            self.spec.log_dir / f"worker.{i}.log")
+
+    def _metrics_argv(self, name: str) -> list[str]:
+        port = self.metrics_ports.get(name)
+        return [] if port is None else ["--metrics-port", str(port)]
 
     def _wait_healthy(self) -> None:
         s = self.spec
@@ -195,7 +207,7 @@ class Launcher:
                     if role.proc is not None:
                         role.proc.wait()
                     role.close_log()
-                self._plan_roles()
+                self._plan_roles(_other_ports(self.spec, taken=set(self.metrics_ports.values())))
 
     def stop(self) -> None:
         """Ask a running ``run()`` (in another thread) to end the job: it returns 0 and stops every role."""
@@ -235,6 +247,14 @@ class Launcher:
         save is theirs. SIGKILL for whatever outlives its grace."""
         _stop(self.workers, signal.SIGTERM, self.spec.stop_grace_s)
         _stop(self.servers, signal.SIGTERM, _STOP_GRACE_S)
+
+
+def _other_ports(spec: LaunchSpec, *, taken: set[int]) -> list[int]:
+    """Free ports for the shards that none of ``taken`` (the roles' /metrics ports) is among."""
+    while True:
+        ports = free_ports(spec.servers, spec.host)
+        if not taken & set(ports):
+            return ports
 
 
 def _stop(roles: list[RoleProcess], sig: int, grace_s: float) -> None:

@@ -46,7 +46,8 @@ from launcher.launch import LaunchSpec, free_ports, thread_limits
 from launcher.system_config import StreamrecConfig, resolve_root
 from launcher.up_final_pass import FinalPass
 from launcher.up_kafka import TopicEnd, start_kafka, topic_ends
-from launcher.up_roles import UpRoles
+from launcher.up_metrics import announce, scrape_address
+from launcher.up_roles import ClusterThread, UpRoles
 from launcher.up_run_dir import (
     RunDir,
     RunLock,
@@ -65,8 +66,8 @@ from ps.auth import read_secret
 if TYPE_CHECKING:
     from streaming.broker import EmbeddedBroker
 
-RUN_TAG_ENV = "STREAMREC_UP_RUN_DIR"  # set in every process `up` starts
 log = logging.getLogger(__name__)
+RUN_TAG_ENV = "STREAMREC_UP_RUN_DIR"  # set in every process `up` starts
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ class LocalSystem:
             ps_config=self.run.roles / "ps.yaml", log_dir=self.run.logs,
             checkpoint_dir=shard_checkpoints(self.cfg, self.run.root), env=_thread_defaults(), secret_file=secret,
             restart=self.cfg.up.restart, rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s,
-            stop_grace_s=self.cfg.up.stop_timeout_s), out=self.out)
+            stop_grace_s=self.cfg.up.stop_timeout_s, metrics_ports=True), out=self.out)
+        self.say(announce(self.run.root, self._metrics_addresses(cluster)))
         replay_done: dict[int, int] = {}
         if self.opts.replay is not None and self.broker is not None:  # a new log: it starts after what was trained
             self.cfg, replay_done = resumed_replay(self.cfg, self.run.root)
@@ -155,6 +157,15 @@ class LocalSystem:
         self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env,
                          port=self.cfg.up.port or None)
         self.roles.launch()
+
+    def _metrics_addresses(self, cluster: ClusterThread) -> dict[str, str]:
+        """Role name -> where its /metrics is: shards and trainers on the ports `up` picked, the service
+        on its API port."""
+        launcher = cluster.launcher
+        out = {name: scrape_address(launcher.spec.host, port) for name, port in launcher.metrics_ports.items()}
+        if self.cfg.up.port:
+            out["service"] = scrape_address(self.cfg.up.host, self.cfg.up.port)
+        return out
 
     def watch(self, stop: StopRequest) -> int:
         """Show the console until ``stop`` is asked for (Ctrl-C / SIGTERM: 0) or a role fails (1)."""
