@@ -200,8 +200,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _lines(secs: list[Section]) -> Iterator[str]:
-    yield INTRO
+def _lines(secs: list[Section], intro: str) -> Iterator[str]:
+    yield intro
     for sec in secs:
         yield f"## `{sec.path}`\n" if sec.path else "## Top level\n"
         where = f"`{sec.model.__module__}.{sec.model.__qualname__}`"
@@ -215,6 +215,6 @@ def _lines(secs: list[Section]) -> Iterator[str]:
         yield ""
 
 
-def render(root: type[BaseModel] = StreamrecConfig) -> str:
-    """docs/configuration.md's text."""
-    return "\n".join(_lines(sections(root))).rstrip("\n") + "\n"
+def render(root: type[BaseModel] = StreamrecConfig, *, intro: str = INTRO) -> str:
+    """docs/configuration.md's text (or another root's reference, after its own ``intro``)."""
+    return "\n".join(_lines(sections(root), intro)).rstrip("\n") + "\n"

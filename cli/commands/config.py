@@ -42,13 +42,18 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_docs(args: argparse.Namespace) -> int:
-    from core.atomic_files import write_bytes
     from launcher.config_docs import render
 
-    text = render()
-    if args.write is None:
+    return print_or_write(render(), args.write, "configuration reference")
+
+
+def print_or_write(text: str, path: str | None, what: str) -> int:
+    """A generated reference: printed, or written to ``path`` (then only its name is printed)."""
+    from core.atomic_files import write_bytes
+
+    if path is None:
         print(text, end="")
     else:
-        write_bytes(Path(args.write), [text.encode()])
-        print(f"configuration reference: {args.write}")
+        write_bytes(Path(path), [text.encode()])
+        print(f"{what}: {path}")
     return 0

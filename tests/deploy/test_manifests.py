@@ -1,5 +1,6 @@
 """deploy/: every Kubernetes manifest is valid against the Kubernetes schemas, and ports,
-commands and config keys in the manifests, the compose file and the Dockerfile agree with the code."""
+commands and config keys in the manifests, the compose file and the Dockerfile agree with the code.
+(How the manifests are rendered from deploy/k8s/values.yaml: test_k8s_render.py.)"""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import yaml
 from cli.main import build_parser
 from core.yaml_config import validate_config
 from jobcontrol.channel import CONTROL_FILE, advertised_endpoint
+from launcher.k8s_render import render
+from launcher.k8s_values import StorageKind, StorageValues, load_values
 from launcher.system_config import StreamrecConfig, write_role_files
 from ps.cluster import cluster_from_env
 from ps.ps_config import load_ps_config
@@ -22,7 +25,12 @@ from service.settings import load_settings
 from trainer.job_config import load_job_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-K8S_FILES = sorted((DEPLOY / "k8s").glob("*.yaml"))
+VALUES_FILE = DEPLOY / "k8s" / "values.yaml"
+VALUES = load_values(VALUES_FILE)
+# the rendered objects (kustomization.yaml files list them; Kustomize reads them, not the cluster)
+K8S_FILES = sorted(p for sub in ("base", "monitoring") for p in (DEPLOY / "k8s" / sub).glob("*.yaml")
+                   if p.name != "kustomization.yaml")
+CRD_GROUP = "monitoring.coreos.com/"  # the Prometheus Operator's kinds: no Kubernetes schema (test_k8s_render.py)
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -57,15 +65,16 @@ def _flag(argv: list[str], name: str) -> str:
 def test_there_are_manifests_for_every_role() -> None:
     kinds = {(d["kind"], d["metadata"]["name"]) for d in _k8s()}
     assert {("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-trainer"), ("Deployment", "streamrec-api"),
-            ("Service", "streamrec-api"), ("ConfigMap", "streamrec-config"), ("Secret", "streamrec-secrets"),
+            ("Service", "streamrec-api"), ("ConfigMap", "streamrec-config"),
             ("PersistentVolumeClaim", "streamrec-data")} <= kinds
 
 
 @pytest.mark.parametrize("path", K8S_FILES, ids=lambda p: p.name)
 def test_manifest_is_valid_against_the_kubernetes_schemas(path: Path) -> None:
-    version = kubernetes_validate.latest_version()
-    for doc in _docs(path):
-        kubernetes_validate.validate(doc, version, strict=True)  # raises on any schema violation
+    for version in (f"{VALUES.minimum_kubernetes}.0", kubernetes_validate.latest_version()):
+        for doc in _docs(path):
+            if not doc["apiVersion"].startswith(CRD_GROUP):
+                kubernetes_validate.validate(doc, version, strict=True)  # raises on any schema violation
 
 
 def test_every_container_runs_a_real_subcommand_with_real_flags() -> None:
@@ -182,25 +191,28 @@ def test_api_ports_probes_and_secret_agree() -> None:
     svc = _named("Service", "streamrec-api")
     assert svc["spec"]["ports"][0]["targetPort"] in ("http", port)
     assert svc["spec"]["selector"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
-    secret = _named("Secret", "streamrec-secrets")
     token = next(e for e in c["env"] if e["name"] == "STREAMREC_ADMIN_TOKEN")
-    assert token["valueFrom"]["secretKeyRef"]["key"] in secret["stringData"]
+    assert token["valueFrom"]["secretKeyRef"] == {"name": VALUES.secrets.name, "key": "admin-token"}
     assert token["name"] == StreamrecConfig().service.admin_token_env
 
 
-# what botocore (under s3fs) reads from the environment
-AWS_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION",
-                 "AWS_ENDPOINT_URL"}
-
-
-def test_object_store_credentials_are_the_aws_variables_the_roles_read() -> None:
-    secret = _named("Secret", "streamrec-object-store")
-    assert set(secret["stringData"]) <= AWS_VARIABLES
+def test_on_an_object_store_every_role_reads_the_credentials_secret() -> None:
+    storage = StorageValues(kind=StorageKind.OBJECT_STORE, object_store_root="s3://bucket/streamrec")
+    values = VALUES.model_copy(update={"storage": storage})
+    docs = [d for text in render(values, values_file=VALUES_FILE).values() for d in yaml.safe_load_all(text) if d]
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
     for kind, name in (("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-trainer"),
                        ("Deployment", "streamrec-api")):
-        for c in _named(kind, name)["spec"]["template"]["spec"]["containers"]:
+        workload = next(d for d in docs if (d["kind"], d["metadata"]["name"]) == (kind, name))
+        pod = workload["spec"]["template"]["spec"]
+        assert {"name": "data", "emptyDir": {}} in pod["volumes"], name  # /data is per-pod scratch
+        for c in pod["containers"]:
             refs = [e["secretRef"] for e in c.get("envFrom", []) if "secretRef" in e]
-            assert {"name": "streamrec-object-store", "optional": True} in refs, name  # absent with a volume
+            assert {"name": "streamrec-object-store", "optional": True} in refs, name  # absent with IRSA
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    config = yaml.safe_load(cm["data"]["streamrec.yaml"])
+    assert config["train"]["checkpoint_dir"] == "s3://bucket/streamrec/checkpoints"
+    assert config["service"]["job_control_file"] == f"s3://bucket/streamrec/checkpoints/{CONTROL_FILE}"
 
 
 def test_object_store_roots_reach_the_roles_as_urls(tmp_path: Path) -> None:
@@ -235,7 +247,6 @@ def test_every_pod_has_probes_and_runs_as_non_root() -> None:
 
 def test_referenced_configmaps_claims_and_secret_keys_exist() -> None:
     maps = {m["metadata"]["name"]: m for m in _by_kind("ConfigMap")}
-    secrets = {s["metadata"]["name"]: s for s in _by_kind("Secret")}
     claims = {c["metadata"]["name"] for c in _by_kind("PersistentVolumeClaim")}
     for workload in _by_kind("Deployment") + _by_kind("StatefulSet"):
         for vol in workload["spec"]["template"]["spec"].get("volumes", []):
@@ -243,9 +254,9 @@ def test_referenced_configmaps_claims_and_secret_keys_exist() -> None:
                 assert vol["configMap"]["name"] in maps
             if "persistentVolumeClaim" in vol:
                 assert vol["persistentVolumeClaim"]["claimName"] in claims
-            if "secret" in vol:
-                data = secrets[vol["secret"]["secretName"]]["stringData"]
-                assert {i["key"] for i in vol["secret"].get("items", [])} <= data.keys()
+            if "secret" in vol:  # the one Secret the admin creates (docs/deployment.md) or the base generates
+                assert vol["secret"]["secretName"] == VALUES.secrets.name
+                assert {i["key"] for i in vol["secret"].get("items", [])} <= {"admin-token", "ps-secret"}
 
 
 # ---------------------------------------------------------------- Prometheus scraping
