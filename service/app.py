@@ -12,7 +12,9 @@ import faiss
 import numpy as np
 from fastapi import FastAPI
 
+from core.logs import LoggingConfig
 from ps.auth import read_secret
+from service.access_log import AccessLogMiddleware
 from service.cold_start import ColdStart
 from service.connections import ConnectionStats
 from service.disk import DiskView
@@ -62,7 +64,8 @@ def _register_live(metrics: ServiceMetrics, live: LiveItems) -> None:
     metrics.counter("live_item_batches", lambda: live.batches)
 
 
-def create_app(settings: ServiceSettings) -> FastAPI:
+def create_app(settings: ServiceSettings, *, log_config: LoggingConfig | None = None) -> FastAPI:
+    """The app; ``log_config``: its access log (the role's ``logging`` section; default: every request)."""
     metrics = ServiceMetrics()
 
     @asynccontextmanager
@@ -127,6 +130,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     install_error_handler(app)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes,
                        body_timeout_s=settings.limits.body_timeout_s)
+    # added last, so outermost: a request refused by the one above is logged with its id too
+    app.add_middleware(AccessLogMiddleware, config=log_config or LoggingConfig())
     # hot routes first: the router tries routes in order
     for module in (embeddings, items, recommend, predict, health, admin, dashboard):
         app.include_router(module.router)

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from core.errors import InvalidInput, StreamrecError
+from core.logs import request_id
 
 log = logging.getLogger("streamrec.service")
 
@@ -31,7 +32,10 @@ def _describe_validation(exc: RequestValidationError) -> StreamrecError:
 
 
 def error_response(err: StreamrecError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if err.http_status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if err.http_status == 401 else {}
+    rid = request_id.get()
+    if rid is not None:  # a 500 is sent outside the access-log middleware, which adds it to the others
+        headers["X-Request-ID"] = rid
     return JSONResponse({"error": err.to_dict()}, status_code=err.http_status, headers=headers)
 
 

@@ -254,6 +254,8 @@ class ModelStore:
                   "apply_seconds": round(now - t0, 4), "items": next_items.size if next_items else 0,
                   "freshness_s": None if man.newest_record_time is None else round(now - man.newest_record_time, 3)}
         self.history = [*self.history[-99:], record]
+        log.info("bundle %d (%s of pass %s) serving after %.2f s: %d items, freshness %s s", version, man.kind,
+                 man.pass_id, record["apply_seconds"], record["items"], record["freshness_s"], extra={"fields": record})
         # the other side takes the same bundle: once its readers drained, or, for the very first
         # bundle, as a fresh side (while the first one already serves)
         other = active or Side()

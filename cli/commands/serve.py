@@ -13,7 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, help="service YAML (service.settings.ServiceSettings)")
     p.add_argument("--host", help="bind address (overrides the config)")
     p.add_argument("--port", type=int, help="port (overrides the config)")
-    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's own lines (default: the config's logging.level)")
     p.set_defaults(func=run)
 
 
@@ -41,8 +42,11 @@ def run(args: argparse.Namespace) -> int:
     # exports_dir may be an fsspec URL (s3://...): bundles are pulled into a local staging dir
     with Mirror(settings.exports_dir, every_s=settings.poll_seconds) as local:
         settings = settings.model_copy(update={"exports_dir": str(local)})
-        app = create_app(settings)
-        # header, idle and connection-count limits (service.connections); the body's deadline is the app's
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, workers=1,
-                    access_log=False, **uvicorn_options(settings.limits, app.state.connection_stats))
+        app = create_app(settings, log_config=settings.logging)
+        # header, idle and connection-count limits (service.connections); the body's deadline is the app's.
+        # uvicorn's lines go through the role's log (core.logs, configured by cli/main.py); its access
+        # log has no duration or request id, so the app writes its own (service.access_log).
+        uvicorn.run(app, host=settings.host, port=settings.port, workers=1, log_config=None, access_log=False,
+                    log_level=args.log_level or settings.logging.level.value,
+                    **uvicorn_options(settings.limits, app.state.connection_stats))
     return 0

@@ -3,6 +3,7 @@ the service's own bundle loading. Job calls block on ZeroMQ, so they run in work
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from service.job import JobLink
 from service.schemas import ADMIN_ERROR_RESPONSES, Strict
 from tables.table_config import AdmissionConfig, EvictionConfig
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
@@ -89,7 +91,10 @@ async def passes(job: JobDep, since: Annotated[int | None, Query(ge=-1, le=2**53
 
 @router.post("/rollback", summary="Roll the job back to a committed pass")
 async def rollback(body: RollbackRequest, job: JobDep) -> Any:
-    return await run_in_threadpool(job.call, "rollback", pass_id=body.pass_)
+    log.info("admin: rolling the job back to pass %d", body.pass_)
+    result = await run_in_threadpool(job.call, "rollback", pass_id=body.pass_)
+    log.info("admin: the job rolled back to pass %d", body.pass_)
+    return result
 
 
 @router.post("/reload", summary="Look for new bundles now and apply them")
