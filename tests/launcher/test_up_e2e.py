@@ -30,7 +30,7 @@ from logrecords.generator import ITEM_SLOT, USER_SLOT, PlantedModel
 from logrecords.hashing import hash_strings
 from logrecords.schema_config import SchemaConfig
 
-from .headless_chromium import LINE_RGB, chart_boxes, count_color, ensure_chromium, screenshot
+from .headless_chromium import LINE_RGB, REF_RGB, chart_boxes, count_color, ensure_chromium, screenshot
 
 pytestmark = pytest.mark.process
 
@@ -194,12 +194,17 @@ def test_up_learns_serves_stops_cleanly_and_resumes(up_factory: Callable[[], Up]
     assert list((tmp_path / "store" / "exports").glob("*/bundle.json"))  # the file:// roots were used
     assert (find_number(status["job"]["status"], "pass") or 0) >= 2
 
-    # The dashboard draws its charts from the live system. Consumer lag is charted when the job
-    # reports it (the console computes it from Kafka itself; the service has no Kafka access).
-    png = screenshot(ensure_chromium(), f"{up.api}/#token={up.token}", tmp_path / "dashboard.png")
+    # The dashboard draws its charts from the live system, opened by the link up prints. Consumer
+    # lag is charted when the job reports it (the console computes it from Kafka itself; the
+    # service has no Kafka access). The link carries the generator's Bayes-optimal AUC, drawn as
+    # a reference line on the AUC chart.
+    link = re.search(r"dashboard (\S+)", up.log.read_text(errors="replace"))
+    assert link and link.group(1).startswith(f"{up.api}/#token={up.token}&bayes_auc="), up.output()
+    png = screenshot(ensure_chromium(), link.group(1), tmp_path / "dashboard.png")
     drawn = {name: count_color(png, box, LINE_RGB) for name, box in chart_boxes().items()}
     charted = {"rate", "auc", "rows", "freshness"} | ({"lag"} if find_number(up.job(), "lag") is not None else set())
     assert all(drawn[name] > 0 for name in charted), drawn
+    assert count_color(png, chart_boxes()["auc"], REF_RGB) > 100, "no Bayes-optimal AUC line"
 
     logs = {p.name for p in (run_dir / "logs").glob("*.log")}
     assert {"broker.log", "generator.log", "service.log", "server.0.log", "server.1.log", "worker.0.log",
