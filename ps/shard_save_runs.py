@@ -176,6 +176,8 @@ class ShardSaveRuns:
                 commit_managed(managed, save_dir, mode)
             run.entry = {"save": run.id, "mode": mode, "cursor": cursor, "dir": run.target.location,
                          "manifest": entry, **placed}
+            log.info("shard %d saved %d tables (%s, %s) into %s", self._index, len(saved) + len(dense), mode, cursor,
+                     run.target.location)
         except Exception as exc:
             self._based.discard(cursor)  # the chain may be broken: the next save on it is a base
             if not isinstance(exc, StreamrecError):

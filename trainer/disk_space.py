@@ -59,7 +59,7 @@ class DiskState:
         with self._lock:
             since = self.failing.pop(what, None)
         if since is not None:
-            log.warning("disk: %s written again after %.0f s", what, time.time() - since)
+            log.info("disk: %s written again after %.0f s", what, time.time() - since)  # resumed: no warning
 
     @property
     def full(self) -> bool:

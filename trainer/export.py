@@ -84,13 +84,15 @@ class Exporter:
         try:
             self._result = self.export(*args)
             self.disk.ok("bundle")
+            log.info("bundle %d (%s) of pass %d exported: %d items", self._result["version"], self._result["kind"],
+                     args[0], self._result["items"], extra={"fields": self._result})
         except (StreamrecError, OSError) as err:  # a failed bundle is counted; the next one is a base
             self.failures += 1
             self.exports = 0
             if is_disk_full(err):
                 self.disk.failed("bundle", err)
-            elif isinstance(err, OSError):
-                log.warning("bundle of pass %s failed: %s", args[0], err)
+            else:
+                log.warning("bundle of pass %s failed: %s", args[0], getattr(err, "message", None) or err)
             try:
                 discard_staging(self.root)
             except OSError as exc:

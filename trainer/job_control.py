@@ -7,6 +7,7 @@ runs between steps.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from core.errors import Conflict, CorruptData, InvalidInput, NotFound
@@ -14,6 +15,8 @@ from ps.client import PSClient
 from trainer import checkpoints, pass_history
 from trainer.job import StreamingJob
 from trainer.loop_calls import LoopOp
+
+log = logging.getLogger(__name__)
 
 
 class JobControl:
@@ -90,10 +93,14 @@ class JobControl:
         return self.job.call_in_loop(LoopOp.ROLLBACK, pass_id=int(pass_id))
 
     def pause(self) -> dict[str, Any]:
+        if not self.job.paused.is_set():
+            log.info("training paused by job control")
         self.job.paused.set()
         return {"paused": True}
 
     def resume(self) -> dict[str, Any]:
+        if self.job.paused.is_set():
+            log.info("training resumed by job control")
         self.job.paused.clear()
         return {"paused": False}
 

@@ -135,6 +135,12 @@ def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[st
     man = checkpoints.commit_pass(root, pass_id, {"created_at": created_at, **fields, **merged, "progress": point},
                                   ranks=ranks, shard_entries=entries, extra_files=extra)
     pass_history.record(root, point, disk=disk)
+    records = merged["records_total"] - int(previous.get("records_total", 0))
+    auc = merged["metrics"].get("auc")
+    log.info("pass %d committed: %d records (%d in all), auc %s, lag %s records, workers %s", pass_id, records,
+             merged["records_total"], "n/a" if auc is None else f"{auc:.4f}", "n/a" if lag is None else lag, ranks,
+             extra={"fields": {"pass": pass_id, "records": records, "records_total": merged["records_total"],
+                               "auc": auc, "lag": lag, "ranks": ranks}})
     try:
         checkpoints.prune(root, keep)
     except OSError as exc:  # the pass is committed; the next commit prunes again
@@ -217,6 +223,10 @@ class PassCommitter:
         if self.ctx.chief:
             self._commit_as_chief(n, worker)
         self.ctx.rendezvous.barrier(2 * n + 1, len(progress.active))
+        if not self.ctx.chief:  # the chief says it once the pass is committed (finish_pass)
+            auc = worker.metrics.total.summary()["auc"]
+            log.info("pass %d ended: %d records trained here, auc %s", n, progress.clock.count,
+                     "n/a" if auc is None else f"{auc:.4f}")
         # from the parts (written before the first barrier): the manifest may not be written yet
         progress.active = checkpoints.staying_ranks(self.ctx.root, n, progress.active)
         worker.dense.refresh(self.ctx.store)

@@ -124,6 +124,7 @@ class RankLease:
         try:
             if self.lost is None:
                 self._client.admin.release_rank(self.holder, self.rank)
+                log.info("holder %s released rank %d", self.holder, self.rank)
         except StreamrecError as err:
             log.warning("releasing rank %d failed (it expires in %gs): %s", self.rank, self.ttl_s, err.message)
         finally:

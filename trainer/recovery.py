@@ -154,6 +154,10 @@ class Recovery:
             restored = restore(ctx.root, ctx.client, rank=ctx.rank, chief=ctx.chief)
             ctx.rendezvous.barrier(0, len(ctx.progress.active))  # nobody pulls before the chief's load finished
         ctx.store.init()  # a restored dense vector must run this job's rule (dense_update)
+        if restored.pass_id:
+            log.info("restored from pass %d (%d records trained before it)", restored.pass_id, restored.records_total)
+        else:
+            log.info("no committed pass: training starts from scratch")
         return restored
 
     def _meet_and_restore(self) -> Restored:
@@ -208,6 +212,8 @@ class Recovery:
         # no pass committed yet: nothing to go back to, every worker goes on from where it is
         self.ctx.progress.reseek = {p: o for p, o in restored.offsets.items() if reads_partition(self.ctx.spec, p)}
         self.regroups += 1
+        log.info("regrouped on pass %d with %d workers (%s)", restored.pass_id, self.ctx.spec.num_workers,
+                 "a shard was lost" if shard_lost else "membership changed")
 
     def recover_shards(self, worker: Worker) -> None:
         """A shard restarted empty (its dense array is gone) or stopped answering: wait for it,
@@ -228,6 +234,7 @@ class Recovery:
         if self.ctx.spec.mode == "sync":  # apply (and so discard, by the load below) pushes held for a barrier
             self.ctx.client.barrier(BARRIER_TAG - 1 - self.ctx.store.worker.steps, 1, timeout_s=60)
         self.ctx.store.init()
+        log.info("the lost shard answers again: back to the newest complete pass")
         self.rollback(worker, None)
         self.recoveries += 1
 
@@ -272,4 +279,5 @@ class Recovery:
         self.ctx.progress.at_pass(pass_id)
         self.committer.rebase_exports()
         self.ctx.progress.reseek = {int(p): int(o) for p, o in man.get("offsets", {}).items()}
+        log.info("rolled back to pass %d", pass_id)
         return {"pass": pass_id, "offsets": self.ctx.progress.reseek}
