@@ -28,7 +28,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
@@ -59,15 +59,20 @@ def thread_limits(threads: int) -> dict[str, str]:
     return {var: str(threads) for var in THREAD_LIMIT_VARS}
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct ports free right now (bound then released together, so they differ)."""
-    socks = []
+def free_ports(n: int, host: str = "127.0.0.1", *, avoid: Collection[int] = ()) -> list[int]:
+    """``n`` distinct ports free right now, none in ``avoid``: ports another process of the run will
+    bind but has not bound yet, which the kernel would otherwise hand out again. All are held bound
+    until the draw ends, so they differ."""
+    socks: list[socket.socket] = []
     try:
-        for _ in range(n):
+        ports: list[int] = []
+        while len(ports) < n:
             s = socket.socket()
-            s.bind((host, 0))
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            s.bind((host, 0))
+            if (port := s.getsockname()[1]) not in avoid:
+                ports.append(port)
+        return ports
     finally:
         for s in socks:
             s.close()
@@ -96,6 +101,7 @@ class LaunchSpec:
     stop_grace_s: float = 30.0  # a stopped worker's time to finish (the chief's pass being saved) before SIGKILL
     # set: every shard and worker serves /metrics on a free port (`--metrics-port`, which the worker command must take)
     metrics_ports: bool = False
+    reserved_ports: tuple[int, ...] = ()  # bound by other processes of the run later (up's API): never drawn here
 
 
 class Launcher:
@@ -109,7 +115,8 @@ class Launcher:
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         names = [f"server.{i}" for i in range(spec.servers)] + [f"worker.{i}" for i in range(spec.workers)]
-        picked = free_ports(spec.servers + (len(names) if spec.metrics_ports else 0), spec.host)
+        picked = free_ports(spec.servers + (len(names) if spec.metrics_ports else 0), spec.host,
+                            avoid=spec.reserved_ports)
         # role name -> its /metrics port, kept when the shards are started again on other ports
         self.metrics_ports = dict(zip(names, picked[spec.servers:], strict=False))
         self._plan_roles(picked[:spec.servers])
@@ -250,11 +257,8 @@ class Launcher:
 
 
 def _other_ports(spec: LaunchSpec, *, taken: set[int]) -> list[int]:
-    """Free ports for the shards that none of ``taken`` (the roles' /metrics ports) is among."""
-    while True:
-        ports = free_ports(spec.servers, spec.host)
-        if not taken & set(ports):
-            return ports
+    """Free ports for the shards, none among ``taken`` (the roles' /metrics ports) or reserved."""
+    return free_ports(spec.servers, spec.host, avoid=taken | set(spec.reserved_ports))
 
 
 def _stop(roles: list[RoleProcess], sig: int, grace_s: float) -> None:

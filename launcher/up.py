@@ -129,7 +129,8 @@ class LocalSystem:
         self.broker, self.bootstrap = start_kafka(self.cfg, servers=self.opts.kafka, log_path=self.run.log("broker"),
                                                   say=self.say)
         self.roles.broker = self.broker  # watched like every role (launcher.up_roles)
-        (control_port,) = free_ports(1)
+        api_port = (self.cfg.up.port,) if self.cfg.up.port else ()  # the service binds it last
+        (control_port,) = free_ports(1, avoid=api_port)
         self.control_endpoint = f"tcp://127.0.0.1:{control_port}"
         train = streamrec_cli("train", "--config", str(self.run.roles / "train.yaml"))
         # planned first: the shards' ports go into the service's read-through (service.read_through)
@@ -138,7 +139,8 @@ class LocalSystem:
             ps_config=self.run.roles / "ps.yaml", log_dir=self.run.logs,
             checkpoint_dir=shard_checkpoints(self.cfg, self.run.root), env=_thread_defaults(), secret_file=secret,
             restart=self.cfg.up.restart, rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s,
-            stop_grace_s=self.cfg.up.stop_timeout_s, metrics_ports=True), out=self.out)
+            stop_grace_s=self.cfg.up.stop_timeout_s, metrics_ports=True,
+            reserved_ports=(*api_port, control_port)), out=self.out)
         self.say(announce(self.run.root, self._metrics_addresses(cluster)))
         replay_done: dict[int, int] = {}
         if self.opts.replay is not None and self.broker is not None:  # a new log: it starts after what was trained

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +109,9 @@ def test_a_shard_port_taken_before_it_binds_gets_new_ports(tmp_path: Path, monke
     real = launcher_module.free_ports
     calls = []
 
-    def first_one_taken(n: int, host: str = "127.0.0.1") -> list[int]:
+    def first_one_taken(n: int, host: str = "127.0.0.1", *, avoid: Collection[int] = ()) -> list[int]:
         calls.append(n)
-        return [taken.getsockname()[1]] * n if len(calls) == 1 else real(n, host)
+        return [taken.getsockname()[1]] * n if len(calls) == 1 else real(n, host, avoid=avoid)
 
     monkeypatch.setattr(launcher_module, "free_ports", first_one_taken)
     spec = LaunchSpec(servers=1, workers=1, ps_config=_config(tmp_path), log_dir=tmp_path / "logs",
@@ -165,3 +166,12 @@ def test_a_role_that_outlives_its_grace_leaves_its_stacks_in_its_log_then_is_kil
     assert role.poll() == -signal.SIGKILL
     log = role.log_path.read_text()
     assert "most recent call first" in log and "in stuck_in_a_barrier" in log, log
+
+
+def test_free_ports_never_draws_a_port_reserved_for_another_role() -> None:
+    from launcher.launch import free_ports
+
+    # Reserve every port of a first draw: a second draw of as many must find others.
+    reserved = free_ports(50)
+    again = free_ports(50, avoid=reserved)
+    assert len(set(again)) == 50 and not set(again) & set(reserved)
