@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import crc32c
 import numpy as np
 
 from core.errors import CorruptData
@@ -55,7 +54,7 @@ class AtomicWriter:
         else:
             buf = data
         self._f.write(buf)
-        self.crc = crc32c.crc32c(buf, self.crc)
+        self.crc = _crc32c(buf, self.crc)
         self.size += len(buf)
 
     def commit(self) -> dict[str, Any]:
@@ -135,7 +134,7 @@ def check_bytes(buf: bytes | memoryview | np.ndarray, size: int, crc: int, where
     if len(buf) != size:
         raise CorruptData(f"{where}: size {len(buf)} bytes, manifest says {size} (truncated or overwritten)",
                           detail={"file": where})
-    if crc32c.crc32c(buf) != crc:
+    if _crc32c(buf) != crc:
         raise CorruptData(f"{where}: checksum mismatch (corrupted)", detail={"file": where})
 
 
@@ -189,3 +188,9 @@ def decode_arrays(buf: memoryview, source: str) -> dict[str, np.ndarray]:
         return out
     except (ValueError, KeyError, TypeError, struct.error) as exc:
         raise CorruptData(f"{source}: malformed array file ({exc})", detail={"file": source}) from None
+
+
+def _crc32c(buf: bytes | memoryview | np.ndarray, value: int = 0) -> int:
+    import crc32c  # here: a process that never writes or checks a file (a worker of a file job) does not load it
+
+    return int(crc32c.crc32c(buf, value))

@@ -12,13 +12,18 @@ by interleaving two savers in tests/core/test_kernel_cache.py; numba issue 10128
 same race for gufuncs). Every save here holds an exclusive ``flock`` on the cache directory's
 lock file from reading the index to writing the data, and every load a shared one, so an index
 never names a file another signature's save wrote.
+
+A process's first kernel call, cached or not, also loads numba's typing and lowering registries
+(:func:`load_runtime` does it at set-up instead, without the BLAS probe's import of scipy.linalg).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.abc
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +40,35 @@ def kernel(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     """``numba.njit(cache=True, **options)`` with the cache made process-safe first."""
     make_cache_process_safe()
     return njit(cache=True, **options)
+
+
+def load_runtime() -> None:
+    """Load numba's registries now, as a process's first kernel call would, without importing
+    scipy.linalg: numba's array math probes for a BLAS by importing it (16 MB and ~0.3 s of CPU
+    per process), no kernel here calls BLAS, and numba's own linear algebra imports it again when
+    such a kernel is compiled. Call it before any thread runs a kernel; a process that imported
+    scipy.linalg already keeps it."""
+    from numba.core.registry import cpu_target
+
+    refuse = _RefuseImport("scipy.linalg")
+    sys.meta_path.insert(0, refuse)
+    try:
+        import numba.np.arraymath  # noqa: F401  (its BLAS probe runs once, here, and finds none)
+    finally:
+        sys.meta_path.remove(refuse)
+    cpu_target.target_context.refresh()
+
+
+class _RefuseImport(importlib.abc.MetaPathFinder):
+    """A finder that makes ``import <package>`` (and its submodules) fail while it is installed."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
+        if fullname == self.package or fullname.startswith(self.package + "."):
+            raise ModuleNotFoundError(f"{fullname} is not loaded at numba's start-up", name=fullname)
+        return None
 
 
 def make_cache_process_safe() -> None:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
 from pydantic import Field
 
 from core.yaml_config import FrozenModel
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ class MetricsServer:
     (``port`` 0 here binds a free port, read back from ``.port``; :func:`serve_metrics` reads 0 as off)."""
 
     def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+        from prometheus_client import make_wsgi_app  # here: a role that reads MetricsConfig and serves none skips it
+
         self._httpd = make_server(host, port, make_wsgi_app(registry), server_class=_Server,
                                   handler_class=_QuietHandler)
         self.host = host

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.errors import StreamrecError
+from core.kernel_cache import load_runtime
 from ps import protocol
 from ps.protocol import Flag, Message, Op
 from ps.shard_tables import ShardTables
@@ -36,6 +37,7 @@ def _wire(msg: Message) -> Message:
 def warm_kernels(configs: Sequence[TableConfig]) -> None:
     """Pull and push each config's rows once on a throwaway copy of the table. A warm-up that
     fails is logged, never raised: the shard then serves cold."""
+    load_runtime()  # numba's registries, without the scipy.linalg a first kernel call imports
     try:
         _warm(configs)
     except StreamrecError as err:

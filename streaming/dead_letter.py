@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
-
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from typing import TYPE_CHECKING, Any
 
 from logrecords.rejects import Rejected
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,19 @@ class DeadLetters:
 
     @classmethod
     def to_topic(cls, options: dict[str, Any], topic: str) -> DeadLetters:
+        from kafka import KafkaProducer  # here: a file job counts its dead letters without importing Kafka
+
         producer = KafkaProducer(**options, linger_ms=20, acks=1, max_request_size=2 * DEFAULT_MAX_VALUE_BYTES)
         return cls(producer, topic)
 
     def publish(self, rejected: list[Rejected], sources: list[str]) -> None:
         """Count and send ``rejected``; ``sources[i]`` names where ``rejected[i]`` came from."""
+        self.counts.update(r.reason.label for r in rejected)
+        if self.producer is None:
+            return
+        from kafka.errors import KafkaError  # loaded already: the producer is Kafka's
+
         for r, source in zip(rejected, sources, strict=True):
-            self.counts[r.reason.label] += 1
-            if self.producer is None:
-                continue
             headers = [("reason", r.reason.label.encode()), ("detail", r.detail.encode()), ("source", source.encode())]
             value = r.raw
             if len(value) > self.max_value_bytes:
@@ -67,6 +71,8 @@ class DeadLetters:
     def flush(self, timeout_s: float = 30.0) -> None:
         if self.producer is None:
             return
+        from kafka.errors import KafkaError  # loaded already: the producer is Kafka's
+
         try:
             self.producer.flush(timeout=timeout_s)
         except KafkaError as err:
