@@ -30,6 +30,7 @@ from tables.table_state import TableState
 
 if TYPE_CHECKING:
     from tables.admission import Admission
+    from tables.tiering import TableTier
 
 
 class BudgetedTable(Protocol):
@@ -40,6 +41,7 @@ class BudgetedTable(Protocol):
     counters: dict[str, int]
     state: TableState
     lock: TableLock
+    tier: TableTier | None
 
 
 class TableBudget:
@@ -64,7 +66,7 @@ class TableBudget:
         if budget is None:
             return None
         st = self.table.state
-        fixed = reserved_fixed_bytes(st, budget)
+        fixed = self._fixed(budget)
         if admission is not None:
             fixed += admission.memory_bytes() - st.admission.memory_bytes()
         return check_budget(budget, st.rows.row_nbytes(), fixed, key=key, table=self.table.name)
@@ -81,7 +83,24 @@ class TableBudget:
         budget, _ = self.in_force()
         if budget is not None:
             st = self.table.state
-            self.fit(rows_within(budget, st.rows.row_nbytes(), reserved_fixed_bytes(st, budget)))
+            self.fit(rows_within(budget, st.rows.row_nbytes(), self._fixed(budget)))
+
+    def ram_row_limit(self) -> int | None:
+        """Under the lock: rows the RAM tier may hold now (None: no budget)."""
+        budget, _ = self.in_force()
+        if budget is None:
+            return None
+        return rows_within(budget, self.table.state.rows.row_nbytes(), self._fixed(budget))
+
+    def _fixed(self, budget: int) -> int:
+        """Fixed bytes as a row limit counts them, the disk tier's RAM part (keys, index) included,
+        rounded up like tombstones so the limit steps down once per many demotions."""
+        fixed = reserved_fixed_bytes(self.table.state, budget)
+        tier = self.table.tier
+        if tier is not None:
+            step = max(1, budget // EVICT_SLACK)
+            fixed += -(-tier.disk.ram_bytes() // step) * step
+        return fixed
 
     def shape(self) -> tuple[int, float]:
         """(fixed bytes, bytes a row takes in the store and the index): what splits a shard's budget."""
@@ -110,18 +129,22 @@ class TableBudget:
         t = self.table
         st, cfg = t.state, t.config.eviction
         row_bytes = st.rows.row_nbytes()
-        limit = rows_within(budget, row_bytes, reserved_fixed_bytes(st, budget))
+        limit = rows_within(budget, row_bytes, self._fixed(budget))
         m = new.shape[0]
-        if (st.rows.n + m > limit and cfg.over_budget == "evict" and t.lock.snapshot is None
+        tier = t.tier
+        if tier is not None and t.lock.snapshot is not None and st.rows.n + m > limit:
+            return new, None  # rows must not move: RAM holds them past its budget until the save ends
+        if (st.rows.n + m > limit and (cfg.over_budget == "evict" or tier is not None) and t.lock.snapshot is None
                 and tombstone_bytes(st) < budget // TOMBSTONE_SHARE):
             # Free a slack beyond this push's need, so the partial sort runs once per many pushes.
-            want = st.rows.n + m - limit + limit // EVICT_SLACK
+            slack = limit - int(limit * tier.low_water) if tier is not None else limit // EVICT_SLACK
+            want = st.rows.n + m - limit + slack
             for _ in range(4):  # again when the evictions' tombstones lowered the limit
                 if not self._evict_coldest(want, protected=rows[rows >= 0]):
                     break
                 # an eviction fills its holes with the last rows: the push's rows are found again
                 hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
-                limit = rows_within(budget, row_bytes, reserved_fixed_bytes(st, budget))
+                limit = rows_within(budget, row_bytes, self._fixed(budget))
                 want = st.rows.n + m - limit
                 if want <= 0:
                     break
@@ -133,8 +156,13 @@ class TableBudget:
         return new, limit
 
     def _evict_coldest(self, count: int, *, protected: np.ndarray) -> int:
-        """Evict the ``count`` coldest rows, never ``protected`` ones; returns how many went."""
+        """Evict the ``count`` coldest rows, never ``protected`` ones, or move them to the disk
+        tier when the table has one and it takes them; returns how many went."""
         t = self.table
+        if t.tier is not None:
+            moved = t.tier.demote_coldest(count, protected=protected)
+            if moved or t.config.eviction.over_budget == "refuse":
+                return moved
         st = t.state
         n = st.rows.n
         cols = st.rows.cols

@@ -9,9 +9,10 @@ sums the gradients of duplicate keys, asks the admission policy about unknown id
 applies one optimizer update per row. A byte budget (``eviction.max_bytes``, or the
 table's share of its shard's, :mod:`tables.budget`) is enforced when push creates rows:
 new ids are refused, or the coldest rows evicted, once no new row fits. While a save's
-snapshot is open (rows must not move) an evict-mode table refuses instead of evicting. See
-:mod:`tables.snapshot` for how saves avoid stalling pushes and :mod:`tables.table_files`
-for the file format.
+snapshot is open (rows must not move) an evict-mode table refuses instead of evicting. With
+a ``tier`` the rows over the budget move to a disk tier instead and come back when pulled or
+pushed (:mod:`tables.tiering`); every verb sees both tiers. See :mod:`tables.snapshot` for
+how saves avoid stalling pushes and :mod:`tables.table_files` for the file format.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tables.table_files import TableSave, load_table
 from tables.table_lock import TableLock
 from tables.table_merge import TablePart, load_parts
 from tables.table_state import TableState
+from tables.tiering import TableTier
 
 _U64 = np.dtype(np.uint64)
 _KEY_SCAN_ROWS = 1 << 16
@@ -68,8 +70,11 @@ class SparseTable:
         self.counters: dict[str, int] = dict.fromkeys(
             ("pulls", "pulled_keys", "rejected_pulls", "pushes", "pushed_keys", "evicted", "nonfinite_rejected",
              "nonfinite_skipped", "not_admitted", "refused_by_budget", "evicted_by_budget"), 0)
+        self.tier: TableTier | None = None
         self.budget = TableBudget(self)
         self.budget.fit(self.budget.row_limit(config))
+        if config.tier is not None:
+            self.tier = TableTier(self)
         ic, wc = config.initializer, config.wide_initializer
         self._init_args = (np.uint64(config.seed), KIND_CODES[ic.kind], np.float32(ic.scale),
                            np.uint64(config.seed ^ WIDE_SEED_SALT), KIND_CODES[wc.kind], np.float32(wc.scale))
@@ -95,6 +100,10 @@ class SparseTable:
             st = self.state
             cols = st.rows.cols
             missing = gather(st.slots, cols["keys"], st.hash_key, cols["params"], k, out, *self._gather_args)
+            if self.tier is not None:
+                counters["ram_hits"] += n - missing
+                if missing:
+                    missing = self.tier.pull(k, out)
             counters["pulls"] += 1
             counters["pulled_keys"] += n
             if missing:
@@ -110,6 +119,11 @@ class SparseTable:
             rows = self.state.lookup(k)
             found = rows >= 0
             out[found] = self.state.rows.cols["params"][rows[found]]
+            if self.tier is not None and not found.all():
+                at = self.tier.lookup(k)
+                on_disk = at >= 0
+                out[on_disk] = self.tier.disk.read(at[on_disk])["params"]
+                found |= on_disk
         return out, found
 
     def counts(self, keys: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -121,20 +135,28 @@ class SparseTable:
         with self.lock.mutex:
             st = self.state
             rows = st.lookup(k)
-            found = rows >= 0
-            at = rows[found]
-            cols = st.rows.cols
-            seen = cols["last_seen"][at]
-            show[found] = eviction.decayed(cols["show"][at], seen, st.pass_id, self.config.show_click_decay)
-            click[found] = eviction.decayed(cols["click"][at], seen, st.pass_id, self.config.show_click_decay)
+            sources = [(rows, st.rows.cols)]
+            if self.tier is not None:
+                sources.append((self.tier.lookup(k), self.tier.disk.meta))
+            for where, cols in sources:
+                found = where >= 0
+                at = where[found]
+                seen = cols["last_seen"][at]
+                show[found] = eviction.decayed(cols["show"][at], seen, st.pass_id, self.config.show_click_decay)
+                click[found] = eviction.decayed(cols["click"][at], seen, st.pass_id, self.config.show_click_decay)
         return show, click
 
     def contains(self, keys: Any) -> np.ndarray:
-        """Boolean mask: which ids have a row."""
-        return self.lookup_rows(as_keys(keys, table=self.name)) >= 0
+        """Boolean mask: which ids have a row (in either tier)."""
+        k = as_keys(keys, table=self.name)
+        with self.lock.mutex:
+            found = self.state.lookup(k) >= 0
+            if self.tier is not None:
+                found |= self.tier.lookup(k) >= 0
+            return found
 
     def lookup_rows(self, keys: np.ndarray) -> np.ndarray:
-        """Row number of each id (uint64 array), -1 when absent."""
+        """RAM row number of each id (uint64 array), -1 when absent from RAM."""
         with self.lock.mutex:
             return self.state.lookup(keys)
 
@@ -156,10 +178,11 @@ class SparseTable:
         return np.concatenate(out) if out else np.empty(0, np.uint64)
 
     def size(self) -> int:
-        return self.state.rows.n
+        """Rows in both tiers."""
+        return self.state.rows.n + (self.tier.disk.rows if self.tier is not None else 0)
 
     def __len__(self) -> int:
-        return self.state.rows.n
+        return self.size()
 
     @property
     def current_pass(self) -> int:
@@ -177,6 +200,7 @@ class SparseTable:
                 "over_budget": self.config.eviction.over_budget,
                 "admitted": adm.admitted, "pending_estimate": adm.pending_estimate,
                 "admission_bytes": adm.memory_bytes(), "tombstones": int(st.tomb_keys.shape[0]),
+                **(self.tier.stats() if self.tier is not None else {}),
                 **self.counters,
             }
 
@@ -221,6 +245,11 @@ class SparseTable:
                 uniq, g, s, c = _summed_by_key(k, g, s, c)
                 rows = np.empty(uniq.shape[0], np.int64)
                 missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
+            if self.tier is not None:
+                self.counters["ram_hits"] += uniq.shape[0] - missing
+                if missing and self.tier.promote(uniq[rows < 0], protected=rows[rows >= 0],
+                                                 limit=self.budget.ram_row_limit()):
+                    missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
             if missing:
                 miss = np.flatnonzero(rows < 0)
                 admitted = st.admission.admit(uniq[miss], s[miss], c[miss])
@@ -328,14 +357,19 @@ class SparseTable:
             st = self.state
             n = st.rows.n
             cols = st.rows.cols
-            mask = eviction.select(cfg, show=cols["show"][:n], click=cols["click"][:n],
-                                   last_seen=cols["last_seen"][:n], current_pass=st.pass_id,
-                                   decay=self.config.show_click_decay)
+            at = self.tier.disk.live_records() if self.tier is not None else np.empty(0, np.int64)
+            meta = self.tier.disk.meta if self.tier is not None else cols
+            mask = eviction.select(cfg, show=np.concatenate([cols["show"][:n], meta["show"][at]]),
+                                   click=np.concatenate([cols["click"][:n], meta["click"][at]]),
+                                   last_seen=np.concatenate([cols["last_seen"][:n], meta["last_seen"][at]]),
+                                   current_pass=st.pass_id, decay=self.config.show_click_decay)
             count = int(mask.sum())
             if dry_run or count == 0:
                 return count
-            gone = cols["keys"][:n][mask].copy()
-            st.remove(mask)
+            gone = cols["keys"][:n][mask[:n]].copy()
+            st.remove(mask[:n])
+            if self.tier is not None:
+                gone = np.concatenate([gone, self.tier.drop(mask[n:], at)])
             self.budget.keep_tombstones(gone)
             self.counters["evicted"] += count
             return count
@@ -356,16 +390,34 @@ class SparseTable:
     def load(self, path: str | Path) -> dict:
         """Apply a saved base (replaces everything) or delta (must follow the previous save of
         its chain). Everything is verified first: on any error the table is unchanged. The
-        budget in force afterwards (the saved policy's) gives back the capacity beyond it."""
-        manifest = load_table(self, Path(path))
-        self._loaded()
+        budget in force afterwards (the saved policy's) gives back the capacity beyond it.
+        A tiered table takes its disk rows into RAM first (a delta applies to one tier) and
+        moves what the RAM budget has no room for back to disk afterwards."""
+        if self.tier is None:
+            manifest = load_table(self, Path(path))
+            self._loaded()
+            return manifest
+        with self.lock.mutex:  # held throughout: no demotion may come between the tiers' merge and the load
+            self.lock.wait_idle()
+            self.tier.promote_all()
+            try:
+                manifest = load_table(self, Path(path))
+            finally:
+                self.tier.settle()
+            self._loaded()
         return manifest
 
     def load_parts(self, parts: list[TablePart]) -> None:
         """Become the union of rows other tables gave (:mod:`tables.table_merge`): a shard count
         that changed, each new shard made of the rows now placed on it from every old shard."""
-        load_parts(self, parts)
-        self._loaded()
+        with self.lock.mutex:
+            self.lock.wait_idle()
+            if self.tier is not None:
+                self.tier.disk.clear()  # the parts are every row of the table
+            load_parts(self, parts)
+            if self.tier is not None:
+                self.tier.settle()
+            self._loaded()
 
     def _loaded(self) -> None:
         with self.lock.mutex:

@@ -138,6 +138,26 @@ class EvictionConfig(FrozenModel):
     click_coeff: float = Field(1.0, ge=0.0, description="The eviction score of a click.")
 
 
+class DiskTierConfig(FrozenModel):
+    """Where a table's disk tier keeps its rows (:mod:`tables.disk_tier`), and how much it may."""
+
+    path: str = Field(min_length=1, description="Directory of the disk tier's files (one per table and process, "
+                                                "started empty: saves hold the rows, not these files).")
+    max_bytes: int = Field(16 << 30, ge=1, description="Bytes of rows the disk tier may hold per table and shard; "
+                                                       "a full tier evicts its coldest rows (score) for new ones.")
+
+
+class TierConfig(FrozenModel):
+    """A second tier under the RAM byte budget (``eviction.max_bytes`` or the shard's share): the
+    coldest rows move to disk, instead of being evicted, once RAM reaches the budget, and back
+    on their next pull or push."""
+
+    disk: DiskTierConfig = Field(description="The disk tier: `path` and `max_bytes`.")
+    low_water: float = Field(0.9, gt=0.0, lt=1.0,
+                             description="A RAM tier at its byte budget moves its coldest rows to disk until it "
+                                         "holds this share of the budget's rows.")
+
+
 class TableConfig(FrozenModel):
     """One sparse table: uint64 ids to float32 rows of ``dim`` (+1 wide weight in column 0)."""
 
@@ -154,6 +174,7 @@ class TableConfig(FrozenModel):
     show_click_decay: float = Field(0.98, gt=0.0, le=1.0)  # applied to show/click at each end_pass()
     nonfinite: Literal["reject", "skip"] = "reject"  # NaN/Inf gradients: refuse the push, or drop those rows
     initial_capacity: int = Field(1024, ge=16)
+    tier: TierConfig | None = None  # a disk tier under the RAM budget; None: RAM only
 
     @property
     def width(self) -> int:
@@ -189,6 +210,9 @@ class TablePolicy(FrozenModel):
         None, description="The rows' update rule; left out, the model's (`sparse_optimizer`, or the slot's own).")
     wide_optimizer: OptimizerConfig | None = Field(
         None, description="The wide weights' update rule; left out, the model's `wide_optimizer`.")
+    tier: TierConfig | None = Field(
+        None, description="A disk tier under the RAM byte budget: `{disk: {path, max_bytes}, low_water}`; "
+                          "left out, RAM only (rows over the budget are evicted).")
 
     def over(self, base: TablePolicy) -> TablePolicy:
         """This policy, with what it leaves out taken from ``base``."""

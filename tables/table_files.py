@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from pydantic import ValidationError
@@ -51,6 +51,9 @@ from tables.table_config import TableConfig
 from tables.table_lock import TableLock
 from tables.table_state import Cursor, TableState
 
+if TYPE_CHECKING:
+    from tables.tiering import TableTier
+
 CHUNK_ROWS = 1 << 16
 TABLE_FORMAT = 2  # what saves write
 READABLE_FORMATS = (1, 2)  # 1: before the keyed index (no hash_key)
@@ -65,6 +68,7 @@ class StoredTable(Protocol):
     counters: dict[str, int]
     state: TableState
     lock: TableLock
+    tier: TableTier | None  # the disk tier, whose rows a save writes after the RAM tier's
 
 
 def _layout(config: TableConfig, rows: RowStore) -> dict[str, Any]:
@@ -125,6 +129,12 @@ class TableSave:
         only = None if self.mode == "base" else st.rows.cols["mod_epoch"][:n] > self.since
         self.snap: RowSnapshot | None = RowSnapshot(st.rows, CHUNK_ROWS, only=only)
         t.lock.open_snapshot(self.snap)
+        self.disk_records = np.empty(0, np.int64)  # the disk tier's rows this save holds
+        if t.tier is not None:
+            disk = t.tier.disk
+            at = disk.live_records()
+            self.disk_records = at if self.mode == "base" else at[disk.meta["mod_epoch"][at] > self.since]
+            disk.hold()
         if self.mode == "base":
             self.tomb, self.tomb_ep = st.tomb_keys.copy(), st.tomb_epochs.copy()
         else:
@@ -134,6 +144,10 @@ class TableSave:
         if self.snap is not None:
             self.table.lock.close_snapshot()
             self.snap = None
+            if self.table.tier is not None:
+                with self.table.lock.mutex:
+                    self.table.tier.disk.release()
+                    self.table.tier.settle()  # what RAM took past its budget during the save
 
     def abort(self) -> None:
         """Give the consistent point up without writing (pushes stop keeping pre-images)."""
@@ -160,6 +174,11 @@ class TableSave:
                 with t.lock.mutex:
                     chunk = self.snap.next_chunk(t.state.rows)
                 chunks.add(chunk)  # written outside the lock: pushes go on meanwhile
+            for start in range(0, self.disk_records.shape[0], CHUNK_ROWS):
+                assert t.tier is not None
+                with t.lock.mutex:  # held records are not reused while the snapshot is open
+                    chunk = t.tier.disk.read(self.disk_records[start : start + CHUNK_ROWS])
+                chunks.add(chunk)
             n_rows = chunks.close()
             rows_entry = w.commit()
         self._end_snapshot()

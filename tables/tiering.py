@@ -1,0 +1,194 @@
+"""Moving a sparse table's rows between its RAM tier and its disk tier (:mod:`tables.disk_tier`).
+
+Demotion: when a push's new ids or a promotion need room the RAM byte budget does not have
+(:class:`tables.byte_budget.TableBudget`), the coldest RAM rows (the eviction score, never a
+row the same call uses) move to disk, down to ``tier.low_water`` of the budget's rows, in one
+batch. Promotion: a pull or push of ids found on disk moves them back into RAM first (their
+records are read, then freed, so a swap never needs new disk space). A disk tier at
+``max_bytes`` evicts its own coldest rows (tombstones as for RAM evictions); a disk that
+refuses to grow is :class:`core.errors.DiskFull`, counted in ``disk_full``, and the demotion
+falls back to what the RAM budget does without a tier (evict or refuse), so RAM keeps serving.
+Everything here runs under the table lock; rows never move while a save's snapshot is open
+(it holds the disk records it reads, :meth:`DiskTier.hold`), so demotion waits for its end.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from core.errors import DiskFull
+from tables import eviction
+from tables.dedupe import dedupe
+from tables.disk_tier import DiskTier
+
+if TYPE_CHECKING:
+    from tables.table_config import TableConfig
+    from tables.table_lock import TableLock
+    from tables.table_state import TableState
+
+log = logging.getLogger(__name__)
+
+COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full")
+
+
+class _Budget(Protocol):
+    def ram_row_limit(self) -> int | None: ...
+    def fit(self, limit: int | None) -> None: ...
+    def keep_tombstones(self, gone: np.ndarray) -> None: ...
+
+
+class TieredTable(Protocol):
+    """What the tier reads and changes (:class:`tables.sparse_table.SparseTable` is one)."""
+
+    name: str
+    config: TableConfig
+    counters: dict[str, int]
+    state: TableState
+    lock: TableLock
+    budget: _Budget
+
+
+class TableTier:
+    """The disk tier of ``table`` (its config's ``tier``) and the moves between the tiers."""
+
+    def __init__(self, table: TieredTable) -> None:
+        cfg = table.config.tier
+        assert cfg is not None
+        self.table = table
+        self.low_water = cfg.low_water
+        self.disk = DiskTier(Path(cfg.disk.path), table.name, table.state.rows.widths, cfg.disk.max_bytes,
+                             table.state.hash_key)
+        table.counters.update(dict.fromkeys(COUNTERS, 0))
+
+    # ------------------------------------------------------------- promotion
+    def promote(self, keys: np.ndarray, *, protected: np.ndarray, limit: int | None) -> int:
+        """Move the rows of ``keys`` (unique, none in RAM) found on disk into RAM; returns how
+        many. ``limit``: the RAM row limit (None: no budget)."""
+        t = self.table
+        found = self.disk.lookup(keys)
+        at = found[found >= 0]
+        m = int(at.shape[0])
+        t.counters["disk_hits"] += m
+        if m == 0:
+            return 0
+        cols = self.disk.read(at)
+        self.disk.free(at)
+        t.counters["disk_reads"] += m
+        st = t.state
+        if limit is not None and st.rows.n + m > limit:
+            if t.lock.snapshot is None:
+                self.demote_coldest(st.rows.n + m - int(limit * self.low_water), protected=protected)
+                t.budget.fit(limit)
+            else:
+                limit = None  # rows must not move: RAM holds them past its budget until the save ends
+        st.reserve(st.rows.n + m, limit)
+        st.upsert(cols)
+        t.counters["promoted"] += m
+        return m
+
+    def pull(self, keys: np.ndarray, out: np.ndarray) -> int:
+        """Rows of ``keys`` not in RAM but on disk: promoted, and written into ``out``; returns
+        how many keys are still absent."""
+        t = self.table
+        st = t.state
+        rows = st.lookup(keys)
+        miss = np.flatnonzero(rows < 0)
+        uniq, _ = dedupe(keys[miss])
+        if not self.promote(uniq, protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit()):
+            return int(miss.shape[0])
+        again = st.lookup(keys[miss])
+        got = again >= 0
+        out[miss[got]] = st.rows.cols["params"][again[got]]
+        return int(miss.shape[0] - got.sum())
+
+    # -------------------------------------------------------------- demotion
+    def demote_coldest(self, count: int, *, protected: np.ndarray) -> int:
+        """Move the ``count`` coldest RAM rows (never ``protected`` ones) to disk; returns how
+        many moved (0 while a snapshot is open or when the disk is full)."""
+        t = self.table
+        st = t.state
+        if count <= 0 or t.lock.snapshot is not None:
+            return 0
+        n = st.rows.n
+        cols = st.rows.cols
+        victims = eviction.coldest(t.config.eviction, count, show=cols["show"][:n], click=cols["click"][:n],
+                                   last_seen=cols["last_seen"][:n], current_pass=st.pass_id,
+                                   decay=t.config.show_click_decay, protected=protected)
+        return self.demote(victims)
+
+    def demote(self, victims: np.ndarray) -> int:
+        """Move RAM rows ``victims`` to disk; 0 (and counted) when the disk is full."""
+        t = self.table
+        st = t.state
+        m = int(victims.shape[0])
+        if m == 0:
+            return 0
+        self._make_disk_room(m)
+        try:
+            self.disk.put({name: col[victims] for name, col in st.rows.cols.items()})
+        except DiskFull as e:
+            t.counters["disk_full"] += 1
+            log.warning("table %s: %s; rows stay in RAM under its budget's rule", t.name, e)
+            return 0
+        mask = np.zeros(st.rows.n, np.bool_)
+        mask[victims] = True
+        st.remove(mask)
+        t.counters["demoted"] += m
+        return m
+
+    def settle(self) -> None:
+        """Demote RAM rows beyond the budget's row limit (after a load), down to the low water."""
+        t = self.table
+        limit = t.budget.ram_row_limit()
+        n = t.state.rows.n
+        if limit is not None and n > limit:
+            self.demote_coldest(n - int(limit * self.low_water), protected=np.empty(0, np.int64))
+            t.budget.fit(limit)
+
+    def _make_disk_room(self, m: int) -> None:
+        """Evict the coldest disk rows when fewer than ``m`` records are free (the disk budget)."""
+        d = self.disk
+        short = m - d.room()
+        if short <= 0:
+            return
+        t = self.table
+        at = d.live_records()
+        meta = d.meta
+        cold = eviction.coldest(t.config.eviction, short, show=meta["show"][at], click=meta["click"][at],
+                                last_seen=meta["last_seen"][at], current_pass=t.state.pass_id,
+                                decay=t.config.show_click_decay, protected=np.empty(0, np.int64))
+        gone = at[cold]
+        keys = meta["keys"][gone].copy()
+        d.free(gone)
+        t.budget.keep_tombstones(keys)
+        t.counters["disk_evicted"] += int(gone.shape[0])
+
+    # --------------------------------------------------------- whole tables
+    def promote_all(self) -> None:
+        """Every disk row back into RAM (before a delta load: it applies to one tier)."""
+        at = self.disk.live_records()
+        if at.shape[0]:
+            self.table.state.upsert(self.disk.read(at))
+            self.disk.free(at)
+
+    def drop(self, mask: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Forget the disk rows ``at[mask]`` (shrink); returns their keys."""
+        gone = at[mask]
+        keys = self.disk.meta["keys"][gone].copy()
+        self.disk.free(gone)
+        return keys
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        return self.disk.lookup(keys)
+
+    def stats(self) -> dict[str, int]:
+        d = self.disk
+        return {"disk_rows": d.rows, "disk_bytes": d.file_bytes(), "disk_max_bytes": d.max_records * d.record_bytes,
+                "disk_index_bytes": d.ram_bytes()}
+
+    def close(self) -> None:
+        self.disk.close()
