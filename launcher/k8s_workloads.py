@@ -200,7 +200,8 @@ def trainers(values: DeployValues, config_checksum: str) -> list[dict[str, Any]]
                         "timeoutSeconds": 10},
         livenessProbe=_liveness("/metrics", "metrics"))
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta("streamrec-trainer", values, "trainer"),
-               "spec": {"clusterIP": "None", "selector": labels("trainer"),
+               # not-ready trainers too: one waiting for a shard is the one whose metrics matter
+               "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels("trainer"),
                         "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
                   "metadata": meta("streamrec-trainer", values, "trainer"),

@@ -227,6 +227,8 @@ def test_trainers_liveness_asks_the_process_and_readiness_asks_shards_and_kafka(
     api = _named(docs, "Deployment", "streamrec-api")["spec"]["template"]["spec"]["containers"][0]
     assert (api["livenessProbe"]["httpGet"]["path"], api["readinessProbe"]["httpGet"]["path"]) == ("/healthz",
                                                                                                      "/readyz")
+    # a trainer that is not ready (a shard is down) is still scraped
+    assert _named(docs, "Service", "streamrec-trainer")["spec"]["publishNotReadyAddresses"] is True
 
     with socket.socket() as shard, socket.socket() as broker:
         for s in (shard, broker):
