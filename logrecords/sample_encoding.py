@@ -158,10 +158,12 @@ def json_slot_names() -> list[str]:
 
 
 def generated_json_schema() -> SchemaConfig:
-    """The schema of :func:`json_lines`: I1..I13, user_id, item_id, C3..C26 (hex), ts."""
-    dense = [SlotConfig(name=f"I{j + 1}", kind=SlotKind.DENSE) for j in range(N_DENSE)]
+    """The schema of :func:`json_lines`: I1..I13, user_id, item_id, C3..C26 (hex), ts. Every field
+    but the user and the item is optional: the generator leaves some out, as context a request may lack."""
+    dense = [SlotConfig(name=f"I{j + 1}", kind=SlotKind.DENSE, optional=True) for j in range(N_DENSE)]
     sparse = [
-        SlotConfig(name=name, kind=SlotKind.SPARSE, slot_id=j, hash=HashKind.HEX)
+        SlotConfig(name=name, kind=SlotKind.SPARSE, slot_id=j, hash=HashKind.HEX,
+                   optional=name not in ("user_id", "item_id"))
         for j, name in enumerate(json_slot_names())
     ]
     return SchemaConfig(
