@@ -43,7 +43,9 @@ class DeadLetters:
     def to_topic(cls, options: dict[str, Any], topic: str) -> DeadLetters:
         from kafka import KafkaProducer  # here: a file job counts its dead letters without importing Kafka
 
-        producer = KafkaProducer(**options, linger_ms=20, acks=1, max_request_size=2 * DEFAULT_MAX_VALUE_BYTES)
+        # acks=1 rules idempotence out; said here, or the client warns that it turned it off at every start
+        producer = KafkaProducer(**options, linger_ms=20, acks=1, enable_idempotence=False,
+                                 max_request_size=2 * DEFAULT_MAX_VALUE_BYTES)
         return cls(producer, topic)
 
     def publish(self, rejected: list[Rejected], sources: list[str]) -> None:

@@ -58,6 +58,7 @@ class RecordProducer:
             batch_size=512 * 1024,
             max_request_size=self.max_request_size,
             acks=1,
+            enable_idempotence=False,  # acks=1 rules it out; said here, or the client warns at every start
             max_in_flight_requests_per_connection=1 if ordered else 5,
         )
 
