@@ -24,16 +24,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
 from core.errors import StreamrecError, Unavailable
+from core.ports import free_ports
 from launcher.restart_policy import RestartPolicy, Supervised, Tended, restarts_ever
 from launcher.role_process import RoleProcess
 from ps.auth import read_secret
@@ -57,25 +57,6 @@ numba's limit only matters to ``parallel=True`` kernels, which streamrec has non
 def thread_limits(threads: int) -> dict[str, str]:
     """Every :data:`THREAD_LIMIT_VARS` set to ``threads``: an ``env`` for :class:`LaunchSpec`."""
     return {var: str(threads) for var in THREAD_LIMIT_VARS}
-
-
-def free_ports(n: int, host: str = "127.0.0.1", *, avoid: Collection[int] = ()) -> list[int]:
-    """``n`` distinct ports free right now, none in ``avoid``: ports another process of the run will
-    bind but has not bound yet, which the kernel would otherwise hand out again. All are held bound
-    until the draw ends, so they differ."""
-    socks: list[socket.socket] = []
-    try:
-        ports: list[int] = []
-        while len(ports) < n:
-            s = socket.socket()
-            socks.append(s)
-            s.bind((host, 0))
-            if (port := s.getsockname()[1]) not in avoid:
-                ports.append(port)
-        return ports
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass(frozen=True)

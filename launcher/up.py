@@ -126,10 +126,10 @@ class LocalSystem:
         os.environ[RUN_TAG_ENV] = str(self.run.root)
         self.token = admin_token(self.run.root)
         secret = self.secret_file = ps_secret(self.run.root)
-        self.broker, self.bootstrap = start_kafka(self.cfg, servers=self.opts.kafka, log_path=self.run.log("broker"),
-                                                  say=self.say)
-        self.roles.broker = self.broker  # watched like every role (launcher.up_roles)
         api_port = (self.cfg.up.port,) if self.cfg.up.port else ()  # the service binds it last
+        self.broker, self.bootstrap = start_kafka(self.cfg, servers=self.opts.kafka, log_path=self.run.log("broker"),
+                                                  say=self.say, avoid_ports=api_port)
+        self.roles.broker = self.broker  # watched like every role (launcher.up_roles)
         (control_port,) = free_ports(1, avoid=api_port)
         self.control_endpoint = f"tcp://127.0.0.1:{control_port}"
         train = streamrec_cli("train", "--config", str(self.run.roles / "train.yaml"))

@@ -7,7 +7,7 @@ A broker `up` did not start is never stopped by it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 _END_OFFSETS_TIMEOUT_MS = 2000
 
 
-def start_kafka(cfg: StreamrecConfig, *, servers: str | None, log_path: Path,
-                say: Callable[[str], None]) -> tuple[EmbeddedBroker | None, str]:
+def start_kafka(cfg: StreamrecConfig, *, servers: str | None, log_path: Path, say: Callable[[str], None],
+                avoid_ports: Collection[int] = ()) -> tuple[EmbeddedBroker | None, str]:
     """Make the topics on ``servers`` (else the config's brokers, else a new embedded broker
-    logging to ``log_path``): the broker started here (or None) and the bootstrap servers."""
+    logging to ``log_path``, on none of ``avoid_ports``): the broker started here (or None) and the
+    bootstrap servers."""
     from streaming.connection import client_options
     from streaming.topics import ensure_topics
 
@@ -33,7 +34,7 @@ def start_kafka(cfg: StreamrecConfig, *, servers: str | None, log_path: Path,
     if not servers:
         from streaming.broker import EmbeddedBroker
 
-        broker = EmbeddedBroker(log_path=log_path).start()
+        broker = EmbeddedBroker(log_path=log_path, avoid_ports=avoid_ports).start()
         servers = broker.bootstrap
         say(f"embedded Kafka broker at {servers}")
     kafka = cfg.kafka.model_copy(update={"bootstrap_servers": tuple(servers.split(","))})

@@ -14,16 +14,16 @@ import importlib.resources
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
 from core.errors import Unavailable
+from core.ports import free_ports
 from core.processes import dies_with_parent
 from streaming.kafka_config import KafkaConfig
 
@@ -39,12 +39,6 @@ def tansu_binary() -> Path:
     if not os.access(path, os.X_OK):
         raise Unavailable(f"tansu broker binary at {path} is not executable")
     return path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def broker_answers(bootstrap: str, *, timeout_s: float = 2.0) -> bool:
@@ -70,8 +64,9 @@ class EmbeddedBroker:
     """A tansu broker process: ``with EmbeddedBroker() as b: use(b.bootstrap)``."""
 
     def __init__(self, *, port: int | None = None, startup_timeout_s: float = 30.0,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, avoid_ports: Collection[int] = ()) -> None:
         self.port = port
+        self.avoid_ports = avoid_ports  # promised to other processes that bind them later (a service's port)
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -90,7 +85,7 @@ class EmbeddedBroker:
         fixed_port = self.port is not None
         # A free port found here can be taken by someone else before tansu binds it: retry then.
         for attempt in range(1 if fixed_port else 3):
-            self.port = self.port if fixed_port else free_port()
+            self.port = self.port if fixed_port else free_ports(1, avoid=self.avoid_ports)[0]
             self._spawn()
             try:
                 self._wait_ready()

@@ -166,12 +166,3 @@ def test_a_role_that_outlives_its_grace_leaves_its_stacks_in_its_log_then_is_kil
     assert role.poll() == -signal.SIGKILL
     log = role.log_path.read_text()
     assert "most recent call first" in log and "in stuck_in_a_barrier" in log, log
-
-
-def test_free_ports_never_draws_a_port_reserved_for_another_role() -> None:
-    from launcher.launch import free_ports
-
-    # Reserve every port of a first draw: a second draw of as many must find others.
-    reserved = free_ports(50)
-    again = free_ports(50, avoid=reserved)
-    assert len(set(again)) == 50 and not set(again) & set(reserved)
