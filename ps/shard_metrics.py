@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 REFUSED_KEYS = {"refused_by_budget": "budget", "not_admitted": "admission", "nonfinite_rejected": "nonfinite",
                 "nonfinite_skipped": "nonfinite_skipped"}
 # table counter -> reason label of streamrec_shard_evicted_rows_total
-EVICTED_ROWS = {"evicted": "shrink", "evicted_by_budget": "budget"}
+EVICTED_ROWS = {"evicted": "shrink", "evicted_by_budget": "budget", "disk_evicted": "disk_budget"}
 
 HELP = {
     "streamrec_shard_requests": "Requests this shard decoded, by protocol op (rate: requests/s; moves with every "
@@ -54,8 +54,20 @@ HELP = {
                                            "the rows held).",
     "streamrec_shard_refused_keys": "Keys given no row or no update, by reason: budget (byte budget full), "
                                     "admission (not admitted yet), nonfinite (a NaN or inf update).",
-    "streamrec_shard_evicted_rows": "Rows evicted, by reason: shrink (unseen for too long) or budget (made room "
-                                    "under the byte budget).",
+    "streamrec_shard_evicted_rows": "Rows evicted, by reason: shrink (unseen for too long), budget (made room "
+                                    "under the byte budget) or disk_budget (made room in a full disk tier).",
+    "streamrec_shard_tier_rows": "Rows of a table with a disk tier, by tier (ram, disk); each row is in one.",
+    "streamrec_shard_tier_bytes": "Bytes of a table with a disk tier, by tier: ram (rows, index, optimizer state, "
+                                  "sketches and the disk rows' keys and index), disk (the tier's file).",
+    "streamrec_shard_tier_disk_max_bytes": "The disk tier's byte budget (tier.disk.max_bytes); at it, its coldest "
+                                           "rows are evicted for new ones.",
+    "streamrec_shard_tier_lookups": "Distinct keys pulled or pushed, by the tier that held them (ram, disk); "
+                                    "hit rate: ram / (ram + disk). Keys in neither are not counted.",
+    "streamrec_shard_tier_moved_rows": "Rows moved between tiers, by direction: promoted (disk to RAM, on a pull "
+                                       "or push) or demoted (RAM to disk, at the RAM budget).",
+    "streamrec_shard_tier_disk_reads": "Rows read from the disk tier (promotions, saves, serving reads).",
+    "streamrec_shard_tier_disk_full": "Demotions the disk refused (no space to grow the tier's file); the rows "
+                                      "stayed in RAM under its budget's rule (evict or refuse).",
 }
 """Each metric's HELP: what it counts, in what unit, and when it moves."""
 
@@ -129,6 +141,33 @@ def _table_families(shard: str, tables: list[tuple[str, dict[str, Any]]]) -> Ite
         for counter, reason in EVICTED_ROWS.items():
             evicted.add_metric((*key, reason), st.get(counter, 0))
     yield from (pulled, pushed, missing, rows, nbytes, max_bytes, capacity, refused, evicted)
+    yield from _tier_families(shard, [(name, st) for name, st in tables if "disk_rows" in st])
+
+
+def _tier_families(shard: str, tables: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
+    """The disk tier's families, for the tables that have one."""
+    labels = ("shard", "table")
+    rows = _gauge("streamrec_shard_tier_rows", (*labels, "tier"))
+    nbytes = _gauge("streamrec_shard_tier_bytes", (*labels, "tier"))
+    max_bytes = _gauge("streamrec_shard_tier_disk_max_bytes", labels)
+    lookups = _counter("streamrec_shard_tier_lookups", (*labels, "tier"))
+    moved = _counter("streamrec_shard_tier_moved_rows", (*labels, "direction"))
+    reads = _counter("streamrec_shard_tier_disk_reads", labels)
+    full = _counter("streamrec_shard_tier_disk_full", labels)
+    for name, st in tables:
+        key = (shard, name)
+        rows.add_metric((*key, "ram"), st["rows"])
+        rows.add_metric((*key, "disk"), st["disk_rows"])
+        nbytes.add_metric((*key, "ram"), st["bytes"] + st["disk_index_bytes"])
+        nbytes.add_metric((*key, "disk"), st["disk_bytes"])
+        max_bytes.add_metric(key, st["disk_max_bytes"])
+        lookups.add_metric((*key, "ram"), st["ram_hits"])
+        lookups.add_metric((*key, "disk"), st["disk_hits"])
+        moved.add_metric((*key, "promoted"), st["promoted"])
+        moved.add_metric((*key, "demoted"), st["demoted"])
+        reads.add_metric(key, st["disk_reads"])
+        full.add_metric(key, st["disk_full"])
+    yield from (rows, nbytes, max_bytes, lookups, moved, reads, full)
 
 
 def shard_registry(server: ShardServer) -> CollectorRegistry:

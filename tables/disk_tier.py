@@ -242,10 +242,17 @@ class DiskTier:
             try:
                 os.posix_fallocate(self._fd, have * self.record_bytes, (want - have) * self.record_bytes)
             except OSError as e:
-                if e.errno in DISK_FULL_ERRNOS or e.errno == errno.EFBIG:
+                if e.errno not in DISK_FULL_ERRNOS and e.errno != errno.EFBIG:
+                    raise
+                want = records  # no room for a step ahead: only what this batch needs, else DiskFull
+                try:
+                    os.posix_fallocate(self._fd, have * self.record_bytes, (want - have) * self.record_bytes)
+                except OSError as again:
+                    if again.errno not in DISK_FULL_ERRNOS and again.errno != errno.EFBIG:
+                        raise
+                    os.ftruncate(self._fd, have * self.record_bytes)  # give back what a failed call allocated
                     raise DiskFull(f"disk tier {self.path}: no room to grow to {want * self.record_bytes} bytes "
-                                   f"({os.strerror(e.errno)})", detail={"path": str(self.path)}) from e
-                raise
+                                   f"({os.strerror(again.errno)})", detail={"path": str(self.path)}) from again
             self._recs = np.empty((0, self.record_floats), np.float32)
             if self._map is not None:
                 self._map.close()
@@ -253,7 +260,7 @@ class DiskTier:
             self._recs = np.frombuffer(self._map, np.float32).reshape(want, self.record_floats)
         cap = self.live.shape[0]
         if records > cap:
-            cap = max(records, 2 * cap, 1024)
+            cap = max(records, cap + cap // 4, 1024)  # a quarter ahead: these columns count in the RAM budget
             for name, col in self.meta.items():
                 grown = np.empty(cap, col.dtype)
                 grown[: self.high] = col[: self.high]
