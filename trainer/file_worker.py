@@ -4,7 +4,8 @@ Worker ``r`` of ``W`` trains on blocks ``r, r+W, r+2W, ...`` of ``batch_size`` l
 training files, in order, through the parameter server (async by default). Its result
 (records, seconds, peak RSS, metrics) goes to ``<results>/worker-<r>.json``. Worker 0 then
 waits for every worker at a PS barrier, evaluates the test file with the trained
-parameters, and writes ``<results>/result.json`` (plus the predictions file if asked).
+parameters (forward only, in batches of ``EVAL_BATCH`` parsed and pulled ahead as training's
+are), and writes ``<results>/result.json`` (plus the predictions file if asked).
 
 Run as ``python -m trainer.file_worker SPEC.json``.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from core.kernel_cache import load_runtime
 from logrecords.batch import Batch
 from logrecords.file_formats import FileReader
 from logrecords.schema_config import SchemaConfig
@@ -32,11 +34,12 @@ from streaming.dead_letter import DeadLetters
 from trainer.job_config import DenseUpdate
 from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
-from trainer.process_stats import peak_rss_mb, process_cpu_seconds, process_peak_rss_mb, rss_mb
+from trainer.process_stats import peak_rss_mb, process_age_s, process_cpu_seconds, process_peak_rss_mb, rss_mb
 from trainer.ps_worker import PSWorker
 from trainer.worker import Prepared, Worker
 
 _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)
+EVAL_BATCH = 2048  # records per test batch (forward only: larger ones took no less CPU per record, more memory)
 
 
 def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: DeadLetters, *, rank: int = 0,
@@ -66,21 +69,24 @@ def _client(spec: ClusterSpec) -> PSClient:
     return PSClient(spec.shard_endpoints, secret=spec.secret())
 
 
-def prepared_batches(spec: ClusterSpec, job: dict[str, Any]) -> Generator[Prepared, None, dict[str, Any]]:
+def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = False
+                     ) -> Generator[Prepared, None, dict[str, Any]]:
     """The prefetch stage of this worker: its batches parsed, their features built and, in async
     mode, their rows pulled (own PS connection). Returns ``{"rejected": counts by reason,
     "cpu_s": {"parse", "features", "pull", "stage"}}``: this stage's thread CPU seconds by part
     (``stage``: all of it, hand-over included; the process's other threads, e.g. zmq's I/O, are
     not in it). Runs in the prefetch thread or process, so it builds what it needs from
-    picklable arguments."""
+    picklable arguments. ``test``: the test file's batches instead, all of them, ``EVAL_BATCH``
+    records each."""
     model = build_model(job["model"])
     dead = DeadLetters()
     client = _client(spec) if spec.mode == "async" else None
     cpu = {"parse": 0.0, "features": 0.0, "pull": 0.0, "stage": 0.0}
     start = time.thread_time()
     try:
-        source = file_batches(job["train"], job_schema(job), job["batch_size"], dead, rank=spec.rank,
-                              workers=spec.num_workers)
+        source = (file_batches([job["test"]], job_schema(job), EVAL_BATCH, dead) if test else
+                  file_batches(job["train"], job_schema(job), job["batch_size"], dead, rank=spec.rank,
+                               workers=spec.num_workers))
         t0 = time.thread_time()
         for batch in source:
             t1 = time.thread_time()
@@ -114,17 +120,19 @@ def blas_threads() -> int | None:
 
 
 def load_numba_runtime() -> None:
-    """Load numba's runtime now, at set-up, like an import: a process's first call of any numba
-    kernel, cached or not, imports numba's typing and lowering registries (scipy.linalg among
-    them), ~0.5 s of CPU. Left to the first batch, the training loop waited for it (the first
-    prepared batch came 1.0-1.4 s after the loop started on a loaded machine). One tiny call of a
-    cached kernel, with the argument types the step uses, does it."""
+    """Load numba's runtime now, at set-up and before the prefetch thread calls a kernel: a
+    process's first call of any numba kernel, cached or not, loads numba's typing and lowering
+    registries (:func:`core.kernel_cache.load_runtime`, which skips scipy.linalg). Left to the
+    first batch, the training loop waited for it. One tiny call of a cached kernel, with the
+    argument types the step uses, loads that kernel too."""
+    load_runtime()
     y = np.zeros((1, 1), np.float32)
     bias_relu(y, np.zeros(1, np.float32))
 
 
 def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
-    # started first: a prefetch process's start-up (imports) overlaps this worker's own set-up
+    load_numba_runtime()
+    # started next: a prefetch process's start-up (imports) overlaps this worker's own set-up
     kind = job.get("prefetch", "process")
     batches = start_prefetch(kind, partial(prepared_batches, spec, job), depth=2)
     try:
@@ -137,11 +145,11 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         batches.close()
         raise
-    load_numba_runtime()
     rss_before_data = rss_mb()  # the process's fixed cost: imports, kernels, model, connections
     shards = _shard_pids(ps) if spec.rank == 0 else []
     shard_cpu0 = [process_cpu_seconds(pid) for pid in shards]
     start, main_cpu, loop_cpu = time.perf_counter(), time.thread_time(), time.process_time()
+    setup_cpu = loop_cpu  # start-up: the process's CPU (every thread's) before its training loop
     first: list[float] = []  # wall seconds to the first batch, and to the end of its step
     try:
         for p in batches:
@@ -149,6 +157,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
                 first.append(time.perf_counter() - start)
                 worker.step(p)
                 first.append(time.perf_counter() - start)
+                first.append(process_age_s())
                 continue
             worker.step(p)
     finally:
@@ -163,6 +172,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     result = {"rank": spec.rank, "records": worker.records, "seconds": seconds,
               "rejected": produced.get("rejected", {}), "prefetch_cpu_s": produced.get("cpu_s", {}),
               "first_batch_s": first[0] if first else None, "first_step_s": first[1] if len(first) > 1 else None,
+              "start_to_first_step_s": first[2] if len(first) > 2 else None, "setup_cpu_s": setup_cpu,
               "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
               "loop_cpu_s": time.process_time() - loop_cpu, "main_cpu_s": time.thread_time() - main_cpu,
               "blas_threads": blas_threads(), "shard_loop_cpu_s": shard_loop_cpu, "rss_before_data_mb": rss_before_data,
@@ -192,11 +202,16 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
     from logrecords.generator import roc_auc
 
     ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
-    dead = DeadLetters()
     labels, probs = [], []
-    for batch in file_batches([job["test"]], job_schema(job), 2048, dead):
-        labels.append(batch.labels)
-        probs.append(worker.score(batch))
+    start, cpu = time.perf_counter(), time.process_time()
+    batches = start_prefetch("thread", partial(prepared_batches, spec, job, test=True), depth=2)
+    try:
+        for prepared in batches:
+            labels.append(prepared.batch.labels)
+            probs.append(worker.score(prepared))
+    finally:
+        batches.close()
+    test_seconds, test_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     y, p = np.concatenate(labels), np.concatenate(probs).astype(np.float64)
     if job.get("predictions"):
         np.savetxt(job["predictions"], p, fmt="%.6f")
@@ -209,12 +224,14 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
     train_seconds = max(r["seconds"] for r in ranks)
     out = {"train_rows": train_rows, "train_seconds": round(train_seconds, 3),
            "samples_per_s": round(train_rows / train_seconds, 1), "test_rows": int(y.shape[0]),
+           "test_seconds": round(test_seconds, 3), "test_samples_per_s": round(y.shape[0] / test_seconds, 1),
+           "test_cpu_s": round(test_cpu_s, 3),
            "test_auc": roc_auc(y, p), "test_logloss": float(-(y * np.log(pc) + (1 - y) * np.log1p(-pc)).mean()),
            "peak_rss_mb": round(rss, 1), "rss_mb": {"shards": shard_rss, "chief": peak_rss_mb(),
                                                    "workers": [r["peak_rss_mb"] for r in ranks]},
            "shard_cpu_s": shard_cpu, "shard_loop_cpu_s": ranks[0].get("shard_loop_cpu_s", []),
            "rejected": _sum_counts(r["rejected"] for r in ranks),
-           "test_rejected": dict(dead.counts),
+           "test_rejected": (batches.result or {}).get("rejected", {}),
            "workers": ranks}
     (results / "result.json").write_text(json.dumps(out))
 

@@ -1,4 +1,4 @@
-"""Peak resident memory of this process and of others on this machine (from /proc)."""
+"""Resident memory, CPU time and age of this process and of others on this machine (from /proc)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,16 @@ def process_cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (exec'd python included, to the kernel's clock tick);
+    None where /proc is missing."""
+    import os
+    import time
+
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None

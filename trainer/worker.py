@@ -115,9 +115,12 @@ class Worker:
         self._timed("push", t)
         return loss
 
-    def score(self, batch: Batch) -> np.ndarray:
-        """Infer mode: probabilities with the current parameters, nothing pushed."""
-        f = self.model.features(batch)
-        rows = {name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
+    def score(self, item: Batch | Prepared) -> np.ndarray:
+        """Infer mode: probabilities with the current parameters, nothing pushed (the rows of a
+        prepared batch as pulled ahead, else pulled now)."""
+        p = item if isinstance(item, Prepared) else prepare(self.model, item)
+        f = p.features
+        rows = p.rows if p.rows is not None else {name: self.store.pull_sparse(name, ti.keys)
+                                                  for name, ti in f.tables.items()}
         z = self.model.forward(f, rows)
         return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
