@@ -199,10 +199,11 @@ def variant_config(args: argparse.Namespace, update: dict, work: Path) -> Path:
 
 
 def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, dense_update: str,
-                 config: Path | None = None) -> dict:
+                 config: Path | None = None, extra: tuple[str, ...] = ()) -> dict:
     """`streamrec train-files --json` as its own process: its RSS sum is the job's, not this script's.
     The job's full result (every worker's phases, the shard's CPU) is read from its work dir.
-    ``config``: a train-files YAML whose model replaces the flags' (see :func:`variant_config`)."""
+    ``config``: a train-files YAML whose model replaces the flags' (see :func:`variant_config`);
+    ``extra``: more train-files flags."""
     import shutil
     import subprocess
 
@@ -212,7 +213,7 @@ def run_training(args: argparse.Namespace, train: Path, test: Path, work: Path, 
             "--model", "wide_deep", "--embedding-dim", str(args.dim), "--mlp", args.mlp, "--batch-size",
             str(args.batch_size), "--optimizer", "adam", "--lr", str(args.lr), "--servers", str(args.servers),
             "--workers", str(args.workers), "--dense-sync-steps", str(steps), "--dense-update", dense_update,
-            "--work-dir", str(work / "job"), "--json", *(["--config", str(config)] if config else [])]
+            "--work-dir", str(work / "job"), "--json", *(["--config", str(config)] if config else []), *extra]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
     if done.returncode != 0:
         raise SystemExit(f"train-files failed ({done.returncode}):\n{done.stderr[-4000:]}")

@@ -22,7 +22,7 @@ from core.errors import ConfigError, StreamrecError, Unavailable
 from logrecords.schema_config import SchemaConfig
 from models.model_config import ModelConfig
 from ps.cluster import Mode
-from ps.ps_config import PSConfig
+from ps.ps_config import PSConfig, ShardLimits
 from tables.table_config import TableConfig
 from trainer.job_config import DenseUpdate
 from trainer.prefetch import PrefetchKind
@@ -45,6 +45,7 @@ class FileJob:
     prefetch: PrefetchKind = "thread"  # where the next batches are parsed and pulled (trainer.prefetch)
     schema: SchemaConfig | None = None  # the record schema (None: Criteo TSV); files of any format it fits
     tables: tuple[TableConfig, ...] | None = None  # the shards' tables (None: the model's), e.g. another admission
+    staleness_sample: int = 0  # the shards follow 1 in this many keys' staleness (ps.staleness); 0: off
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
@@ -65,7 +66,8 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
         root.mkdir(parents=True, exist_ok=True)
         ps_yaml = root / "ps.yaml"
         tables = job.model.table_configs() if job.tables is None else job.tables
-        ps_yaml.write_text(yaml.safe_dump(PSConfig(tables=tables).model_dump(mode="json")))
+        ps_config = PSConfig(tables=tables, shard=ShardLimits(staleness_sample=job.staleness_sample))
+        ps_yaml.write_text(yaml.safe_dump(ps_config.model_dump(mode="json")))
         results = root / "results"
         results.mkdir(exist_ok=True)
         spec_path = root / "job.json"
@@ -74,6 +76,7 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
                                          "predictions": job.predictions,
                                          "dense_sync_steps": job.dense_sync_steps, "prefetch": job.prefetch,
                                          "dense_update": str(job.dense_update),
+                                         "staleness_sample": job.staleness_sample,
                                          "schema": None if job.schema is None else job.schema.model_dump(mode="json")}))
         launcher = Launcher(LaunchSpec(
             servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",

@@ -109,6 +109,7 @@ class PSClient:
         # when the records behind the next sparse pushes were received (Kafka time), for the
         # shards' changed-keys logs: live freshness counts from receipt; None: push time
         self.received_at: float | None = None
+        self._tag_meta: dict[str, str] | None = None  # set_tag: the worker named on sparse pulls and pushes
         self._slice_min = dense_slice_min_elements
         self._dense: dict[str, tuple[tuple[int, ...], list[DenseSlice]]] = {}
 
@@ -149,6 +150,16 @@ class PSClient:
         return self._transport.take_restart()
 
     # ---------------------------------------------------------------- sparse
+    def set_tag(self, tag: str | None) -> None:
+        """Name this client's sparse pulls and pushes as worker ``tag``'s (a worker's clients share
+        one), for the shards' sampled staleness (:mod:`ps.staleness`); None: untagged, the default."""
+        self._tag_meta = None if tag is None else {"tag": tag}
+
+    def _push_meta(self) -> dict[str, Any] | None:
+        if self.received_at is None:
+            return self._tag_meta
+        return {"received_at": self.received_at, **(self._tag_meta or {})}
+
     def pull(self, table: str, keys: np.ndarray, *, unique: bool = False) -> Ticket[np.ndarray]:
         """Start pulling the rows of ``keys``: float32 (n, width), created on first pull.
         ``unique=True``: the caller guarantees no repeats (a batch's deduplicated ids), so the
@@ -158,10 +169,10 @@ class PSClient:
         if 0 < n <= (self._step if unique else self._direct_max):  # sent as they are (no dedupe pass)
             request = self._transport.request
             if self._n_shards == 1:
-                return Ticket((request(0, Op.PULL_SPARSE, table, [keys]),), _direct_rows)
+                return Ticket((request(0, Op.PULL_SPARSE, table, [keys], self._tag_meta),), _direct_rows)
             grouped, position, offsets = route_keys(keys, self._placement)
             bounds = offsets.tolist()
-            rids = tuple(request(s, Op.PULL_SPARSE, table, [grouped[bounds[s] : bounds[s + 1]]])
+            rids = tuple(request(s, Op.PULL_SPARSE, table, [grouped[bounds[s] : bounds[s + 1]]], self._tag_meta)
                          for s in range(self._n_shards) if bounds[s + 1] > bounds[s])
             return Ticket(rids, partial(_routed_rows, position))
         plan = plan_keys(keys, self._placement)
@@ -237,7 +248,7 @@ class PSClient:
         if (shows is None) != (clicks is None):
             raise InvalidInput("pass both shows and clicks, or neither")
         columns = [grads] if shows is None else [grads, np.asarray(shows, np.float32), np.asarray(clicks, np.float32)]
-        meta = None if self.received_at is None else {"received_at": self.received_at}
+        meta = self._push_meta()
         flags = flags | Flag.UNIQUE
         request = self._transport.request
         if self._n_shards == 1:
@@ -278,7 +289,7 @@ class PSClient:
 
     def _start_pull(self, table: str, plan: KeyPlan, flags: Flag) -> dict[int, slice]:
         """Request id -> the slice of ``plan.keys`` it pulls."""
-        return {self._transport.request(s, Op.PULL_SPARSE, table, [plan.keys[sl]], flags=flags): sl
+        return {self._transport.request(s, Op.PULL_SPARSE, table, [plan.keys[sl]], self._tag_meta, flags=flags): sl
                 for s, sl in self._parts(plan)}
 
     def _start_push(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray | None,
@@ -297,7 +308,7 @@ class PSClient:
         for s, sl in self._parts(plan):
             if sl.stop > sl.start:
                 arrays = [plan.keys[sl], *(c[sl] for c in columns)]
-                meta = None if self.received_at is None else {"received_at": self.received_at}
+                meta = self._push_meta()
                 parts[self._transport.request(s, Op.PUSH_SPARSE, table, arrays, meta=meta, flags=flags)] = sl
         return plan, parts
 

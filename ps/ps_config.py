@@ -75,6 +75,9 @@ class ShardLimits(FrozenModel):
         description="Most of this machine's memory (physical, or the container's limit) one table's admission "
                     "sketches may take on a shard; a bigger sketch is refused, in the YAML and by a runtime "
                     "policy change.")
+    staleness_sample: int = Field(
+        0, ge=0, description="Follow the rows of 1 in this many keys: the updates each took between a worker's pull "
+                             "and its push (ps.staleness; workers tag their requests); 0: off, nothing measured.")
 
 
 class PSConfig(FrozenModel):

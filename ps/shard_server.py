@@ -116,7 +116,8 @@ class ShardServer:
         self.incarnation = int.from_bytes(os.urandom(8), "little") or 1  # 0 means "not said"
         self.max_frame_bytes = config.max_frame_bytes()
         self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes,
-                                  sketch_share=config.shard.max_sketch_share)
+                                  sketch_share=config.shard.max_sketch_share,
+                                  staleness_sample=config.shard.staleness_sample)
         self._configs = config.tables
         self.id_rows = ShardIdRows(self.tables)
         # made before the restore: requests signed before this process started are refused
@@ -371,4 +372,5 @@ class ShardServer:
             "max_frame_bytes": self.max_frame_bytes,
             "tables": {n: t.stats() for n, t in self.sparse.items()},
             "dense": {n: m["size"] for n, m in self.tables.dense_meta.items()},
+            **({} if self.tables.staleness is None else {"staleness": self.tables.staleness.state()}),
         }

@@ -16,6 +16,7 @@ from core.errors import Conflict, InvalidInput, NotFound, StreamrecError
 from ps.protocol import Flag, Message, check_keys
 from ps.pull_reply import PullReplyFrames
 from ps.shard_requests import arrays_of, ok
+from ps.staleness import StalenessSample
 from ps.sync_steps import HeldGradients, SyncSteps, adds_geo_deltas
 from tables.admission import DEFAULT_SKETCH_SHARE
 from tables.budget import share_shard_budget
@@ -32,8 +33,10 @@ class ShardTables:
     """Shard ``index``'s sparse tables (from its config) and dense parts (made by ``init_dense``)."""
 
     def __init__(self, configs: Sequence[TableConfig], *, index: int, max_bytes: int | None = None,
-                 sketch_share: float = DEFAULT_SKETCH_SHARE) -> None:
+                 sketch_share: float = DEFAULT_SKETCH_SHARE, staleness_sample: int = 0) -> None:
         self.index = index
+        # rows' staleness of 1 in staleness_sample keys (ps.staleness); off: None, one test per pull and push
+        self.staleness = StalenessSample(staleness_sample) if staleness_sample else None
         self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t, sketch_share=sketch_share) for t in configs}
         self.max_bytes = max_bytes
         share_shard_budget(list(self.sparse.values()), max_bytes)  # the PS config's shard.max_bytes
@@ -73,6 +76,8 @@ class ShardTables:
         if int(msg.flags) & _EXISTING:
             rows, found = table.pull_existing(keys)
             return ok(msg, rows, found.view(np.uint8))
+        if self.staleness is not None:
+            self.staleness.pulled(msg.meta.get("tag"), msg.table, keys)
         return Message(msg.op, msg.request_id, msg.table, [table.pull(keys)], {})
 
     def pull_frame(self, msg: Message, incarnation: int) -> memoryview | None:
@@ -96,6 +101,8 @@ class ShardTables:
             return None
         frame, rows = frames.frame(msg.request_id, n)
         table.pull(keys, out=rows)
+        if self.staleness is not None:
+            self.staleness.pulled(msg.meta.get("tag"), name, keys)
         return frame
 
     def push(self, msg: Message) -> Message:
@@ -116,6 +123,8 @@ class ShardTables:
         if flags & _SYNC:
             self.sync.hold_sparse(msg.table, keys, grads, shows, clicks)
         else:
+            if self.staleness is not None:
+                self.staleness.pushed(msg.meta.get("tag"), msg.table, keys)
             received_at = msg.meta.get("received_at")  # the change log's time of these keys
             table.push(keys, grads, shows=shows, clicks=clicks, unique=bool(flags & _UNIQUE),
                        received_at=float(received_at) if isinstance(received_at, (int, float)) else None)

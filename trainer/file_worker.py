@@ -30,6 +30,7 @@ from models import build_model
 from models.layers import bias_relu
 from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_from_env
+from ps.staleness import summarize
 from streaming.dead_letter import DeadLetters
 from trainer.job_config import DenseUpdate
 from trainer.params import PSStore, dense_rule
@@ -65,8 +66,16 @@ def job_schema(job: dict[str, Any]) -> SchemaConfig:
     return SchemaConfig.model_validate(job["schema"]) if job.get("schema") else SchemaConfig.criteo()
 
 
-def _client(spec: ClusterSpec) -> PSClient:
-    return PSClient(spec.shard_endpoints, secret=spec.secret())
+def _client(spec: ClusterSpec, job: dict[str, Any]) -> PSClient:
+    client = PSClient(spec.shard_endpoints, secret=spec.secret())
+    _tag(client, spec, job)
+    return client
+
+
+def _tag(client: PSClient, spec: ClusterSpec, job: dict[str, Any]) -> None:
+    """With the shards' staleness sampling on, a worker's pulls and pushes name its rank (ps.staleness)."""
+    if job.get("staleness_sample"):
+        client.set_tag(str(spec.rank))
 
 
 def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = False
@@ -80,7 +89,7 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = Fal
     records each."""
     model = build_model(job["model"])
     dead = DeadLetters()
-    client = _client(spec) if spec.mode == "async" else None
+    client = _client(spec, job) if spec.mode == "async" else None
     cpu = {"parse": 0.0, "features": 0.0, "pull": 0.0, "stage": 0.0}
     start = time.thread_time()
     try:
@@ -138,6 +147,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     try:
         model = build_model(job["model"])
         ps = PSWorker.from_spec(spec)
+        _tag(ps.client, spec, job)
         update = DenseUpdate(job.get("dense_update", DenseUpdate.LOCAL))
         store = PSStore(ps, model.params.values, dense_rule=dense_rule(update, model.config.dense_optimizer))
         worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64),
@@ -202,6 +212,8 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
     from logrecords.generator import roc_auc
 
     ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
+    # read before the test pass, whose pulls are no training's
+    shard_staleness = [s["staleness"] for s in ps.client.admin.stats() if "staleness" in s]
     labels, probs = [], []
     start, cpu = time.perf_counter(), time.process_time()
     batches = start_prefetch("thread", partial(prepared_batches, spec, job, test=True), depth=2)
@@ -232,6 +244,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
            "shard_cpu_s": shard_cpu, "shard_loop_cpu_s": ranks[0].get("shard_loop_cpu_s", []),
            "rejected": _sum_counts(r["rejected"] for r in ranks),
            "test_rejected": (batches.result or {}).get("rejected", {}),
+           "staleness": summarize(shard_staleness) if shard_staleness else None,
            "workers": ranks}
     (results / "result.json").write_text(json.dumps(out))
 
