@@ -5,13 +5,14 @@ uniform and Zipf(1.1) keys over the stored ids. Reports pull/push keys/s of both
 ratio, resident bytes per row against the payload, and base save/load MB/s. And a stream of
 never-seen ids (--budget-rows rows, 100k-key pushes) into an unbudgeted table (it grows) vs
 tables full at a byte budget (evict: every push evicts the coldest; refuse), same run.
-Run: ``python -m bench.tables [--rows N] [--json]``.
+Run: ``python -m bench.tables [--rows N] [--json]``. ``--tiered``: a table with a disk tier holding
+4x its RAM budget beside the same table all in RAM instead (:mod:`bench.tiered_tables`, whose
+flags follow it).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
@@ -24,19 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import tiered_tables
+from bench.table_streams import key_batches, rss_bytes
 from tables.sparse_table import SparseTable
 from tables.table_config import EvictionConfig, OptimizerConfig, TableConfig
 
 DIM = 16
 PAYLOAD = 8 + DIM * 4 + 4 + 12  # key + embedding + adagrad accumulator + ~12 bytes of metadata (the target's figure)
-
-
-def rss_bytes() -> int:
-    """Resident bytes, after handing freed heap pages back to the OS: glibc keeps freed
-    batch temporaries on its free lists, which is allocator slack, not table memory."""
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 def raw_write_mb_per_s(path: Path, nbytes: int) -> float:
@@ -53,22 +48,6 @@ def raw_write_mb_per_s(path: Path, nbytes: int) -> float:
     mb_s = nbytes / 1e6 / (time.perf_counter() - t)
     path.unlink()
     return mb_s
-
-
-def key_batches(kind: str, keys: np.ndarray, batch: int, count: int, rng: np.random.Generator) -> list[np.ndarray]:
-    n = keys.shape[0]
-    out = []
-    for _ in range(count):
-        if kind == "uniform":
-            idx = rng.integers(0, n, batch)
-        else:
-            ranks = rng.zipf(1.1, batch * 2)
-            idx = (ranks[ranks <= n][:batch] - 1)
-            while idx.shape[0] < batch:  # rejection sampling keeps ranks within the table
-                more = rng.zipf(1.1, batch)
-                idx = np.concatenate([idx, more[more <= n] - 1])[:batch]
-        out.append(keys[idx])
-    return out
 
 
 def timed(fn, batches: list[np.ndarray]) -> float:
@@ -251,6 +230,8 @@ def print_budget(b: dict) -> None:
 
 
 def main() -> int:
+    if "--tiered" in sys.argv[1:]:
+        return tiered_tables.main([a for a in sys.argv[1:] if a != "--tiered"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--batch-keys", type=int, default=1_000_000)
@@ -258,6 +239,7 @@ def main() -> int:
     ap.add_argument("--dir", type=Path, default=None, help="where to save (default: a temp dir)")
     ap.add_argument("--budget-rows", type=int, default=1_000_000, help="rows of the new-id stream's tables (0: skip)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--tiered", action="store_true", help="the disk-tier benchmark instead (bench.tiered_tables)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-tables-", dir=args.dir))
     try:

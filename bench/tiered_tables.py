@@ -1,0 +1,203 @@
+"""Tables larger than their RAM budget: a table with a disk tier beside the same table all in RAM.
+
+dim 16 with Adam state, ``--rows`` rows (the issue's figure is 40M, for a big machine), the
+tiered table's RAM budget a quarter of what the all-RAM table holds. Each table runs in a
+process of its own (a shard's stand-in), so its RSS is its own: RSS is sampled every 0.2 s
+from before the table is made to the end. Both get the same 64K-key pulls and pushes under a
+Zipf(1.1) key stream and a uniform one over the stored ids; for the tiered table, the hit rate
+(keys found in RAM / keys found) and disk reads/s of each phase. The disk's own random-read rate
+is probed in the same run (4 KiB O_DIRECT reads at random offsets of a file as large as the
+tier's). ``--drop-caches`` (root) empties the page cache before the tiered table's uniform phase.
+Run: ``python -m bench.tables --tiered [--rows N] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import multiprocessing as mp
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.table_streams import key_batches, rss_bytes
+from tables.sparse_table import SparseTable
+from tables.table_config import DiskTierConfig, EvictionConfig, OptimizerConfig, TableConfig, TierConfig
+
+DIM = 16
+
+
+def config(ram_bytes: int | None, tier_dir: Path | None) -> TableConfig:
+    return TableConfig(name="bench", dim=DIM, optimizer=OptimizerConfig(kind="adam", lr=1e-3),
+                       eviction=EvictionConfig(max_bytes=ram_bytes),
+                       tier=TierConfig(disk=DiskTierConfig(path=str(tier_dir))) if tier_dir is not None else None)
+
+
+class RssSampler:
+    def __init__(self, every_s: float = 0.2) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self.t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._every = every_s
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.samples.append((time.perf_counter() - self.t0, rss_bytes()))
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+
+def phase_counts(table: SparseTable) -> dict[str, int]:
+    st = table.stats()
+    return {k: st.get(k, 0) for k in ("ram_hits", "disk_hits", "disk_reads", "promoted", "demoted")}
+
+
+def run_table(n_rows: int, batch: int, n_batches: int, ram_bytes: int | None, tier_dir: str | None,
+              drop_caches: bool) -> dict[str, Any]:
+    """In a process of its own: fill a table, then time pulls and pushes of both key streams."""
+    warm = SparseTable(config(None, None))  # compile first: the compiler's memory is not the table's
+    warm.push(np.arange(64, dtype=np.uint64), np.zeros((64, DIM), np.float32))
+    warm.pull(np.arange(128, dtype=np.uint64))
+    del warm
+    rss0 = rss_bytes()
+    sampler = RssSampler()
+    table = SparseTable(config(ram_bytes, Path(tier_dir) if tier_dir else None))
+    rng = np.random.default_rng(7)
+    keys = rng.permutation(np.arange(1, n_rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    grads = np.full((batch, DIM), 1e-3, np.float32)
+    t = time.perf_counter()
+    for s in range(0, n_rows, batch):
+        table.push(keys[s : s + batch], grads[: min(batch, n_rows - s)])
+    out: dict[str, Any] = {"fill_keys_per_s": n_rows / (time.perf_counter() - t), "phases": {}}
+    for kind in ("zipf", "uniform"):
+        if kind == "uniform" and drop_caches and tier_dir:
+            os.sync()
+            Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        batches = key_batches(kind, keys, batch, n_batches + 1, rng)
+        res: dict[str, Any] = {}
+        for op in ("pull", "push"):
+            fn = table.pull if op == "pull" else (lambda k, t=table: t.push(k, grads[: k.shape[0]]))
+            fn(batches[0])
+            before = phase_counts(table)
+            t = time.perf_counter()
+            for b in batches[1:]:
+                fn(b)
+            secs = time.perf_counter() - t
+            after = phase_counts(table)
+            moved = {k: after[k] - before[k] for k in after}
+            found = moved["ram_hits"] + moved["disk_hits"]
+            res[op] = {"keys_per_s": batch * n_batches / secs, "disk_reads_per_s": moved["disk_reads"] / secs,
+                       "hit_rate": moved["ram_hits"] / found if found else None,
+                       "promoted": moved["promoted"], "demoted": moved["demoted"]}
+        out["phases"][kind] = res
+    samples = sampler.stop()
+    st = table.stats()
+    out.update(rows=table.size(), ram_rows=st["rows"], disk_rows=st.get("disk_rows", 0),
+               ram_table_bytes=st["bytes"] + st.get("disk_index_bytes", 0), disk_bytes=st.get("disk_bytes", 0),
+               rss_before_table=rss0, rss_samples=[(round(s, 1), b - rss0) for s, b in samples],
+               max_table_rss=max(b for _, b in samples) - rss0 if samples else None,
+               end_table_rss=rss_bytes() - rss0)
+    return out
+
+
+def in_process(fn: Any, *args: Any) -> Any:
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def random_read_probe(path: Path, nbytes: int, seconds: float = 3.0) -> float:
+    """The disk's own 4 KiB random reads/s (O_DIRECT: the page cache plays no part)."""
+    block = 4096
+    with open(path, "wb") as f:
+        chunk = os.urandom(1 << 20)
+        for _ in range(max(1, nbytes >> 20)):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+    blocks = max(1, (nbytes >> 20) << 8)
+    rng = np.random.default_rng(3)
+    n, t = 0, time.perf_counter()
+    try:
+        while time.perf_counter() - t < seconds:
+            for off in rng.integers(0, blocks, 256).tolist():
+                os.preadv(fd, [buf], off * block)
+            n += 256
+        return n / (time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        buf.close()
+        path.unlink()
+
+
+def run(n_rows: int, batch: int, n_batches: int, workdir: Path, drop_caches: bool) -> dict[str, Any]:
+    ram = in_process(run_table, n_rows, batch, n_batches, None, None, False)
+    budget = ram["ram_table_bytes"] // 4
+    tiered = in_process(run_table, n_rows, batch, n_batches, budget, str(workdir / "tier"), drop_caches)
+    probe = random_read_probe(workdir / "probe", max(tiered["disk_bytes"], 64 << 20))
+    ratios = {f"{kind}_{op}": tiered["phases"][kind][op]["keys_per_s"] / ram["phases"][kind][op]["keys_per_s"]
+              for kind in ("zipf", "uniform") for op in ("pull", "push")}
+    return {"rows": n_rows, "batch_keys": batch, "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered,
+            "tiered_vs_all_ram": ratios, "disk_random_reads_per_s": probe, "drop_caches": drop_caches,
+            "max_rss_vs_budget": tiered["max_table_rss"] / budget}
+
+
+def report(r: dict[str, Any]) -> None:
+    ram, tiered = r["all_ram"], r["tiered"]
+    print(f"dim {DIM} Adam, {r['rows']:,} rows, {r['batch_keys']:,}-key batches; tiered RAM budget "
+          f"{r['ram_budget_bytes'] / 1e6:.0f} MB = a quarter of the all-RAM table's "
+          f"{ram['ram_table_bytes'] / 1e6:.0f} MB")
+    print(f"tiered: {tiered['ram_rows']:,} rows in RAM, {tiered['disk_rows']:,} on disk "
+          f"({tiered['disk_bytes'] / 1e6:.0f} MB file)")
+    print(f"{'keys':8} {'op':5} {'all-RAM keys/s':>15} {'tiered keys/s':>14} {'ratio':>6} {'hit rate':>9} "
+          f"{'disk reads/s':>13}")
+    for kind in ("zipf", "uniform"):
+        for op in ("pull", "push"):
+            a, b = ram["phases"][kind][op], tiered["phases"][kind][op]
+            hit = "-" if b["hit_rate"] is None else f"{b['hit_rate']:.3f}"
+            print(f"{kind:8} {op:5} {a['keys_per_s']:15,.0f} {b['keys_per_s']:14,.0f} "
+                  f"{r['tiered_vs_all_ram'][f'{kind}_{op}']:5.2f}x {hit:>9} {b['disk_reads_per_s']:13,.0f}")
+    print("targets: zipf pull and push >= 0.5x all-RAM")
+    print(f"disk's own 4 KiB random reads (O_DIRECT probe): {r['disk_random_reads_per_s']:,.0f}/s"
+          + (" (page cache dropped before the tiered uniform phase)" if r["drop_caches"] else " (page cache warm)"))
+    print(f"table RSS (process RSS minus before the table): tiered max {tiered['max_table_rss'] / 1e6:.0f} MB, end "
+          f"{tiered['end_table_rss'] / 1e6:.0f} MB = {r['max_rss_vs_budget']:.2f}x of its budget (target <= 1.10x); "
+          f"all-RAM max {ram['max_table_rss'] / 1e6:.0f} MB")
+    step = max(1, len(tiered["rss_samples"]) // 12)
+    print("tiered table RSS over time (s: MB): " + ", ".join(
+        f"{s:.0f}: {b / 1e6:.0f}" for s, b in tiered["rss_samples"][::step]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2_000_000, help="rows of each table (the issue's: 40M)")
+    ap.add_argument("--batch-keys", type=int, default=65536)
+    ap.add_argument("--batches", type=int, default=8, help="timed batches per measurement")
+    ap.add_argument("--dir", type=Path, default=None, help="where the disk tier lives (default: a temp dir)")
+    ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before the cold phase (root)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-tiered-", dir=args.dir) as d:
+        result = run(args.rows, args.batch_keys, args.batches, Path(d), args.drop_caches)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
