@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,10 @@ EVAL_BATCH = 2048  # records per test batch (forward only: larger ones took no l
 
 
 def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: DeadLetters, *, rank: int = 0,
-                 workers: int = 1) -> Iterator[Batch]:
+                 workers: int = 1) -> Generator[Batch, None, int]:
     """This worker's share of the files' records, parsed; only its own blocks are parsed. Any format
-    of :mod:`logrecords.file_formats` (by each file's extension, else the schema's)."""
+    of :mod:`logrecords.file_formats` (by each file's extension, else the schema's). Returns the
+    number of blocks of all workers."""
     reader = FileReader(schema)
     k = 0
     for path in paths:
@@ -59,6 +60,7 @@ def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: 
                 dead.publish(rejected, sources)
             if len(batch):
                 yield batch
+    return k
 
 
 def job_schema(job: dict[str, Any]) -> SchemaConfig:
@@ -81,8 +83,8 @@ def _tag(client: PSClient, spec: ClusterSpec, job: dict[str, Any]) -> None:
 def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = False
                      ) -> Generator[Prepared, None, dict[str, Any]]:
     """The prefetch stage of this worker: its batches parsed, their features built and, in async
-    mode, their rows pulled (own PS connection). Returns ``{"rejected": counts by reason,
-    "cpu_s": {"parse", "features", "pull", "stage"}}``: this stage's thread CPU seconds by part
+    mode, their rows pulled (own PS connection). Returns ``{"rejected": counts by reason, "blocks": of
+    all workers, "cpu_s": {"parse", "features", "pull", "stage"}}``: this stage's thread CPU seconds by part
     (``stage``: all of it, hand-over included; the process's other threads, e.g. zmq's I/O, are
     not in it). Runs in the prefetch thread or process, so it builds what it needs from
     picklable arguments. ``test``: the test file's batches instead, all of them, ``EVAL_BATCH``
@@ -97,7 +99,12 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = Fal
                   file_batches(job["train"], job_schema(job), job["batch_size"], dead, rank=spec.rank,
                                workers=spec.num_workers))
         t0 = time.thread_time()
-        for batch in source:
+        while True:
+            try:
+                batch = next(source)
+            except StopIteration as end:
+                blocks = end.value
+                break
             t1 = time.thread_time()
             f = model.features(batch)
             t2 = time.thread_time()
@@ -114,7 +121,7 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = Fal
         if client is not None:
             client.close()
     cpu["stage"] = time.thread_time() - start
-    return {"rejected": dict(dead.counts), "cpu_s": cpu}
+    return {"rejected": dict(dead.counts), "blocks": blocks, "cpu_s": cpu}
 
 
 def blas_threads() -> int | None:
@@ -192,6 +199,10 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     result["prefetch_rss_mb"] = batches.stats.get("peak_rss_mb", 0.0)  # a prefetch process's memory counts too
     result["peak_rss_mb"] = peak_rss_mb() + result["prefetch_rss_mb"]
     (results / f"worker-{spec.rank}.json").write_text(json.dumps(result))
+    if spec.mode == "sync":
+        # a worker with fewer batches than another joins the step barriers it has no batch for, so none waits forever
+        for _ in range(-(-produced.get("blocks", 0) // spec.num_workers) - ps.steps):
+            store.end_step()
     store.drain()
     worker.dense.flush(store)
     ps.client.barrier(_FINISH_STEP, spec.num_workers, timeout_s=3600)

@@ -22,12 +22,12 @@ from .ps_harness import shard_processes
 pytestmark = pytest.mark.process
 
 ADA = {"name": "ada", "dim": 4, "optimizer": {"kind": "adagrad", "lr": 0.1}, "seed": 7}
-WORKERS, STEPS, KEYS, BATCH = 12, 4, 300, 64
+WORKERS, STEPS, KEYS, BATCH = 32, 2, 300, 64
 
 
-def test_twelve_sync_workers_pass_every_barrier_on_a_loaded_machine(tmp_path: Path) -> None:
+def test_thirty_two_sync_workers_pass_every_barrier_on_a_loaded_machine(tmp_path: Path) -> None:
     """Each worker's requests give up after 1 s (twice), far less than a barrier waits for the
-    slowest of 12 processes starting and stepping on two busy cores: the barrier polls instead."""
+    slowest of 32 processes starting and stepping on two busy cores: the barrier polls instead."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         with shard_processes(tmp_path, [ADA]) as shards:

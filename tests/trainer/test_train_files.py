@@ -47,3 +47,26 @@ def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path, pre
     # every shard's CPU during worker 0's loop: read from /proc (same host), no more than its whole life's
     loop, life = result["shard_loop_cpu_s"], result["shard_cpu_s"]
     assert len(loop) == len(life) == 2 and all(0 <= a <= b for a, b in zip(loop, life, strict=True))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_workers_with_unequal_batch_counts_finish_and_report_staleness(tmp_path: Path, mode: str) -> None:
+    """24 batches over 5 workers: four take 5 steps, one 4; in sync mode each step is a barrier of all
+    five, so the one with fewer batches joins the last barrier without one."""
+    model = PlantedModel(seed=5)
+    train, test = tmp_path / "train.txt", tmp_path / "test.txt"
+    write_dataset(str(train), model, 6000, fmt="criteo")
+    write_dataset(str(test), model, 500, fmt="criteo")
+    argv = [sys.executable, "-m", "cli", "train-files", "--train", str(train), "--test", str(test),
+            "--model", "wide_deep", "--embedding-dim", "4", "--mlp", "16,8", "--batch-size", "256",
+            "--workers", "5", "--mode", mode, "--staleness-sample", "4",
+            "--work-dir", str(tmp_path / "job"), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=600,
+                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "job" / "results" / "result.json").read_text())
+    assert result["train_rows"] == 6000 and 0.5 < result["test_auc"] < 1
+    # ranks 0-3 take 5 batches (rank 3's last one is 112 rows), rank 4 takes 4
+    assert [w["records"] for w in result["workers"]] == [1280, 1280, 1280, 1136, 1024]
+    if mode == "async":  # the shards followed 1 in 4 keys of the workers' pulls and pushes
+        assert result["staleness"]["pushes"] > 0 and result["staleness"]["p50"] is not None
