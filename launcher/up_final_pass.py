@@ -21,12 +21,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from core.errors import Conflict, StreamrecError
+from core.errors import Conflict, StreamrecError, Unavailable
 
 if TYPE_CHECKING:
     from jobcontrol.channel import ControlClient
 
 _STATUS_POLL_S = 0.2
+_STATUS_CALL_S = 5.0  # one status look's wait for the chief's answer
 
 
 class FinalPass:
@@ -49,16 +50,19 @@ class FinalPass:
 
         deadline = time.monotonic() + self.timeout_s
         client = ControlClient(self.control_endpoint, timeout_s=self.timeout_s, secret=self.secret)
+        # the status looks are short, so a chief that stops answering cannot hold the stop past the deadline
+        looks = ControlClient(self.control_endpoint, timeout_s=min(_STATUS_CALL_S, self.timeout_s), secret=self.secret)
         try:
-            self.pass_id = self._end_pass(client, deadline)
+            self.pass_id = self._end_pass(client, looks, deadline)
         except StreamrecError as err:
             self.say(f"final pass not committed: {err.message}")
         finally:
             client.close()
+            looks.close()
         if self.pass_id is not None:
             self._await_manifest(self.pass_id, deadline)
 
-    def _end_pass(self, client: ControlClient, deadline: float) -> int | None:
+    def _end_pass(self, client: ControlClient, looks: ControlClient, deadline: float) -> int | None:
         """The id of the pass that ended as the final one; None when it was skipped or not in time."""
         try:
             result = client.call("checkpoint")
@@ -66,14 +70,20 @@ class FinalPass:
             return int(n) if n is not None else None
         except Conflict:
             pass  # several workers: passes end together, on their clock
-        status = client.call("status")
-        before, looks = status.get("pass", 0), _idle_looks(status)
+        first: dict | None = None
         while time.monotonic() < deadline:
-            status = client.call("status")
+            try:
+                status = looks.call("status")
+            except Unavailable:
+                continue  # a chief too busy to answer in time is asked again, until the deadline
+            if first is None:
+                first = status
+                continue
+            before, idle = first.get("pass", 0), _idle_looks(first)
             now = status.get("pass", 0)
             if now > before:
                 return int(now)
-            if looks is not None and (_idle_looks(status) or 0) >= looks + 2:
+            if idle is not None and (_idle_looks(status) or 0) >= idle + 2:
                 self.say(f"final pass skipped: nothing trained since pass {now}")
                 return None
             time.sleep(_STATUS_POLL_S)

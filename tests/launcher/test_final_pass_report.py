@@ -45,3 +45,40 @@ def test_with_no_pass_committed_the_next_start_begins_anew(tmp_path: Path) -> No
     (said,) = report(tmp_path, 1)
     assert said.startswith("final pass NOT committed: pass 1")
     assert said.endswith("the next start resumes from the start (no pass is committed)"), said
+
+
+def test_a_chief_that_stops_answering_cannot_hold_the_stop_past_its_deadline(tmp_path: Path) -> None:
+    import json
+    import threading
+
+    import zmq
+
+    from core.errors import Conflict
+
+    # A chief that refuses an on-demand pass (several workers), answers one status look, then hangs.
+    ctx = zmq.Context.instance()
+    rep = ctx.socket(zmq.REP)
+    rep.setsockopt(zmq.LINGER, 0)
+    port = rep.bind_to_random_port("tcp://127.0.0.1")
+    done = threading.Event()
+
+    def chief() -> None:
+        answers = [{"ok": False, "error": Conflict("passes end on their clock").to_dict()},
+                   {"ok": True, "result": {"pass": 4}}]
+        for answer in answers:
+            rep.recv()
+            rep.send(json.dumps(answer).encode())
+        done.wait()  # every later look goes unanswered
+        rep.close()
+
+    thread = threading.Thread(target=chief, daemon=True)
+    thread.start()
+    said: list[str] = []
+    final = FinalPass(f"tcp://127.0.0.1:{port}", root=str(tmp_path), timeout_s=2.0, say=said.append)
+    try:
+        final.commit()
+    finally:
+        done.set()
+        thread.join(timeout=10)
+    # the unanswered looks are asked again until the deadline, which ends the wait
+    assert final.pass_id is None and said == ["final pass not committed: no pass ended within 2 s (up.stop_timeout_s)"]

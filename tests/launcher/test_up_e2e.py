@@ -40,7 +40,10 @@ CONFIG = {
     "train": {"passes": {"seconds": 4, "records": None}, "metric_window": 2000},
     "service": {"poll_seconds": 0.5},
     # a fresh lease table grants no rank for its first ttl: the default 10 s would idle each start that long
-    "up": {"shards": 2, "workers": 2, "generator": {"rate": 800, "seed": 3}, "rank_lease_ttl_s": 3},
+    "up": {"shards": 2, "workers": 2, "generator": {"rate": 800, "seed": 3}, "rank_lease_ttl_s": 3,
+           # the final pass's and the trainers' stop bounds sum to less than ctrl_c's wait: a stop that hangs
+           # fails on what `up` then says (not committed, killed after its grace), with the roles' stacks
+           "stop_timeout_s": 30},
 }
 BOUND_S = 150  # each phase must get there within this bound (a bound, not a timing assertion)
 POLL_S = 0.25  # between two looks of wait_for (a look is one small request): a phase ends ~0.1 s after it happens
