@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DEMOTE_CHUNK = 1 << 16  # rows a demotion copies out of RAM at a time
 COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full")
 
 
@@ -121,21 +122,26 @@ class TableTier:
         return self.demote(victims)
 
     def demote(self, victims: np.ndarray) -> int:
-        """Move RAM rows ``victims`` to disk; 0 (and counted) when the disk is full."""
+        """Move RAM rows ``victims`` to disk; returns how many moved: fewer (counted) when the disk is full."""
         t = self.table
         st = t.state
         m = int(victims.shape[0])
         if m == 0:
             return 0
         self._make_disk_room(m)
-        try:
-            self.disk.put({name: col[victims] for name, col in st.rows.cols.items()})
-        except DiskFull as e:
-            t.counters["disk_full"] += 1
-            log.warning("table %s: %s; rows stay in RAM under its budget's rule", t.name, e)
-            return 0
         mask = np.zeros(st.rows.n, np.bool_)
-        mask[victims] = True
+        for start in range(0, m, DEMOTE_CHUNK):  # in chunks: the copies they need stay small beside the budget
+            part = victims[start : start + DEMOTE_CHUNK]
+            try:
+                self.disk.put({name: col[part] for name, col in st.rows.cols.items()})
+            except DiskFull as e:
+                t.counters["disk_full"] += 1
+                log.warning("table %s: %s; rows stay in RAM under its budget's rule", t.name, e)
+                break
+            mask[part] = True
+        m = int(mask.sum())
+        if m == 0:
+            return 0
         st.remove(mask)
         t.counters["demoted"] += m
         return m
