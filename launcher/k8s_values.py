@@ -58,6 +58,11 @@ class KafkaValues(FrozenModel):
     bootstrap_servers: tuple[str, ...] = Field(
         (), description="host:port of the Kafka brokers; left out: `kafka.<namespace>.svc.cluster.local:9092`, a "
                         "Kafka Service named `kafka` in the release's namespace.")
+    credentials_secret: str | None = Field(
+        None, description="Secret whose keys the trainers read as environment variables: "
+                          "`STREAMREC_KAFKA_SASL_USERNAME`, `STREAMREC_KAFKA_SASL_PASSWORD`, "
+                          "`STREAMREC_KAFKA_SSL_PASSWORD` (with `kafka.security_protocol` and `kafka.sasl_mechanism` "
+                          "in config); required in the pods when set.")
 
 
 class StorageKind(enum.StrEnum):

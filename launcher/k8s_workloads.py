@@ -199,6 +199,8 @@ def trainers(values: DeployValues, config_checksum: str) -> list[dict[str, Any]]
         readinessProbe={"exec": {"command": ["python", "-c", REACH_SCRIPT, *reach]}, "periodSeconds": 10,
                         "timeoutSeconds": 10},
         livenessProbe=_liveness("/metrics", "metrics"))
+    if values.kafka.credentials_secret is not None:
+        container["envFrom"] = [*container.get("envFrom", []), {"secretRef": {"name": values.kafka.credentials_secret}}]
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta("streamrec-trainer", values, "trainer"),
                # not-ready trainers too: one waiting for a shard is the one whose metrics matter
                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels("trainer"),

@@ -186,6 +186,11 @@ def test_kafka_defaults_to_the_release_namespace_and_owned_keys_are_refused_in_c
     cm = next(d for d in _objects(render(given, values_file=VALUES_FILE)) if d["kind"] == "ConfigMap")
     assert yaml.safe_load(cm["data"]["streamrec.yaml"])["kafka"]["bootstrap_servers"] == ["b-1.msk:9092",
                                                                                          "b-2.msk:9092"]
+    trainer = _named(docs, "Deployment", "streamrec-trainer")["spec"]["template"]["spec"]["containers"][0]
+    assert "envFrom" not in trainer
+    sasl = _values(kafka={"credentials_secret": "kafka-sasl"})
+    trainer = _named(_objects(render(sasl, values_file=VALUES_FILE)), "Deployment", "streamrec-trainer")
+    assert {"secretRef": {"name": "kafka-sasl"}} in trainer["spec"]["template"]["spec"]["containers"][0]["envFrom"]
     config_with_owned = {**_values().config, "kafka": {"bootstrap_servers": ["x:9092"]}}
     with pytest.raises(ConfigError) as err:
         render(_values(config=config_with_owned), values_file=VALUES_FILE)
