@@ -62,7 +62,7 @@ class RecordHasher:
         self._parser = JsonLinesParser(schema.model_copy(update={"format": "json"}), max_message_bytes=_NO_LIMIT)
         self.slot_ids = schema.slot_ids()
         self._separator = {s.name: s.separator for s in schema.sparse_slots if s.separator}
-        fields = [schema.label, *schema.dense_names, *self.slot_ids]
+        fields = [schema.label_field, *schema.dense_names, *self.slot_ids]
         if schema.event_time is not None:
             fields.append(schema.event_time)
         self.fields = tuple(dict.fromkeys(fields))
@@ -164,7 +164,7 @@ class RecordHasher:
 
     def _as_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
         rec = dict(record)
-        rec.setdefault(self.schema.label, 0)
+        rec.setdefault(self.schema.label_field, 0)
         for name, sep in self._separator.items():
             v = rec.get(name)
             if isinstance(v, str):

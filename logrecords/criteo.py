@@ -250,7 +250,7 @@ class CriteoParser:
         self.max_message_bytes = max_message_bytes
         sparse = self.schema.sparse_slots
         ids = self.schema.slot_ids()
-        self._names = [self.schema.label, *self.schema.dense_names, *(s.name for s in sparse)]
+        self._names = [self.schema.label_field, *self.schema.dense_names, *(s.name for s in sparse)]
         self._sparse_names = [s.name for s in sparse]
         self._slot_ids = np.array([ids[s.name] for s in sparse], dtype=np.int64)
         self._kinds = np.array([KIND_CODE[s.hash] for s in sparse], dtype=np.int64)

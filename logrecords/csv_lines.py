@@ -92,6 +92,7 @@ def scan_csv(  # one pass over the bytes of a batch
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int, delim: int,
     role: np.ndarray, col: np.ndarray, n_dense: int,
     slot_kind: np.ndarray, slot_id: np.ndarray, slot_reason: np.ndarray, slot_sep: np.ndarray, cap: int,
+    label_lo: float = 0.0, label_hi: float = 1.0,
 ) -> tuple:
     # ``cap`` bounds the ids of the batch (one per single-valued slot and record, plus separators), so the
     # id arrays never grow: rebinding arrays inside the loop would cost numba reference counting per id.
@@ -195,7 +196,7 @@ def scan_csv(  # one pass over the bytes of a batch
                 break
             good = code == NUM_OK
             if r == ROLE_LABEL:
-                if good and 0.0 <= v <= 1.0:
+                if good and label_lo <= v <= label_hi:
                     labels[i] = v
                 else:
                     rank = 0
@@ -241,7 +242,7 @@ class CsvLinesParser:
         header = tuple(header if header is not None else schema.columns)
         if not header:
             raise InvalidInput("csv records need their column names: a header row, or schema.columns for messages")
-        wanted = [schema.label, *schema.dense_names, *(s.name for s in schema.sparse_slots)]
+        wanted = [schema.label_field, *schema.dense_names, *(s.name for s in schema.sparse_slots)]
         if schema.event_time is not None:
             wanted.append(schema.event_time)
         missing = [w for w in wanted if w not in header]
@@ -261,7 +262,7 @@ class CsvLinesParser:
         role = np.zeros(len(header), dtype=np.int8)
         col = np.zeros(len(header), dtype=np.int64)
         for c, name in enumerate(header):
-            if name == schema.label:
+            if name == schema.label_field:
                 role[c] = ROLE_LABEL
             elif name in dense_col:
                 role[c], col[c] = ROLE_DENSE, dense_col[name]
@@ -285,6 +286,7 @@ class CsvLinesParser:
         status, reason, bad_field, labels, dense, etime, t_row, t_slot, t_id = scan_csv(
             buf, bounds, self.max_message_bytes, ord(self.schema.delimiter), self._role, self._col,
             len(self.schema.dense_names), self._slot_kind, self._slot_id, self._slot_reason, self._slot_sep, cap,
+            *self.schema.label_bounds,
         )
         rejected = [
             Rejected(int(i), RejectReason(int(reason[i])), self._detail(int(reason[i]), int(bad_field[i]), values[i]),
@@ -301,7 +303,7 @@ class CsvLinesParser:
                slots: dict[str, tuple[np.ndarray, np.ndarray]]) -> Batch:
         s = self.schema
         return Batch(
-            labels=labels.astype(np.float32),
+            labels=s.derive_labels(labels),
             dense=dense.astype(np.float32),
             slots=slots,
             event_time=None if s.event_time is None else etime,
@@ -317,7 +319,7 @@ class CsvLinesParser:
             return f"expected {len(self.header)} fields separated by {s.delimiter!r}, got {field}"
         name = self.header[field]
         if reason == RejectReason.BAD_LABEL:
-            return f"field '{name}': label must be a number in [0, 1]"
+            return s.label_problem
         if reason == RejectReason.BAD_DENSE:
             return f"field '{name}': non-numeric dense value"
         if reason == RejectReason.SCHEMA:
@@ -387,8 +389,9 @@ class CsvLinesParser:
                 continue
             v = _reference_number(text_value)
             if r == ROLE_LABEL:
-                if v is None or not 0.0 <= v <= 1.0:
-                    flag(0, RejectReason.BAD_LABEL, f"field '{name}': label must be a number in [0, 1]")
+                lo, hi = s.label_bounds
+                if v is None or not lo <= v <= hi:
+                    flag(0, RejectReason.BAD_LABEL, s.label_problem)
                 else:
                     labels[i] = v
             elif r == ROLE_DENSE:

@@ -82,7 +82,7 @@ class JsonLinesParser:
         self._slot_ids = schema.slot_ids()
         # Field table of the kernel, in reject-precedence order: label, dense, event time, sparse.
         sparse = schema.sparse_slots
-        fields: list[tuple[str, int, int]] = [(schema.label, ROLE_LABEL, 0)]
+        fields: list[tuple[str, int, int]] = [(schema.label_field, ROLE_LABEL, 0)]
         fields += [(name, ROLE_DENSE, j) for j, name in enumerate(schema.dense_names)]
         if schema.event_time is not None:
             fields.append((schema.event_time, ROLE_TIME, 0))
@@ -110,7 +110,7 @@ class JsonLinesParser:
             buf, bounds, self.max_message_bytes, self._key_buf, self._key_bounds, self._role, self._col,
             self._slot_kind, self._slot_id, self._slot_reason, len(self.schema.dense_names),
             int(np.count_nonzero(buf == 44)) + n,  # at most commas + 1 ids per record
-            len({name for name, _, _ in self._fields}) == len(self._fields),
+            len({name for name, _, _ in self._fields}) == len(self._fields), *self.schema.label_bounds,
         )
         rejected = [
             Rejected(int(i), RejectReason(int(reason[i])), self._detail(int(reason[i]), int(bad_field[i])), values[i])
@@ -121,7 +121,7 @@ class JsonLinesParser:
         slots = {name: (flat[base[j] : base[j + 1]], offsets[j]) for j, name in enumerate(self._sparse_names)}
         s = self.schema
         batch = Batch(
-            labels=labels[rows].astype(np.float32),
+            labels=s.derive_labels(labels[rows]),
             dense=dense[rows].astype(np.float32),
             slots=slots,
             event_time=None if s.event_time is None else etime[rows],
@@ -133,7 +133,7 @@ class JsonLinesParser:
 
     def _detail(self, reason: int, field: int) -> str:
         if reason == RejectReason.BAD_LABEL:
-            return f"field '{self.schema.label}': label must be a number in [0, 1]"
+            return self.schema.label_problem
         name, role, col = self._fields[field]
         if role == ROLE_DENSE:
             return f"field '{name}': non-numeric dense value"
@@ -161,11 +161,12 @@ class JsonLinesParser:
         docs = [d if isinstance(d, dict) else {} for d in docs]
 
         s = self.schema
-        label_col = [d.get(s.label) for d in docs]
+        label_col = [d.get(s.label_field) for d in docs]
         labels, bad = _numbers(label_col)
-        bad |= np.isnan(labels) | (labels < 0) | (labels > 1)
+        lo, hi = s.label_bounds
+        bad |= np.isnan(labels) | (labels < lo) | (labels > hi)
         labels[bad] = 0.0
-        self._flag(reasons, bad, RejectReason.BAD_LABEL, f"field '{s.label}': label must be a number in [0, 1]")
+        self._flag(reasons, bad, RejectReason.BAD_LABEL, s.label_problem)
 
         dense = np.zeros((n, len(s.dense_names)), dtype=np.float64)
         for j, name in enumerate(s.dense_names):
@@ -195,7 +196,7 @@ class JsonLinesParser:
         keep = np.ones(n, dtype=bool)
         keep[list(reasons)] = False
         batch = Batch(
-            labels=labels.astype(np.float32),
+            labels=s.derive_labels(labels),
             dense=dense.astype(np.float32),
             slots=slots,
             event_time=event_time,

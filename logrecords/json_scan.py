@@ -151,7 +151,7 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
     buf: np.ndarray, bounds: np.ndarray, max_bytes: int,
     key_buf: np.ndarray, key_bounds: np.ndarray, role: np.ndarray, col: np.ndarray,
     slot_kind: np.ndarray, slot_id: np.ndarray, slot_reason: np.ndarray, n_dense: int, cap: int,
-    rotate: bool = False,
+    rotate: bool = False, label_lo: float = 0.0, label_hi: float = 1.0,
 ) -> tuple:
     # ``rotate`` (keys all distinct): look a key up from the field after the last one found, so records
     # whose keys come in schema order match at the first compare instead of scanning the whole table.
@@ -245,7 +245,7 @@ def scan_json(  # one pass over the bytes; splitting it up would cost a call per
                         ok = False
                         break
                     if r == ROLE_LABEL:
-                        if good and v == v and 0.0 <= v <= 1.0:
+                        if good and v == v and label_lo <= v <= label_hi:
                             labels[i] = v
                     elif r == ROLE_DENSE:
                         if good and abs(v) > _F32_MAX:

@@ -144,7 +144,7 @@ class ParquetReader:
         self.schema = schema
         self.use_threads = use_threads
         self._slot_ids = schema.slot_ids()
-        self.columns = [schema.label, *schema.dense_names, *(s.name for s in schema.sparse_slots)]
+        self.columns = [schema.label_field, *schema.dense_names, *(s.name for s in schema.sparse_slots)]
         if schema.event_time is not None:
             self.columns.append(schema.event_time)
 
@@ -183,9 +183,9 @@ class ParquetReader:
                 code[take] = len(why) - 1
 
         code = np.zeros(n, dtype=np.int32)
-        labels, bad = _numeric(_chunk(cols[s.label]))
-        flag(bad | ~((labels >= 0.0) & (labels <= 1.0)), 0, RejectReason.BAD_LABEL,
-             f"field '{s.label}': label must be a number in [0, 1]")
+        labels, bad = _numeric(_chunk(cols[s.label_field]))
+        lo, hi = s.label_bounds
+        flag(bad | ~((labels >= lo) & (labels <= hi)), 0, RejectReason.BAD_LABEL, s.label_problem)
         dense = np.zeros((n, len(s.dense_names)), dtype=np.float64)
         for j, name in enumerate(s.dense_names):
             col, bad = _numeric(_chunk(cols[name]))
@@ -204,7 +204,7 @@ class ParquetReader:
             slots[slot.name] = (values, offsets)
             flag(bad, 2 + len(s.dense_names) + j, SLOT_REASON[slot.hash], slot_detail(s, slot.name))
         batch = Batch(
-            labels=np.nan_to_num(labels).astype(np.float32),
+            labels=s.derive_labels(np.nan_to_num(labels)),
             dense=dense.astype(np.float32),
             slots=slots,
             event_time=event_time,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from core.yaml_config import FrozenModel
@@ -89,6 +90,18 @@ class HistoryConfig(FrozenModel):
                                                "entry; left out, never.")
 
 
+class LabelRule(FrozenModel):
+    """A label derived from a numeric field: 1 where the field is at least ``at_least``, else 0
+    (``{field: rating, at_least: 4}``: a 1-5 rating of 4 or 5 is a positive)."""
+
+    field: str = Field(min_length=1, description="The numeric field the label is derived from, e.g. a rating.")
+    at_least: float = Field(description="A record whose field is at least this is a positive (label 1), else 0.")
+
+
+# a derived label's field may hold any number a float32 holds
+_F32_MAX = 3.4028234663852886e38
+
+
 class SchemaConfig(FrozenModel):
     """The record layout: a label, dense fields, sparse slots, optional event time and user/item ids.
 
@@ -99,7 +112,10 @@ class SchemaConfig(FrozenModel):
     format: Literal["criteo", "json", "csv", "parquet"] = Field(
         "json", description="Record format: `json` lines, `criteo` TSV lines, `csv` (a header row or `columns`) or "
                             "`parquet` (files only).")
-    label: str = Field("label", description="The field holding the training label.")
+    label: str | LabelRule = Field(
+        "label", description="The field holding the training label, a number in [0, 1]; or a label derived from a "
+                             "numeric field, `{field: rating, at_least: 4}`: 1 where the field is at least "
+                             "`at_least`, else 0.")
     slots: tuple[SlotConfig, ...] = Field((), description="The record's input fields: dense floats and sparse slots.")
     event_time: str | None = Field(None,
                                    description="The field holding the record's event time in seconds since the epoch; "
@@ -148,6 +164,8 @@ class SchemaConfig(FrozenModel):
                 raise ValueError("history needs user_id and item_id")
             if self.history.slot in names:
                 raise ValueError(f"history slot '{self.history.slot}' is made from the stream, not a record field")
+        if self.format == "criteo" and isinstance(self.label, LabelRule):
+            raise ValueError("criteo records hold a 0/1 label: a derived label needs json, csv or parquet")
         if self.format == "criteo" and (
             len(self.dense_names) != CRITEO_DENSE or len(self.sparse_slots) != CRITEO_SPARSE
         ):
@@ -157,6 +175,30 @@ class SchemaConfig(FrozenModel):
     @property
     def dense_names(self) -> list[str]:
         return [s.name for s in self.slots if s.kind is SlotKind.DENSE]
+
+    @property
+    def label_field(self) -> str:
+        """The record field the label is read from."""
+        return self.label if isinstance(self.label, str) else self.label.field
+
+    @property
+    def label_bounds(self) -> tuple[float, float]:
+        """The values the label field may hold: [0, 1], or any float32 number for a derived label."""
+        return (0.0, 1.0) if isinstance(self.label, str) else (-_F32_MAX, _F32_MAX)
+
+    @property
+    def label_problem(self) -> str:
+        """The reject detail of a record whose label field holds no valid value."""
+        if isinstance(self.label, str):
+            return f"field '{self.label}': label must be a number in [0, 1]"
+        rule = self.label
+        return f"field '{rule.field}': must be a number (the label is {rule.field} >= {rule.at_least:g})"
+
+    def derive_labels(self, values: np.ndarray) -> np.ndarray:
+        """The labels of the label field's values (float32): themselves, or 1 where at least the rule's bound."""
+        if isinstance(self.label, str):
+            return values.astype(np.float32)
+        return (values >= self.label.at_least).astype(np.float32)
 
     @property
     def presence_fields(self) -> list[str]:

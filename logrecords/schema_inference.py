@@ -3,7 +3,10 @@
 The first ``sample`` records (10,000 by default) of a JSON-lines, CSV or Parquet file are read
 and every column is classified, each guess with the reason for it:
 
-- the label: ``--label``, else a column named label/click/clicked/y/target; numbers in [0, 1];
+- the label: ``--label``, else a column named label/click/clicked/y/target, else one named
+  rating/stars/score; numbers in [0, 1], or a rating-like scale (``RATING_MAX_DISTINCT`` or fewer
+  distinct numbers from 0 to 10, as 1-5 stars or 0.5-5 in half stars), proposed as a derived label
+  ``{field, at_least}`` whose positives are the top quarter of the scale (4 and 5 of 1-5);
 - an event time (``--event-time``, else found): numbers that all fall in one epoch unit, Unix
   seconds, milliseconds, microseconds or nanoseconds from 1973 to 2100 (smaller numbers are
   rather counts or yyyymmdd dates), in a column named like a time (time/ts/timestamp/date...),
@@ -46,12 +49,14 @@ from typing import Any, Literal, cast
 from core.errors import InvalidInput
 from logrecords.file_formats import format_of, line_blocks
 from logrecords.hashing import SLOT_SHIFT
-from logrecords.schema_config import HashKind, SchemaConfig, SlotConfig, SlotKind
+from logrecords.schema_config import HashKind, LabelRule, SchemaConfig, SlotConfig, SlotKind
 
 DEFAULT_SAMPLE = 10_000
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 FEW_DISTINCT = 32
 LABEL_NAMES = ("label", "click", "clicked", "is_click", "clk", "y", "target")
+RATING_NAMES = ("rating", "ratings", "stars", "score")  # a label when no column has a name of LABEL_NAMES
+RATING_MAX_DISTINCT = 21  # 0..10 in half steps
 UNIX_LO, UNIX_HI = 100_000_000, 4_102_444_800  # 1973-03-03 .. 2100-01-01 in seconds
 EPOCH_UNITS = (("seconds", 1), ("milliseconds", 10**3), ("microseconds", 10**6), ("nanoseconds", 10**9))
 MONOTONE_SHARE = 0.9  # an unnamed time column: this share of successive sample values is non-decreasing
@@ -74,6 +79,7 @@ class FieldGuess:
     name: str
     role: str  # label | event_time | dense | sparse | ignored
     why: str
+    at_least: float | None = None  # a label derived from a rating: 1 where at least this
     hash: HashKind | None = None
     separator: str | None = None
     tower: str | None = None  # two_tower: user | item
@@ -97,7 +103,9 @@ class Inference:
     notes: list[str] = field(default_factory=list)
 
     def schema(self) -> SchemaConfig:
-        label = next(f.name for f in self.fields if f.role == "label")
+        guess = next(f for f in self.fields if f.role == "label")
+        label: str | LabelRule = guess.name if guess.at_least is None else LabelRule(field=guess.name,
+                                                                                    at_least=guess.at_least)
         etime = next((f.name for f in self.fields if f.role == "event_time"), None)
         slots = [SlotConfig(name=f.name, kind=SlotKind.DENSE) for f in self.fields if f.role == "dense"]
         slots += [SlotConfig(name=f.name, kind=SlotKind.SPARSE, hash=f.hash or HashKind.FNV1A, separator=f.separator)
@@ -433,22 +441,15 @@ def infer_schema(path: str | Path, *, fmt: str | None = None, label: str | None 
     if event_time is not None and event_time in (label, user, item):
         raise InvalidInput(f"--event-time {event_time!r} is also the label, user or item column")
     if label is None:
-        label = next((c for c in cols if c.lower() in LABEL_NAMES), None)
+        label = next((c for c in cols if c.lower() in LABEL_NAMES), None) or next(
+            (c for c in cols if c.lower() in RATING_NAMES), None)
         if label is None:
             raise InvalidInput(f"no label column among {sorted(cols)}: pass --label COL")
         label_why = f"named '{label}'"
     else:
         label_why = "--label"
     csv_text = fmt == "csv"
-    lvals = [v for v in cols[label] if v is not None]
-    kinds = [_kind(v, csv_text) for v in lvals]
-    bad = next((v for v, k in zip(lvals, kinds, strict=True) if k not in ("int", "float") or not 0 <= _num(v) <= 1),
-               None)
-    if not lvals or bad is not None:
-        raise InvalidInput(f"label column '{label}' must hold numbers in [0, 1]; the sample has "
-                           f"{_short(repr(bad)) if lvals else 'no value'}")
-    positive = sum(_num(v) > 0.5 for v in lvals) / len(lvals)
-    fields = [FieldGuess(label, "label", f"the label ({label_why}): {positive:.1%} positive in the sample")]
+    fields = [_label_guess(label, cols[label], csv_text, label_why)]
     names = [c for c in cols if c != label]
     times = {c: t for c in names
              if c not in (user, item) and not _ID_NAME.search(c)
@@ -485,6 +486,28 @@ def infer_schema(path: str | Path, *, fmt: str | None = None, label: str | None 
     if user is not None and item is not None:
         inf.fields = propose_towers(inf.fields, cols, user=user, item=item)
     return inf
+
+
+def _label_guess(name: str, values: list[Any], csv_text: bool, why: str) -> FieldGuess:
+    """Numbers in [0, 1] are the label; a rating-like scale becomes a derived label (module doc)."""
+    present = [v for v in values if v is not None]
+    bad = next((v for v in present if _kind(v, csv_text) not in ("int", "float")), None)
+    if not present or bad is not None:
+        raise InvalidInput(f"label column '{name}' must hold numbers in [0, 1] or a rating scale; the sample has "
+                           f"{_short(repr(bad)) if present else 'no value'}")
+    nums = [_num(v) for v in present]
+    if all(0 <= x <= 1 for x in nums):
+        positive = sum(x > 0.5 for x in nums) / len(nums)
+        return FieldGuess(name, "label", f"the label ({why}): {positive:.1%} positive in the sample")
+    scale = sorted(set(nums))
+    if len(scale) > RATING_MAX_DISTINCT or scale[0] < 0 or scale[-1] > 10:
+        raise InvalidInput(f"label column '{name}' must hold numbers in [0, 1] or a rating scale (at most "
+                           f"{RATING_MAX_DISTINCT} values from 0 to 10); the sample has {len(scale)} values from "
+                           f"{scale[0]:g} to {scale[-1]:g}")
+    at_least = next(x for x in scale if x >= scale[-1] - (scale[-1] - scale[0]) / 4)
+    positive = sum(x >= at_least for x in nums) / len(nums)
+    return FieldGuess(name, "label", f"ratings {scale[0]:g} .. {scale[-1]:g} ({why}): the label is 1 where at least "
+                      f"{at_least:g}, {positive:.1%} of the sample; move `at_least` to change it", at_least=at_least)
 
 
 def _event_time_guess(name: str, values: list[Any], t: TimeGuess | None, csv_text: bool, *, forced: bool,

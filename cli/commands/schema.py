@@ -111,7 +111,8 @@ def render_yaml(inference: Inference, *, command: str) -> str:
     out += [f"# note: {n}" for n in inference.notes]
     out += ["schema:", f"  format: {schema.format}"]
     label = next(f for f in f_all if f.role == "label")
-    out.append(f"  label: {_q(label.name)}  # {label.why}")
+    rule = "" if label.at_least is None else f"{{field: {_q(label.name)}, at_least: {label.at_least:g}}}"
+    out.append(f"  label: {rule or _q(label.name)}  # {label.why}")
     if schema.format == "csv":
         out.append(f"  delimiter: {_q(schema.delimiter)}  # sniffed from the header row")
         out.append(f"  columns: [{', '.join(map(_q, schema.columns))}]  # the header: names the columns of "

@@ -86,7 +86,7 @@ def test_json_integers_past_64_bits_and_past_the_float_range(tmp_path: Path) -> 
     n, rejected, _ = parse_all(inf)
     assert (n, rejected) == (GOOD, [])
     bad_label = jsonl(tmp_path / "l.jsonl", [json.dumps({"label": 10**400, "item": "a"})])
-    with pytest.raises(InvalidInput, match=r"label column 'label' must hold numbers in \[0, 1\]; the sample has 1000"):
+    with pytest.raises(InvalidInput, match=r"must hold numbers in \[0, 1\] or a rating scale; the sample has 1000"):
         infer_schema(bad_label)
 
 
