@@ -154,6 +154,14 @@ class AntiAffinity(enum.StrEnum):
 
 
 class AffinityValues(FrozenModel):
+    node_selector: dict[str, str] = Field(default_factory=dict,
+                                          description="Node labels every pod requires (`nodeSelector`), e.g. "
+                                                      "`node-pool: training`.")
+    tolerations: tuple[dict[str, Any], ...] = Field((), description="Kubernetes tolerations every pod carries, as "
+                                                                    "written in a pod spec (`key`, `operator`, "
+                                                                    "`value`, `effect`).")
+    priority_class: str | None = Field(None, description="An existing PriorityClass of every pod "
+                                                         "(`priorityClassName`).")
     anti_affinity: AntiAffinity = Field(AntiAffinity.PREFERRED,
                                         description="Spread each role's pods over `topology_key`: `preferred` (the "
                                                     "scheduler tries), `required` (a pod stays pending rather than "
@@ -196,7 +204,9 @@ class DeployValues(FrozenModel):
     secrets: SecretsValues = Field(SecretsValues(), description="The admin token and the PS secret.")
     resources: ResourcesValues = Field(ResourcesValues(), description="Requests and limits per role.")
     disruption: DisruptionValues = Field(DisruptionValues(), description="PodDisruptionBudgets.")
-    affinity: AffinityValues = Field(AffinityValues(), description="Pod anti-affinity of each role.")
+    affinity: AffinityValues = Field(AffinityValues(), description="Where the pods run: node selector, "
+                                                                   "tolerations, priority and each role's "
+                                                                   "anti-affinity.")
     monitoring: MonitoringValues = Field(MonitoringValues(),
                                          description="The monitoring overlay: ServiceMonitor and PrometheusRule "
                                                      "(Prometheus Operator CRDs).")

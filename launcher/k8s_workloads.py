@@ -120,6 +120,13 @@ def _pod(values: DeployValues, component: str, container: dict[str, Any], resour
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
                             "seccompProfile": {"type": "RuntimeDefault"}},
     }
+    placement = values.affinity
+    if placement.node_selector:
+        spec["nodeSelector"] = dict(placement.node_selector)
+    if placement.tolerations:
+        spec["tolerations"] = [dict(t) for t in placement.tolerations]
+    if placement.priority_class is not None:
+        spec["priorityClassName"] = placement.priority_class
     affinity = _affinity(values, component)
     if affinity is not None:
         spec["affinity"] = affinity

@@ -123,7 +123,10 @@ def _variants() -> dict[str, DeployValues]:
         "bigger": _values(shards=8, trainers=4, api_replicas=3),
         "object-store": _values(storage={"kind": "object_store", "object_store_root": "s3://b/sr"},
                                 secrets={"generate": True}),
-        "required-spread": _values(affinity={"anti_affinity": "required"}),
+        "required-spread": _values(affinity={"anti_affinity": "required", "node_selector": {"pool": "train"},
+                                             "priority_class": "high",
+                                             "tolerations": [{"key": "dedicated", "operator": "Equal",
+                                                              "value": "ml", "effect": "NoSchedule"}]}),
         "no-spread-no-pdb": _values(affinity={"anti_affinity": "off"}, disruption={"enabled": False}, image={
             "registry": "r.example/x", "digest": "sha256:" + "a" * 64, "pull_secrets": ["regcred"]}),
         "hostname-index": _values(shard_index="hostname"),
@@ -141,6 +144,18 @@ def test_every_variant_validates_against_the_schemas_of_its_minimum_kubernetes(n
         if not doc["apiVersion"].startswith(CRD_GROUP):
             kubernetes_validate.validate(doc, version, strict=True)
             kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_placement_reaches_every_pod() -> None:
+    values = _variants()["required-spread"]
+    for workload in (d for d in _objects(render(values, values_file=VALUES_FILE))
+                     if d["kind"] in ("Deployment", "StatefulSet")):
+        pod = workload["spec"]["template"]["spec"]
+        component = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert pod["nodeSelector"] == {"pool": "train"} and pod["priorityClassName"] == "high"
+        assert pod["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+        (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
 
 
 def test_minimum_version_is_stated_by_the_shard_index_source() -> None:
