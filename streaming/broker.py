@@ -14,6 +14,7 @@ import importlib.resources
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -46,6 +47,11 @@ def broker_answers(bootstrap: str, *, timeout_s: float = 2.0) -> bool:
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
+    host, _, port = bootstrap.rpartition(":")
+    try:  # a port not listening yet: the Kafka client would log each refused connection as an error
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return False
     try:
         ms = int(timeout_s * 1000)
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,8 @@ if TYPE_CHECKING:
     from logrecords.generator import PlantedModel
     from streaming.kafka_config import KafkaConfig
     from streaming.producer import StreamOnTopic
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -131,6 +134,8 @@ def _stream(args: argparse.Namespace, model: PlantedModel, config: KafkaConfig, 
     from streaming.topics import ensure_topics
 
     ensure_topics(config, options)
+    log.info("producing %s records to topic %s at %s records/s from event %d of seed %d", args.rows or "unbounded",
+             config.topic, args.rate or "full speed", args.skip + first, args.seed)
     encode = criteo_lines if args.format == "criteo" else json_lines
     chunk = _chunk(args)
     labels: list[np.ndarray] = []
