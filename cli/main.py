@@ -57,8 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # command stops on Ctrl-C / kill -INT however it was started.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # `kill -USR1 <pid>`: every thread's stack to stderr (a role's log), so a process that
-        # hangs can be read before it is killed (the launcher and `up` do so at their stop).
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        # hangs can be read before it is killed (the launcher and `up` do so at their stop); fd 2, since a
+        # caller may have replaced sys.stderr with a stream that has no file descriptor.
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         if (role := log_role(args)) is not None:
             from core.logs import configure, load_logging_section

@@ -83,6 +83,7 @@ class FieldGuess:
     hash: HashKind | None = None
     separator: str | None = None
     tower: str | None = None  # two_tower: user | item
+    many: bool = False  # a list slot: several ids per record
 
 
 InferredFormat = Literal["json", "csv", "parquet"]  # the formats a schema is inferred from
@@ -321,7 +322,7 @@ def _guess(name: str, values: list[Any], *, csv_text: bool, forced_sparse: bool)
             ints = ek.keys() == {"int"} and _is_id_int(elems)
             return FieldGuess(name, "sparse", f"lists of {'integer ids' if ints else 'strings'} -> a list slot "
                               f"({len(elems)} ids in {len(present)} records)",
-                              hash=HashKind.INT if ints else HashKind.FNV1A)
+                              hash=HashKind.INT if ints else HashKind.FNV1A, many=True)
         return FieldGuess(name, "ignored", f"lists of {', '.join(sorted(ek))}: only strings or integers are ids")
     if "other" in kinds or "list" in kinds:
         return FieldGuess(name, "ignored", "nested or mixed values: not a flat field")
@@ -336,7 +337,7 @@ def _guess(name: str, values: list[Any], *, csv_text: bool, forced_sparse: bool)
                 if sum(sep in v for v in present) >= max(1, len(present) // 5):
                     return FieldGuess(name, "sparse", f"text holding {sep!r}-separated values in "
                                       f"{sum(sep in v for v in present)} of {len(present)} records -> a list slot",
-                                      hash=HashKind.FNV1A, separator=sep)
+                                      hash=HashKind.FNV1A, separator=sep, many=True)
         what = "strings" if kinds.keys() == {"str"} else "integers" if "str" not in kinds else "strings and integers"
         what += ", some past 64 bits" if "bigint" in kinds else ""
         return FieldGuess(name, "sparse", f"{what}, {distinct} distinct in the sample -> sparse, fnv1a hash",
@@ -555,4 +556,5 @@ def propose_towers(fields: list[FieldGuess], cols: dict[str, list[Any]], *, user
 
 
 def _with(f: FieldGuess, tower: str, why: str) -> FieldGuess:
-    return FieldGuess(f.name, f.role, f"{f.why}; {tower} tower: {why}", hash=f.hash, separator=f.separator, tower=tower)
+    return FieldGuess(f.name, f.role, f"{f.why}; {tower} tower: {why}", hash=f.hash, separator=f.separator, tower=tower,
+                      many=f.many)

@@ -95,6 +95,28 @@ def test_the_ratings_example_is_the_benchmarks_config_on_movielens100k():
     assert {k: v for k, v in config["up"].items() if k != "commit_on_exit"} == example["up"]
 
 
+@pytest.mark.parametrize("dataset", ["movielens100k", "movielens"])
+def test_schema_infer_proposes_the_hand_edited_config_on_the_real_logs(tmp_path: Path, dataset: str) -> None:
+    """`--config-from infer`'s config, unedited: on both real logs as the benchmark replays them, the very slots,
+    hash kinds, towers, poolings, optimizers, event time and history of the hand-edited one, up to their order."""
+    from bench.retrieval import inferred_config
+    from bench.retrieval_data import load_dataset
+
+    log = load_dataset(dataset, movielens_events=3_000)
+    hand = streamrec_config(log)
+    inferred, _ = inferred_config(log.write_jsonl(tmp_path / "train.jsonl"), hand)
+
+    def by_name(slots: list[dict]) -> dict[str, dict]:
+        return {s["name"]: s for s in slots}
+
+    got, want = inferred["schema"], hand["schema"]
+    assert by_name(got.pop("slots")) == by_name(want.pop("slots"))
+    assert got == want
+    model, hand_model = inferred["train"]["model"], dict(hand["train"]["model"])
+    assert by_name(model.pop("slots")) == by_name(hand_model.pop("slots"))
+    assert model == {k: v for k, v in hand_model.items() if k != "seed"}  # seed: the model's default, 0
+
+
 def test_data_sets_load_by_name_and_an_unknown_name_is_refused() -> None:
     from bench.retrieval_data import load_dataset
 

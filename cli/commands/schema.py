@@ -70,14 +70,15 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
-# The user history needs the streaming trainers (`streamrec up`, which join it from the PS); train-files does not
-# join it, so the proposal leaves it to uncomment.
-HISTORY_HINT = [
-    "      # `streamrec up` (not train-files) can also join each user's last liked items, point-in-time: add",
-    "      # `history: {slot: history, length: 20}` under schema and uncomment the slot below (bench/RESULTS.md:",
-    "      # it lifts the users new in a holdout; on MovieLens 100K its seen users scored lower with it)",
-    "      # - {name: history, tower: user, pooling: attention}",
-]
+# A two_tower proposal with an event time pools each user's recent liked items, as examples/two_tower_ratings.yaml
+# does: bench/retrieval.py measured it there (bench/RESULTS.md).
+HISTORY_LENGTH = 20
+
+
+def _history_slot(inference: Inference) -> str:
+    """The history's slot name: ``history``, unless the records have a field of that name."""
+    names = {f.name for f in inference.fields}
+    return next(n for n in ("history", "user_history", "liked_history") if n not in names)
 
 LABEL0_HINT = [
     "    # retrieval: {label0_weight: 0.5}  # when a label-0 record is still the user's choice (rated low, not",
@@ -123,6 +124,10 @@ def render_yaml(inference: Inference, *, command: str) -> str:
     if two_tower:
         out.append(f"  user_id: {_q(inference.user)}  # --user")
         out.append(f"  item_id: {_q(inference.item)}  # --item")
+    if two_tower and etime is not None:
+        out.append(f"  history: {{slot: {_history_slot(inference)}, length: {HISTORY_LENGTH}}}  # each user's last "
+                   f"{HISTORY_LENGTH} liked items, kept in the PS, joined point-in-time by `streamrec up` "
+                   "(train-files leaves the slot empty)")
     out.append("  slots:")
     for f in dense:
         out.append(f"    - {{name: {_q(f.name)}, kind: dense}}  # {f.why}")
@@ -139,12 +144,14 @@ def render_yaml(inference: Inference, *, command: str) -> str:
                 "    # sizes: two_tower's defaults (linear towers, 32-dim embeddings, 64-dim vectors)", "    slots:"]
         for f in sparse:
             extra = _user_id_optimizer() if f.name == inference.user else ""
+            extra += ", pooling: mean" if f.many else ""
             out.append(f"      - {{name: {_q(f.name)}, tower: {f.tower}{extra}}}  # {f.why.rsplit('; ', 1)[-1]}")
+        if etime is not None:
+            out.append(f"      - {{name: {_history_slot(inference)}, tower: user, pooling: attention}}  # the user "
+                       "history: a learned query pools it")
         if any(f.name == inference.user for f in sparse):
             out += ["      # (the user id's rows on RMSprop-like steps in a table of their own: a user whose taste",
                     "      # drifts keeps moving, as in examples/two_tower_ratings.yaml)"]
-        if etime is not None:
-            out += HISTORY_HINT
         out += LABEL0_HINT
     else:
         out += ["    type: wide_deep  # no --user/--item: a click model over every field",
@@ -164,6 +171,6 @@ def check_yaml(text: str, *, source: str) -> None:
 
     config = validate_config(yaml.safe_load(text), StreamrecConfig, source)
     schema, model = config.schema_, config.train.model
-    sparse = {s.name for s in schema.sparse_slots}
+    sparse = {s.name for s in schema.sparse_slots} | ({schema.history.slot} if schema.history else set())
     if model.n_dense != len(schema.dense_names) or any(s.name not in sparse for s in model.slots):
         raise ConfigError(f"{source}: the proposed model does not fit the proposed schema (a bug)")

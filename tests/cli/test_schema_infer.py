@@ -75,24 +75,22 @@ def test_infer_proposes_slots_hash_kinds_and_towers(tmp_path: Path, capsys: pyte
     assert model.type.value == "two_tower" and model.n_dense == 1
     towers = {s.name: s.tower.value for s in model.slots}
     assert towers == {"user": "user", "movie_id": "item", "studio": "item", "genres": "item", "device": "user",
-                      "hour": "user"}
+                      "hour": "user", "history": "user"}
+    # a list slot is mean-pooled, as examples/two_tower_ratings.yaml pools its genres
+    assert [s.pooling.value for s in model.slots if s.name == "genres"] == ["mean"]
     # a comment per guess
     assert "# integer ids -> sparse, int hash" in text and "constant for each item id" in text
     assert "Unix-seconds range" in text and "varies within an item id" in text
-    # bench/retrieval.py's streamrec config: the user id on RMSprop-like steps, the history left to uncomment for `up`
+    # examples/two_tower_ratings.yaml: the user id on RMSprop-like steps, the last 20 liked items attention-pooled
     user = next(s for s in model.slots if s.name == "user")
     assert user.optimizer is not None and user.optimizer.kind == "adam" and user.optimizer.beta1 == 0.0
-    assert "      # - {name: history, tower: user, pooling: attention}" in text
-    with_history = text.replace("      # - {name: history", "      - {name: history").replace(
-        "  slots:\n", "  history: {slot: history, length: 20}\n  slots:\n", 1)
-    path.write_text(with_history)
+    assert schema.history is not None and (schema.history.slot, schema.history.length) == ("history", 20)
+    assert [s.pooling.value for s in model.slots if s.name == "history"] == ["attention"]
     config = load_config(path)
-    assert config.schema_.history is not None and config.schema_.history.length == 20
-    assert [s.pooling.value for s in config.train.model.slots if s.name == "history"] == ["attention"]
     # the softmax's label-0 records: a commented line that loads once uncommented
     assert config.train.model.retrieval.label0_weight == 0.0
     hint = "    # retrieval: {label0_weight: 0.5}"
-    path.write_text(with_history.replace(hint, hint.replace("# ", "", 1)))
+    path.write_text(text.replace(hint, hint.replace("# ", "", 1)))
     assert load_config(path).train.model.retrieval.label0_weight == 0.5
 
 
@@ -162,3 +160,13 @@ def test_train_files_needs_a_schema_for_other_formats(tmp_path: Path) -> None:
     args = build_parser().parse_args(["train-files", "--train", str(data), "--test", str(data)])
     with pytest.raises(ConfigError, match=r"csv files need their schema: --config FILE"):
         run_files(args)
+
+
+def test_a_field_named_history_leaves_the_user_history_another_name(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    recs = [{**r, "history": r["device"]} for r in ratings(300)]
+    path = tmp_path / "p.yaml"
+    path.write_text(infer_cli(capsys, str(write(tmp_path / "r.jsonl", recs)), "--user", "user", "--item", "movie_id"))
+    config = load_config(path)
+    assert config.schema_.history is not None and config.schema_.history.slot == "user_history"
+    assert {"history", "user_history"} <= {s.name for s in config.train.model.slots}
