@@ -32,13 +32,11 @@ from models.model_config import ModelConfig
 from models.schema_fit import check_fit, fill_dense_width
 from ps.ps_config import ClientConfig, ShardLimits
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
-from service.settings import ServiceSettings
+from service.settings import DEFAULT_PORT, ServiceSettings
 from stores.store import local_path_of
 from streaming.kafka_config import KafkaConfig
 from tables.table_config import TableConfig, TablePolicy
-from trainer.job_config import JobConfig, PassConfig
-
-DEFAULT_API_PORT = 8000
+from trainer.job_config import JobConfig
 
 
 def default_model() -> ModelConfig:
@@ -52,16 +50,12 @@ def default_model() -> ModelConfig:
 
 
 # The job's own kafka, records and logging sections come from the root's kafka, schema and
-# logging (shared with the other roles), so the train section is JobConfig without them. Its defaults suit `up`: a
-# default model, and a pass (checkpoint + export) every 2 s, so served rows trail events by
-# ~2-4 s (bench/freshness.py).
+# logging (shared with the other roles), so the train section is JobConfig without them; its one
+# default of its own is the model, which a job file must name.
 _SHARED = ("kafka", "records", "logging")
 _UP_DEFAULTS = {
     "model": (ModelConfig, Field(default_factory=lambda: default_model(),
                                  description="What is trained; default: two towers over the generator's slots.")),
-    "passes": (PassConfig, Field(PassConfig(records=None, seconds=2.0),
-                                 description="When a pass ends and what it keeps; default: a pass every 2 s.")),
-    "metric_window": (int, Field(20_000, ge=1, description="Records per progressive-validation (AUC) window.")),
 }
 TrainSection = create_model(
     "TrainSection", __base__=FrozenModel, __doc__="trainer.job_config.JobConfig less kafka and records.",
@@ -102,14 +96,10 @@ class PSSection(FrozenModel):
 
 
 class ServiceSection(ServiceSettings):
-    """The service's settings; ``exports_dir`` defaults to ``train.export_dir`` and ``up``
-    sets host and port (so they are optional here)."""
+    """The service's settings; ``exports_dir`` defaults to ``train.export_dir`` (so it is optional
+    here) and ``up`` sets host and port from ``up.host`` and ``up.port``."""
 
     exports_dir: str = Field("", description="Where the service looks for bundles; empty: `train.export_dir`.")
-    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536,
-                      description="Port the API listens on when started from the rendered files (`up` uses `up.port`).")
-    # look for new bundles often: they arrive every pass
-    poll_seconds: float = Field(0.5, gt=0.0, description="Seconds between looks for a new bundle.")
 
 
 class GeneratorSection(FrozenModel):
@@ -141,7 +131,7 @@ class UpSection(FrozenModel):
                                                     "given.")
     replay: ReplaySection = Field(ReplaySection(), description="How `up --replay FILE` feeds the topic.")
     host: str = Field("127.0.0.1", description="Address the API binds; every other role binds loopback on a free port.")
-    port: int = Field(DEFAULT_API_PORT, ge=0, lt=65536, description="Port the API listens on.")
+    port: int = Field(DEFAULT_PORT, ge=0, lt=65536, description="Port the API listens on.")
     run_dir: str = Field("runs/local",
                          description="Directory of the logs, checkpoints and exports (relative roots resolve here).")
     commit_on_exit: bool = Field(True, description="Ctrl-C commits a final pass before stopping.")

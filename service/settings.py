@@ -90,13 +90,20 @@ class LimitSettings(FrozenModel):
                                         "answered 503 at once.")
 
 
+DEFAULT_PORT = 8000
+
+
 class ServiceSettings(FrozenModel):
     host: str = Field("127.0.0.1",
                       description="Address the API binds; anything but loopback needs a non-default admin token.")
-    port: int = Field(8080, ge=0, lt=65536, description="Port the API listens on.")
+    port: int = Field(DEFAULT_PORT, ge=0, lt=65536,
+                      description="Port the API listens on (`streamrec serve`, compose and k8s; `up` takes `up.port`).")
     exports_dir: str = Field(description="Where the service looks for inference bundles: a path, a `file://` or an "
                                          "`s3://` URL.")
-    poll_seconds: float = Field(2.0, gt=0.0, description="Seconds between looks for a new bundle.")
+    # a pass exports a bundle every few seconds by default (train.passes): look often
+    poll_seconds: float = Field(0.5, gt=0.0,
+                                description="Seconds between looks for a new bundle (with an `s3://` root, each look "
+                                            "lists the bucket's prefix).")
     admin_token_env: str = Field("STREAMREC_ADMIN_TOKEN",
                                  description="The environment variable holding the admin API's bearer token (never "
                                              "the YAML).")

@@ -31,15 +31,22 @@ class DenseUpdate(StrEnum):
     PS = "ps"  # the PS shards, on the gradients every worker pushes each step
 
 
+# a pass is a checkpoint and an export: every 2 s, served rows trail events by ~2-4 s (bench/freshness.py)
+DEFAULT_PASS_SECONDS = 2.0
+
+
 class PassConfig(FrozenModel):
     """A pass ends every ``records`` records (over all workers) or ``seconds`` seconds, whichever first."""
 
-    records: int | None = Field(100_000, ge=1,
+    records: int | None = Field(None, ge=1,
                                 description="A pass ends after this many records over all workers, or after "
                                             "`seconds`, whichever comes first; null: by time only.")
-    seconds: float | None = Field(None, gt=0.0,
-                                  description="A pass ends after this many seconds, or after `records`, whichever "
-                                              "comes first; null: by records only.")
+    seconds: float | None = Field(DEFAULT_PASS_SECONDS, gt=0.0,
+                                  description="A pass (a checkpoint and a bundle) ends after this many seconds, or "
+                                              "after `records`, whichever comes first; null: by records only, as when "
+                                              "`records` is set and this left out. Every few seconds, served rows "
+                                              "trail events by seconds; large tables may want longer passes, traded "
+                                              "against freshness.")
     base_every: int = Field(5, ge=1,
                             description="Every this many passes a sparse base (else deltas) and a shrink, and every "
                                         "this many exports a full bundle.")
@@ -48,6 +55,13 @@ class PassConfig(FrozenModel):
     keep_bundles: int = Field(10, ge=1, description=(
         "Inference bundles kept under export_dir: the newest N, plus the older ones their delta chains and "
         "the running services still need (exports.retention); older ones are deleted after each export."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _by_records_alone_when_told(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("records") is not None and "seconds" not in data:
+            return {**data, "seconds": None}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> PassConfig:
@@ -76,7 +90,7 @@ class JobConfig(FrozenModel):
     export_dir: str = Field("exports",
                             description="Root of the exported inference bundles: a path, a `file://` or an `s3://` "
                                         "URL.")
-    metric_window: int = Field(100_000, ge=1, description="Records per progressive-validation (AUC) window.")
+    metric_window: int = Field(20_000, ge=1, description="Records per progressive-validation (AUC) window.")
     control_endpoint: str = Field("tcp://127.0.0.1:0",
                                   description="The chief's job-control socket (tcp://host:port; port 0: a free one).")
     prefetch_pull: bool = Field(True, description="async mode: pull the next batch's rows while this one computes.")

@@ -1,4 +1,4 @@
-"""``streamrec config``: check the one YAML, or render each role's files from it."""
+"""``streamrec config``: check the one YAML, render each role's files from it, or explain a key."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     docs = sub.add_parser("docs", help="print docs/configuration.md, generated from the config models")
     docs.add_argument("--write", metavar="PATH", help="write it to PATH instead (e.g. docs/configuration.md)")
     docs.set_defaults(func=run_docs)
+    explain = sub.add_parser("explain", help="what a key means: its description, type, default, the model defining "
+                             "it and the roles reading it (e.g. train.passes.seconds, ps.tables.*.eviction.ttl)")
+    explain.add_argument("key", help="a dotted key; `*` or a name for a mapping's entry")
+    explain.set_defaults(func=run_explain)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -45,6 +49,13 @@ def run_docs(args: argparse.Namespace) -> int:
     from launcher.config_docs import render
 
     return print_or_write(render(), args.write, "configuration reference")
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from launcher.config_explain import explain
+
+    print(explain(args.key), end="")
+    return 0
 
 
 def print_or_write(text: str, path: str | None, what: str) -> int:
