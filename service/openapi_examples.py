@@ -4,8 +4,9 @@ can be read backwards (``hex`` and ``int`` slots), the raw field values behind t
 "Try it out" in /docs answers 200 with real rows, items and scores on whatever data the job
 trains. The routes keep fixed examples of the same shape for when no bundle is served yet.
 
-An ``fnv1a`` slot's values cannot be recovered from its ids: the raw examples leave such fields
-out (an absent field holds no id, as in a record).
+An ``fnv1a`` slot's values cannot be recovered from its ids: a raw record leaves such a field out
+when the schema marks it optional, and there is no raw record when it is required (the API refuses
+a request that lacks a required field the model reads).
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ class BundleExamples:
         model, records = side.model, side.records
         self.slot_ids = records.slot_ids if records is not None else {}
         self.hash_kinds = {s.name: s.hash for s in records.schema.sparse_slots} if records is not None else {}
-        self.dense_fields = records.schema.dense_names if records is not None and model and model.n_dense else []
+        self.optional = records.schema.optional_fields if records is not None else set()
+        # a required dense field goes into a raw record at 0 (its value in a record that lacks it)
+        dense = records.schema.dense_names if records is not None and model and model.n_dense else []
+        self.dense_fields = [name for name in dense if name not in self.optional]
         # the slots a request names: with a schema, its fields (the history slot is the service's own)
         specs = [s for s in model.slots if records is None or s.name in self.slot_ids] if model is not None else []
         self.slots = [s.name for s in specs]
@@ -68,11 +72,12 @@ class BundleExamples:
     def _ids_of(self, slot: str) -> list[int]:
         _, shards = self.side.table_of(slot)
         top = self.slot_ids.get(slot)
+        found: list[int] = []
         for shard in shards:
-            ids = shard.stored_keys(_IDS_PER_SLOT, top_byte=top)
-            if ids.shape[0]:
-                return [int(i) for i in ids]
-        return []
+            found += [int(i) for i in shard.stored_keys(_IDS_PER_SLOT - len(found), top_byte=top)]
+            if len(found) == _IDS_PER_SLOT:
+                break
+        return found
 
     def raw_value(self, slot: str, feature_id: int) -> str | int | None:
         """The field value that hashes to ``feature_id``, where the slot's hash can be read backwards."""
@@ -86,15 +91,17 @@ class BundleExamples:
         return None
 
     def _raw_record(self, slots: list[str]) -> dict[str, Any] | None:
-        """A record of raw values for ``slots`` (dense fields at 0), or None when one of them has
-        no value to show: a request lacking a field the model reads would be refused."""
+        """A record of raw values for ``slots`` (required dense fields at 0; an optional field with
+        no value to show left out), or None when a required one has none: a request lacking a
+        field the model reads and the schema requires is refused."""
         record: dict[str, Any] = dict.fromkeys(self.dense_fields, 0.0)
         for slot in slots:
             value = self.raw_value(slot, self.ids[slot][0]) if slot in self.ids else None
-            if value is None:
+            if value is not None:
+                record[slot] = value
+            elif slot not in self.optional:
                 return None
-            record[slot] = value
-        return record
+        return record if set(record) - set(self.dense_fields) else None
 
     def _item_value(self) -> str | int | None:
         item_slot = self.side.records.schema.item_id if self.side.records is not None else None

@@ -16,8 +16,10 @@ from fastapi.testclient import TestClient
 
 from launcher.system_config import default_model
 from logrecords.generator import PlantedModel
+from logrecords.hashing import hash_strings
 from logrecords.json_lines import JsonLinesParser
 from logrecords.sample_encoding import generated_json_schema, json_lines
+from logrecords.schema_config import HashKind, SchemaConfig, SlotConfig, SlotKind
 from service.app import create_app
 
 from .service_support import BundleBuilder, make_settings, started
@@ -102,3 +104,39 @@ def test_docs_pages_load_only_local_assets_that_answer(client: TestClient) -> No
             got = client.get(url)
             assert got.status_code == 200 and got.content, (page, url, got.status_code)
         assert "cdn" not in r.text.lower() and "https://" not in r.text
+
+
+def test_a_required_field_whose_values_cannot_be_known_leaves_no_raw_record(tmp_path: Path) -> None:
+    """A raw user without its required `age` would be refused, and fnv1a ids do not give the value back:
+    the user and record examples are hashed only, the lookup's raw values come from the int slot."""
+    schema = SchemaConfig(
+        format="json", user_id="user_id", item_id="movie_id",
+        slots=(SlotConfig(name="user_id", kind=SlotKind.SPARSE, hash=HashKind.INT),
+               SlotConfig(name="age", kind=SlotKind.SPARSE),  # fnv1a and required
+               SlotConfig(name="movie_id", kind=SlotKind.SPARSE, hash=HashKind.INT)))
+    model = {"type": "two_tower", "mlp": [8], "tower_dim": 8, "seed": 1,
+             "slots": [{"name": "user_id", "dim": 8}, {"name": "age", "dim": 8},
+                       {"name": "movie_id", "dim": 8, "tower": "item"}]}
+    slot_ids = schema.slot_ids()
+
+    def ids(slot: str, values: list[str], kind: HashKind) -> np.ndarray:
+        return hash_strings(values, slot_id=slot_ids[slot], kind=kind)[0]
+
+    b = BundleBuilder(tmp_path / "exports", model, schema=schema.model_dump(mode="json"))
+    b.push("user_id", ids("user_id", ["7", "8"], HashKind.INT))
+    b.push("age", ids("age", ["18-24"], HashKind.FNV1A))
+    movies = ids("movie_id", [str(m) for m in range(1, 30)], HashKind.INT)
+    b.push("movie_id", movies)
+    b.export("base", items=(movies, np.random.default_rng(4).standard_normal((29, 8)).astype(np.float32)))
+    with started(make_settings(b.root)) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+        forms = {path: _examples(paths[path]["post"]["requestBody"]["content"]["application/json"])
+                 for path in ("/v1/recommend", "/v1/predict", "/v1/embeddings:lookup")}
+        assert {path: set(f) for path, f in forms.items()} == {
+            "/v1/recommend": {"hashed"}, "/v1/predict": {"hashed"}, "/v1/embeddings:lookup": {"hashed", "raw"}}
+        assert forms["/v1/embeddings:lookup"]["raw"]["slot"] == "user_id"
+        assert sorted(forms["/v1/embeddings:lookup"]["raw"]["values"]) == [7, 8]  # every shard's ids
+        for path, examples in forms.items():
+            for value in examples.values():
+                r = client.post(path, json=value)
+                assert r.status_code == 200 and _non_empty(r.json()), (path, r.text)
