@@ -25,9 +25,9 @@ import numpy as np
 
 from core.errors import InvalidInput
 from logrecords.batch import Batch
-from logrecords.hashing import slot_of
+from logrecords.hashing import LOW_MASK, slot_of
 from logrecords.json_lines import JsonLinesParser
-from logrecords.schema_config import SchemaConfig
+from logrecords.schema_config import HashKind, SchemaConfig
 
 _NO_LIMIT = 1 << 62  # message size: the service's own body limit applies before this
 # a field's value is a scalar or a list of them; far deeper nesting is refused before the JSON
@@ -149,6 +149,19 @@ class RecordHasher:
             return None
         flat, _ = batch.slots[slot]
         return flat.astype(np.uint64) if flat.shape[0] == len(values) else None
+
+    def raw_values(self, slot: str, ids: np.ndarray) -> list[str | int | None]:
+        """The field value behind each id of ``slot`` where its hash reads backwards (``int``: the
+        number, ``hex``: its lowercase text); None for an ``fnv1a`` slot, or an id of another slot."""
+        want = self.slot_ids.get(slot)
+        kind = next((s.hash for s in self.schema.sparse_slots if s.name == slot), None)
+        if want is None or kind not in (HashKind.INT, HashKind.HEX):
+            return [None] * int(ids.shape[0])
+        low = (ids & np.uint64(LOW_MASK)).tolist()
+        ours = (slot_of(ids) == want).tolist()
+        if kind is HashKind.INT:
+            return [v if ok else None for v, ok in zip(low, ours, strict=True)]
+        return [format(v, "x") if ok else None for v, ok in zip(low, ours, strict=True)]
 
     def check_ids(self, slot: str, ids: np.ndarray, where: str) -> None:
         """Hashed ids of a schema slot must carry its slot id in their top byte."""

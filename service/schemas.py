@@ -50,6 +50,9 @@ Record = Annotated[Annotated[Instance, Tag("ids")] | Annotated[RawRecord, Tag("v
 
 class ScoredItem(BaseModel):
     id: U64
+    value: str | int | None = Field(None, description="the item field's own value behind `id`, when the request "
+                                                      "used raw values and the field's hash reads backwards "
+                                                      "(`int`, `hex`)")
     score: float
 
 
@@ -88,5 +91,10 @@ def json_response(obj: Any, status_code: int = 200) -> Response:
                     media_type="application/json")
 
 
-def scored(ids: Any, scores: Any) -> list[dict[str, Any]]:
-    return [{"id": i, "score": s} for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+def scored(ids: Any, scores: Any, values: list[Any] | None = None) -> list[dict[str, Any]]:
+    """``{"id", "score"}`` per item, and its field ``value`` where ``values`` knows it."""
+    out = [{"id": i, "score": s} for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+    for item, value in zip(out, values or (), strict=False):
+        if value is not None:
+            item["value"] = value
+    return out

@@ -54,6 +54,9 @@ class LookupResponse(BaseModel):
     ids: list[U64] = Field(description="the ids found, in request order")
     rows: list[list[float]] = Field(description="one row per found id")
     missing: list[U64] = Field(description="ids with no row in the served bundle")
+    values: list[str | int] | None = Field(None, description="with `values` asked: the value of each found id")
+    missing_values: list[str | int] | None = Field(None, description="with `values` asked: the value of each "
+                                                                     "missing id")
 
 
 class RowResponse(BaseModel):
@@ -87,8 +90,12 @@ async def lookup(body: Annotated[LookupRequest, Body(openapi_examples=LOOKUP_EXA
         version = side.version
     if (live := request.app.state.read_through) is not None:
         found, rows = live.merge(table, ids, found, rows)
+    tail: dict[str, Any] = {"missing": ids[~found].tolist()}
+    if body.values is not None:  # raw values asked: each id answered beside its value
+        tail["values"] = [v for v, f in zip(body.values, found.tolist(), strict=True) if f]
+        tail["missing_values"] = [v for v, f in zip(body.values, found.tolist(), strict=True) if not f]
     return _rows_response({"version": version, "slot": body.slot, "table": table, "wide": shards[0].config.wide,
-                           "ids": ids[found].tolist()}, "rows", rows_json(rows), {"missing": ids[~found].tolist()})
+                           "ids": ids[found].tolist()}, "rows", rows_json(rows), tail)
 
 
 def _ids_of(side: Side, body: LookupRequest) -> np.ndarray:

@@ -68,6 +68,14 @@ def item_ids_of(side: Side, values: Sequence[str | int], where: str) -> np.ndarr
     return hasher.values(hasher.schema.item_id, list(values), where)
 
 
+def item_values(side: Side, ids: np.ndarray) -> list[str | int | None] | None:
+    """The item field's value behind each item id, where the schema's hash reads backwards."""
+    hasher = side.records
+    if hasher is None or hasher.schema.item_id is None:
+        return None
+    return hasher.raw_values(hasher.schema.item_id, np.asarray(ids, np.uint64))
+
+
 def _item_id(side: Side, item: str, raw: bool) -> int:
     if raw:
         return int(item_ids_of(side, [item], "item_id")[0])
@@ -96,7 +104,8 @@ async def similar(item_id: Annotated[str, Path(max_length=200, description="uint
         similar = partial(items.similar, prior_columns=prior)
         ids, scores = await run_search(items, similar, _item_id(side, item_id, raw), k)
         version = side.version
-    return json_response({"version": version, "items": scored(ids, scores)})
+        values = item_values(side, ids) if raw else None
+    return json_response({"version": version, "items": scored(ids, scores, values)})
 
 
 @router.post("/v1/search", response_model=ItemsResponse, summary="Top-k items for a query vector")

@@ -19,9 +19,9 @@ from models.model_config import Tower
 from service.cold_start import ColdStartDep
 from service.deps import LimitsDep, StoreDep
 from service.offload import OffloadDep, OffloadedBodyRoute, is_small
-from service.routes.items import check_k, item_ids_of, items_of, run_search
+from service.routes.items import check_k, item_ids_of, item_values, items_of, run_search
 from service.routes.predict import batch_of, fields_needed, finite_or_fail, predictor_of
-from service.schemas import ERROR_RESPONSES, U64, ItemsResponse, Record, Strict, json_response, scored
+from service.schemas import ERROR_RESPONSES, U64, Instance, ItemsResponse, Record, Strict, json_response, scored
 from service.user_history import HistoryDep
 
 router = APIRouter(tags=["recommend"], responses=ERROR_RESPONSES, route_class=OffloadedBodyRoute)
@@ -74,12 +74,15 @@ async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECO
         user_batch, user, exclude, defaults = user_of() if is_small(request) else await offload.run(user_of)
         version = side.version
         popular = cold.answer(side, user_batch, body.k, exclude)
+        raw = not isinstance(body.user, Instance)  # raw values asked: items answered with theirs too
         if popular is not None:  # a user the model knows nothing of (service.cold_start)
-            return json_response({"version": version, "items": scored(*popular), "defaults": defaults})
+            values = item_values(side, popular[0]) if raw else None
+            return json_response({"version": version, "items": scored(*popular, values), "defaults": defaults})
         ids, scores = await run_search(items, items.search, user, body.k + exclude.shape[0])
-    ids, scores = ids[0], scores[0]
-    if exclude.shape[0]:
-        keep = ~np.isin(ids, exclude)
-        ids, scores = ids[keep], scores[keep]
-    return json_response({"version": version, "items": scored(ids[: body.k], scores[: body.k]),
-                          "defaults": defaults})
+        ids, scores = ids[0], scores[0]
+        if exclude.shape[0]:
+            keep = ~np.isin(ids, exclude)
+            ids, scores = ids[keep], scores[keep]
+        ids, scores = ids[: body.k], scores[: body.k]
+        values = item_values(side, ids) if raw else None
+    return json_response({"version": version, "items": scored(ids, scores, values), "defaults": defaults})
