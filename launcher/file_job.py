@@ -46,6 +46,7 @@ class FileJob:
     schema: SchemaConfig | None = None  # the record schema (None: Criteo TSV); files of any format it fits
     tables: tuple[TableConfig, ...] | None = None  # the shards' tables (None: the model's), e.g. another admission
     staleness_sample: int = 0  # the shards follow 1 in this many keys' staleness (ps.staleness); 0: off
+    dense_parts: int = 1  # dense optimizer steps per batch, one per slice of its records (wide_deep)
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
@@ -76,7 +77,7 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
                                          "predictions": job.predictions,
                                          "dense_sync_steps": job.dense_sync_steps, "prefetch": job.prefetch,
                                          "dense_update": str(job.dense_update),
-                                         "staleness_sample": job.staleness_sample,
+                                         "staleness_sample": job.staleness_sample, "dense_parts": job.dense_parts,
                                          "schema": None if job.schema is None else job.schema.model_dump(mode="json")}))
         launcher = Launcher(LaunchSpec(
             servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",

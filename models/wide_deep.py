@@ -10,12 +10,15 @@ step allocates no layer outputs and zeroes no dense gradient (the MLP writes eac
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import numpy as np
 
 from models.base import Model
 from models.embedding import EmbeddingBlock
 from models.features import Features
-from models.layers import MLP
+from models.layers import MLP, bce_with_logits
 from models.model_config import ModelConfig
 
 
@@ -61,3 +64,35 @@ class WideDeep(Model):
         self._extra_backward(dlogits, dx)
         self.emb.backward(f, dx, grads, dwide=dlogits)
         return grads
+
+    def train_in_parts(self, f: Features, rows: dict[str, np.ndarray], parts: int,
+                       dense_step: Callable[[np.ndarray], None]) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+        """One batch whose MLP takes ``parts`` steps, one per equal slice of its records (each slice's
+        forward after the previous slice's ``dense_step(params.grads)``), while the embeddings get the
+        whole batch's gradient once. Returns the batch's mean loss, its probabilities (each slice's
+        before its own step) and the sparse gradients, as ``backward`` would."""
+        self._f = f
+        n = f.n
+        wide = np.zeros(n, np.float32)
+        x = self._input(f, rows, wide)
+        labels = np.ascontiguousarray(f.labels, np.float32)
+        probs, dlogits = np.empty(n, np.float32), np.empty(n, np.float32)
+        dx = np.empty((n, self.emb.width), np.float32)
+        loss = 0.0
+        bounds = np.linspace(0, n, min(parts, n) + 1).astype(np.int64).tolist()
+        for a, b in itertools.pairwise(bounds):
+            z = self.mlp.forward(self.params, x[a:b], reuse=self.reuse_buffers)[:, 0] + wide[a:b]
+            self._extra_forward(x[a:b], z)
+            part_loss, probs[a:b], dz = bce_with_logits(z, labels[a:b])
+            dx_part = self.mlp.backward(self.params, dz[:, None])
+            self._extra_backward(dz, dx_part)
+            # the slice's mean loss steps the MLP; the embeddings get their share of the batch's mean
+            share = np.float32((b - a) / n)
+            dx[a:b] = dx_part * share
+            dlogits[a:b] = dz * share
+            loss += part_loss * (b - a) / n
+            dense_step(self.params.grads)
+        grads = self._sparse_grads(zero_dense=False)
+        self.emb.backward(f, dx, grads, dwide=dlogits)
+        return loss, probs, grads
+

@@ -37,7 +37,7 @@ from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
 from trainer.process_stats import peak_rss_mb, process_age_s, process_cpu_seconds, process_peak_rss_mb, rss_mb
 from trainer.ps_worker import PSWorker
-from trainer.worker import Prepared, Worker
+from trainer.worker import Prepared, Worker, check_dense_parts
 
 _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)
 EVAL_BATCH = 2048  # records per test batch (forward only: larger ones took no less CPU per record, more memory)
@@ -156,9 +156,10 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
         ps = PSWorker.from_spec(spec)
         _tag(ps.client, spec, job)
         update = DenseUpdate(job.get("dense_update", DenseUpdate.LOCAL))
+        check_dense_parts(job.get("dense_parts", 1), spec.mode)
         store = PSStore(ps, model.params.values, dense_rule=dense_rule(update, model.config.dense_optimizer))
         worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64),
-                        dense_update=update)
+                        dense_update=update, dense_parts=job.get("dense_parts", 1))
     except BaseException:
         batches.close()
         raise

@@ -100,6 +100,10 @@ class JobConfig(FrozenModel):
                                         "split, small ones joined.")
     steps_per_batch: int = Field(1, ge=1, le=8,
                                  description="Updates per mini-batch: a repeat learns from the same records once more.")
+    dense_parts: int = Field(1, ge=1, le=64,
+                             description="wide_deep/deepfm: the MLP takes this many steps per mini-batch, one per "
+                                         "slice of its records, the embeddings one on the whole batch; with K workers "
+                                         "K parts keep one worker's number of dense steps (bench/RESULTS.md).")
     batch_wait_ms: int = Field(500, ge=0,
                                description="A mini-batch not yet full waits at most this long for more polls (an "
                                            "empty poll sends it at once).")

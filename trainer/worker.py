@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.errors import ConfigError
 from logrecords.batch import Batch
 from models.base import Model
 from models.features import Features
@@ -49,14 +50,24 @@ def prepare(model: Model, batch: Batch, pull: Callable[[str, np.ndarray], np.nda
     return Prepared(batch, f, rows)
 
 
+def check_dense_parts(parts: int, mode: str) -> None:
+    """Dense steps in parts merge mid-batch: sync mode holds every push until the step's barrier."""
+    if parts > 1 and mode == "sync":
+        raise ConfigError(f"dense_parts {parts} needs async mode: sync mode applies the dense change once per step")
+
+
 class Worker:
     def __init__(self, model: Model, store: ParamStore, *, metrics: WindowedMetrics | None = None,
                  dense_sync_steps: int = 1, dense_update: DenseUpdate = DenseUpdate.LOCAL,
-                 steps_per_batch: int = 1) -> None:
+                 steps_per_batch: int = 1, dense_parts: int = 1) -> None:
         if steps_per_batch < 1:
             raise ValueError(f"steps_per_batch must be >= 1, got {steps_per_batch}")
+        if dense_parts > 1 and not hasattr(model, "train_in_parts"):
+            raise ConfigError(f"dense_parts {dense_parts}: the {model.config.type} model steps its dense part once "
+                              "per batch (wide_deep takes one step per part)")
         self.model = model
         self.steps_per_batch = steps_per_batch
+        self.dense_parts = dense_parts  # dense optimizer steps per batch, one per slice of its records
         model.reuse_buffers = True  # this worker runs its model's steps one at a time
         model.share_stream(store.num_workers, store.shared_frequency)
         self.store = store
@@ -98,6 +109,8 @@ class Worker:
         if rows is None:  # not pulled ahead, or a repeat: it reads what its previous update pushed (in order per shard)
             rows = {name: self.store.pull_sparse(name, ti.keys) for name, ti in f.tables.items()}
         t = self._timed("pull", t)
+        if self.dense_parts > 1:
+            return self._update_in_parts(f, rows, t, first=first)
         logits = self.model.forward(f, rows)
         loss, probs, dlogits = bce_with_logits(logits, f.labels)
         if first:
@@ -105,15 +118,34 @@ class Worker:
         t = self._timed("forward", t)
         grads = self.model.backward(dlogits)
         t = self._timed("backward", t)
-        for name, ti in f.tables.items():
-            shows, clicks = (ti.shows, ti.clicks) if first else (np.zeros_like(ti.shows), np.zeros_like(ti.clicks))
-            self.store.push_sparse(name, ti.keys, grads[name], shows, clicks)
+        self._push_sparse(f, grads, first=first)
         synced = self.dense.update(self.model.params.grads, self.store)
         self.store.end_step()
         if synced:
             self.dense.refresh(self.store)
         self._timed("push", t)
         return loss
+
+    def _update_in_parts(self, f: Features, rows: dict[str, np.ndarray], t: tuple[float, float], *,
+                         first: bool) -> float:
+        """:meth:`_update` with ``dense_parts`` dense steps (forward and backward are one phase here)."""
+        loss, probs, grads = self.model.train_in_parts(f, rows, self.dense_parts, self._dense_step)
+        if first:
+            self.metrics.add(f.labels, probs)
+        t = self._timed("backward", t)
+        self._push_sparse(f, grads, first=first)
+        self.store.end_step()
+        self._timed("push", t)
+        return loss
+
+    def _dense_step(self, grads: np.ndarray) -> None:
+        if self.dense.update(grads, self.store):  # async: the merge is not waiting for a barrier
+            self.dense.refresh(self.store)
+
+    def _push_sparse(self, f: Features, grads: dict[str, np.ndarray], *, first: bool) -> None:
+        for name, ti in f.tables.items():
+            shows, clicks = (ti.shows, ti.clicks) if first else (np.zeros_like(ti.shows), np.zeros_like(ti.clicks))
+            self.store.push_sparse(name, ti.keys, grads[name], shows, clicks)
 
     def score(self, item: Batch | Prepared) -> np.ndarray:
         """Infer mode: probabilities with the current parameters, nothing pushed (the rows of a

@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prefetch", choices=["thread", "process"], default="thread",
                    help="parse, build features and pull the next batches in a thread (faster on a quiet host) or a "
                    "child process (faster under heavy load)")
+    p.add_argument("--dense-parts", type=int, default=1,
+                   help="wide_deep: the MLP takes this many steps per batch, one per slice of its records "
+                   "(the embeddings one, on the whole batch)")
     p.add_argument("--staleness-sample", type=int, default=0,
                    help="the shards follow 1 in N keys: updates a row took between a worker's pull and its push "
                    "(p50/p99 in the JSON result's staleness); 0: off")
@@ -58,6 +61,11 @@ def run_files(args: argparse.Namespace) -> int:
         raise ConfigError(f"--mlp must be comma-separated integers, got {args.mlp!r}") from None
     if args.servers < 1 or args.workers < 1 or args.batch_size < 1:
         raise ConfigError("--servers, --workers and --batch-size must be >= 1")
+    if args.dense_parts < 1:
+        raise ConfigError(f"--dense-parts must be >= 1, got {args.dense_parts}")
+    from trainer.worker import check_dense_parts
+
+    check_dense_parts(args.dense_parts, args.mode)
     if args.staleness_sample < 0:
         raise ConfigError(f"--staleness-sample must be >= 0 (0: off), got {args.staleness_sample}")
     for path in [*args.train, args.test]:
@@ -72,7 +80,7 @@ def run_files(args: argparse.Namespace) -> int:
                   predictions=str(Path(args.predictions).resolve()) if args.predictions else None,
                   dense_sync_steps=args.dense_sync_steps, prefetch=args.prefetch,
                   dense_update=DenseUpdate(args.dense_update), schema=schema,
-                  staleness_sample=args.staleness_sample)
+                  staleness_sample=args.staleness_sample, dense_parts=args.dense_parts)
     result = run_file_job(job, work_dir=Path(args.work_dir) if args.work_dir else None)
     keys = ("train_rows", "train_seconds", "samples_per_s", "test_auc", "test_logloss", "peak_rss_mb")
     if args.json:
