@@ -16,12 +16,18 @@ processes (zmq I/O threads), the shards (/proc/<pid>/stat, worker 0's loop)) and
 getrusage of the reaped children); per-worker RSS before the training loop and at its peak;
 test AUC and its difference to the 1-worker row of the same shard count.
 
-Staleness (updates applied to a row between a worker's pull and its push) is not measured: it
-needs a per-row update count on the shards.
+Staleness: the updates a row took between a worker's pull of it and that worker's push (p50/p99
+over the pushes of 1 in --staleness-sample keys, followed by the shards: ps.staleness; 0: off).
+
+The dense part at K workers (each row against a 1-worker row of the same settings): --dense-update
+ps; --lr-scaling (the dense lr times sqrt(K) or K); --global-batch (each worker takes batch / K
+records per step: the job's batch is one worker's); --split-dense (``train-files --dense-parts K``:
+each worker's MLP takes K steps per batch, the embeddings one); --dense-beta1.
 
 A short warm-up job runs first, so that numba's caches hold every kernel.
 
-Run: ``python -m bench.scale [--quick] [--workers 1,2,4,8,16,32] [--shards 1,2,4] [--merge mean,sqrt] [--json]``.
+Run: ``python -m bench.scale [--quick] [--workers 1,2,4,8,16,32] [--shards 1,2,4] [--merge mean,sum]
+[--split-dense] [--global-batch] [--json]``.
 """
 
 from __future__ import annotations
@@ -45,19 +51,28 @@ def _children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+LR_SCALING = {"none": lambda k: 1.0, "sqrt": lambda k: k ** 0.5, "linear": lambda k: float(k)}
+
+
 def _job_args(args: argparse.Namespace, shards: int, workers: int) -> argparse.Namespace:
-    """The namespace bench/train.py's run_training reads, for one job."""
-    return argparse.Namespace(dim=args.dim, mlp=args.mlp, batch_size=args.batch_size, lr=args.lr, servers=shards,
+    """The namespace bench/train.py's run_training reads, for one job (the dense lr scaled by --lr-scaling)."""
+    batch = max(1, args.batch_size // workers) if args.global_batch else args.batch_size
+    return argparse.Namespace(dim=args.dim, mlp=args.mlp, batch_size=batch,
+                              lr=args.lr * LR_SCALING[args.lr_scaling](workers), servers=shards,
                               workers=workers, dense_sync_steps=args.dense_sync_steps, ps_pull_steps=1,
-                              warmup_rows=args.warmup_rows, dense_update="local")
+                              warmup_rows=args.warmup_rows, dense_update=args.dense_update)
 
 
 def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: int, merge: str | None) -> dict:
     """One `train-files` job and its figures per trained sample."""
     job = _job_args(args, shards, workers)
-    config = None if merge is None else variant_config(job, {"dense_merge": merge}, work)
+    update = ({} if merge is None else {"dense_merge": merge}) | (
+        {} if args.dense_beta1 is None else {"dense_optimizer": {"beta1": args.dense_beta1}})
+    config = variant_config(job, update, work) if update else None
     cpu0, t0 = _children_cpu_s(), time.perf_counter()
-    res = run_training(job, data.train, data.test, work, "local", config=config)
+    res = run_training(job, data.train, data.test, work, args.dense_update, config=config,
+                       extra=("--staleness-sample", str(args.staleness_sample),
+                              "--dense-parts", str(workers if args.split_dense else 1)))
     wall, job_cpu = time.perf_counter() - t0, _children_cpu_s() - cpu0
     full = json.loads((work / "job" / "results" / "result.json").read_text())
     ws, n = full["workers"], full["train_rows"]
@@ -80,6 +95,7 @@ def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: in
         "worker_rss_mb": {"before_data": max((w.get("rss_before_data_mb") or 0.0) for w in ws),
                           "peak": max(w["peak_rss_mb"] for w in ws)},
         "shard_peak_rss_mb": max(full["rss_mb"]["shards"]), "job_peak_rss_mb": res["peak_rss_mb"],
+        "staleness": full.get("staleness"),
     }
 
 
@@ -98,16 +114,29 @@ def add_ratios(rows: list[dict], cores: int) -> None:
                         if r["workers"] + r["shards"] <= cores else None)
 
 
+def _quantile(row: dict, q: str) -> str:
+    st = row.get("staleness") or {}
+    return "-" if st.get(q) is None else str(st[q])
+
+
 def print_table(out: dict) -> None:
     s = out["setup"]
-    print(f"scale: wide&deep dim {s['dim']}, MLP {s['mlp']}, batch {s['batch_size']}, Adam {s['lr']}, dense_update "
-          f"local merged every {s['dense_sync_steps']} steps; {s['rows']:,} train rows, {s['test_rows']:,} test rows "
+    dense = (f"local merged every {s['dense_sync_steps']} steps" if s["dense_update"] == "local"
+             else s["dense_update"])
+    adam = f"Adam {s['lr']} (lr scaling {s['lr_scaling']}" + (
+        ")" if s["dense_beta1"] is None else f", beta1 {s['dense_beta1']})")
+    batch = f"{s['batch_size']} per job (/ workers)" if s["global_batch"] else f"{s['batch_size']} per worker"
+    if s["split_dense"]:
+        batch += " (the MLP's steps: / workers)"
+    print(f"scale: wide&deep dim {s['dim']}, MLP {s['mlp']}, batch {batch}, {adam}, dense_update "
+          f"{dense}; {s['rows']:,} train rows, {s['test_rows']:,} test rows "
           f"(planted, Bayes AUC {out['bayes_auc']:.4f}); {out['cores']} cores")
     print("CPU us per trained sample during the training loops: train = workers' training threads, pf+io = their "
           "other threads\n(prefetch: parse, features, pull; zmq I/O), shards; job = every process of the job from "
           "start to exit (start-up, test pass)")
     head = (f"{'sh':>3}{'wk':>4} {'merge':<13}{'samples/s':>10}{'speed':>6}{'train':>7}{'pf+io':>7}"
-            f"{'shards':>7}{'loop':>7}{'x1wk':>6}{'job':>7}{'RSS0':>6}{'RSSpk':>6}{'AUC':>8}{'dAUC':>8}{'wall':>6}")
+            f"{'shards':>7}{'loop':>7}{'x1wk':>6}{'job':>7}{'RSS0':>6}{'RSSpk':>6}{'AUC':>8}{'dAUC':>8}{'wall':>6}"
+            f"{'st50':>6}{'st99':>6}")
     print(head)
     for r in out["rows"]:
         c, m = r["cpu_us_per_sample"], r["worker_rss_mb"]
@@ -116,9 +145,11 @@ def print_table(out: dict) -> None:
               f"{c['train']:>7.1f}{c['prefetch_io']:>7.1f}{c['shards']:>7.1f}"
               f"{c['loop_total']:>7.1f}{r.get('cpu_per_sample_over_1_worker', float('nan')):>6.2f}"
               f"{c['job_total']:>7.1f}{m['before_data']:>6.0f}{m['peak']:>6.0f}{r['test_auc']:>8.4f}"
-              f"{r.get('auc_minus_1_worker', float('nan')):>+8.4f}{r['wall_s']:>6.0f}")
+              f"{r.get('auc_minus_1_worker', float('nan')):>+8.4f}{r['wall_s']:>6.0f}"
+              f"{_quantile(r, 'p50'):>6}{_quantile(r, 'p99'):>6}")
     print("RSS0 / RSSpk: MB of the largest worker before its training loop / at its peak; x1wk: loop CPU per sample "
-          "over the 1-worker row's; dAUC: test AUC minus the 1-worker row's; wall: seconds of the whole job")
+          "over the 1-worker row's; dAUC: test AUC minus the 1-worker row's; wall: seconds of the whole job; "
+          "st50 / st99: staleness p50 / p99 (updates to a row between a worker's pull and its push)")
     for note in out["notes"]:
         print(f"note: {note}")
 
@@ -139,6 +170,16 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--dense-sync-steps", type=int, default=64)
+    ap.add_argument("--dense-update", choices=["local", "ps"], default="local")
+    ap.add_argument("--staleness-sample", type=int, default=64,
+                    help="the shards follow 1 in N keys' staleness (0: off; on, the shards' CPU includes it)")
+    ap.add_argument("--global-batch", action="store_true",
+                    help="--batch-size is the job's: each of K workers takes batch-size / K rows per step")
+    ap.add_argument("--split-dense", action="store_true",
+                    help="at K workers each worker's MLP takes K steps per batch, one per 1/K of its records")
+    ap.add_argument("--dense-beta1", type=float, help="the dense Adam's beta1 (default: the model's)")
+    ap.add_argument("--lr-scaling", choices=sorted(LR_SCALING), default="none",
+                    help="the dense lr at K workers: --lr times 1, sqrt(K) or K")
     ap.add_argument("--warmup-rows", type=int, default=5_000, help="a warm-up job's rows (0: none)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
@@ -148,8 +189,8 @@ def main() -> int:
     shard_counts = sorted({int(s) for s in args.shards.split(",")})
     merges: list[str | None] = [m.strip() for m in args.merge.split(",") if m.strip()] or [None]
     cores = len(os.sched_getaffinity(0))
-    notes = ["staleness (updates to a row between a worker's pull and its push) is not measured: it needs a "
-             "per-row update count on the shards"]
+    notes = [f"staleness: over 1 in {args.staleness_sample} keys' pushes" if args.staleness_sample
+             else "staleness: not measured (--staleness-sample 0)"]
     with tempfile.TemporaryDirectory(prefix="streamrec-scale-") as tmp:
         work = Path(tmp)
         data = make_planted(work, args.rows, args.test_rows, args.seed)
@@ -175,6 +216,9 @@ def main() -> int:
                      "that carries over to a machine with a core per process")
     out = {"setup": {"rows": args.rows, "test_rows": args.test_rows, "dim": args.dim, "mlp": args.mlp,
                      "batch_size": args.batch_size, "lr": args.lr, "dense_sync_steps": args.dense_sync_steps,
+                     "dense_update": args.dense_update, "lr_scaling": args.lr_scaling,
+                     "dense_beta1": args.dense_beta1, "global_batch": args.global_batch,
+                     "split_dense": args.split_dense,
                      "seed": args.seed},
            "cores": cores, "bayes_auc": round(data.bayes_auc, 4), "rows": rows, "notes": notes}
     if args.json:
