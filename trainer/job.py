@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConfigError, DiskFull, NotFound, Unavailable
+from core.kernel_cache import load_runtime
 from exports.item_catalog import ItemCatalog
 from exports.retention import DiskUsage
 from models import build_model
@@ -178,6 +179,7 @@ class StreamingJob:
             raise
 
     def _run(self) -> dict[str, Any]:
+        load_runtime()  # numba's registries, before the stream's threads call kernels (no scipy.linalg)
         self._start()
         assert self.worker is not None and self.stream is not None
         stream = self.stream
