@@ -20,7 +20,9 @@ API_PORT = 8000
 API_SERVICE_PORT = 80
 CONTROL_PORT = 7100
 RANK_LEASE_TTL_S = 15  # a dead trainer's rank is free after this
-STARTUP_LIMIT_S = 1800  # a shard restoring a large save, a trainer waiting for shard 0 or a free rank
+# a shard restoring a large save; a trainer waiting for shard 0 or a free rank, which it does for up
+# to trainer.rank_claim.CLAIM_TIMEOUT_S before it exits by itself
+STARTUP_LIMIT_S = 3900
 STARTUP_PERIOD_S = 10
 RUN_DIR = "/run/streamrec"
 CONFIG_DIR = "/etc/streamrec"

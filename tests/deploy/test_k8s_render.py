@@ -33,6 +33,7 @@ from launcher.k8s_values import (
     load_values,
 )
 from ps.cluster import cluster_from_env
+from trainer.rank_claim import CLAIM_TIMEOUT_S
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
@@ -240,6 +241,9 @@ def test_trainers_liveness_asks_the_process_and_readiness_asks_shards_and_kafka(
     ports = {p["name"]: p["containerPort"] for p in trainer["ports"]}
     for probe in ("livenessProbe", "startupProbe"):
         assert trainer[probe]["httpGet"]["port"] == "metrics" and "exec" not in trainer[probe]
+    # the kubelet leaves a trainer its whole wait for a rank: it gives up by itself first
+    startup = trainer["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] > CLAIM_TIMEOUT_S
     assert ports["metrics"] == int(trainer["args"][trainer["args"].index("--metrics-port") + 1])
     for kind, name in (("StatefulSet", "streamrec-shard"), ("Deployment", "streamrec-api")):
         c = _named(docs, kind, name)["spec"]["template"]["spec"]["containers"][0]
