@@ -35,7 +35,9 @@ INTRO = f"""\
 
 One YAML file configures everything (`launcher/system_config.py`, `StreamrecConfig`). Every key
 has a default that works out of the box, and an unknown key is an error that names the key and
-the file. `streamrec config check --config FILE` prints the effective config with its defaults;
+the file. `streamrec config explain KEY` prints one key's entry (`train.passes.seconds`,
+`ps.tables.*.eviction.ttl_passes`); `streamrec config check --config FILE` prints the effective
+config with its defaults;
 `streamrec config render --config FILE --out DIR` writes what each role reads (`ps.yaml`,
 `train.yaml`, `service.yaml`), which is how compose and Kubernetes start the roles. Command-line
 flags of `streamrec up` (`--kafka`, `--replay`, `--shards`, `--workers`, `--port`, `--rate`,
