@@ -260,7 +260,7 @@ class DiskTier:
             self._recs = np.frombuffer(self._map, np.float32).reshape(want, self.record_floats)
         cap = self.live.shape[0]
         if records > cap:
-            cap = max(records, cap + cap // 4, 1024)  # a quarter ahead: these columns count in the RAM budget
+            cap = max(records, cap + max(1024, cap // 16))  # little slack: these columns count in the RAM budget
             for name, col in self.meta.items():
                 grown = np.empty(cap, col.dtype)
                 grown[: self.high] = col[: self.high]
