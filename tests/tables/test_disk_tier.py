@@ -175,3 +175,20 @@ def test_each_tier_has_a_file_of_its_own_and_a_dead_ones_file_goes(tmp_path: Pat
     assert not left.exists() and first.tier.disk.path.exists() and third.tier.disk.path.exists()
     second.tier.close()
     assert not second.tier.disk.path.exists()
+
+
+def test_serving_reads_disk_rows_without_moving_them(tmp_path: Path) -> None:
+    ram, tiered = SparseTable(config()), SparseTable(config(tmp_path))
+    run_ops([ram, tiered], np.random.default_rng(7), 30, check=False)
+    on_disk = IDS[tiered.tier.lookup(IDS) >= 0]
+    assert on_disk.shape[0] > 0
+    before = tiered.stats()
+    rows, found = tiered.pull_existing(on_disk)
+    expected, _ = ram.pull_existing(on_disk)
+    assert found.all()
+    np.testing.assert_array_equal(rows, expected)
+    assert tiered.contains(on_disk).all()
+    after = tiered.stats()
+    assert (after["disk_rows"], after["promoted"]) == (before["disk_rows"], before["promoted"])
+    np.testing.assert_array_equal(tiered.pull(on_disk), expected)  # a training pull promotes them
+    assert tiered.stats()["promoted"] > before["promoted"]
