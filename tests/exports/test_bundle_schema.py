@@ -37,8 +37,8 @@ def test_schema_round_trips_and_hashes_as_the_job(tmp_path: Path) -> None:
     assert SchemaConfig.model_validate(man.schema) == SCHEMA
     hasher = record_hasher(man.schema)
     assert hasher is not None
-    (a,) = hasher.instances([{"genres": "Drama|Comedy"}], ["r"], slots=["genres"])
-    (b,) = hasher.instances([{"genres": ["Drama", "Comedy"]}], ["r"], slots=["genres"])
+    (a,), _ = hasher.instances([{"genres": "Drama|Comedy"}], ["r"], slots=["genres"])
+    (b,), _ = hasher.instances([{"genres": ["Drama", "Comedy"]}], ["r"], slots=["genres"])
     assert a["slots"]["genres"] == b["slots"]["genres"] and len(a["slots"]["genres"]) == 2
 
 

@@ -21,7 +21,7 @@ SCHEMA = SchemaConfig(format="json", label="liked", item_id="movie_id",
 
 def _one_by_one(h: RecordHasher, slot: str, values: list[Any]) -> np.ndarray:
     """The reference: each value as a record of its own."""
-    out = h.instances([{slot: v} for v in values], [f"v[{i}]" for i in range(len(values))], slots=[slot])
+    out, _ = h.instances([{slot: v} for v in values], [f"v[{i}]" for i in range(len(values))], slots=[slot])
     assert all(len(o["slots"][slot]) == 1 for o in out)
     return np.array([o["slots"][slot][0] for o in out], np.uint64)
 
@@ -67,6 +67,6 @@ def test_records_with_escaped_text_keep_their_order() -> None:
     ingestion kernel puts last: a request's records must come back in the order sent."""
     h = RecordHasher(SCHEMA)
     records = [{"movie_id": 1, "title": "a"}, {"movie_id": 2, "title": "é"}, {"movie_id": 3, "title": "b"}]
-    out = h.instances(records, ["r0", "r1", "r2"], slots=["movie_id", "title"])
+    out, _ = h.instances(records, ["r0", "r1", "r2"], slots=["movie_id", "title"])
     assert [o["slots"]["movie_id"] for o in out] == [h.values("movie_id", [i], "v").tolist() for i in (1, 2, 3)]
     assert [o["slots"]["title"] for o in out] == [h.values("title", [t], "v").tolist() for t in ("a", "é", "b")]
