@@ -26,6 +26,7 @@ from core.errors import InvalidInput
 from core.kernel_cache import kernel
 from logrecords.batch import Batch
 from logrecords.criteo import join_messages
+from logrecords.event_time import ISO8601, iso_seconds, numbers_to_seconds
 from logrecords.hashing import KIND_CODE, hash_tokens, token_id
 from logrecords.reference_fallback import with_reference
 from logrecords.rejects import Rejected, RejectReason
@@ -279,6 +280,8 @@ class CsvLinesParser:
 
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
         """Parse a batch: the kernel for plain records, the reference path for the rest."""
+        if self.schema.event_time is not None and self.schema.event_time_unit == ISO8601:
+            return self.parse_reference(values)  # the kernel reads numbers only
         buf, bounds = join_messages(values)
         cap = len(values) * len(self._sparse_names)
         for sep in {int(c) for c in self._slot_sep if c >= 0}:
@@ -306,7 +309,8 @@ class CsvLinesParser:
             labels=s.derive_labels(labels),
             dense=dense.astype(np.float32),
             slots=slots,
-            event_time=None if s.event_time is None else etime,
+            event_time=None if s.event_time is None else etime if s.event_time_unit == ISO8601  # seconds already
+            else numbers_to_seconds(etime, s.event_time_unit),
             user_id=None if s.user_id is None else first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else first_ids(slots[s.item_id]),
         )
@@ -401,6 +405,12 @@ class CsvLinesParser:
                     flag(1 + int(self._col[c]), RejectReason.BAD_DENSE, f"field '{name}': non-numeric dense value")
                 else:
                     dense[i, self._col[c]] = v
+            elif text_value != "" and s.event_time_unit == ISO8601:
+                seconds, bad = iso_seconds([text_value])
+                if bad[0]:
+                    flag(1 + n_dense, RejectReason.SCHEMA, f"field '{name}': event time must be ISO-8601 date text")
+                else:
+                    etime[i] = seconds[0]
             elif text_value != "":
                 if v is None:
                     flag(1 + n_dense, RejectReason.SCHEMA, f"field '{name}': event time must be a number")

@@ -2,7 +2,8 @@
 
 A record is one JSON object: the label (a number in [0, 1]), dense fields (numbers; absent or
 null = 0), sparse slots (a string or integer, or a flat list of them), an optional event time
-(epoch seconds) and the user/item slots. Unknown keys are ignored. A batch is scanned by the
+(a number in ``schema.event_time_unit``, or ISO-8601 text, which takes the reference path) and
+the user/item slots. Unknown keys are ignored. A batch is scanned by the
 numba kernel of :mod:`logrecords.json_scan` straight into columns; the few records it cannot
 decide (escaped strings, exponents, nested values, syntax errors) go through ``json.loads``
 here, the reference path, which defines the semantics. The batch keeps the input's order.
@@ -18,6 +19,7 @@ import numpy as np
 
 from logrecords.batch import Batch
 from logrecords.criteo import join_messages
+from logrecords.event_time import ISO8601, iso_seconds, numbers_to_seconds
 from logrecords.hashing import KIND_CODE, hash_tokens
 from logrecords.json_scan import FALLBACK, OK, REJECT, ROLE_DENSE, ROLE_LABEL, ROLE_SPARSE, ROLE_TIME, scan_json
 from logrecords.reference_fallback import with_reference
@@ -104,6 +106,8 @@ class JsonLinesParser:
 
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
         """Parse a batch: the kernel for the common shape, the reference path for the rest."""
+        if self.schema.event_time is not None and self.schema.event_time_unit == ISO8601:
+            return self.parse_reference(values)  # the kernel reads numbers only
         n = len(values)
         buf, bounds = join_messages(values)
         status, reason, bad_field, labels, dense, etime, given, t_row, t_slot, t_id = scan_json(
@@ -124,7 +128,7 @@ class JsonLinesParser:
             labels=s.derive_labels(labels[rows]),
             dense=dense[rows].astype(np.float32),
             slots=slots,
-            event_time=None if s.event_time is None else etime[rows],
+            event_time=None if s.event_time is None else numbers_to_seconds(etime[rows], s.event_time_unit),
             user_id=None if s.user_id is None else self._first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else self._first_ids(slots[s.item_id]),
             absent=~given[np.ix_(rows, self._presence_col)],
@@ -138,7 +142,7 @@ class JsonLinesParser:
         if role == ROLE_DENSE:
             return f"field '{name}': non-numeric dense value"
         if role == ROLE_TIME:
-            return f"field '{name}': event time must be a finite number"
+            return f"field '{name}': {self._time_problem()}"
         return f"slot '{name}': value is not a valid {self.schema.sparse_slots[col].hash.value} id"
 
     def parse_reference(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
@@ -180,13 +184,8 @@ class JsonLinesParser:
         event_time = None
         if s.event_time is not None:
             col = [d.get(s.event_time) for d in docs]
-            event_time, bad = _numbers(col)
-            given = np.fromiter((v is not None for v in col), dtype=bool, count=n)
-            # NaN and Infinity literals, and 1e400 parsed as inf: times no freshness figure can use (absent is NaN)
-            bad |= given & ~np.isfinite(event_time)
-            event_time[bad] = np.nan
-            self._flag(reasons, bad, RejectReason.SCHEMA,
-                       f"field '{s.event_time}': event time must be a finite number")
+            event_time, bad = self._times(col)
+            self._flag(reasons, bad, RejectReason.SCHEMA, f"field '{s.event_time}': {self._time_problem()}")
 
         slots = {slot.name: self._slot(slot.name, slot.hash, docs, reasons) for slot in s.sparse_slots}
         absent = np.array([[d.get(name) is None for name in s.presence_fields] for d in docs],
@@ -205,6 +204,23 @@ class JsonLinesParser:
             absent=absent,
         )
         return (batch if keep.all() else batch.take(np.flatnonzero(keep))), rejected
+
+    def _times(self, col: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds since the epoch of an event-time column (absent: NaN) and a mask of values that are no time."""
+        unit = self.schema.event_time_unit
+        if unit == ISO8601:
+            return iso_seconds([v if isinstance(v, str) or v is None else "" for v in col])
+        seconds, bad = _numbers(col)
+        given = np.fromiter((v is not None for v in col), dtype=bool, count=len(col))
+        # NaN and Infinity literals, and 1e400 parsed as inf: times no freshness figure can use (absent is NaN)
+        bad |= given & ~np.isfinite(seconds)
+        seconds[bad] = np.nan
+        return numbers_to_seconds(seconds, unit), bad
+
+    def _time_problem(self) -> str:
+        unit = self.schema.event_time_unit
+        return ("event time must be ISO-8601 date text" if unit == ISO8601
+                else f"event time must be a finite number ({unit} since the epoch)")
 
     @staticmethod
     def _flag(reasons: dict[int, tuple[RejectReason, str]], bad: np.ndarray, reason: RejectReason, detail: str) -> None:

@@ -24,6 +24,7 @@ from core.errors import ConfigError, InvalidInput
 from core.kernel_cache import kernel
 from logrecords.batch import Batch
 from logrecords.csv_lines import SLOT_REASON, slot_detail
+from logrecords.event_time import ISO8601, iso_seconds, numbers_to_seconds
 from logrecords.hashing import KIND_CODE, SLOT_SHIFT, token_id
 from logrecords.rejects import Rejected, RejectReason
 from logrecords.schema_config import HashKind, SchemaConfig
@@ -63,6 +64,23 @@ def _valid(arr: Any) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=np.bool_)
     return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _event_seconds(arr: Any, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds since the epoch of an event-time column: a timestamp or date whatever the unit, else numbers in
+    ``unit`` or ISO-8601 strings (null -> NaN), and a mask of rows that hold no such time."""
+    pa = require_pyarrow()
+    t = arr.type
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return _numeric(arr)
+    if unit == ISO8601:
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return iso_seconds(arr.to_pylist())
+        return np.full(len(arr), np.nan), _valid(arr)
+    if pa.types.is_integer(t):  # nanoseconds pass float64's exact range: an unchecked cast, rounded below a microsecond
+        arr = arr.cast(pa.float64(), safe=False)
+    seconds, bad = _numeric(arr)
+    return numbers_to_seconds(seconds, unit), bad
 
 
 def _numeric(arr: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -195,9 +213,9 @@ class ParquetReader:
             flag(bad, 1 + j, RejectReason.BAD_DENSE, f"field '{name}': non-numeric dense value")
         event_time = None
         if s.event_time is not None:
-            event_time, bad = _numeric(_chunk(cols[s.event_time]))
-            flag(bad, 1 + len(s.dense_names), RejectReason.SCHEMA, f"field '{s.event_time}': event time must be a "
-                 "number")
+            event_time, bad = _event_seconds(_chunk(cols[s.event_time]), s.event_time_unit)
+            flag(bad, 1 + len(s.dense_names), RejectReason.SCHEMA, f"field '{s.event_time}': event time must be "
+                 f"{'ISO-8601 date text' if s.event_time_unit == ISO8601 else 'a number'} or a timestamp")
         slots = {}
         for j, slot in enumerate(s.sparse_slots):
             values, offsets, bad = _slot_column(_chunk(cols[slot.name]), slot.hash, self._slot_ids[slot.name])

@@ -118,8 +118,12 @@ class SchemaConfig(FrozenModel):
                              "`at_least`, else 0.")
     slots: tuple[SlotConfig, ...] = Field((), description="The record's input fields: dense floats and sparse slots.")
     event_time: str | None = Field(None,
-                                   description="The field holding the record's event time in seconds since the epoch; "
-                                               "left out, none.")
+                                   description="The field holding the record's event time (its unit: "
+                                               "`event_time_unit`); left out, none.")
+    event_time_unit: Literal["s", "ms", "us", "ns", "iso8601"] = Field(
+        "s", description="How the event time is written: a number of seconds, milliseconds, microseconds or "
+                         "nanoseconds since the epoch, or `iso8601` date text (`2024-05-01T12:30:00Z`, an offset, "
+                         "or none: UTC). A value that is none of these is refused naming the field.")
     user_id: str | None = Field(None,
                                 description="The sparse slot whose id is the user (the user history, serving by user).")
     item_id: str | None = Field(None,

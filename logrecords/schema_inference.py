@@ -11,9 +11,9 @@ and every column is classified, each guess with the reason for it:
   seconds, milliseconds, microseconds or nanoseconds from 1973 to 2100 (smaller numbers are
   rather counts or yyyymmdd dates), in a column named like a time (time/ts/timestamp/date...),
   typed as one (a Parquet timestamp or date), or unnamed but non-decreasing in most of the
-  sample; never a column named like an id. The parsers read event time as seconds since the
-  epoch, so a time in another unit, or ISO-8601 date text, is found but not proposed (the YAML
-  comment says how to use it), and a found time is never proposed as a dense input;
+  sample; never a column named like an id. Its unit (or ``iso8601`` for ISO-8601 date text) is
+  proposed as ``event_time_unit``, which the parsers read it in; a named time wins over an
+  unnamed one, seconds over other units; a found time is never proposed as a dense input;
 - sparse, hash ``int``: non-negative integers below 2**56 named like an id (``id``, ``*_id``,
   ``*Id``, ``user``, ``item``, ...), the ``--user``/``--item`` columns, or integers with few distinct values
   (<= ``FEW_DISTINCT``): ids stay lossless;
@@ -84,6 +84,7 @@ class FieldGuess:
     separator: str | None = None
     tower: str | None = None  # two_tower: user | item
     many: bool = False  # a list slot: several ids per record
+    unit: str = "s"  # the event time: schema.event_time_unit
 
 
 InferredFormat = Literal["json", "csv", "parquet"]  # the formats a schema is inferred from
@@ -107,11 +108,13 @@ class Inference:
         guess = next(f for f in self.fields if f.role == "label")
         label: str | LabelRule = guess.name if guess.at_least is None else LabelRule(field=guess.name,
                                                                                     at_least=guess.at_least)
-        etime = next((f.name for f in self.fields if f.role == "event_time"), None)
+        etime_field = next((f for f in self.fields if f.role == "event_time"), None)
+        etime = None if etime_field is None else etime_field.name
         slots = [SlotConfig(name=f.name, kind=SlotKind.DENSE) for f in self.fields if f.role == "dense"]
         slots += [SlotConfig(name=f.name, kind=SlotKind.SPARSE, hash=f.hash or HashKind.FNV1A, separator=f.separator)
                   for f in self.fields if f.role == "sparse"]
         return SchemaConfig(format=self.format, label=label, slots=tuple(slots), event_time=etime,
+                            event_time_unit="s" if etime_field is None else etime_field.unit,
                             user_id=self.user, item_id=self.item, delimiter=self.delimiter, columns=self.columns)
 
 
@@ -407,14 +410,11 @@ def _time_guess(name: str, values: list[Any], csv_text: bool, typed: bool) -> Ti
     return TimeGuess(unit[0], f"{day[0]} .. {day[1]}", named)
 
 
-def _not_event_time(name: str, t: TimeGuess) -> str:
-    """Why a column found to hold times is not proposed as the event time (and not as a dense input either)."""
-    if t.unit == "iso":
-        return (f"ISO-8601 date text ({t.span}): the parsers read event time as a number of seconds since the "
-                f"epoch, not as date text; write it as Unix seconds (or a Parquet timestamp) and set "
-                f"`event_time: {json.dumps(name)}` to use it")
-    return (f"Unix {t.unit} ({t.span}): a time, but the parsers read event time as seconds since the epoch; "
-            f"write it in seconds (or as a Parquet timestamp) and set `event_time: {json.dumps(name)}` to use it")
+SCHEMA_UNIT = {"seconds": "s", "milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns", "iso": "iso8601"}
+
+
+def _unit_words(t: TimeGuess) -> str:
+    return "ISO-8601 date text" if t.unit == "iso" else f"Unix {t.unit}"
 
 
 def infer_schema(path: str | Path, *, fmt: str | None = None, label: str | None = None, user: str | None = None,
@@ -457,7 +457,7 @@ def infer_schema(path: str | Path, *, fmt: str | None = None, label: str | None 
              and (t := _time_guess(c, cols[c], csv_text, s.types.get(c) in ("date", "timestamp"))) is not None}
     etime = event_time
     if etime is None:
-        found = sorted((c for c, t in times.items() if t.unit == "seconds"), key=lambda c: not times[c].named)
+        found = sorted(times, key=lambda c: (not times[c].named, times[c].unit != "seconds"))
         etime = found[0] if found else None
     for c in names:
         if c == etime:
@@ -469,8 +469,7 @@ def infer_schema(path: str | Path, *, fmt: str | None = None, label: str | None 
             fields.append(FieldGuess(c, "ignored", s.unreadable[c]))
         elif c in times:
             t = times[c]
-            why = (_not_event_time(c, t) if t.unit != "seconds"
-                   else f"Unix seconds ({t.span}): another time; the event time is {json.dumps(etime)}")
+            why = f"{_unit_words(t)} ({t.span}): another time; the event time is {json.dumps(etime)}"
             fields.append(FieldGuess(c, "ignored", f"{why} (a time is no dense input)"))
         else:
             g = _guess(c, cols[c], csv_text=csv_text, forced_sparse=c in (user, item))
@@ -513,21 +512,21 @@ def _label_guess(name: str, values: list[Any], csv_text: bool, why: str) -> Fiel
 
 def _event_time_guess(name: str, values: list[Any], t: TimeGuess | None, csv_text: bool, *, forced: bool,
                       typed: str | None) -> FieldGuess:
-    """The event-time field, found or named by ``--event-time`` (then checked: the parsers read seconds)."""
-    if t is not None and t.unit != "seconds":
-        raise InvalidInput(f"--event-time {name!r}: {_not_event_time(name, t)}")
+    """The event-time field, found or named by ``--event-time``, with the unit the parsers are to read it in."""
+    how = "--event-time" if forced else (f"a Parquet {typed}" if typed else
+                                         "named like a time" if t is not None and t.named else "non-decreasing")
+    if t is not None:
+        what = "date text" if t.unit == "iso" else f"numbers in the Unix-{t.unit} range"
+        return FieldGuess(name, "event_time", f"{what} ({t.span}), {how} -> the event time",
+                          unit="s" if typed in ("date", "timestamp") else SCHEMA_UNIT[t.unit])
     present = [v for v in values if v is not None]
     if not present or any(_kind(v, csv_text) not in ("int", "float") for v in present):
         bad = next((v for v in present if _kind(v, csv_text) not in ("int", "float")), None)
-        raise InvalidInput(f"--event-time {name!r} must hold numbers (seconds since the epoch); the sample has "
+        raise InvalidInput(f"--event-time {name!r} must hold epoch numbers or ISO-8601 date text; the sample has "
                            f"{_short(repr(bad)) if present else 'no value'}")
-    how = "--event-time" if forced else (f"a Parquet {typed}" if typed else
-                                         "named like a time" if t is not None and t.named else "non-decreasing")
-    if t is None:
-        lo, hi = min(map(_num, present)), max(map(_num, present))
-        return FieldGuess(name, "event_time", f"--event-time; WARNING: values {lo:.4g} .. {hi:.4g} are not Unix "
-                          "seconds from 1973 to 2100, which is what the parsers take them for")
-    return FieldGuess(name, "event_time", f"numbers in the Unix-seconds range ({t.span}), {how} -> the event time")
+    lo, hi = min(map(_num, present)), max(map(_num, present))
+    return FieldGuess(name, "event_time", f"--event-time; WARNING: values {lo:.4g} .. {hi:.4g} are not Unix "
+                      "seconds from 1973 to 2100, which is what the parsers take them for")
 
 
 def propose_towers(fields: list[FieldGuess], cols: dict[str, list[Any]], *, user: str, item: str) -> list[FieldGuess]:

@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     infer.add_argument("--user", help="the user id column (with --item: a two_tower model)")
     infer.add_argument("--item", help="the item id column (with --user: a two_tower model)")
     infer.add_argument("--event-time", dest="event_time",
-                       help="the event time column, in Unix seconds (default: one found: see `schema infer` docs)")
+                       help="the event time column: epoch numbers or ISO-8601 text, its unit found from the sample "
+                            "(default: a column found: see `schema infer` docs)")
     infer.add_argument("--format", choices=["json", "csv", "parquet"], help="default: from the file's extension")
     infer.add_argument("--sample", type=int, default=10_000, help="records read (the first N)")
     infer.add_argument("--max-line-bytes", type=int, default=None,
@@ -121,6 +122,8 @@ def render_yaml(inference: Inference, *, command: str) -> str:
     etime = next((f for f in f_all if f.role == "event_time"), None)
     if etime is not None:
         out.append(f"  event_time: {_q(etime.name)}  # {etime.why}")
+        if etime.unit != "s":
+            out.append(f"  event_time_unit: {etime.unit}  # the parsers read the event time in this unit")
     if two_tower:
         out.append(f"  user_id: {_q(inference.user)}  # --user")
         out.append(f"  item_id: {_q(inference.item)}  # --item")

@@ -1,11 +1,12 @@
 """`streamrec schema infer` finds the event time of a ratings log from any plausible epoch: MovieLens-100k's
 Unix seconds of 1997-1998 (JSON lines, CSV, Parquet integers, Parquet timestamps), proposed as the event time
-and never as a dense input; milliseconds and ISO-8601 text, which the parsers do not read as event time, found
-and left out with how to use them; ``--event-time`` names it."""
+and never as a dense input; milliseconds, microseconds, nanoseconds and ISO-8601 text proposed with their
+``event_time_unit`` and read by every parser into the same seconds; ``--event-time`` names it."""
 
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,31 +79,58 @@ def test_a_parquet_timestamp_column_is_the_event_time(tmp_path: Path, capsys: py
     np.testing.assert_array_equal(np.concatenate(times), [r["timestamp"] / 1000 for r in recs])
 
 
-@pytest.mark.parametrize(("scale", "unit"), [(1000, "milliseconds"), (10**6, "microseconds")])
-@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
-def test_other_units_are_found_and_left_out_with_how_to_use_them(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                 suffix: str, scale: int, unit: str) -> None:
-    data = write(tmp_path / f"u{suffix}", movielens(scale=scale))
-    text, config = infer(capsys, data)
-    assert config.schema_.event_time is None and config.schema_.dense_names == []
-    assert f"    # timestamp: ignored: Unix {unit} (1997-09-20 .. 1998-04-22): a time, but the parsers read event " \
-           'time as seconds since the epoch; write it in seconds (or as a Parquet timestamp) and set `event_time: ' \
-           '"timestamp"` to use it (a time is no dense input)' in text
-    assert main(["schema", "infer", str(data), *ARGS, "--event-time", "timestamp"]) == 2
-    assert f"--event-time 'timestamp': Unix {unit}" in capsys.readouterr().err
+def parsed_times(schema: Any, data: Path) -> tuple[np.ndarray, list[Any]]:
+    """The event times the file's parser reads under ``schema``, and its refusals."""
+    times, rejected = [], []
+    for block in FileReader(schema).blocks(data, 1000):
+        batch, bad, _ = block.parse()
+        times.append(batch.event_time)
+        rejected += bad
+    return np.concatenate(times), rejected
 
 
+@pytest.mark.parametrize(("scale", "unit"), [(1000, "ms"), (10**6, "us"), (10**9, "ns")])
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
-def test_iso_dates_are_found_but_not_proposed(tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str) -> None:
-    recs = movielens(200)
-    for k, r in enumerate(recs):
-        r["timestamp"] = f"1997-{9 + k % 3:02d}-{1 + k % 28:02d}T12:{k % 60:02d}:00Z"
+def test_other_units_are_proposed_and_parsed_into_the_same_seconds(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    suffix: str, scale: int, unit: str) -> None:
+    recs = movielens(scale=scale)
     data = write(tmp_path / f"u{suffix}", recs)
     text, config = infer(capsys, data)
-    assert config.schema_.event_time is None
-    assert "# timestamp: ignored: ISO-8601 date text (1997-09-01T12:00:00Z .. 1997-11-28T12:47:00Z): the parsers " \
-           "read event time as a number of seconds since the epoch, not as date text" in text
-    assert {s.name for s in config.schema_.slots} == {"user_id", "item_id", "rating"}
+    schema = config.schema_
+    assert (schema.event_time, schema.event_time_unit) == ("timestamp", unit) and schema.dense_names == []
+    assert f"  event_time_unit: {unit}" in text
+    times, rejected = parsed_times(schema, data)
+    assert rejected == []
+    np.testing.assert_allclose(times, [r["timestamp"] / scale for r in recs], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_iso_dates_are_proposed_parsed_and_a_bad_one_refused_naming_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str) -> None:
+    recs = movielens(200)
+    zones = ["Z", "", "+02:00", "-0530"]
+    for k, r in enumerate(recs):
+        r["timestamp"] = f"1997-{9 + k % 3:02d}-{1 + k % 28:02d}{'T' if k % 2 else ' '}12:{k % 60:02d}:0{k % 10}" \
+                         f"{'.25' if k % 3 == 0 else ''}{zones[k % 4]}"
+    data = write(tmp_path / f"u{suffix}", recs)
+    _, config = infer(capsys, data)
+    schema = config.schema_
+    assert (schema.event_time, schema.event_time_unit) == ("timestamp", "iso8601")
+    assert {s.name for s in schema.slots} == {"user_id", "item_id", "rating"}
+    times, rejected = parsed_times(schema, data)
+    want = [_utc_seconds(r["timestamp"]) for r in recs]
+    assert rejected == [] and np.allclose(times, want, rtol=0, atol=1e-6)
+    recs[7]["timestamp"] = "1997-02-30T10:00:00Z"
+    data = write(tmp_path / f"bad{suffix}", recs)
+    times, rejected = parsed_times(schema, data)
+    assert len(times) == 199 and [r.index for r in rejected] == [7]
+    assert rejected[0].detail.startswith("field 'timestamp': event time must be ISO-8601 date text")
+
+
+def _utc_seconds(text: str) -> float:
+    t = datetime.fromisoformat(text)
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
 def test_an_unnamed_time_is_found_when_it_rises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,8 +171,8 @@ def test_event_time_flag_errors_name_the_column(tmp_path: Path, capsys: pytest.C
     data = write(tmp_path / "u.jsonl", recs)
     for flag, message in [("nope", "--event-time 'nope' is not a column of u.jsonl"),
                           ("liked", "--event-time 'liked' is also the label, user or item column"),
-                          ("genre", "--event-time 'genre' must hold numbers (seconds since the epoch); the sample "
-                                    "has 'drama'")]:
+                          ("genre", "--event-time 'genre' must hold epoch numbers or ISO-8601 date text; the "
+                                    "sample has 'drama'")]:
         assert main(["schema", "infer", str(data), *ARGS, "--event-time", flag]) == 2
         assert message in capsys.readouterr().err
     text, config = infer(capsys, data, "--event-time", "rating")  # the user's word, with a warning
