@@ -20,6 +20,8 @@ and every column is classified, each guess with the reason for it:
 - sparse, hash ``fnv1a``: strings (and mixes of strings and integers, hashed as their text);
 - a list slot: lists of strings or integers (JSON, Parquet), or CSV text split on ``|`` or ``;``;
 - dense: the other numbers (continuous values);
+- ``optional``: a dense or sparse field some records of the sample lack (absent or null; never
+  the user or the item), so that the parsers neither count nor refuse its absence;
 - ignored, with the reason: booleans, nested objects, floats mixed with text, empty columns, a
   column with no name, Parquet types the Parquet reader does not read (binary, durations, ...).
 
@@ -36,6 +38,7 @@ in Python values: this is a one-off, bounded read, not a hot path.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -80,6 +83,7 @@ class FieldGuess:
     role: str  # label | event_time | dense | sparse | ignored
     why: str
     at_least: float | None = None  # a label derived from a rating: 1 where at least this
+    optional: bool = False  # absent from some records of the sample: neither counted nor refused
     hash: HashKind | None = None
     separator: str | None = None
     tower: str | None = None  # two_tower: user | item
@@ -110,9 +114,10 @@ class Inference:
                                                                                     at_least=guess.at_least)
         etime_field = next((f for f in self.fields if f.role == "event_time"), None)
         etime = None if etime_field is None else etime_field.name
-        slots = [SlotConfig(name=f.name, kind=SlotKind.DENSE) for f in self.fields if f.role == "dense"]
-        slots += [SlotConfig(name=f.name, kind=SlotKind.SPARSE, hash=f.hash or HashKind.FNV1A, separator=f.separator)
-                  for f in self.fields if f.role == "sparse"]
+        slots = [SlotConfig(name=f.name, kind=SlotKind.DENSE, optional=f.optional)
+                 for f in self.fields if f.role == "dense"]
+        slots += [SlotConfig(name=f.name, kind=SlotKind.SPARSE, hash=f.hash or HashKind.FNV1A, separator=f.separator,
+                             optional=f.optional) for f in self.fields if f.role == "sparse"]
         return SchemaConfig(format=self.format, label=label, slots=tuple(slots), event_time=etime,
                             event_time_unit="s" if etime_field is None else etime_field.unit,
                             user_id=self.user, item_id=self.item, delimiter=self.delimiter, columns=self.columns)
@@ -477,7 +482,7 @@ def infer_schema(path: str | Path, *, fmt: str | None = None, label: str | None 
                 raise InvalidInput(f"the {'user' if c == user else 'item'} column '{c}' is not an id field: {g.why}")
             if s.types.get(c) == "decimal" and g.role == "dense":
                 g = FieldGuess(c, "dense", f"Parquet decimals, read as float64: {g.why}")
-            fields.append(g)
+            fields.append(_optional_if_absent(g, cols[c], s.records, keyed=c in (user, item)))
     inf = Inference(path=path, format=cast(InferredFormat, fmt), records=s.records, fields=fields,
                     delimiter=s.delimiter, columns=s.columns, user=user, item=item)
     inf.notes += s.notes()
@@ -555,5 +560,14 @@ def propose_towers(fields: list[FieldGuess], cols: dict[str, list[Any]], *, user
 
 
 def _with(f: FieldGuess, tower: str, why: str) -> FieldGuess:
-    return FieldGuess(f.name, f.role, f"{f.why}; {tower} tower: {why}", hash=f.hash, separator=f.separator, tower=tower,
-                      many=f.many)
+    return dataclasses.replace(f, why=f"{f.why}; {tower} tower: {why}", tower=tower)
+
+
+def _optional_if_absent(g: FieldGuess, values: list[Any], records: int, *, keyed: bool) -> FieldGuess:
+    """An input field some records of the sample lack is proposed optional: the parsers count and,
+    past the schema's share, refuse a record lacking a required field (logrecords.absent_fields)."""
+    absent = sum(v is None for v in values) + records - len(values)
+    if g.role not in ("dense", "sparse") or keyed or not absent:
+        return g
+    return dataclasses.replace(g, optional=True, why=f"{g.why}; absent from {absent} of {records} records -> "
+                               "optional")

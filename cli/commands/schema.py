@@ -133,9 +133,11 @@ def render_yaml(inference: Inference, *, command: str) -> str:
                    "(train-files leaves the slot empty)")
     out.append("  slots:")
     for f in dense:
-        out.append(f"    - {{name: {_q(f.name)}, kind: dense}}  # {f.why}")
+        opt = ", optional: true" if f.optional else ""
+        out.append(f"    - {{name: {_q(f.name)}, kind: dense{opt}}}  # {f.why}")
     for f in sparse:
         sep = f", separator: {_q(f.separator)}" if f.separator else ""
+        sep += ", optional: true" if f.optional else ""
         out.append(f"    - {{name: {_q(f.name)}, kind: sparse, hash: {f.hash.value}{sep}}}  # {f.why}")
     for f in f_all:
         if f.role == "ignored":

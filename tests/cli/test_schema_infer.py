@@ -137,6 +137,17 @@ def test_a_rating_label_is_proposed_as_a_derived_label(tmp_path: Path, capsys: p
     assert {s.name for s in schema.slots} == {"user", "movie"}  # the rating is no input
 
 
+def test_a_field_some_records_lack_is_proposed_optional(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recs = [{"user": i % 7, "movie": i % 11, "click": i % 2, "price": 1.5 * i} for i in range(200)]
+    for r in recs[:40]:
+        del r["price"]  # the log's first records predate the field
+    path = tmp_path / "p.yaml"
+    path.write_text(infer_cli(capsys, str(write(tmp_path / "r.jsonl", recs)), "--user", "user", "--item", "movie"))
+    slots = {s.name: s for s in load_config(path).schema_.slots}
+    assert slots["price"].optional and not slots["user"].optional and not slots["movie"].optional
+    assert "absent from 40 of 200 records -> optional" in path.read_text()
+
+
 @pytest.mark.process
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_train_files_runs_the_proposed_config(tmp_path: Path, capsys: pytest.CaptureFixture[str],
