@@ -147,6 +147,7 @@ class LocalSystem:
             self.cfg, replay_done = resumed_replay(self.cfg, self.run.root)
             if replay_done:
                 self.say(f"the replay resumes after the {sum(replay_done.values())} lines the last pass trained")
+            self._check_dense_inputs(self.opts.replay)
         write_run_configs(self.cfg, self.run, bootstrap=self.bootstrap, control_endpoint=self.control_endpoint,
                           secret_file=secret, shard_endpoints=cluster.shard_endpoints)
         env = {**os.environ, **_thread_defaults(), self.cfg.service.admin_token_env: self.token,
@@ -159,6 +160,18 @@ class LocalSystem:
         self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env,
                          port=self.cfg.up.port or None)
         self.roles.launch()
+
+    def _check_dense_inputs(self, replay: Path) -> None:
+        """Warn about a dense field of the replayed file that the model cannot tell apart (a raw timestamp)."""
+        from models.dense_inputs import dense_warnings
+
+        try:
+            warnings = dense_warnings(self.cfg.schema_, dense_log1p=self.cfg.train.model.dense_log1p, path=replay)
+        except StreamrecError as err:  # the replay itself refuses such a file, saying why
+            self.say(f"warning: the dense fields of {replay} were not checked: {err}")
+            return
+        for warning in warnings:
+            self.say(f"warning: {warning}")
 
     def _metrics_addresses(self, cluster: ClusterThread) -> dict[str, str]:
         """Role name -> where its /metrics is: shards and trainers on the ports `up` picked, the service

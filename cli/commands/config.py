@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -12,6 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="config_command", required=True)
     check = sub.add_parser("check", help="validate the YAML (unknown keys are errors) and print it with defaults")
     check.add_argument("--config", help="streamrec YAML (default: built-in defaults)")
+    check.add_argument("--data", metavar="FILE", help="also read the first records of FILE and warn about a dense "
+                       "field whose values the model cannot tell apart (a raw timestamp, an id)")
     check.set_defaults(func=run_check)
     render = sub.add_parser("render", help="write ps.yaml, train.yaml and service.yaml for the roles")
     render.add_argument("--config", help="streamrec YAML (default: built-in defaults)")
@@ -32,6 +35,11 @@ def run_check(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     print(json.dumps(config.model_dump(mode="json", by_alias=True, exclude={"service": {"admin_token"}}), indent=1))
+    if args.data:
+        from models.dense_inputs import dense_warnings
+
+        for warning in dense_warnings(config.schema_, dense_log1p=config.train.model.dense_log1p, path=args.data):
+            print(f"streamrec config check: warning: {warning}", file=sys.stderr)
     return 0
 
 

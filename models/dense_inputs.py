@@ -1,0 +1,45 @@
+"""Whether a file's dense values fit what the model reads: ``config check --data`` and ``up --replay`` warn
+when a sample's magnitude is far outside it (a raw timestamp or id left as a dense input, say)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from logrecords.file_formats import FileReader
+from logrecords.schema_config import SchemaConfig
+
+SAMPLE_RECORDS = 1000
+LOG1P_FLAT = 1e6  # beyond this, log1p(x) is 13.8 or more and a field's values differ by a few percent at most
+RAW_LARGE = 1e3  # without log1p, an input of this size outweighs every unit-scale embedding it is summed with
+
+
+def dense_warnings(schema: SchemaConfig, *, dense_log1p: bool, path: str | Path,
+                   records: int = SAMPLE_RECORDS) -> list[str]:
+    """One warning per dense field of the first ``records`` records of ``path`` whose values the model's input
+    (``log1p(max(x, 0))`` or the raw value) cannot tell apart or overweights; [] when every field fits."""
+    if not schema.dense_names:
+        return []
+    block = next(iter(FileReader(schema).blocks(path, records)), None)
+    if block is None:
+        return []
+    dense = block.parse()[0].dense
+    out = []
+    for j, name in enumerate(schema.dense_names):
+        col = dense[:, j].astype(np.float64)
+        if not col.size:
+            continue
+        lo, hi = float(col.min()), float(col.max())
+        if dense_log1p and lo > LOG1P_FLAT:
+            out.append(f"dense field '{name}': the sample's values are {lo:.4g} .. {hi:.4g}, which the model's "
+                       f"log1p(max(x, 0)) reads as {math.log1p(lo):.2f} .. {math.log1p(hi):.2f}, nearly one value: "
+                       "a time (schema.event_time) or an id (a sparse slot)?")
+        elif dense_log1p and hi <= 0 and lo < 0:
+            out.append(f"dense field '{name}': the sample's values are {lo:.4g} .. {hi:.4g}, all of which the "
+                       "model's log1p(max(x, 0)) reads as 0")
+        elif not dense_log1p and max(abs(lo), abs(hi)) > RAW_LARGE:
+            out.append(f"dense field '{name}': the sample's values reach {max(abs(lo), abs(hi)):.4g}, which the "
+                       "model reads raw (dense_log1p: false) beside unit-scale embeddings")
+    return out
