@@ -125,3 +125,50 @@ def test_data_sets_load_by_name_and_an_unknown_name_is_refused() -> None:
     assert len(log) == 500 and (log.item == ref.item).all() and (log.user == ref.user).all()
     with pytest.raises(ValueError, match="'ml-1m'"):
         load_dataset("ml-1m")
+
+
+@pytest.mark.parametrize(("suffix", "unit"), [(".csv", "iso8601"), (".parquet", "ms"), (".jsonl", "s")])
+def test_schema_infer_reads_the_real_log_as_csv_and_parquet_with_its_times_in_any_form(
+        tmp_path: Path, suffix: str, unit: str) -> None:
+    """MovieLens 100K's records as CSV with ISO-8601 times and as Parquet with millisecond times: the proposal's
+    towers and history are the hand-edited config's, and its parser reads the very seconds of the log."""
+    import csv
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench.retrieval_data import movielens100k
+    from cli.commands.schema import check_yaml, render_yaml
+    from logrecords.file_formats import FileReader
+    from logrecords.schema_inference import infer_schema
+
+    log = movielens100k(2_000)
+    recs = list(log.records())
+    for r in recs:
+        t = r["timestamp"]
+        r["timestamp"] = (datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z") if unit == "iso8601"
+                          else t * 1000 if unit == "ms" else t)
+    path = tmp_path / f"train{suffix}"
+    if suffix == ".csv":
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(list(recs[0]))
+            w.writerows([["|".join(v) if isinstance(v, list) else v for v in r.values()] for r in recs])
+    elif suffix == ".parquet":
+        pq.write_table(pa.table({k: [r[k] for r in recs] for k in recs[0]}), path)
+    else:
+        log.write_jsonl(path)
+    inference = infer_schema(path, user="user_id", item="item_id")
+    check_yaml(render_yaml(inference, command="test"), source="test")
+    schema = inference.schema()
+    assert (schema.event_time, schema.event_time_unit) == ("timestamp", unit)
+    hand = streamrec_config(log)
+    towers = {s["name"]: s["tower"] for s in hand["train"]["model"]["slots"] if s["name"] != "history"}
+    if suffix == ".csv":  # CSV text has no string type: a year of 66 distinct numbers reads as a dense field
+        assert schema.dense_names == ["year"]
+        del towers["year"]
+    assert {f.name: f.tower for f in inference.fields if f.role == "sparse"} == towers
+    assert {s.name: s.separator for s in schema.sparse_slots}["genres"] == ("|" if suffix == ".csv" else None)
+    times = np.concatenate([b.parse()[0].event_time for b in FileReader(schema).blocks(path, 500)])
+    np.testing.assert_array_equal(times, log.time.astype(np.float64))
