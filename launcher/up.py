@@ -100,6 +100,9 @@ class LocalSystem:
     def __init__(self, opts: UpOptions, *, out: IO[str] = sys.stderr) -> None:
         self.opts = opts
         self.cfg = opts.config
+        if self.cfg.up.port == 0:  # any free port: drawn here, so the console, the link and the roles all know it
+            (port,) = free_ports(1)
+            self.cfg = self.cfg.model_copy(update={"up": self.cfg.up.model_copy(update={"port": port})})
         self.out = out
         self.run = RunDir(opts.run_dir.resolve())
         self.roles = UpRoles(self.run.logs, restart=self.cfg.up.restart)

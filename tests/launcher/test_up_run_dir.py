@@ -51,3 +51,13 @@ def test_the_restart_policy_is_typed_and_unknown_keys_are_errors(tmp_path: Path,
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert key in err.value.message and str(path) in err.value.message
+
+
+def test_port_0_is_a_free_port_drawn_at_start_that_the_console_and_the_roles_share(tmp_path: Path) -> None:
+    from launcher.up import LocalSystem, UpOptions
+
+    config = tmp_path / "streamrec.yaml"
+    config.write_text(yaml.safe_dump({"up": {"port": 0}}))
+    system = LocalSystem(UpOptions(config=load_config(config), run_dir=tmp_path / "run"))
+    port = system.cfg.up.port
+    assert port > 0 and system.api_url.endswith(f":{port}")
