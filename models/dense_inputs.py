@@ -12,7 +12,7 @@ from logrecords.file_formats import FileReader
 from logrecords.schema_config import SchemaConfig
 
 SAMPLE_RECORDS = 1000
-LOG1P_FLAT = 1e6  # beyond this, log1p(x) is 13.8 or more and a field's values differ by a few percent at most
+FLAT_SPAN = 0.05  # under log1p, a field whose sample spans less than this share of its largest input is ~constant
 RAW_LARGE = 1e3  # without log1p, an input of this size outweighs every unit-scale embedding it is summed with
 
 
@@ -32,10 +32,10 @@ def dense_warnings(schema: SchemaConfig, *, dense_log1p: bool, path: str | Path,
         if not col.size:
             continue
         lo, hi = float(col.min()), float(col.max())
-        if dense_log1p and lo > LOG1P_FLAT:
+        if dense_log1p and lo > 0 and math.log1p(hi) - math.log1p(lo) < FLAT_SPAN * math.log1p(hi):
             out.append(f"dense field '{name}': the sample's values are {lo:.4g} .. {hi:.4g}, which the model's "
                        f"log1p(max(x, 0)) reads as {math.log1p(lo):.2f} .. {math.log1p(hi):.2f}, nearly one value: "
-                       "a time (schema.event_time) or an id (a sparse slot)?")
+                       "a time (schema.event_time), a year or an id (a sparse slot)?")
         elif dense_log1p and hi <= 0 and lo < 0:
             out.append(f"dense field '{name}': the sample's values are {lo:.4g} .. {hi:.4g}, all of which the "
                        "model's log1p(max(x, 0)) reads as 0")

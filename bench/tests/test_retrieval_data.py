@@ -166,8 +166,12 @@ def test_schema_infer_reads_the_real_log_as_csv_and_parquet_with_its_times_in_an
     hand = streamrec_config(log)
     towers = {s["name"]: s["tower"] for s in hand["train"]["model"]["slots"] if s["name"] != "history"}
     if suffix == ".csv":  # CSV text has no string type: a year of 66 distinct numbers reads as a dense field
+        from models.dense_inputs import dense_warnings
+
         assert schema.dense_names == ["year"]
         del towers["year"]
+        [warning] = dense_warnings(schema, dense_log1p=True, path=path)
+        assert warning.startswith("dense field 'year': the sample's values are 19") and "nearly one value" in warning
     assert {f.name: f.tower for f in inference.fields if f.role == "sparse"} == towers
     assert {s.name: s.separator for s in schema.sparse_slots}["genres"] == ("|" if suffix == ".csv" else None)
     times = np.concatenate([b.parse()[0].event_time for b in FileReader(schema).blocks(path, 500)])
