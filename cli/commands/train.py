@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -112,6 +113,12 @@ def _schema_and_model(args: argparse.Namespace) -> tuple:
             schema = SchemaConfig.model_validate(schema.model_dump() | {"format": args.format})
         except ValueError as exc:
             raise ConfigError(f"--format {args.format} does not fit {args.config}'s schema: {exc}") from None
+    if schema.history is not None:  # joined from the stream's PS rows by `up`'s trainers only
+        history = schema.history.slot
+        print(f"streamrec train-files: note: the user history ('{history}') is joined by `streamrec up` only; "
+              "these files train without it", file=sys.stderr)
+        schema = schema.model_copy(update={"history": None})
+        model = model.model_copy(update={"slots": tuple(s for s in model.slots if s.name != history)})
     sparse = {s.name for s in schema.sparse_slots}
     unknown = [s.name for s in model.slots if s.name not in sparse]
     if unknown:
