@@ -46,11 +46,13 @@ def test_thousands_of_tickets_in_flight_to_one_shard_are_all_answered_without_a_
     keys = np.arange(3, dtype=np.uint64)
     with shard_processes(tmp_path, [SGD1], n=1) as shards, shards.client(timeout_s=120, retries=0) as c:
         c.wait(c.push("emb", keys, np.ones((3, 4), np.float32)))
+        # a start-up health probe that gave up on a busy machine may have left its reply undeliverable
+        before = c.admin.stats()[0]["replies_dropped"]
         for _ in range(3):
             tickets = [c.pull("emb", keys) for _ in range(3_000)]  # sent before any reply is read
             for ticket in tickets:
                 np.testing.assert_array_equal(c.wait(ticket)[:, 0], -1.0)
-        assert c.admin.stats()[0]["replies_dropped"] == {}
+        assert c.admin.stats()[0]["replies_dropped"] == before
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")  # the unclosed socket and context, as meant here
