@@ -131,7 +131,8 @@ class UpSection(FrozenModel):
                                                     "given.")
     replay: ReplaySection = Field(ReplaySection(), description="How `up --replay FILE` feeds the topic.")
     host: str = Field("127.0.0.1", description="Address the API binds; every other role binds loopback on a free port.")
-    port: int = Field(DEFAULT_PORT, ge=0, lt=65536, description="Port the API listens on; 0: a free one, drawn at start and printed.")
+    port: int = Field(DEFAULT_PORT, ge=0, lt=65536,
+                      description="Port the API listens on; 0: a free one, drawn at start and printed.")
     run_dir: str = Field("runs/local",
                          description="Directory of the logs, checkpoints and exports (relative roots resolve here).")
     commit_on_exit: bool = Field(True, description="Ctrl-C commits a final pass before stopping.")
