@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from core.yaml_config import FrozenModel
 
@@ -39,7 +39,8 @@ class OptimizerConfig(FrozenModel):
     """
 
     kind: Literal["sgd", "adagrad", "adam", "ftrl"] = Field(
-        "adagrad", description="Update rule: `sgd`, `adagrad`, `adam` or `ftrl` (FTRL-Proximal).")
+        "adagrad", description="Update rule: `sgd`, `adagrad`, `adam` or `ftrl` (FTRL-Proximal); a key of another "
+                               "rule (e.g. `beta1` with `sgd`) is refused.")
     lr: float = Field(0.05, gt=0.0, description="Learning rate.")
     l2: float = Field(0.0, ge=0.0,
                       description="L2 regularisation: adds l2 * w to the gradient (ftrl: in its closed form).")
@@ -54,6 +55,28 @@ class OptimizerConfig(FrozenModel):
     beta2: float = Field(0.999, ge=0.0, lt=1.0, description="adam: the second moment's decay.")
     ftrl_beta: float = Field(1.0, ge=0.0, description="ftrl: the beta of its per-coordinate learning rate.")
     l1: float = Field(0.0, ge=0.0, description="ftrl: L1 regularisation strength.")
+
+    @model_validator(mode="after")
+    def _keys_of_its_kind(self) -> OptimizerConfig:
+        # A key of another rule would be ignored: refused instead, unless it holds its default (a dumped
+        # config holds every key, and is read again by the roles it is rendered for).
+        own = RULE_KEYS[self.kind]
+        foreign = sorted(k for k in _ALL_RULE_KEYS - own if getattr(self, k) != type(self).model_fields[k].default)
+        if foreign:
+            keys = ", ".join(sorted(own)) or "none"
+            raise ValueError(f"{', '.join(foreign)}: not a key of the {self.kind} optimizer (its own keys: {keys}; "
+                             f"every rule takes {', '.join(sorted(COMMON_KEYS))})")
+        return self
+
+
+COMMON_KEYS = frozenset({"kind", "lr", "l2", "grad_clip"})
+RULE_KEYS: dict[str, frozenset[str]] = {  # each rule's own keys besides the common ones
+    "sgd": frozenset(),
+    "adagrad": frozenset({"eps", "initial_accumulator", "accumulator"}),
+    "adam": frozenset({"eps", "beta1", "beta2"}),
+    "ftrl": frozenset({"ftrl_beta", "l1"}),
+}
+_ALL_RULE_KEYS = frozenset().union(*RULE_KEYS.values())
 
 
 # What a dense array runs unless its config names another (models, the PS client and shard agree).

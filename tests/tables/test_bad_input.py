@@ -161,3 +161,18 @@ def test_table_config_limits_accepted() -> None:
         t = SparseTable(TableConfig(name="t", dim=dim))
         assert t.pull([1]).shape == (1, dim)
     assert TableConfig(name="t", dim=8, wide=True).width == 9
+
+
+@pytest.mark.parametrize(("optimizer", "foreign"), [({"kind": "sgd", "beta1": 0.8}, "beta1"),
+                                                     ({"kind": "adagrad", "l1": 0.1}, "l1"),
+                                                     ({"kind": "ftrl", "accumulator": "element"}, "accumulator")])
+def test_an_optimizer_key_of_another_rule_is_refused_by_name(optimizer: dict, foreign: str) -> None:
+    from pydantic import ValidationError
+
+    from tables.table_config import OptimizerConfig
+
+    with pytest.raises(ValidationError, match=f"{foreign}: not a key of the {optimizer['kind']} optimizer"):
+        OptimizerConfig.model_validate(optimizer)
+    # what a dumped config holds (every key, the others at their defaults) is read again as it was
+    own = OptimizerConfig.model_validate({"kind": optimizer["kind"]})
+    assert OptimizerConfig.model_validate(own.model_dump()) == own
