@@ -60,6 +60,10 @@ class LoggingConfig(FrozenModel):
 QUIET_LIBRARIES = ("kafka", "faiss", "numba", "urllib3", "botocore", "aiobotocore", "s3fs", "fsspec", "asyncio",
                    "httpx", "multipart")
 
+# Loggers whose warnings only say that a machine is busy (kafka-python's "Task ran for 0.15 s, blocking the
+# event loop" on a loaded host): written at debug only.
+TIMING_WARNERS = ("kafka.net.selector",)
+
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 """The id of the service request being handled (set by service.access_log), written on each of its lines."""
 
@@ -129,6 +133,8 @@ def configure(*, role: str, config: LoggingConfig | None = None, path: Path | No
     root.setLevel(level)
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(level, logging.WARNING) if level > logging.DEBUG else logging.NOTSET)
+    for name in TIMING_WARNERS:
+        logging.getLogger(name).setLevel(max(level, logging.ERROR) if level > logging.DEBUG else logging.NOTSET)
 
 
 def set_role(role: str) -> None:
