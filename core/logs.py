@@ -135,6 +135,16 @@ def configure(*, role: str, config: LoggingConfig | None = None, path: Path | No
         logging.getLogger(name).setLevel(max(level, logging.WARNING) if level > logging.DEBUG else logging.NOTSET)
     for name in TIMING_WARNERS:
         logging.getLogger(name).setLevel(max(level, logging.ERROR) if level > logging.DEBUG else logging.NOTSET)
+    cluster = logging.getLogger("kafka.cluster")
+    if _cancelled_by_close not in cluster.filters:
+        cluster.addFilter(_cancelled_by_close)
+
+
+def _cancelled_by_close(record: logging.LogRecord) -> bool:
+    """False for kafka-python's ERROR "Metadata refresh: failed Cancelled": a refresh in flight when
+    the client was closed (every regroup and stop closes one), not a failure of the cluster."""
+    return not (record.msg == "Metadata refresh: failed %s" and record.args
+                and type(record.args[0]).__name__ == "Cancelled")  # type: ignore[index]
 
 
 def set_role(role: str) -> None:

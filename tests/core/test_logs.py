@@ -96,9 +96,12 @@ def test_chatty_libraries_are_held_at_warning_unless_debugging(tmp_path: Path) -
     logging.getLogger("kafka.conn").info("connecting to broker")
     logging.getLogger("kafka.net.selector").warning("Task ran for 0.157s (>0.100s threshold)")  # a busy host only
     logging.getLogger("kafka.conn").warning("connection to broker lost")
+    cancelled = type("Cancelled", (Exception,), {})
+    logging.getLogger("kafka.cluster").error("Metadata refresh: failed %s", cancelled())  # a client closed mid-refresh
+    logging.getLogger("kafka.cluster").error("Metadata refresh: failed %s", TimeoutError("no answer"))
     logging.getLogger("tests.core.up").info("worker.0 started")  # a logger no other test's dictConfig disabled
     said = [TEXT_LINE.match(x).group(3) for x in path.read_text().splitlines()]  # type: ignore[union-attr]
-    assert said == ["kafka.conn", "tests.core.up"]
+    assert said == ["kafka.conn", "kafka.cluster", "tests.core.up"]
     configure(role="up", config=LoggingConfig(level=LogLevel.DEBUG), path=path)
     logging.getLogger("kafka.conn").info("connecting to broker")
     assert "connecting to broker" in path.read_text().splitlines()[-1]
