@@ -116,7 +116,11 @@ def test_serve_writes_json_lines_with_uvicorns_own_and_the_access_log(tmp_path: 
         wait_until(lambda: "json-1" in log_path.read_text(), what="the access line")
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a serve that ignores SIGTERM must not outlive the test
+            proc.kill()
+            proc.wait()
     objects = [json.loads(line) for line in log_path.read_text().splitlines()]  # every line is one object
     assert {o["role"] for o in objects} == {"service"}
     assert any(o["logger"].startswith("uvicorn") for o in objects)  # uvicorn's own lines, in the same format
