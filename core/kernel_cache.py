@@ -44,8 +44,8 @@ def kernel(**options: Any) -> Callable[[Callable[..., Any]], Any]:
 
 def load_runtime() -> None:
     """Load numba's registries now, as a process's first kernel call would, without importing
-    scipy.linalg: numba's array math probes for a BLAS by importing it (16 MB and ~0.3 s of CPU
-    per process), no kernel here calls BLAS, and numba's own linear algebra imports it again when
+    scipy.linalg: numba's array math probes for a BLAS by importing it (a large import in every
+    process), no kernel here calls BLAS, and numba's own linear algebra imports it again when
     such a kernel is compiled. Call it before any thread runs a kernel; a process that imported
     scipy.linalg already keeps it."""
     from numba.core.registry import cpu_target
