@@ -36,7 +36,7 @@ from service.settings import DEFAULT_PORT, ServiceSettings
 from stores.store import local_path_of
 from streaming.kafka_config import KafkaConfig
 from tables.table_config import TableConfig, TablePolicy
-from trainer.job_config import JobConfig
+from trainer.job_config import JobConfig, check_dense_parts_fit
 
 
 def default_model() -> ModelConfig:
@@ -185,6 +185,7 @@ class StreamrecConfig(FrozenModel):
         schema = info.data.get("schema_")
         if schema is not None:
             check_fit(train.model, schema, model_key="train.model", schema_key="schema")
+        check_dense_parts_fit(train.model, train.dense_parts, key="train.dense_parts")
         return train
 
     @model_validator(mode="after")

@@ -19,7 +19,7 @@ from core.logs import LoggingConfig
 from core.metrics_http import MetricsConfig
 from core.yaml_config import FrozenModel, load_yaml
 from logrecords.schema_config import SchemaConfig
-from models.model_config import ModelConfig
+from models.model_config import ModelConfig, ModelType
 from models.schema_fit import check_fit, fill_dense_width
 from streaming.kafka_config import KafkaConfig
 
@@ -125,6 +125,19 @@ class JobConfig(FrozenModel):
         if records is not None:
             check_fit(model, records, model_key="model", schema_key="records")
         return model
+
+    @model_validator(mode="after")
+    def _dense_parts_fit_the_model(self) -> JobConfig:
+        check_dense_parts_fit(self.model, self.dense_parts, key="dense_parts")
+        return self
+
+
+def check_dense_parts_fit(model: ModelConfig, dense_parts: int, *, key: str) -> None:
+    """Raise ValueError naming ``key`` when ``dense_parts`` > 1 is set for a model without an MLP to split,
+    so the config is refused where it is read rather than by each trainer at its start."""
+    if dense_parts > 1 and model.type not in (ModelType.WIDE_DEEP, ModelType.DEEPFM):
+        raise ValueError(f"{key} {dense_parts}: only wide_deep and deepfm step their MLP in parts; "
+                         f"the {model.type} model has none (set it to 1)")
 
 
 def load_job_config(path: str | Path) -> JobConfig:
