@@ -27,7 +27,6 @@ from typing import IO, Any
 import yaml
 from pydantic import Field
 
-from core.errors import ConfigError
 from core.yaml_config import FrozenModel, validate_config
 
 
@@ -159,8 +158,8 @@ def load_logging_section(path: str | Path | None) -> LoggingConfig:
         return LoggingConfig()
     try:
         loaded = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}", detail={"file": str(path)}) from None
+    except (OSError, yaml.YAMLError):
+        return LoggingConfig()  # the command reads the file next and names what is wrong in its own words
     if not isinstance(loaded, dict):
-        raise ConfigError(f"{path}: top level must be a mapping", detail={"file": str(path)})
+        return LoggingConfig()
     return validate_config(loaded.get("logging") or {}, LoggingConfig, f"{path}:logging")

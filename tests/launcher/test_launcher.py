@@ -40,9 +40,11 @@ def test_cli_exits_non_zero_when_a_worker_fails_and_logs_every_role(tmp_path: Pa
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "worker.1 exited 3" in done.stderr
-    assert sorted(p.name for p in logs.glob("*.log")) == ["server.0.log", "server.1.log", "worker.0.log",
+    # one log per role, and the launcher's own (what it said, and each role's start and exit)
+    assert sorted(p.name for p in logs.glob("*.log")) == ["launch.log", "server.0.log", "server.1.log", "worker.0.log",
                                                           "worker.1.log"]
     assert "serving" in (logs / "server.0.log").read_text()
+    assert "worker.1 exited 3" in (logs / "launch.log").read_text()
 
 
 def test_launch_succeeds_when_workers_succeed(tmp_path: Path) -> None:

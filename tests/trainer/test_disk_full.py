@@ -129,7 +129,8 @@ def test_a_pass_the_shards_cannot_save_is_trained_again_once_space_is_back(broke
         produce(broker.bootstrap, kafka=kafka, start=FIRST)
         status = _until(lambda: (s := _status(root)) and s["disk"]["recoveries"] >= 1 and s, job, c.procs,
                         "the trainer to go back to pass 2 after a failed save")
-        assert status["disk"]["failures"].get("pass", 0) >= 1 and status["pass"] == 2
+        # back at pass 2, or (a slow look) pass 3 trained again and its save failing again: never past it
+        assert status["disk"]["failures"].get("pass", 0) >= 1 and status["pass"] in (2, 3)
         assert checkpoints.complete_passes(root)[-1] == 2 and job.poll() is None
         disk.free()
         assert wait_exit(job) == 0, c.procs.log_of(job)[-3000:]
