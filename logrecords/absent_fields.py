@@ -3,7 +3,7 @@
 A parser reports which records lack which field (``Batch.absent``: the key absent or null). A
 field the schema requires (a slot not ``optional``, or the event time) that a record lacks is
 counted per field; once more than ``schema.max_absent_share`` of the records read lack it (over
-at least ``MIN_RECORDS``, so that the first few records decide nothing), each record lacking it is
+at least ``schema.min_absent_records``, so that the first few records decide nothing), each record lacking it is
 refused as ``absent_field`` with a detail naming the field, and goes to the dead letters like any
 other bad record. A few absences are a log's noise and train with the default (0, no id); a field
 most records lack is a schema that does not describe the log, which must not train silently.
@@ -20,8 +20,6 @@ from logrecords.batch import Batch
 from logrecords.rejects import Rejected, RejectReason
 from logrecords.schema_config import SchemaConfig
 
-MIN_RECORDS = 100
-
 
 class AbsentFieldCheck:
     """Counts the required fields each batch's records lack and refuses them past the schema's share."""
@@ -32,6 +30,7 @@ class AbsentFieldCheck:
         self.fields = fields
         self._required = np.array([name not in optional for name in fields], dtype=bool)
         self.max_share = schema.max_absent_share
+        self.min_records = schema.min_absent_records
         self.records = 0  # parsed records looked at (refused ones included)
         self.absent: Counter[str] = Counter()
 
@@ -45,7 +44,7 @@ class AbsentFieldCheck:
         counts = absent.sum(axis=0)
         for j in np.flatnonzero(counts):
             self.absent[self.fields[j]] += int(counts[j])
-        if self.max_share >= 1.0 or self.records < MIN_RECORDS:
+        if self.max_share >= 1.0 or self.records < self.min_records:
             return batch, rejected
         over = np.array([self.absent[name] > self.max_share * self.records for name in self.fields], dtype=bool)
         refuse = absent & over

@@ -7,14 +7,15 @@ they are, list columns (``list<string>``, ``list<int>``) become ragged slots. Th
 those of the JSON parser for the same values: the label is a number in [0, 1] (null is a reject),
 a null dense value is 0, a null slot holds no id, a null inside a list is a reject. A column of
 the wrong type (strings where a number is expected, floats or booleans where ids are expected)
-rejects every row that has a value there, with the reason; a schema field missing from the
-file is an error naming it. Only rejected rows are visited in Python, to describe them.
+rejects every row that has a value there, with the reason. A null, or a column the file lacks
+(the label excepted, an error), is an absent field, counted and refused past the schema's share
+by :class:`AbsentFieldCheck` from the null masks. Only rejected rows are visited in Python.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from core.errors import ConfigError, InvalidInput
 from core.kernel_cache import kernel
+from logrecords.absent_fields import AbsentFieldCheck
 from logrecords.batch import Batch
 from logrecords.csv_lines import SLOT_REASON, slot_detail
 from logrecords.event_time import ISO8601, iso_seconds, numbers_to_seconds
@@ -161,6 +163,7 @@ class ParquetReader:
         require_pyarrow()
         self.schema = schema
         self.use_threads = use_threads
+        self.check = AbsentFieldCheck(schema)
         self._slot_ids = schema.slot_ids()
         self.columns = [schema.label_field, *schema.dense_names, *(s.name for s in schema.sparse_slots)]
         if schema.event_time is not None:
@@ -174,11 +177,12 @@ class ParquetReader:
         except (pa.ArrowInvalid, OSError) as exc:
             raise InvalidInput(f"{path}: not a readable Parquet file: {exc}") from None
         names = f.schema_arrow.names
-        missing = [c for c in self.columns if c not in names]
-        if missing:
-            raise InvalidInput(f"{path}: Parquet columns lack schema fields {missing}", detail={"missing": missing})
+        if self.schema.label_field not in names:
+            raise InvalidInput(f"{path}: Parquet columns lack the label field '{self.schema.label_field}'",
+                               detail={"missing": [self.schema.label_field]})
+        columns = [c for c in self.columns if c in names]  # a missing field reads as all null: counted absent
         first = 1
-        for rb in f.iter_batches(batch_size=batch_size, columns=self.columns, use_threads=self.use_threads):
+        for rb in f.iter_batches(batch_size=batch_size, columns=columns, use_threads=self.use_threads):
             yield first, rb
             first += rb.num_rows
 
@@ -186,10 +190,13 @@ class ParquetReader:
         """One record batch (or table) -> (Batch of the good rows, rejected rows with reasons)."""
         s = self.schema
         n = rb.num_rows
-        cols = {name: rb.column(name) for name in self.columns if name in rb.schema.names}
-        missing = [c for c in self.columns if c not in cols]
-        if missing:
-            raise InvalidInput(f"Parquet columns lack schema fields {missing}", detail={"missing": missing})
+        if s.label_field not in rb.schema.names:
+            raise InvalidInput(f"Parquet columns lack the label field '{s.label_field}'",
+                               detail={"missing": [s.label_field]})
+        pa = require_pyarrow()
+        cols = {name: rb.column(name) if name in rb.schema.names else pa.nulls(n) for name in self.columns}
+        absent = np.column_stack([~_valid(_chunk(cols[name])) for name in s.presence_fields]) \
+            if s.presence_fields else np.zeros((n, 0), dtype=bool)
         rank = np.full(n, _NO_FAIL, dtype=np.int32)  # first failing field in schema order (as the JSON parser)
         why: list[tuple[RejectReason, str]] = []
 
@@ -228,14 +235,15 @@ class ParquetReader:
             event_time=event_time,
             user_id=None if s.user_id is None else first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else first_ids(slots[s.item_id]),
+            absent=absent,
         )
         failed = np.flatnonzero(rank != _NO_FAIL)
-        if not failed.size:
-            return batch, []
         rejected = [Rejected(int(i), *why[code[i]], _raw(rb, int(i))) for i in failed]
-        keep = np.ones(n, dtype=bool)
-        keep[failed] = False
-        return batch.take(np.flatnonzero(keep)), rejected
+        if failed.size:
+            keep = np.ones(n, dtype=bool)
+            keep[failed] = False
+            batch = batch.take(np.flatnonzero(keep))
+        return self.check.check(batch, rejected, _RawRows(rb))
 
 
 def _chunk(col: Any) -> Any:
@@ -246,3 +254,16 @@ def _chunk(col: Any) -> Any:
 def _raw(rb: Any, i: int) -> bytes:
     """A rejected row as JSON text (what a dead-letter consumer reads)."""
     return json.dumps(rb.slice(i, 1).to_pylist()[0], default=str).encode()
+
+
+class _RawRows(Sequence[bytes]):
+    """The rows of a record batch as JSON text, made only for the rows asked for."""
+
+    def __init__(self, rb: Any) -> None:
+        self._rb = rb
+
+    def __len__(self) -> int:
+        return self._rb.num_rows
+
+    def __getitem__(self, i: Any) -> Any:
+        return _raw(self._rb, int(i))

@@ -138,10 +138,15 @@ class SchemaConfig(FrozenModel):
                                                       "kept in the PS; left out, none.")
     max_absent_share: float = Field(
         0.5, ge=0.0, le=1.0,
-        description="JSON records: the share of records that may lack a required field (a slot not `optional`, or "
-                    "the event time); each absence is counted per field. Once more than this share of the records "
-                    "read (at least 100) lack a field, a record lacking it is refused and dead-lettered as "
+        description="The share of records that may lack a required field (a slot not `optional`, or the event "
+                    "time): a JSON key absent or null, an empty CSV cell or a short row, a Parquet null or missing "
+                    "column. Each absence is counted per field. Once more than this share of the records read (at "
+                    "least `min_absent_records`) lack a field, a record lacking it is refused and dead-lettered as "
                     "`absent_field`, naming the field. 1 never refuses.")
+    min_absent_records: int = Field(
+        100, ge=1,
+        description="The records read before `max_absent_share` may refuse any, so that the first few records "
+                    "of a log decide nothing.")
 
     @model_validator(mode="after")
     def _check(self) -> SchemaConfig:

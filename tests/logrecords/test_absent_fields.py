@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 
-from logrecords.absent_fields import MIN_RECORDS
 from logrecords.json_lines import JsonLinesParser
 from logrecords.parsers import make_parser
 from logrecords.rejects import RejectReason
@@ -20,6 +19,7 @@ SCHEMA = SchemaConfig.model_validate({
         {"name": "item", "kind": "sparse", "hash": "int"}, {"name": "tags", "kind": "sparse", "optional": True},
     ],
 })
+MIN_RECORDS = SCHEMA.min_absent_records
 
 
 def line(**fields: object) -> bytes:
