@@ -4,6 +4,8 @@ A record is one line of ``schema.delimiter``-separated fields. The label is a nu
 dense fields are numbers (empty = 0); the event time is a number of epoch seconds (empty =
 absent); a sparse field holds one id, or several split on the slot's ``separator`` (empty
 pieces are skipped; an empty field holds no id). Columns the schema does not name are ignored.
+A row shorter than the header has empty cells at its end; an empty cell is an absent field
+(``Batch.absent``, checked by :mod:`logrecords.absent_fields`); a longer row is refused.
 Numbers follow ``-?digits[.digits][e[+-]digits]``.
 
 One numba kernel scans a whole batch straight into columns: plain and quoted fields without
@@ -105,6 +107,7 @@ def scan_csv(  # one pass over the bytes of a batch
     labels = np.zeros(n)
     dense = np.zeros((n, n_dense))
     etime = np.full(n, np.nan)
+    empty = np.zeros((n, n_cols), dtype=np.bool_)
     fs = np.zeros(n_cols, dtype=np.int64)
     fe = np.zeros(n_cols, dtype=np.int64)
     t_row = np.empty(cap, dtype=np.int64)
@@ -149,11 +152,16 @@ def scan_csv(  # one pass over the bytes of a batch
         if slow:
             status[i] = FALLBACK
             continue
-        if count != n_cols:
+        if count > n_cols:
             status[i] = REJECT
             reason[i] = _FIELD_COUNT
             bad_field[i] = count
             continue
+        for c in range(count, n_cols):  # a short row: its missing cells are empty
+            fs[c] = e
+            fe[c] = e
+        for c in range(n_cols):
+            empty[i, c] = fs[c] == fe[c]
         m_row = m
         rank = 1 << 30  # rank of the first failing field in schema order (as the JSON parser)
         for c in range(n_cols):
@@ -222,7 +230,7 @@ def scan_csv(  # one pass over the bytes of a batch
         elif rank < (1 << 30):
             status[i] = REJECT
             m = m_row
-    return status, reason, bad_field, labels, dense, etime, t_row[:m], t_slot[:m], t_id[:m]
+    return status, reason, bad_field, labels, dense, etime, empty, t_row[:m], t_slot[:m], t_id[:m]
 
 
 def slot_detail(schema: SchemaConfig, name: str) -> str:
@@ -277,6 +285,7 @@ class CsvLinesParser:
         self._slot_reason = np.array([SLOT_REASON[s.hash] for s in sparse], dtype=np.int8)
         self._slot_sep = np.array([ord(s.separator) if s.separator else -1 for s in sparse], dtype=np.int64)
         self._sparse_names = [s.name for s in sparse]
+        self._presence_col = np.array([header.index(name) for name in schema.presence_fields], dtype=np.int64)
 
     def parse(self, values: Sequence[bytes]) -> tuple[Batch, list[Rejected]]:
         """Parse a batch: the kernel for plain records, the reference path for the rest."""
@@ -286,7 +295,7 @@ class CsvLinesParser:
         cap = len(values) * len(self._sparse_names)
         for sep in {int(c) for c in self._slot_sep if c >= 0}:
             cap += int(np.count_nonzero(buf == sep))
-        status, reason, bad_field, labels, dense, etime, t_row, t_slot, t_id = scan_csv(
+        status, reason, bad_field, labels, dense, etime, empty, t_row, t_slot, t_id = scan_csv(
             buf, bounds, self.max_message_bytes, ord(self.schema.delimiter), self._role, self._col,
             len(self.schema.dense_names), self._slot_kind, self._slot_id, self._slot_reason, self._slot_sep, cap,
             *self.schema.label_bounds,
@@ -299,11 +308,11 @@ class CsvLinesParser:
         flat, base, offsets = group_by_slot(status, t_row, t_slot, t_id, len(self._sparse_names))
         slots = {name: (flat[base[j] : base[j + 1]], offsets[j]) for j, name in enumerate(self._sparse_names)}
         rows = np.flatnonzero(status == OK)
-        batch = self._batch(labels[rows], dense[rows], etime[rows], slots)
+        batch = self._batch(labels[rows], dense[rows], etime[rows], slots, empty[np.ix_(rows, self._presence_col)])
         return with_reference(batch, rejected, rows, np.flatnonzero(status == FALLBACK), values, self.parse_reference)
 
     def _batch(self, labels: np.ndarray, dense: np.ndarray, etime: np.ndarray,
-               slots: dict[str, tuple[np.ndarray, np.ndarray]]) -> Batch:
+               slots: dict[str, tuple[np.ndarray, np.ndarray]], absent: np.ndarray) -> Batch:
         s = self.schema
         return Batch(
             labels=s.derive_labels(labels),
@@ -313,6 +322,7 @@ class CsvLinesParser:
             else numbers_to_seconds(etime, s.event_time_unit),
             user_id=None if s.user_id is None else first_ids(slots[s.user_id]),
             item_id=None if s.item_id is None else first_ids(slots[s.item_id]),
+            absent=absent,
         )
 
     def _detail(self, reason: int, field: int, raw: bytes) -> str:
@@ -338,10 +348,11 @@ class CsvLinesParser:
         labels = np.zeros(n)
         dense = np.zeros((n, n_dense))
         etime = np.full(n, np.nan)
+        absent = np.zeros((n, len(self._presence_col)), dtype=bool)
         tokens: dict[str, list[tuple[int, bytes]]] = {name: [] for name in self._sparse_names}
         reasons: dict[int, tuple[RejectReason, str]] = {}
         for i, raw in enumerate(values):
-            fail = self._reference_row(i, raw, labels, dense, etime, tokens)
+            fail = self._reference_row(i, raw, labels, dense, etime, absent, tokens)
             if fail is not None:
                 reasons[i] = fail
         slots = {}
@@ -357,10 +368,11 @@ class CsvLinesParser:
         rejected = [Rejected(i, reason, detail, values[i]) for i, (reason, detail) in sorted(reasons.items())]
         keep = np.ones(n, dtype=bool)
         keep[list(reasons)] = False
-        batch = self._batch(labels, dense, etime, slots)
+        batch = self._batch(labels, dense, etime, slots, absent)
         return (batch if keep.all() else batch.take(np.flatnonzero(keep))), rejected
 
     def _reference_row(self, i: int, raw: bytes, labels: np.ndarray, dense: np.ndarray, etime: np.ndarray,
+                       absent: np.ndarray,
                        tokens: dict[str, list[tuple[int, bytes]]]) -> tuple[RejectReason, str] | None:
         s = self.schema
         if len(raw) > self.max_message_bytes:
@@ -371,8 +383,10 @@ class CsvLinesParser:
         except csv.Error as exc:
             return RejectReason.SCHEMA, f"malformed CSV: {exc}"
         fields = (rows[0] if rows else []) or [""]  # an empty line is one empty field, as the kernel counts it
-        if len(fields) != len(self.header):
+        if len(fields) > len(self.header):
             return RejectReason.FIELD_COUNT, self._detail(RejectReason.FIELD_COUNT, len(fields), raw)
+        fields += [""] * (len(self.header) - len(fields))  # a short row: its missing cells are empty
+        absent[i] = [fields[c] == "" for c in self._presence_col]
         fail: tuple[int, RejectReason, str] | None = None  # (rank, reason, detail): first in schema order
 
         def flag(rank: int, reason: RejectReason, detail: str) -> None:

@@ -24,7 +24,7 @@ from core.kernel_cache import kernel
 from logrecords.batch import Batch
 from logrecords.criteo import CriteoParser
 from logrecords.csv_lines import CsvLinesParser, read_header
-from logrecords.parsers import make_parser
+from logrecords.parsers import CheckedParser, make_parser
 from logrecords.rejects import Rejected
 from logrecords.schema_config import SchemaConfig
 
@@ -294,12 +294,13 @@ class FileReader:
             for first, lines in line_blocks(path, batch_size):
                 yield Block(path, first, lines, parser.parse)
             return
-        csv_parser: CsvLinesParser | None = None
+        csv_parser: CheckedParser | None = None
         for first, lines in line_blocks(path, batch_size):
             if csv_parser is None:
                 try:
                     header = read_header(lines[0], schema.delimiter)
-                    csv_parser = CsvLinesParser(schema, header=header, max_message_bytes=self.max_message_bytes)
+                    csv_parser = CheckedParser(CsvLinesParser(schema, header=header,
+                                                              max_message_bytes=self.max_message_bytes))
                 except InvalidInput as exc:
                     raise InvalidInput(f"{path}: {exc.message}", detail=exc.detail) from None
                 first, lines = first + 1, lines[1:]

@@ -113,7 +113,7 @@ def test_csv_kernel_and_reference_path_agree(tmp_path: Path) -> None:
 def test_malformed_csv_rows_are_rejected_with_reasons(tmp_path: Path) -> None:
     good = "1,1700000000,2.5,30,7,8,Paris,a|b,z"
     bad = {
-        "1,1700000000,2.5,30,7,8,Paris,a|b": (RejectReason.FIELD_COUNT, "expected 9 fields"),
+        "1,1700000000,2.5,30,7,8,Paris,a|b,z,extra": (RejectReason.FIELD_COUNT, "expected 9 fields"),
         "2,1700000000,2.5,30,7,8,Paris,a|b,z": (RejectReason.BAD_LABEL, "field 'click'"),
         ",1700000000,2.5,30,7,8,Paris,a|b,z": (RejectReason.BAD_LABEL, "field 'click'"),
         "1,1700000000,abc,30,7,8,Paris,a|b,z": (RejectReason.BAD_DENSE, "field 'price'"),
