@@ -21,6 +21,7 @@ import numpy as np
 
 from core.errors import InvalidInput
 from core.kernel_cache import kernel
+from logrecords.absent_fields import AbsentFieldCheck
 from logrecords.batch import Batch
 from logrecords.criteo import CriteoParser
 from logrecords.csv_lines import CsvLinesParser, read_header
@@ -254,12 +255,14 @@ def schema_for_file(schema: SchemaConfig, path: str | Path) -> SchemaConfig:
 @dataclass(frozen=True)
 class Block:
     """Records of one file read but not parsed yet: ``first`` is the line (text) or row (Parquet)
-    number of the first record, 1-based."""
+    number of the first record, 1-based. ``check`` counts the absent fields of its file's blocks
+    parsed so far (None: a format without absences, Criteo)."""
 
     path: Path
     first: int
     data: Any
     parse_fn: Callable[[Any], tuple[Batch, list[Rejected]]]
+    check: AbsentFieldCheck | None = None
 
     def parse(self) -> tuple[Batch, list[Rejected], list[str]]:
         """(batch, rejected, source of each rejected record as ``path:line``)."""
@@ -282,7 +285,7 @@ class FileReader:
 
             reader = ParquetReader(schema)
             for first, rb in reader.blocks(path, batch_size):
-                yield Block(path, first, rb, reader.parse)
+                yield Block(path, first, rb, reader.parse, reader.check)
             return
         if schema.format == "criteo":  # its parser reads the lines in place
             criteo = CriteoParser(schema, max_message_bytes=self.max_message_bytes)
@@ -292,7 +295,7 @@ class FileReader:
         if schema.format != "csv":
             parser = make_parser(schema, max_message_bytes=self.max_message_bytes)
             for first, lines in line_blocks(path, batch_size):
-                yield Block(path, first, lines, parser.parse)
+                yield Block(path, first, lines, parser.parse, parser.check)
             return
         csv_parser: CheckedParser | None = None
         for first, lines in line_blocks(path, batch_size):
@@ -306,4 +309,4 @@ class FileReader:
                 first, lines = first + 1, lines[1:]
                 if not lines:
                     continue
-            yield Block(path, first, lines, csv_parser.parse)
+            yield Block(path, first, lines, csv_parser.parse, csv_parser.check)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Generator
 from functools import partial
 from pathlib import Path
@@ -44,11 +45,13 @@ EVAL_BATCH = 2048  # records per test batch (forward only: larger ones took no l
 
 
 def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: DeadLetters, *, rank: int = 0,
-                 workers: int = 1) -> Generator[Batch, None, int]:
+                 workers: int = 1, absent: Counter[str] | None = None) -> Generator[Batch, None, int]:
     """This worker's share of the files' records, parsed; only its own blocks are parsed. Any format
-    of :mod:`logrecords.file_formats` (by each file's extension, else the schema's). Returns the
-    number of blocks of all workers."""
+    of :mod:`logrecords.file_formats` (by each file's extension, else the schema's). Adds to
+    ``absent`` the records of its share lacking each required field (each file's share checked on
+    its own). Returns the number of blocks of all workers."""
     reader = FileReader(schema)
+    checks = {}
     k = 0
     for path in paths:
         for block in reader.blocks(Path(path), batch_size):
@@ -56,10 +59,15 @@ def file_batches(paths: list[str], schema: SchemaConfig, batch_size: int, dead: 
             if (k - 1) % workers != rank:
                 continue
             batch, rejected, sources = block.parse()
+            if block.check is not None:
+                checks[id(block.check)] = block.check
             if rejected:
                 dead.publish(rejected, sources)
             if len(batch):
                 yield batch
+    if absent is not None:
+        for check in checks.values():
+            absent.update(check.absent)
     return k
 
 
@@ -91,13 +99,14 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = Fal
     records each."""
     model = build_model(job["model"])
     dead = DeadLetters()
+    absent: Counter[str] = Counter()
     client = _client(spec, job) if spec.mode == "async" else None
     cpu = {"parse": 0.0, "features": 0.0, "pull": 0.0, "stage": 0.0}
     start = time.thread_time()
     try:
-        source = (file_batches([job["test"]], job_schema(job), EVAL_BATCH, dead) if test else
+        source = (file_batches([job["test"]], job_schema(job), EVAL_BATCH, dead, absent=absent) if test else
                   file_batches(job["train"], job_schema(job), job["batch_size"], dead, rank=spec.rank,
-                               workers=spec.num_workers))
+                               workers=spec.num_workers, absent=absent))
         t0 = time.thread_time()
         while True:
             try:
@@ -121,7 +130,7 @@ def prepared_batches(spec: ClusterSpec, job: dict[str, Any], *, test: bool = Fal
         if client is not None:
             client.close()
     cpu["stage"] = time.thread_time() - start
-    return {"rejected": dict(dead.counts), "blocks": blocks, "cpu_s": cpu}
+    return {"rejected": dict(dead.counts), "absent_fields": dict(absent), "blocks": blocks, "cpu_s": cpu}
 
 
 def blas_threads() -> int | None:
@@ -188,7 +197,8 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     # main_cpu_s: the loop's own thread of it, the rest is the prefetch stage's (thread prefetch)
     produced = batches.result or {}
     result = {"rank": spec.rank, "records": worker.records, "seconds": seconds,
-              "rejected": produced.get("rejected", {}), "prefetch_cpu_s": produced.get("cpu_s", {}),
+              "rejected": produced.get("rejected", {}), "absent_fields": produced.get("absent_fields", {}),
+              "prefetch_cpu_s": produced.get("cpu_s", {}),
               "first_batch_s": first[0] if first else None, "first_step_s": first[1] if len(first) > 1 else None,
               "start_to_first_step_s": first[2] if len(first) > 2 else None, "setup_cpu_s": setup_cpu,
               "cpu_s": time.process_time() + batches.stats.get("cpu_s", 0.0), "prefetch": kind,
@@ -256,6 +266,9 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
            "shard_cpu_s": shard_cpu, "shard_loop_cpu_s": ranks[0].get("shard_loop_cpu_s", []),
            "rejected": _sum_counts(r["rejected"] for r in ranks),
            "test_rejected": (batches.result or {}).get("rejected", {}),
+           # records lacking each required field (refused ones are also in rejected's absent_field)
+           "absent_fields": _sum_counts(r.get("absent_fields", {}) for r in ranks),
+           "test_absent_fields": (batches.result or {}).get("absent_fields", {}),
            "staleness": summarize(shard_staleness) if shard_staleness else None,
            "workers": ranks}
     (results / "result.json").write_text(json.dumps(out))
