@@ -62,8 +62,11 @@ def test_a_resumed_replay_trains_each_line_once(ups: list[Up], tmp_path: Path) -
     second = start()
     second.wait_for("every line trained", lambda: newest_pass(run_dir)["records_total"] >= RECORDS)
     assert f"the replay resumes after the {done} lines the last pass trained" in second.output()
-    replay_log = (run_dir / "logs" / "replay.log").read_text()
-    assert f"produced {RECORDS - done} records" in replay_log  # the second replay sent only the rest
+    # The replay writes its summary after its last flush, which may come after the trainers
+    # committed the lines it sent: wait for the line, then check its count.
+    replay_log = run_dir / "logs" / "replay.log"
+    second.wait_for("the replay's summary", lambda: "produced " in replay_log.read_text().split("restart 0)")[-1])
+    assert f"produced {RECORDS - done} records" in replay_log.read_text()  # the second replay sent only the rest
     second.wait_for("the job's total counts both workers",
                     lambda: second.job()["records_total"] == RECORDS)
     assert second.ctrl_c() == 0, second.output()
