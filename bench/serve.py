@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from bench import REPO
+from core.ports import free_ports
 
 TOKEN = "bench-admin-token-0b9e"
 
@@ -44,9 +44,7 @@ def log(msg: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 # ----------------------------------------------------------------------------- the bundle

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cli.main import main as cli_main
 from core.errors import ConfigError
+from core.ports import free_ports
 from service.settings import ServiceSettings, load_settings
 
 from .service_support import TOKEN, USER_IDS, BundleBuilder, wait_until
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def _config(tmp_path: Path, exports: Path) -> Path:

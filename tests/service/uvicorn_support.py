@@ -7,7 +7,6 @@ import contextlib
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,13 +17,13 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.ports import free_ports
+
 from .service_support import wait_until
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def allow_open_files(n: int) -> None:
