@@ -40,12 +40,14 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from bench import retrieval_ablation as ablation
 from bench.retrieval_baselines import EVERY_RECORD, EXTRA_BASELINES, baseline_lists
 from bench.retrieval_data import DATASETS, Interactions, Split, load_dataset, oracle_lists, time_split
 from bench.retrieval_metrics import auc, best_shared_list, score_lists
@@ -62,7 +64,9 @@ TARGET_INFERRED = 0.95  # the inferred, unedited config's recall@10 over the han
 def metrics(lists: dict[int, list[int]], split: Split) -> dict[str, Any]:
     row = score_lists(lists, split.truth, catalogue=len(split.catalogue), k=K)
     seen = score_lists(lists, split.truth, catalogue=len(split.catalogue), k=K, subset=split.known_users)
-    return {**row, "recall_seen_users": seen["recall"], "seen_users": seen["users"]}
+    new = score_lists(lists, split.truth, catalogue=len(split.catalogue), k=K,
+                      subset=[u for u in split.truth if u not in split.seen])
+    return {**row, "recall_seen_users": seen["recall"], "seen_users": seen["users"], "recall_new_users": new["recall"]}
 
 
 def item_rate_scores(split: Split, prior: float = 10.0) -> np.ndarray:
@@ -83,10 +87,12 @@ CONFIG_WHAT = ("train.model as the model's defaults give it, the user id's rows 
                "beta2 0.99, lr 0.007), the user's last 20 positives attention-pooled (schema.history)")
 
 
-def streamrec_config(log: Interactions, *, seed: int = 0) -> dict[str, Any]:
+def streamrec_config(log: Interactions, *, seed: int = 0, workers: int = 2,
+                     pass_records: int | None = None) -> dict[str, Any]:
     """The streamrec YAML (as a mapping) that replays ``log``'s records through `up`: the schema of its
     records, a two_tower model over its user and item fields with the model's defaults (:data:`CONFIG_WHAT`),
-    `up` with 2 shards and 2 trainers. examples/two_tower_ratings.yaml is this config for MovieLens 100K."""
+    `up` with 2 shards and ``workers`` trainers, a pass every 2 seconds (``pass_records``: every that
+    many records). examples/two_tower_ratings.yaml is this config for MovieLens 100K."""
     slots: list[dict[str, Any]] = [{"name": "user_id", "kind": "sparse", "hash": "int"},
                                    {"name": "item_id", "kind": "sparse", "hash": "int"}]
     slots += [{"name": f, "kind": "sparse", "hash": "fnv1a"} for f in (*log.user_fields, *log.item_fields)]
@@ -102,8 +108,10 @@ def streamrec_config(log: Interactions, *, seed: int = 0) -> dict[str, Any]:
         "schema": {"format": "json", "label": "label", "event_time": "timestamp", "user_id": "user_id",
                    "item_id": "item_id", "slots": slots, "history": {"slot": "history", "length": HISTORY_LENGTH}},
         # sizes and optimizers left out: two_tower's defaults (models.model_config.TWO_TOWER_DEFAULTS)
-        "train": {"model": {"type": "two_tower", "n_dense": 0, "seed": seed, "slots": model_slots}},
-        "up": {"shards": 2, "workers": 2, "commit_on_exit": False},
+        "train": {"model": {"type": "two_tower", "n_dense": 0, "seed": seed, "slots": model_slots},
+                  # by records, 120 s only ending the last partial pass
+                  **({"passes": {"records": pass_records, "seconds": 120.0}} if pass_records else {})},
+        "up": {"shards": 2, "workers": workers, "commit_on_exit": False},
     }
     StreamrecConfig.model_validate(config)  # a config the schema refuses stops the benchmark before any run
     return config
@@ -145,8 +153,11 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
 
     train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-")) / "train.jsonl"
     split.train.write_jsonl(train_file)
-    config = streamrec_config(log, seed=args.seed)
-    out["streamrec"] = replay_runs(dataset, config, train_file, split, args, what=CONFIG_WHAT)
+    config = streamrec_config(log, seed=args.seed, workers=args.workers, pass_records=args.pass_records)
+    tuned = validation(dataset, config, split, args) if args.ablate else None
+    if tuned is not None:
+        out["ablation_tuned"] = {**asdict(tuned)}
+    out["streamrec"] = replay_runs(dataset, config, train_file, split, args, what=CONFIG_WHAT, tuned=tuned)
     if args.config_from == "infer":
         inferred, text = inferred_config(train_file, config)
         out["streamrec_inferred"] = {**replay_runs(dataset, inferred, train_file, split, args, what=INFERRED_WHAT),
@@ -155,19 +166,40 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def validation(dataset: str, config: dict[str, Any], split: Split, args: argparse.Namespace) -> ablation.Tuned:
+    """The ablations' half-life and weights, chosen on the train part's last 10% (the model replayed on the rest)."""
+    val = time_split(split.train)
+    train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-validation-")) / "train.jsonl"
+    val.train.write_jsonl(train_file)
+    print(f"[{dataset}] validation: streamrec up --replay {len(val.train)} records, {len(val.truth)} users",
+          file=sys.stderr, flush=True)
+    res = run_up(f"{dataset}-validation", config, train_file, val, k=K, timeout_s=args.run_timeout, seed=args.seed,
+                 wide=ablation.WIDE)
+    predict = res.predict_scores if res.predict_scores is not None else np.full(len(val.test), np.nan)
+    return ablation.tune(res.scored, val, _temperature(config), K, predict, item_rate_scores(val))
+
+
+def _temperature(config: dict[str, Any]) -> float:
+    return float((effective_retrieval(config) or {}).get("temperature", 1.0))
+
+
 def replay_runs(dataset: str, config: dict[str, Any], train_file: Path, split: Split, args: argparse.Namespace, *,
-                what: str) -> dict[str, Any]:
+                what: str, tuned: ablation.Tuned | None = None) -> dict[str, Any]:
     """``args.repeats`` runs of `up --replay` under ``config``: each run's figures and their means."""
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
         print(f"[{dataset}] run {rep + 1}/{args.repeats}: streamrec up --replay {len(split.train)} records ({what})",
               file=sys.stderr, flush=True)
         try:
-            res = run_up(dataset, config, train_file, split, k=K, timeout_s=args.run_timeout, seed=args.seed)
+            res = run_up(dataset, config, train_file, split, k=K, timeout_s=args.run_timeout, seed=args.seed,
+                         wide=ablation.WIDE if tuned else 0)
         except RuntimeError as err:
             runs.append({"failed": str(err)})
             continue
         runs.append(run_figures(res, split))
+        if tuned is not None and res.predict_scores is not None:
+            runs[-1]["ablations"] = ablation.rows(res.scored, split, tuned, _temperature(config), K,
+                                                  res.predict_scores, item_rate_scores(split), metrics)
     done = [r for r in runs if "failed" not in r]
     entry: dict[str, Any] = {"what": what, "model": config["train"]["model"],
                              "effective_retrieval": effective_retrieval(config), "runs": runs}
@@ -179,6 +211,8 @@ def replay_runs(dataset: str, config: dict[str, Any], train_file: Path, split: S
         entry.update({"recall_min": min(r["recall"] for r in done), "recall_max": max(r["recall"] for r in done),
                       "runs_done": len(done), "error_count": sum(r["error_count"] for r in done),
                       "errors": [e for r in done for e in r["errors"]][:5]})
+        if "ablations" in done[0]:
+            entry["ablations"] = ablation.summary([r["ablations"] for r in done if "ablations" in r])
     return entry
 
 
@@ -304,6 +338,8 @@ def print_dataset(out: dict[str, Any]) -> None:
     for key, name in (("streamrec", "streamrec"), ("streamrec_inferred", "streamrec, inferred config")):
         if key in out:
             print_replays(name, out[key], out["item_rate_auc"])
+    if "ablations" in out["streamrec"]:
+        ablation.print_rows(out, t["strongest_baseline"], t["strongest_baseline_recall"])
     if "inferred_over_hand" in t:
         print(f"inferred config recall@10 / hand-edited config recall@10: {t['inferred_over_hand']:.3f} "
               f"(target >= {TARGET_INFERRED:.2f}: {'met' if t['inferred_target_met'] else 'NOT met'})")
@@ -341,9 +377,15 @@ def main() -> int:
     ap.add_argument("--run-timeout", type=float, default=1800.0, help="seconds for one run's replay")
     ap.add_argument("--repeats", type=int, default=1, help="`up` runs per data set (the table shows their mean)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2, help="`up`'s trainers")
+    ap.add_argument("--pass-records", type=int, default=None,
+                    help="a pass every N records instead of every 2 seconds (boundaries that do not move with timing)")
     ap.add_argument("--config-from", choices=("hand", "infer"), default="hand",
                     help="infer: also run the config `streamrec schema infer` proposes for the replayed file, "
                          "unedited, beside the hand-edited one, and print the ratio of their recall@10")
+    ap.add_argument("--ablate", action="store_true",
+                    help="also replay a validation split carved from the train part, choose the priors of "
+                         "bench/retrieval_ablation.py on it, and print their rows on each holdout run")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")
     args = ap.parse_args()

@@ -53,16 +53,24 @@ TEMPORAL_MF_NAME = "softmax MF + time trend (batch)"  # bench.temporal_mf, Tempo
 EXTRA_BASELINES = (RECENT_NAME, TEMPORAL_MF_NAME)
 
 
-def recent_popularity(split: Split, k: int = 10, half_life: float = RECENT_HALF_LIFE, every: bool = False) -> Lists:
-    """The train part's items by positives (``every``: records) weighted ``0.5 ** (age / (half_life *
-    events))``, where ``age`` counts the train events after it: what is liked now, less each user's own."""
+def decayed_counts(split: Split, half_life: float | None = RECENT_HALF_LIFE,
+                   every: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(items, score): the train part's items with their positives (``every``: records) weighted
+    ``0.5 ** (age / (half_life * events))``, where ``age`` counts the train events after each one
+    (``half_life`` None: every one weighs 1)."""
     train = split.train
     n = len(train)
     pos = trained_on(split, every)
-    weight = 0.5 ** ((n - 1 - pos) / max(1.0, half_life * n))
+    weight = np.ones(len(pos)) if half_life is None else 0.5 ** ((n - 1 - pos) / max(1.0, half_life * n))
     items, at = np.unique(train.item[pos], return_inverse=True)
     score = np.zeros(items.shape[0])
     np.add.at(score, at, weight)
+    return items, score
+
+
+def recent_popularity(split: Split, k: int = 10, half_life: float = RECENT_HALF_LIFE, every: bool = False) -> Lists:
+    """The train part's items by :func:`decayed_counts`: what is liked now, less each user's own."""
+    items, score = decayed_counts(split, half_life, every)
     order = items[np.lexsort((items, -score))].tolist()  # ties by id: a stable list
     return {u: cut_excluding(order, split.seen.get(u, ()), k) for u in split.truth}
 

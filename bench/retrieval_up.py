@@ -39,6 +39,8 @@ _TICK_S = 0.5
 @dataclass
 class UpResult:
     lists: dict[int, list[int]] = field(default_factory=dict)
+    # each user's top ``wide`` (ids, scores) as served, for the ablations that re-rank them (bench.retrieval_ablation)
+    scored: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     predict_scores: np.ndarray | None = None
     latencies_ms: list[float] = field(default_factory=list)
     items_in_index: int = 0
@@ -160,7 +162,10 @@ class UpRun:
 
 
 def run_up(name: str, config: dict[str, Any], train_file: Path, split: Split, *, k: int = 10,
-            timeout_s: float = 1800.0, stall_s: float = 240.0, index_sample: int = 2000, seed: int = 0) -> UpResult:
+            timeout_s: float = 1800.0, stall_s: float = 240.0, index_sample: int = 2000, seed: int = 0,
+            wide: int = 0) -> UpResult:
+    """One `up --replay` run of ``train_file`` and the holdout's queries; ``wide``: also keep each user's top
+    ``wide`` with their scores (``UpResult.scored``), its first ``k`` the list scored."""
     run = UpRun(name, config, train_file, len(split.train), timeout_s=timeout_s, stall_s=stall_s)
     result = UpResult(log=str(run.log))
     run.start()
@@ -169,7 +174,7 @@ def run_up(name: str, config: dict[str, Any], train_file: Path, split: Split, *,
         pass_id, result.train_seconds = run.wait_trained()
         result.records_per_s = len(split.train) / result.train_seconds
         result.served_version = run.wait_served(api, pass_id)
-        _recommend(api, split, k, result)
+        _recommend(api, split, k, result, wide)
         _predict(api, split, result)
         _index(api, split, index_sample, seed, result)
         token = (run.run_dir / "admin-token").read_text().strip() if (run.run_dir / "admin-token").exists() else None
@@ -182,9 +187,9 @@ def run_up(name: str, config: dict[str, Any], train_file: Path, split: Split, *,
     return result
 
 
-def _recommend(api: Api, split: Split, k: int, result: UpResult) -> None:
+def _recommend(api: Api, split: Split, k: int, result: UpResult, wide: int = 0) -> None:
     for user in sorted(split.truth):
-        body = {"user": holdout_user_fields(split, user), "k": k,
+        body = {"user": holdout_user_fields(split, user), "k": max(k, wide),
                 "exclude_values": sorted(split.seen.get(user, ()))}
         t = time.perf_counter()
         status, answer = api.call("POST", "/v1/recommend", body)
@@ -192,7 +197,10 @@ def _recommend(api: Api, split: Split, k: int, result: UpResult) -> None:
         if status != 200:
             result.errors.append(f"recommend {user}: {status} {answer}")
             continue
-        result.lists[user] = [int(it["id"]) & ID_MASK for it in answer["items"]]
+        ids = [int(it["id"]) & ID_MASK for it in answer["items"]]
+        result.lists[user] = ids[:k]
+        if wide:
+            result.scored[user] = (np.array(ids, np.int64), np.array([it["score"] for it in answer["items"]]))
 
 
 def _predict(api: Api, split: Split, result: UpResult) -> None:
