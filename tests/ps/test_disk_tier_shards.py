@@ -1,7 +1,7 @@
 """A table with a disk tier on real shard processes: rows over the RAM budget live on disk, a
 base and a delta save hold both tiers, a shard killed with SIGKILL comes back from them with
-nothing lost that they held; on a full disk (a real tmpfs) demotions are refused and counted on
-/metrics while the RAM tier keeps serving."""
+nothing lost that they held; on a full disk (a real tmpfs: as root, or as root of a user namespace
+for any other user) demotions are refused and counted on /metrics while the RAM tier keeps serving."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ps.admin import SaveMode
 from ps.client import PSClient
 from ps.ps_config import ClientConfig
 from tests.prom_scrape import labels, samples, scrape, shard_with_metrics
-from tests.trainer.small_disk import can_mount, small_disk
+from tests.trainer.small_disk import can_mount, rerun_as_namespace_root, small_disk
 
 from .ps_harness import shard_processes
 
@@ -63,8 +63,11 @@ def test_saves_hold_both_tiers_and_a_killed_shard_recovers_them(tmp_path: Path) 
         assert len(after) == 1 and after != before  # the killed shard's file was removed, a new one started
 
 
-@pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root")
-def test_a_full_disk_is_counted_and_the_ram_tier_keeps_serving(tmp_path: Path) -> None:
+def test_a_full_disk_is_counted_and_the_ram_tier_keeps_serving(request: pytest.FixtureRequest,
+                                                               tmp_path: Path) -> None:
+    if not can_mount():
+        rerun_as_namespace_root(request, tmp_path)
+        return
     ps_yaml = tmp_path / "ps.yaml"
     with small_disk(tmp_path / "disk", "128k") as disk:
         ps_yaml.write_text(yaml.safe_dump({"tables": [tiered(disk.path)]}))

@@ -1,6 +1,7 @@
 """A real small disk for the full-disk tests: a tmpfs mounted for the test (root may mount), filled
 with a ballast file to run out of space, remounted read-only, and unmounted in teardown. The
-mounts are libc calls, not mount(8): no process is started."""
+mounts are libc calls, not mount(8): no process is started. A test run by another user runs
+again as root of its own user and mount namespace (:func:`rerun_as_namespace_root`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,17 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+USER_NAMESPACE = ("unshare", "--user", "--map-root-user", "--mount")
 
 
 class SmallDisk:
@@ -73,3 +83,22 @@ def small_disk(path: Path, size: str) -> Iterator[SmallDisk]:
 
 def can_mount() -> bool:
     return os.geteuid() == 0
+
+
+def rerun_as_namespace_root(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Run the calling test again under ``unshare --user --map-root-user --mount``, where it is
+    root of a private mount namespace (its mounts and the processes it starts see the tmpfs, no
+    one else does), and fail with its output unless it passed there; fail naming what is missing
+    where user namespaces are not allowed: a full-disk test must not skip."""
+    probe = subprocess.run([*USER_NAMESPACE, "true"], capture_output=True, text=True) if shutil.which(
+        "unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.fail("this test mounts a small tmpfs to fill it: run it as root, or where unprivileged user "
+                    "namespaces are allowed (`unshare --user --map-root-user --mount true` failed: "
+                    f"{'no unshare on PATH' if probe is None else probe.stderr.strip()})", pytrace=False)
+    # a basetemp of our own: the namespace's root does not own the real root's /tmp/pytest-of-root
+    done = subprocess.run([*USER_NAMESPACE, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"--basetemp={tmp_path / 'namespace'}", request.node.nodeid], cwd=REPO,
+                          capture_output=True, text=True, timeout=280)
+    output = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and re.search(r"^1 passed", done.stdout, re.M), output
