@@ -29,7 +29,12 @@ Targets: streamrec recall@10 >= 1.2x the best of popularity, item-kNN, ALS and B
 (the ratio to the strongest baseline of all is printed beside it) and >= half the oracle's on the
 planted set; predict AUC above the item-rate baseline; every trained item in the index.
 
-Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--json]``.
+``--ablate`` adds what the strong simple baselines know to each run's served scores (bench/retrieval_ablation.py:
+a decayed popularity prior on /v1/recommend's, an item-rate prior on /v1/predict's), its half-life and weights
+chosen on a validation split carved from the train part (one more `up` run on its first 90%).
+
+Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--ablate]
+[--workers W] [--pass-records N] [--json]``.
 """
 
 from __future__ import annotations

@@ -81,13 +81,14 @@ def _recall(lists: dict[int, list[int]], split: Split, users: set[int], k: int) 
     return 0.0 if got["users"] == 0 else float(got["recall"])
 
 
-def tune_prior(scored: Scored, split: Split, temperature: float, k: int) -> tuple[Prior, float]:
+def tune_prior(scored: Scored, split: Split, temperature: float, k: int) -> tuple[Prior, float, list[dict[str, Any]]]:
     """The half-life, record kind and the seen and new users' weights with the best recall@k on ``split``
-    (the validation split), and that recall."""
+    (the validation split), that recall, and the best of each half-life and record kind (the grid)."""
     seen = {u for u in scored if u in split.seen}
     new = set(scored) - seen
     n = max(1, len(scored))
     best: tuple[Prior, float] | None = None
+    grid: list[dict[str, Any]] = []
     for half_life in HALF_LIVES:
         for every in (False, True):
             ws = max(PRIOR_WEIGHTS, key=lambda w: _recall(
@@ -97,10 +98,11 @@ def tune_prior(scored: Scored, split: Split, temperature: float, k: int) -> tupl
             prior = Prior(half_life, every, ws, wn)
             lists = reranked(scored, split, prior, temperature, k)
             total = (_recall(lists, split, seen, k) * len(seen) + _recall(lists, split, new, k) * len(new)) / n
+            grid.append({**asdict(prior), "recall": total})
             if best is None or total > best[1]:
                 best = (prior, total)
     assert best is not None
-    return best
+    return (*best, grid)
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -125,14 +127,14 @@ class Tuned:
 
 def tune(scored: Scored, split: Split, temperature: float, k: int, predict: np.ndarray,
          rate: np.ndarray) -> Tuned:
-    prior, recall = tune_prior(scored, split, temperature, k)
+    prior, recall, grid = tune_prior(scored, split, temperature, k)
     no_decay = max((Prior(None, e, w, 0.0) for e in (False, True) for w in PRIOR_WEIGHTS),
                    key=lambda p: _recall(reranked(scored, split, p, temperature, k), split, set(scored), k))
     seen_only = Prior(prior.half_life, prior.every, prior.weight_seen, 0.0)
     g = tune_predict(split.test.label, predict, rate)
     plain = _recall({u: ids[:k].tolist() for u, (ids, _) in scored.items()}, split, set(scored), k)
     return Tuned(prior, no_decay, seen_only, g,
-                 {"users": len(scored), "recall_served": plain, "recall_with_prior": recall})
+                 {"users": len(scored), "recall_served": plain, "recall_with_prior": recall, "grid": grid})
 
 
 def rows(scored: Scored, split: Split, tuned: Tuned, temperature: float, k: int, predict: np.ndarray,

@@ -48,3 +48,13 @@ def test_the_predict_prior_weight_is_the_one_with_the_best_auc():
     rate = np.array([0.9, 0.1, 0.8, 0.2, 0.7, 0.3])
     assert tune_predict(labels, model, rate) > 0.0
     assert tune_predict(labels, rate, 1.0 - rate) == 0.0  # a prior against the labels is never chosen
+
+
+def test_tuning_picks_a_prior_that_lifts_recall_and_keeps_the_grid():
+    from bench.retrieval_ablation import HALF_LIVES, tune_prior
+
+    split = _split()  # both holdout users like items 1 and 2; the served lists put item 3 first
+    ids, scores = np.array([3, 2, 1]), np.array([0.30, 0.20, 0.10])
+    prior, recall, grid = tune_prior({9: (ids, scores), 7: (ids, scores)}, split, 0.05, 1)
+    assert recall == 0.5 and prior.weight_seen > 0 and prior.weight_new > 0
+    assert len(grid) == 2 * len(HALF_LIVES) and max(g["recall"] for g in grid) == recall
