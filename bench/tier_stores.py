@@ -1,6 +1,7 @@
-"""Disk-tier store choice: streamrec's disk tier (fixed-size records in a mapped file, keys in
-the numba hash index, :mod:`tables.disk_tier`) beside RocksDB (``rocksdict``: write batches,
-multi-get) and LMDB (``lmdb``: ``putmulti``, ``getmulti``), same run, same rows.
+"""Disk-tier store choice: streamrec's disk tier (fixed-size records of a file copied with
+pread/pwrite by numba kernels, indexed by its slots in RAM, :mod:`tables.disk_tier`) beside
+RocksDB (``rocksdict``: write batches, multi-get) and LMDB (``lmdb``: ``putmulti``,
+``getmulti``), same run, same rows.
 
 Rows are dim-16 Adam rows (16 weights + 34 optimizer floats = 200 bytes) of ``--rows`` random
 uint64 keys, written in ``--batch``-key batches, then read and rewritten in batches of random
@@ -56,7 +57,7 @@ def ours(keys: np.ndarray, rows: np.ndarray, batches: list[np.ndarray], batch: i
         assert np.array_equal(got["params"], rows[at, :16])
 
     def rewrite(at: np.ndarray) -> None:
-        tier.free(tier.lookup(keys[at]))  # a promotion frees, a demotion writes again
+        tier.free(tier.lookup(keys[at]), keys[at])  # a promotion frees, a demotion writes again
         tier.put(cols(at))
 
     out = {"fill": fill, "read": per_s(batch, read, batches), "write": per_s(batch, rewrite, batches)}

@@ -1,26 +1,27 @@
 """The disk tier of a sparse table: the rows RAM's byte budget has no room for.
 
-Each row lives in exactly one tier. A row on disk is a fixed-size record of a file: its
-payload (``params``, ``state``, ``wide_state`` float32, in that order) at ``record * record
-bytes``. Its small columns (key, show, click, last_seen, created, mod_epoch) stay in RAM,
-indexed by record number beside a ``live`` flag, with the numba hash index
-(:mod:`tables.hashmap`) from key to record: a lookup never touches the disk, and eviction
-and delta saves pick disk rows without reading them. Records are copied by numba kernels in
-batches (one call per batch, never per key).
+Each row lives in exactly one tier. A row on disk is a fixed-size record of a file holding
+every column of the row, packed in the row store's order (the key first, then ``params``,
+``state``, ``wide_state``, show, click, last_seen, created, mod_epoch) at ``record *
+record_bytes``. RAM keeps only the index from key to record (:mod:`tables.disk_index`, its
+slots alone), a free list and each call's bounded copy buffer (``BUFFER_RECORDS``), so a disk
+row costs RAM its index slots only. Records move between the file and the buffer in numba
+kernels (:mod:`tables.record_io`: ``pread``/``pwrite``, records sorted, one call per run of
+consecutive ones), never one Python call per key; eviction, TTL and delta saves read the
+columns they need from the records the same way.
 
-The file is mapped into memory and grown with ``posix_fallocate`` before any record past
-its end is written: a full disk is an ``OSError`` at growth (:class:`core.errors.DiskFull`),
-never a SIGBUS on a write through the map. After every batch the pages it touched are
-dropped from the process (``MADV_DONTNEED``; the page cache keeps them), so the tier costs
-RSS only for its small columns and index. ``max_bytes`` caps the file: a full tier evicts
-its coldest rows (by the table's eviction score) to take new ones.
+The file is grown with ``posix_fallocate`` before any record past its end is written: a full
+disk is an ``OSError`` at growth (:class:`core.errors.DiskFull`), never a failed write of a
+record. ``max_bytes`` caps the file: a full tier evicts its coldest rows (by the table's
+eviction score) to take new ones.
 
 The file is scratch, not a save: saves write disk rows like RAM rows
 (:mod:`tables.table_files`) and every tier starts a file of its own, empty (named by process
 and a counter, so shards and scratch tables on one machine never share one); files left by a
-process that died are removed by the next tier opened for that table in that directory. While a save reads records
-(:meth:`hold`), records freed meanwhile are not reused, so what it reads is what the
-consistent point held. Callers hold the table lock.
+process that died are removed by the next tier opened for that table in that directory. While
+a save reads records (:meth:`hold`), records freed meanwhile are not reused and records are
+never changed in place, so what it reads is what the consistent point held. Callers hold the
+table lock.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import itertools
-import mmap
 import os
 import re
 import weakref
@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import DISK_FULL_ERRNOS, ConfigError, DiskFull
-from core.kernel_cache import JIT, kernel
-from tables import hashmap
+from tables import disk_index, hashmap
+from tables.record_io import transfer
 from tables.rows import COLUMN_DTYPES
 
-PAYLOAD = ("params", "state", "wide_state")  # the columns a record holds, in order
-META = tuple(name for name in COLUMN_DTYPES if name not in PAYLOAD)  # the columns kept in RAM
+PAYLOAD = ("params", "state", "wide_state")  # the float32 2-d columns
 GROW_RECORDS = 1 << 16  # the file grows by at least this many records (or an eighth) at a time
+BUFFER_RECORDS = 1 << 13  # records copied per kernel call: the bound of the tier's copy buffer
 _opened = itertools.count()  # tiers this process opened: one file each, even for one table
 
 
@@ -58,6 +58,7 @@ def _new_file(directory: Path, table: str) -> tuple[Path, int]:
     path = directory / f"{table}.{os.getpid()}-{next(_opened)}.tier"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead: a promotion reads one record, not its neighbours
     return path, fd
 
 
@@ -80,26 +81,11 @@ def _remove(path: Path, fd: int) -> None:
     os.close(fd)
 
 
-@kernel(**JIT)
-def _read_records(recs: np.ndarray, at: np.ndarray, params: np.ndarray, state: np.ndarray,
-                  wide_state: np.ndarray) -> None:
-    w, s = params.shape[1], state.shape[1]
-    for i in range(at.shape[0]):
-        r = recs[at[i]]
-        params[i] = r[:w]
-        state[i] = r[w : w + s]
-        wide_state[i] = r[w + s :]
 
-
-@kernel(**JIT)
-def _write_records(recs: np.ndarray, at: np.ndarray, params: np.ndarray, state: np.ndarray,
-                   wide_state: np.ndarray) -> None:
-    w, s = params.shape[1], state.shape[1]
-    for i in range(at.shape[0]):
-        r = recs[at[i]]
-        r[:w] = params[i]
-        r[w : w + s] = state[i]
-        r[w + s :] = wide_state[i]
+def record_dtype(widths: dict[str, int]) -> np.dtype:
+    """One record: every row column, in the row store's order, packed."""
+    return np.dtype([(name, dt, (widths.get(name, 0),)) if name in PAYLOAD else (name, dt)
+                     for name, dt in COLUMN_DTYPES.items()])
 
 
 class DiskTier:
@@ -110,8 +96,8 @@ class DiskTier:
     def __init__(self, directory: Path, table: str, widths: dict[str, int], max_bytes: int,
                  hash_key: np.ndarray) -> None:
         self.widths = {name: widths.get(name, 0) for name in PAYLOAD}
-        self.record_floats = sum(self.widths.values())
-        self.record_bytes = 4 * self.record_floats
+        self.dtype = record_dtype(self.widths)
+        self.record_bytes = self.dtype.itemsize
         self.max_records = max_bytes // self.record_bytes
         if self.max_records < 1:
             raise ConfigError(f"table {table}: tier.disk.max_bytes = {max_bytes} cannot hold one "
@@ -119,10 +105,7 @@ class DiskTier:
         self.hash_key = hash_key
         self.path, self._fd = _new_file(directory, table)
         self._closer = weakref.finalize(self, _remove, self.path, self._fd)
-        self._map: mmap.mmap | None = None
-        self._recs = np.empty((0, self.record_floats), np.float32)
-        self.meta: dict[str, np.ndarray] = {name: np.empty(0, COLUMN_DTYPES[name]) for name in META}
-        self.live = np.zeros(0, np.bool_)
+        self.file_records = 0  # records the file has room for
         self.slots = np.zeros(hashmap.slots_for(16), np.uint64)
         self.high = 0  # records ever handed out: records 0..high-1 are live or free
         self.rows = 0
@@ -131,36 +114,52 @@ class DiskTier:
         self.holds = 0
 
     # ----------------------------------------------------------------- reads
-    def lookup(self, keys: np.ndarray) -> np.ndarray:
-        """Record of each key (-1 when not on disk)."""
-        out = np.empty(keys.shape[0], np.int64)
+    def lookup(self, keys: np.ndarray, *, verify: bool = True) -> np.ndarray:
+        """Record of each key (-1 when not on disk); without ``verify``, a record that may hold
+        another key whose tag agrees (:func:`tables.disk_index.lookup`)."""
+        out = np.full(keys.shape[0], -1, np.int64)
         if self.rows:
-            hashmap.lookup(self.slots, self.meta["keys"], self.hash_key, keys, out)
-        else:
-            out.fill(-1)
+            bad = disk_index.lookup(self.slots, self.hash_key, keys, self._fd, self.record_bytes, out, verify=verify)
+            if bad >= 0:
+                self._failed(bad, write=False)
         return out
 
-    def read(self, records: np.ndarray) -> dict[str, np.ndarray]:
-        """Every column of ``records``' rows (a row store's columns, in its order)."""
+    def take(self, keys: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows of ``keys`` (unique) found on disk, read and freed (a promotion): their columns."""
+        at = self.lookup(keys, verify=False)
+        hit = np.flatnonzero(at >= 0)
+        cols = self.read(at[hit])
+        if not np.array_equal(cols["keys"], keys[hit]):  # another key's tag agreed: look up by reading keys
+            at = self.lookup(keys)
+            hit = np.flatnonzero(at >= 0)
+            cols = self.read(at[hit])
+        self.free(at[hit], cols["keys"])
+        return cols
+
+    def read(self, records: np.ndarray, names: tuple[str, ...] = tuple(COLUMN_DTYPES)) -> dict[str, np.ndarray]:
+        """Columns ``names`` (default: every column of a row store, in its order) of
+        ``records``' rows."""
         m = records.shape[0]
-        cols = {name: np.empty((m, w), np.float32) for name, w in self.widths.items()}
-        if m:
-            _read_records(self._recs, records, cols["params"], cols["state"], cols["wide_state"])
-            self._drop_pages()
-        for name in META:
-            cols[name] = self.meta[name][records]
-        return {name: cols[name] for name in COLUMN_DTYPES}
+        out = {name: np.empty((m, *self.dtype[name].shape), self.dtype[name].base) for name in names}
+        order = np.argsort(records, kind="stable")
+        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
+        for start in range(0, m, BUFFER_RECORDS):
+            part = order[start : start + BUFFER_RECORDS]
+            got = self._io(records[part], buf, write=False)
+            for name in names:
+                out[name][part] = got[name]
+        return out
 
     def live_records(self) -> np.ndarray:
-        return np.flatnonzero(self.live[: self.high])
+        return np.flatnonzero(disk_index.live(self.slots, self.high)) if self.rows else np.empty(0, np.int64)
 
     def file_bytes(self) -> int:
-        return self._recs.shape[0] * self.record_bytes
+        return self.file_records * self.record_bytes
 
     def ram_bytes(self) -> int:
-        """What the tier holds in RAM: its small columns, live flags, index and free list."""
-        return (sum(c.nbytes for c in self.meta.values()) + self.live.nbytes + self.slots.nbytes
-                + self._free.nbytes + sum(h.nbytes for h in self._held))
+        """What the tier holds in RAM: its index and free list (a call's copy buffer is a
+        temporary of the batch, like its other buffers)."""
+        return self.slots.nbytes + self._free.nbytes + sum(h.nbytes for h in self._held)
 
     # ---------------------------------------------------------------- writes
     def room(self) -> int:
@@ -180,28 +179,29 @@ class DiskTier:
             self._grow(self.high + fresh)
         at = np.empty(m, np.int64)
         at[:reuse] = self._free[self._free.shape[0] - reuse :]
-        self._free = self._free[: self._free.shape[0] - reuse]
         at[reuse:] = np.arange(self.high, self.high + fresh)
+        order = np.argsort(at, kind="stable")
+        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
+        for start in range(0, m, BUFFER_RECORDS):
+            part = order[start : start + BUFFER_RECORDS]
+            for name in COLUMN_DTYPES:
+                buf[name][: part.shape[0]] = cols[name][part]
+            self._io(at[part], buf, write=True)
+        self._free = self._free[: self._free.shape[0] - reuse]
         self.high += fresh
-        _write_records(self._recs, at, cols["params"], cols["state"], cols["wide_state"])
-        self._drop_pages()
-        for name in META:
-            self.meta[name][at] = cols[name]
-        self.live[at] = True
         self.rows += m
         if self.rows > self.slots.shape[0] * hashmap.MAX_LOAD:
-            self.slots = np.zeros(hashmap.slots_for(self.rows), np.uint64)
-            hashmap.insert(self.slots, self.meta["keys"], self.hash_key, self.live_records())
-        else:
-            hashmap.insert(self.slots, self.meta["keys"], self.hash_key, at)
+            grown = np.zeros(hashmap.slots_for(self.rows), np.uint64)
+            disk_index.regrow(self.slots, grown)
+            self.slots = grown
+        disk_index.update(self.slots, self.hash_key, cols["keys"], at, remove=False)
 
-    def free(self, records: np.ndarray) -> None:
-        """Forget the rows of ``records`` (promoted or evicted); their records are handed
-        out again once no save reads the file."""
+    def free(self, records: np.ndarray, keys: np.ndarray) -> None:
+        """Forget the rows of ``records`` (promoted or evicted), whose keys are ``keys``; their
+        records are handed out again once no save reads the file."""
         if records.shape[0] == 0:
             return
-        hashmap.delete(self.slots, self.meta["keys"], self.hash_key, self.meta["keys"][records].copy())
-        self.live[records] = False
+        disk_index.update(self.slots, self.hash_key, keys, records, remove=True)
         self.rows -= int(records.shape[0])
         if self.holds:
             self._held.append(records.copy())
@@ -210,7 +210,6 @@ class DiskTier:
 
     def clear(self) -> None:
         """No rows; the file keeps its size (its records are handed out again)."""
-        self.live[:] = False
         self.slots = np.zeros(hashmap.slots_for(16), np.uint64)
         self.rows = 0
         self._held = []
@@ -227,48 +226,46 @@ class DiskTier:
             self._held = []
 
     def close(self) -> None:
-        self._recs = np.empty((0, self.record_floats), np.float32)
-        if self._map is not None:
-            self._map.close()
-            self._map = None
         self._closer()
 
     # -------------------------------------------------------------- plumbing
+    def _io(self, records: np.ndarray, buf: np.ndarray, *, write: bool) -> np.ndarray:
+        """Records (sorted) from (to) ``buf``'s first rows; returns those rows."""
+        rows = buf[: records.shape[0]]
+        bad = transfer(self._fd, records, self.record_bytes, rows.view(np.uint8).reshape(-1, self.record_bytes),
+                       write=write)
+        if bad >= 0:
+            self._failed(bad, write=write)
+        return rows
+
+    def _failed(self, record: int, *, write: bool) -> None:
+        """A kernel's read or write of ``record`` failed: the same call from Python raises its
+        ``OSError`` (errno and all); one that now succeeds still fell short in the kernel."""
+        offset = int(record) * self.record_bytes
+        if write:
+            os.pwrite(self._fd, bytes(self.record_bytes), offset)
+        else:
+            os.pread(self._fd, self.record_bytes, offset)
+        raise OSError(errno.EIO, f"disk tier {self.path}: short {'write' if write else 'read'} at byte {offset}")
+
     def _grow(self, records: int) -> None:
-        """Room in the file and the small columns for ``records`` records."""
-        have = self._recs.shape[0]
-        if records > have:
-            want = min(self.max_records, max(records, have + max(GROW_RECORDS, have // 8)))
+        """Room in the file for ``records`` records."""
+        have = self.file_records
+        if records <= have:
+            return
+        want = min(self.max_records, max(records, have + max(GROW_RECORDS, have // 8)))
+        try:
+            os.posix_fallocate(self._fd, have * self.record_bytes, (want - have) * self.record_bytes)
+        except OSError as e:
+            if e.errno not in DISK_FULL_ERRNOS and e.errno != errno.EFBIG:
+                raise
+            want = records  # no room for a step ahead: only what this batch needs, else DiskFull
             try:
                 os.posix_fallocate(self._fd, have * self.record_bytes, (want - have) * self.record_bytes)
-            except OSError as e:
-                if e.errno not in DISK_FULL_ERRNOS and e.errno != errno.EFBIG:
+            except OSError as again:
+                if again.errno not in DISK_FULL_ERRNOS and again.errno != errno.EFBIG:
                     raise
-                want = records  # no room for a step ahead: only what this batch needs, else DiskFull
-                try:
-                    os.posix_fallocate(self._fd, have * self.record_bytes, (want - have) * self.record_bytes)
-                except OSError as again:
-                    if again.errno not in DISK_FULL_ERRNOS and again.errno != errno.EFBIG:
-                        raise
-                    os.ftruncate(self._fd, have * self.record_bytes)  # give back what a failed call allocated
-                    raise DiskFull(f"disk tier {self.path}: no room to grow to {want * self.record_bytes} bytes "
-                                   f"({os.strerror(again.errno)})", detail={"path": str(self.path)}) from again
-            self._recs = np.empty((0, self.record_floats), np.float32)
-            if self._map is not None:
-                self._map.close()
-            self._map = mmap.mmap(self._fd, want * self.record_bytes)
-            self._recs = np.frombuffer(self._map, np.float32).reshape(want, self.record_floats)
-        cap = self.live.shape[0]
-        if records > cap:
-            cap = max(records, cap + max(1024, cap // 16))  # little slack: these columns count in the RAM budget
-            for name, col in self.meta.items():
-                grown = np.empty(cap, col.dtype)
-                grown[: self.high] = col[: self.high]
-                self.meta[name] = grown
-            live = np.zeros(cap, np.bool_)
-            live[: self.high] = self.live[: self.high]
-            self.live = live
-
-    def _drop_pages(self) -> None:
-        if self._map is not None:
-            self._map.madvise(mmap.MADV_DONTNEED)
+                os.ftruncate(self._fd, have * self.record_bytes)  # give back what a failed call allocated
+                raise DiskFull(f"disk tier {self.path}: no room to grow to {want * self.record_bytes} bytes "
+                               f"({os.strerror(again.errno)})", detail={"path": str(self.path)}) from again
+        self.file_records = want

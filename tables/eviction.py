@@ -11,6 +11,9 @@ import numpy as np
 
 from tables.table_config import EvictionConfig
 
+SCORE_COLUMNS = ("show", "click", "last_seen")  # the row columns eviction reads
+SCORE_CHUNK = 1 << 16  # rows whose scores coldest() computes at a time
+
 
 def decayed(values: np.ndarray, last_seen: np.ndarray, current_pass: int, decay: float) -> np.ndarray:
     """Show or click counts as of ``current_pass``."""
@@ -59,8 +62,12 @@ def coldest(
     partial sort (``argpartition``), not a full one; rows are indices into the given arrays."""
     n = last_seen.shape[0]
     if cfg.budget_order == "score":
-        key = score(decayed(show, last_seen, current_pass, decay), decayed(click, last_seen, current_pass, decay),
-                    cfg.nonclick_coeff, cfg.click_coeff).astype(np.float64)
+        key = np.empty(n, np.float32)
+        for s in range(0, n, SCORE_CHUNK):  # in chunks: the temporaries stay small beside a byte budget
+            e = s + SCORE_CHUNK
+            seen = last_seen[s:e]
+            key[s:e] = score(decayed(show[s:e], seen, current_pass, decay),
+                             decayed(click[s:e], seen, current_pass, decay), cfg.nonclick_coeff, cfg.click_coeff)
     else:
         key = last_seen.astype(np.float64)
     key[protected] = np.inf

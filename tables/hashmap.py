@@ -181,23 +181,30 @@ def delete(slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, keys: np.n
         if i < 0:
             continue
         removed += 1
-        j = i
-        while True:
-            j = (j + 1) & mask
-            s = slots[j]
-            if s == _ZERO:
-                break
-            home = np.int64((s >> U32) & np.uint64(mask))
-            # The entry at j may move into the hole at i unless its home lies cyclically in (i, j].
-            if i <= j:
-                stays = i < home <= j
-            else:
-                stays = home > i or home <= j
-            if not stays:
-                slots[i] = s
-                i = j
-        slots[i] = _ZERO
+        remove_at(slots, i, mask)
     return removed
+
+
+@kernel(inline="always", **JIT)
+def remove_at(slots: np.ndarray, i: np.int64, mask: np.int64) -> None:
+    """Empty slot ``i``, shifting the run after it back (backward-shift deletion): the one
+    deletion step every index here shares."""
+    j = i
+    while True:
+        j = (j + 1) & mask
+        s = slots[j]
+        if s == _ZERO:
+            break
+        home = np.int64((s >> U32) & np.uint64(mask))
+        # The entry at j may move into the hole at i unless its home lies cyclically in (i, j].
+        if i <= j:
+            stays = i < home <= j
+        else:
+            stays = home > i or home <= j
+        if not stays:
+            slots[i] = s
+            i = j
+    slots[i] = _ZERO
 
 
 @kernel(**JIT)

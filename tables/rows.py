@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+MOVE_CHUNK = 1 << 13  # rows a bulk move (removal, promotion, demotion) copies at a time: its copies stay small
+
 # name -> dtype; 2-d columns get their width from the table layout.
 COLUMN_DTYPES: dict[str, np.dtype] = {
     "keys": np.dtype(np.uint64),

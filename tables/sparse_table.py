@@ -135,15 +135,15 @@ class SparseTable:
         with self.lock.mutex:
             st = self.state
             rows = st.lookup(k)
-            sources = [(rows, st.rows.cols)]
+            found = rows >= 0
+            sources = [(found, {name: st.rows.cols[name][rows[found]] for name in eviction.SCORE_COLUMNS})]
             if self.tier is not None:
-                sources.append((self.tier.lookup(k), self.tier.disk.meta))
-            for where, cols in sources:
-                found = where >= 0
-                at = where[found]
-                seen = cols["last_seen"][at]
-                show[found] = eviction.decayed(cols["show"][at], seen, st.pass_id, self.config.show_click_decay)
-                click[found] = eviction.decayed(cols["click"][at], seen, st.pass_id, self.config.show_click_decay)
+                at = self.tier.lookup(k)
+                sources.append((at >= 0, self.tier.disk.read(at[at >= 0], eviction.SCORE_COLUMNS)))
+            for found, cols in sources:
+                seen = cols["last_seen"]
+                show[found] = eviction.decayed(cols["show"], seen, st.pass_id, self.config.show_click_decay)
+                click[found] = eviction.decayed(cols["click"], seen, st.pass_id, self.config.show_click_decay)
         return show, click
 
     def contains(self, keys: Any) -> np.ndarray:
@@ -358,10 +358,11 @@ class SparseTable:
             n = st.rows.n
             cols = st.rows.cols
             at = self.tier.disk.live_records() if self.tier is not None else np.empty(0, np.int64)
-            meta = self.tier.disk.meta if self.tier is not None else cols
-            mask = eviction.select(cfg, show=np.concatenate([cols["show"][:n], meta["show"][at]]),
-                                   click=np.concatenate([cols["click"][:n], meta["click"][at]]),
-                                   last_seen=np.concatenate([cols["last_seen"][:n], meta["last_seen"][at]]),
+            disk = (self.tier.disk.read(at, eviction.SCORE_COLUMNS) if self.tier is not None
+                    else {name: cols[name][:0] for name in eviction.SCORE_COLUMNS})
+            mask = eviction.select(cfg, show=np.concatenate([cols["show"][:n], disk["show"]]),
+                                   click=np.concatenate([cols["click"][:n], disk["click"]]),
+                                   last_seen=np.concatenate([cols["last_seen"][:n], disk["last_seen"]]),
                                    current_pass=st.pass_id, decay=self.config.show_click_decay)
             count = int(mask.sum())
             if dry_run or count == 0:

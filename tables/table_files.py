@@ -132,8 +132,7 @@ class TableSave:
         self.disk_records = np.empty(0, np.int64)  # the disk tier's rows this save holds
         if t.tier is not None:
             disk = t.tier.disk
-            at = disk.live_records()
-            self.disk_records = at if self.mode == "base" else at[disk.meta["mod_epoch"][at] > self.since]
+            self.disk_records = disk.live_records()  # a delta keeps the changed ones as it reads them
             disk.hold()
         if self.mode == "base":
             self.tomb, self.tomb_ep = st.tomb_keys.copy(), st.tomb_epochs.copy()
@@ -178,6 +177,9 @@ class TableSave:
                 assert t.tier is not None
                 with t.lock.mutex:  # held records are not reused while the snapshot is open
                     chunk = t.tier.disk.read(self.disk_records[start : start + CHUNK_ROWS])
+                if self.mode == "delta":
+                    changed = chunk["mod_epoch"] > self.since
+                    chunk = {name: col[changed] for name, col in chunk.items()}
                 chunks.add(chunk)
             n_rows = chunks.close()
             rows_entry = w.commit()

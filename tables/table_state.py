@@ -17,7 +17,7 @@ import numpy as np
 
 from tables import hashmap
 from tables.admission import Admission
-from tables.rows import RowStore
+from tables.rows import MOVE_CHUNK, RowStore
 
 
 @dataclass
@@ -97,8 +97,9 @@ class TableState:
         new_n = n - int(mask.sum())
         holes = np.flatnonzero(mask[:new_n])
         srcs = np.flatnonzero(~mask[new_n:n]) + new_n
-        for col in cols.values():
-            col[holes] = col[srcs]
+        for s in range(0, holes.shape[0], MOVE_CHUNK):
+            for col in cols.values():
+                col[holes[s : s + MOVE_CHUNK]] = col[srcs[s : s + MOVE_CHUNK]]
         hashmap.relink(self.slots, cols["keys"], self.hash_key, srcs, holes)
         self.rows.n = new_n
 

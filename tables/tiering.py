@@ -24,6 +24,7 @@ from core.errors import DiskFull
 from tables import eviction
 from tables.dedupe import dedupe
 from tables.disk_tier import DiskTier
+from tables.rows import MOVE_CHUNK
 
 if TYPE_CHECKING:
     from tables.table_config import TableConfig
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEMOTE_CHUNK = 1 << 16  # rows a demotion copies out of RAM at a time
 COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full")
 
 
@@ -70,16 +70,11 @@ class TableTier:
         """Move the rows of ``keys`` (unique, none in RAM) found on disk into RAM; returns how
         many. ``limit``: the RAM row limit (None: no budget)."""
         t = self.table
-        found = self.disk.lookup(keys)
-        at = found[found >= 0]
-        m = int(at.shape[0])
-        t.counters["disk_hits"] += m
+        st = t.state
+        on_disk = keys[self.disk.lookup(keys, verify=False) >= 0]  # take() reads their keys and finds any false
+        m = int(on_disk.shape[0])
         if m == 0:
             return 0
-        cols = self.disk.read(at)
-        self.disk.free(at)
-        t.counters["disk_reads"] += m
-        st = t.state
         if limit is not None and st.rows.n + m > limit:
             if t.lock.snapshot is None:
                 self.demote_coldest(st.rows.n + m - int(limit * self.low_water), protected=protected)
@@ -87,9 +82,14 @@ class TableTier:
             else:
                 limit = None  # rows must not move: RAM holds them past its budget until the save ends
         st.reserve(st.rows.n + m, limit)
-        st.upsert(cols)
-        t.counters["promoted"] += m
-        return m
+        got = 0
+        for start in range(0, m, MOVE_CHUNK):
+            cols = self.disk.take(on_disk[start : start + MOVE_CHUNK])
+            st.upsert(cols)
+            got += int(cols["keys"].shape[0])
+        for name in ("disk_hits", "disk_reads", "promoted"):
+            t.counters[name] += got
+        return got
 
     def pull(self, keys: np.ndarray, out: np.ndarray) -> int:
         """Rows of ``keys`` not in RAM but on disk: promoted, and written into ``out``; returns
@@ -102,9 +102,11 @@ class TableTier:
         if not self.promote(uniq, protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit()):
             return int(miss.shape[0])
         again = st.lookup(keys[miss])
-        got = again >= 0
-        out[miss[got]] = st.rows.cols["params"][again[got]]
-        return int(miss.shape[0] - got.sum())
+        got = np.flatnonzero(again >= 0)
+        for s in range(0, got.shape[0], MOVE_CHUNK):
+            part = got[s : s + MOVE_CHUNK]
+            out[miss[part]] = st.rows.cols["params"][again[part]]
+        return int(miss.shape[0] - got.shape[0])
 
     # -------------------------------------------------------------- demotion
     def demote_coldest(self, count: int, *, protected: np.ndarray) -> int:
@@ -129,9 +131,11 @@ class TableTier:
         if m == 0:
             return 0
         self._make_disk_room(m)
+        victims = victims[: self.disk.room()]  # a disk tier smaller than the batch takes what it holds
+        m = int(victims.shape[0])
         mask = np.zeros(st.rows.n, np.bool_)
-        for start in range(0, m, DEMOTE_CHUNK):  # in chunks: the copies they need stay small beside the budget
-            part = victims[start : start + DEMOTE_CHUNK]
+        for start in range(0, m, MOVE_CHUNK):
+            part = victims[start : start + MOVE_CHUNK]
             try:
                 self.disk.put({name: col[part] for name, col in st.rows.cols.items()})
             except DiskFull as e:
@@ -163,29 +167,30 @@ class TableTier:
             return
         t = self.table
         at = d.live_records()
-        meta = d.meta
-        cold = eviction.coldest(t.config.eviction, short, show=meta["show"][at], click=meta["click"][at],
-                                last_seen=meta["last_seen"][at], current_pass=t.state.pass_id,
+        scores = d.read(at, eviction.SCORE_COLUMNS)
+        cold = eviction.coldest(t.config.eviction, short, show=scores["show"], click=scores["click"],
+                                last_seen=scores["last_seen"], current_pass=t.state.pass_id,
                                 decay=t.config.show_click_decay, protected=np.empty(0, np.int64))
-        gone = at[cold]
-        keys = meta["keys"][gone].copy()
-        d.free(gone)
+        keys = self.drop(cold, at)
         t.budget.keep_tombstones(keys)
-        t.counters["disk_evicted"] += int(gone.shape[0])
+        t.counters["disk_evicted"] += int(keys.shape[0])
 
     # --------------------------------------------------------- whole tables
     def promote_all(self) -> None:
         """Every disk row back into RAM (before a delta load: it applies to one tier)."""
         at = self.disk.live_records()
-        if at.shape[0]:
-            self.table.state.upsert(self.disk.read(at))
-            self.disk.free(at)
+        for start in range(0, at.shape[0], MOVE_CHUNK):
+            part = at[start : start + MOVE_CHUNK]
+            cols = self.disk.read(part)
+            self.table.state.upsert(cols)
+            self.disk.free(part, cols["keys"])
 
-    def drop(self, mask: np.ndarray, at: np.ndarray) -> np.ndarray:
-        """Forget the disk rows ``at[mask]`` (shrink); returns their keys."""
-        gone = at[mask]
-        keys = self.disk.meta["keys"][gone].copy()
-        self.disk.free(gone)
+    def drop(self, which: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Forget the disk rows ``at[which]`` (a mask or indices: shrink, the disk budget);
+        returns their keys."""
+        gone = at[which]
+        keys = self.disk.read(gone, ("keys",))["keys"]
+        self.disk.free(gone, keys)
         return keys
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
