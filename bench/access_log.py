@@ -2,14 +2,18 @@
 on in text and on in JSON lines, each loaded by bench/http_load.py on `/healthz`, the route that
 does least besides (so the log's share of a request is at its largest: an upper bound). The
 roles log to a file, as under `up`. Configurations alternate over ``--rounds`` so a drift of the
-machine's load falls on each alike; the best round of each is compared.
+machine's load falls on each alike; the best round of each is compared. Then, in this process and
+without HTTP (whose noise on a shared machine is larger than the log's cost), the CPU per request
+of the access-log middleware around a trivial ASGI app, off, text and JSON, its writer thread's
+CPU included.
 
-    python -m bench.access_log [--duration 8] [--concurrency 8] [--rounds 2] [--json]
+    python -m bench.access_log [--duration 8] [--concurrency 8] [--rounds 2] [--requests 20000] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -22,7 +26,9 @@ from typing import Any
 import httpx
 import yaml
 
+from core.logs import LoggingConfig, configure
 from core.ports import free_ports
+from service.access_log import AccessLogMiddleware, AccessLogWriter
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = {"off": {"access_log": False}, "text": {"access_log": True, "format": "text"},
@@ -62,7 +68,40 @@ def _load(tmp: Path, port: int, *, duration: float, concurrency: int) -> dict[st
     return json.loads(done.stdout)
 
 
-def run(*, duration: float, concurrency: int, rounds: int) -> dict[str, Any]:
+async def _trivial_app(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def _requests(middleware: AccessLogMiddleware, n: int) -> None:
+    scope = {"type": "http", "method": "GET", "path": "/healthz", "headers": []}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request"}
+
+    async def send(message: Any) -> None:
+        pass
+
+    for _ in range(n):
+        await middleware(scope, receive, send)
+
+
+def in_process(tmp: Path, requests: int) -> dict[str, float]:
+    """CPU microseconds per request of the middleware, off and in each format, into the role's log file."""
+    out = {}
+    for name, logging in CONFIGS.items():
+        config = LoggingConfig(**logging)
+        configure(role="service", config=config, path=tmp / f"in-process-{name}.log")
+        writer = AccessLogWriter(requests)
+        writer.start()
+        cpu = time.process_time()
+        asyncio.run(_requests(AccessLogMiddleware(_trivial_app, config=config, writer=writer), requests))
+        writer.close()
+        out[name] = (time.process_time() - cpu) / requests * 1e6
+    return out
+
+
+def run(*, duration: float, concurrency: int, rounds: int, requests: int) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="bench-access-log-") as d:
         tmp = Path(d)
@@ -76,11 +115,13 @@ def run(*, duration: float, concurrency: int, rounds: int) -> dict[str, Any]:
                     proc.wait(timeout=60)
                 lines = sum(1 for line in log.read_text(errors="replace").splitlines() if "service.access" in line)
                 runs[name].append({**result, "access_lines": lines})
+        cpu_us = in_process(tmp, requests)
     best = {name: max(rs, key=lambda r: r["rps"]) for name, rs in runs.items()}
     return {"route": "/healthz", "duration_s": duration, "concurrency": concurrency, "rounds": rounds,
             "best": best, "runs": runs,
             "rps_ratio_text_vs_off": best["text"]["rps"] / best["off"]["rps"],
-            "rps_ratio_json_vs_off": best["json"]["rps"] / best["off"]["rps"]}
+            "rps_ratio_json_vs_off": best["json"]["rps"] / best["off"]["rps"],
+            "in_process_requests": requests, "in_process_cpu_us": cpu_us}
 
 
 def main() -> int:
@@ -88,9 +129,10 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of load per run")
     ap.add_argument("--concurrency", type=int, default=8, help="connections, one request in flight each")
     ap.add_argument("--rounds", type=int, default=2, help="runs of each configuration, alternating")
+    ap.add_argument("--requests", type=int, default=20_000, help="requests of the in-process measurement")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
-    out = run(duration=args.duration, concurrency=args.concurrency, rounds=args.rounds)
+    out = run(duration=args.duration, concurrency=args.concurrency, rounds=args.rounds, requests=args.requests)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -100,6 +142,10 @@ def main() -> int:
         print(f"{name:>10} {r['rps']:8.0f} {r['p50_ms']:7.2f} {r['p99_ms']:7.2f} {r['access_lines']:7d}")
     print(f"throughput with the access log / without: text {out['rps_ratio_text_vs_off']:.3f}, "
           f"json {out['rps_ratio_json_vs_off']:.3f}")
+    cpu = out["in_process_cpu_us"]
+    print(f"in process, {args.requests} requests: CPU us per request of the middleware: "
+          + ", ".join(f"{name} {us:.1f}" for name, us in cpu.items())
+          + f"; the log's own: text {cpu['text'] - cpu['off']:.1f}, json {cpu['json'] - cpu['off']:.1f}")
     return 0
 
 

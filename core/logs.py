@@ -53,6 +53,10 @@ class LoggingConfig(FrozenModel):
     access_sample: float = Field(1.0, ge=0.0, le=1.0,
                                  description="Fraction of the service's successful requests (status < 400) the access "
                                              "log writes; every failed one is written.")
+    access_queue_lines: int = Field(10_000, ge=1,
+                                    description="Access-log lines waiting for the service's log writer at most; a "
+                                                "request finding them all taken drops its line (counted in "
+                                                "streamrec_access_log_dropped_total) and never waits.")
 
 
 # Libraries whose info lines are per connection or per load, not a role's life.
@@ -73,15 +77,30 @@ def _timestamp(created: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
 
 
+def text_line(created: float, level: str, logger: str, message: str, rid: str | None) -> str:
+    """One line of the text format, without a traceback or the newline."""
+    line = f"{_timestamp(created)} {level:<5} {_state['role']} {logger}: {message}"
+    return line if rid is None else f"{line} request_id={rid}"
+
+
+def json_object(created: float, level: str, logger: str, message: str, rid: str | None,
+                fields: dict[str, Any] | None) -> dict[str, Any]:
+    """One line of the JSON format as an object, without a traceback."""
+    obj: dict[str, Any] = {"ts": _timestamp(created), "level": level.lower(), "role": _state["role"],
+                           "logger": logger, "message": message}
+    if rid is not None:
+        obj["request_id"] = rid
+    if fields:
+        obj.update({k: v for k, v in fields.items() if k not in obj})
+    return obj
+
+
 class TextFormatter(logging.Formatter):
     """``<UTC time> <LEVEL> <role> <logger>: <message>`` (`` request_id=...`` within a request)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = (f"{_timestamp(record.created)} {record.levelname:<5} {_state['role']} {record.name}: "
-                f"{record.getMessage()}")
-        rid = getattr(record, "request_id", None) or request_id.get()
-        if rid is not None:
-            line += f" request_id={rid}"
+        line = text_line(record.created, record.levelname, record.name, record.getMessage(),
+                         getattr(record, "request_id", None) or request_id.get())
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         elif record.stack_info:
@@ -93,14 +112,10 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line (a traceback goes into ``exc``)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        obj: dict[str, Any] = {"ts": _timestamp(record.created), "level": record.levelname.lower(),
-                               "role": _state["role"], "logger": record.name, "message": record.getMessage()}
-        rid = getattr(record, "request_id", None) or request_id.get()
-        if rid is not None:
-            obj["request_id"] = rid
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            obj.update({k: v for k, v in fields.items() if k not in obj})
+        obj = json_object(record.created, record.levelname, record.name, record.getMessage(),
+                          getattr(record, "request_id", None) or request_id.get(),
+                          fields if isinstance(fields, dict) else None)
         if record.exc_info:
             obj["exc"] = self.formatException(record.exc_info)
         return json.dumps(obj, default=str)
@@ -144,6 +159,12 @@ def _cancelled_by_close(record: logging.LogRecord) -> bool:
     the client was closed (every regroup and stop closes one), not a failure of the cluster."""
     return not (record.msg == "Metadata refresh: failed %s" and record.args
                 and type(record.args[0]).__name__ == "Cancelled")  # type: ignore[index]
+
+
+def role_handler() -> logging.StreamHandler | None:
+    """The handler :func:`configure` installed (None before it is called): writers of
+    preformatted lines write to its stream under its lock, so lines never interleave."""
+    return next((h for h in logging.getLogger().handlers if isinstance(h, _RoleHandler)), None)
 
 
 def set_role(role: str) -> None:

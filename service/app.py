@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 from core.logs import LoggingConfig
 from ps.auth import read_secret
-from service.access_log import AccessLogMiddleware
+from service.access_log import AccessLogMiddleware, AccessLogWriter
 from service.cold_start import ColdStart
 from service.connections import ConnectionStats
 from service.disk import DiskView
@@ -67,6 +67,8 @@ def _register_live(metrics: ServiceMetrics, live: LiveItems) -> None:
 def create_app(settings: ServiceSettings, *, log_config: LoggingConfig | None = None) -> FastAPI:
     """The app; ``log_config``: its access log (the role's ``logging`` section; default: every request)."""
     metrics = ServiceMetrics()
+    log_config = log_config or LoggingConfig()
+    access_log = AccessLogWriter(log_config.access_queue_lines)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,6 +106,7 @@ def create_app(settings: ServiceSettings, *, log_config: LoggingConfig | None = 
         job.start()
         if app.state.live is not None:
             app.state.live.start()
+        access_log.start()
         try:
             yield
         finally:
@@ -114,6 +117,7 @@ def create_app(settings: ServiceSettings, *, log_config: LoggingConfig | None = 
             if app.state.read_through is not None:
                 app.state.read_through.close()
             sys.setswitchinterval(switch)
+            access_log.close()  # last: the lines of requests answered during the shutdown are written too
 
     app = FastAPI(title="streamrec service", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Fresh embeddings, similar items, recommendations and CTR scores from the latest "
@@ -123,6 +127,7 @@ def create_app(settings: ServiceSettings, *, log_config: LoggingConfig | None = 
     offload = app.state.offload = Offload(settings.limits.work_threads, settings.limits.work_queue)
     metrics.gauge("work_in_progress", lambda: offload.in_progress)
     metrics.counter("work_refused", lambda: offload.refused)
+    metrics.counter("access_log_dropped", lambda: access_log.dropped)
     # filled by the connection guard when uvicorn serves the app (streamrec serve: service.connections)
     connections = app.state.connection_stats = ConnectionStats()
     metrics.counter("connections_header_timeout", lambda: connections.header_timeouts)
@@ -131,7 +136,7 @@ def create_app(settings: ServiceSettings, *, log_config: LoggingConfig | None = 
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, max_body_bytes=settings.limits.max_body_bytes,
                        body_timeout_s=settings.limits.body_timeout_s)
     # added last, so outermost: a request refused by the one above is logged with its id too
-    app.add_middleware(AccessLogMiddleware, config=log_config or LoggingConfig())
+    app.add_middleware(AccessLogMiddleware, config=log_config, writer=access_log)
     # hot routes first: the router tries routes in order
     for module in (embeddings, items, recommend, predict, health, admin, dashboard):
         app.include_router(module.router)

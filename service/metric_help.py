@@ -7,6 +7,8 @@ from __future__ import annotations
 HELP = {
     "requests_in_progress": "HTTP requests between their head's arrival and their response's end.",
     "work_in_progress": "CPU-bound request jobs running or queued for a worker thread (bounded by limits).",
+    "access_log_dropped": "Access-log lines not written: every queue slot was taken (a request never waits for "
+                          "the log) or the write failed.",
     "work_refused": "Requests refused with 503 because every worker thread and queue slot was taken.",
     "connections_header_timeout": "Connections closed because their request head did not arrive in time.",
     "connections_closed_for_room": "Idle keep-alive connections closed to make room for new ones.",

@@ -114,6 +114,28 @@ def _counting(receive: Receive, limit: int, timeout_s: float) -> Receive:
     return counted
 
 
+class ResponseStatus:
+    """An ASGI ``send`` that notes the status of the response it passes on and adds ``header``
+    to the response's head unless the app set it. The status is 500 until a head is sent: an
+    exception the app let through is answered 500 outside the middleware that reads it."""
+
+    __slots__ = ("header", "send", "status")
+
+    def __init__(self, send: Send, header: tuple[bytes, bytes] | None = None) -> None:
+        self.send = send
+        self.header = header
+        self.status = 500
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            if self.header is not None:
+                headers = list(message.get("headers", ()))
+                if not any(name == self.header[0] for name, _ in headers):
+                    message = {**message, "headers": [*headers, self.header]}
+        await self.send(message)
+
+
 class RequestMetricsMiddleware:
     """Times each HTTP request under its route template and refuses bodies over the limit
     with 422 before the handler reads them."""
@@ -129,15 +151,7 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        status = 500
         limit = self.max_body
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
         if scope["method"] not in ("GET", "HEAD"):  # bodiless (hot single-id) requests skip the body checks
             for name, value in scope.get("headers", ()):
                 if name == b"content-length" and value.isdigit() and int(value) > limit:
@@ -146,13 +160,14 @@ class RequestMetricsMiddleware:
                     return
             receive = _counting(receive, limit, self.body_timeout_s)
         self.metrics.requests_in_progress += 1
+        sent = ResponseStatus(send)
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive, sent)
         finally:
             self.metrics.requests_in_progress -= 1
             route = scope.get("route")
             path = getattr(route, "path", "<unmatched>")
-            self.metrics.observe_request(path, scope["method"], status, time.perf_counter() - t0)
+            self.metrics.observe_request(path, scope["method"], sent.status, time.perf_counter() - t0)
 
     async def _too_large(self, send: Send, size: int) -> None:
         import json

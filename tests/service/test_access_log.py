@@ -1,10 +1,13 @@
 """The service's access log and request ids: every request's line (method, path, status, duration,
 request id) in the role's one format, the caller's X-Request-ID echoed (a new id when it sent none
 or an unusable one), the id on an unhandled error's log line and response, sampling that keeps
-every failure, and the access log off. Then `streamrec serve` under real uvicorn writing JSON lines."""
+every failure, and the access log off; every line written by the app's shutdown, and a full queue
+dropping (and counting) lines while the requests answer. Then `streamrec serve` under real uvicorn
+writing JSON lines."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -12,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from fastapi.testclient import TestClient
 
 from core.logs import LoggingConfig, configure
 from service.app import create_app
+from tests.prom_scrape import samples
 
 from .service_support import make_settings, wait_until
 from .uvicorn_support import free_port
@@ -28,18 +33,25 @@ from .uvicorn_support import free_port
 ACCESS = re.compile(r"^\S+Z INFO  service service\.access: (GET|POST) (\S+) (\d{3}) (\d+\.\d\d) ms request_id=(\S+)$")
 
 
-@pytest.fixture
-def log_lines() -> Iterator[io.StringIO]:
-    """The role's log (text format) captured here; the root logger as it was afterwards."""
+@contextlib.contextmanager
+def _role_log(out: io.StringIO) -> Iterator[io.StringIO]:
+    """The role's log (text format) written to ``out``; the root logger as it was afterwards."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    out = io.StringIO()
     configure(role="service", stream=out)
-    yield out
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-    root.setLevel(level)
+    try:
+        yield out
+    finally:
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+        root.setLevel(level)
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    with _role_log(io.StringIO()) as out:
+        yield out
 
 
 def _client(tmp_path: Path, config: LoggingConfig | None = None) -> TestClient:
@@ -91,6 +103,42 @@ def test_sampling_keeps_every_failure_and_off_writes_nothing(tmp_path: Path, log
         client.get("/missing")
         assert client.get("/healthz").headers["x-request-id"]  # the id is there with the log off
     assert len(_access(log_lines)) == 1
+
+
+def test_every_line_is_in_the_log_once_the_app_has_shut_down(tmp_path: Path, log_lines: io.StringIO) -> None:
+    with _client(tmp_path) as client:
+        for i in range(300):
+            assert client.get("/healthz", headers={"X-Request-ID": f"n-{i}"}).status_code == 200
+    assert [rid for _, _, _, _, rid in _access(log_lines)] == [f"n-{i}" for i in range(300)]
+
+
+class _HeldStream(io.StringIO):
+    """A log stream whose first access-log write waits until the test lets it go: the writer is busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing, self.go = threading.Event(), threading.Event()
+
+    def write(self, text: str) -> int:
+        if "service.access" in text and not self.go.is_set():
+            self.writing.set()
+            assert self.go.wait(60), "the test never let the write go"
+        return super().write(text)
+
+
+def test_a_full_queue_drops_and_counts_lines_and_the_requests_still_answer(tmp_path: Path) -> None:
+    held = _HeldStream()
+    with _role_log(held), _client(tmp_path, LoggingConfig(access_queue_lines=3)) as client:
+        try:
+            assert client.get("/healthz", headers={"X-Request-ID": "first"}).status_code == 200
+            assert held.writing.wait(30)  # the writer holds the first line and waits in its write
+            for i in range(20):
+                assert client.get("/healthz", headers={"X-Request-ID": f"q-{i}"}).status_code == 200
+            got = samples(client.get("/metrics").text)
+        finally:
+            held.go.set()
+    assert got[("streamrec_access_log_dropped_total", ())] == 17  # three queued, the rest dropped
+    assert [rid for _, _, _, _, rid in _access(held)] == ["first", "q-0", "q-1", "q-2"]
 
 
 @pytest.mark.process
