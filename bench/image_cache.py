@@ -14,7 +14,6 @@ Run: ``python -m bench.image_cache [--repeats 3] [--json]``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from bench import print_result
 from bench.startup import shard_start
 from launcher.k8s_render import streamrec_config
 from launcher.k8s_values import load_values
@@ -104,11 +104,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     out = measure(args.repeats)
-    if args.json:
-        print(json.dumps(out))
-    else:
-        print_table(out)
-    return 0
+    return print_result(out, as_json=args.json, table=print_table)
 
 
 if __name__ == "__main__":

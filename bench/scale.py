@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import print_result
 from bench.train import make_planted, run_training, variant_config, warm_up
 
 QUICK_ROWS = 100_000
@@ -221,11 +222,7 @@ def main() -> int:
                      "split_dense": args.split_dense,
                      "seed": args.seed},
            "cores": cores, "bayes_auc": round(data.bayes_auc, 4), "rows": rows, "notes": notes}
-    if args.json:
-        print(json.dumps(out))
-    else:
-        print_table(out)
-    return 0
+    return print_result(out, as_json=args.json, table=print_table)
 
 
 if __name__ == "__main__":

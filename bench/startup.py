@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from bench import print_result
 from bench.train import make_planted, run_training, warm_up
 from core.errors import Unavailable
 from launcher.file_job import criteo_model
@@ -188,11 +189,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     out = measure(args)
-    if args.json:
-        print(json.dumps(out))
-    else:
-        print_table(out)
-    return 0
+    return print_result(out, as_json=args.json, table=print_table)
 
 
 if __name__ == "__main__":
