@@ -8,6 +8,11 @@ pulls, oldest first. A worker pulls a row, possibly again for later batches (its
 ahead), then pushes in the same order, so each push pairs with its worker's oldest open pull of
 that key. Workers name themselves by a tag on their requests (:attr:`ps.client.PSClient.tag`):
 a worker's prefetch stage pulls on a connection of its own, so the socket cannot tell.
+
+What it holds is bounded for the life of a shard: a followed key no pull or push has touched in
+the last ``forget_after`` touches of followed keys is forgotten (a push pairing with a pull from
+before then counts as unpaired), and a worker keeps at most :data:`MAX_OPEN` open pulls of a key
+(one that pulls and never pushes, a worker that died, holds no more).
 """
 
 from __future__ import annotations
@@ -18,37 +23,78 @@ from typing import Any
 import numpy as np
 
 MAX_STALENESS = 4096  # larger values are counted in the last bin
+# touches of followed keys after which a key untouched since is forgotten: a shard holds at most twice this
+FORGET_AFTER = 1 << 16
+MAX_OPEN = 64  # open pulls of one key by one worker: far above a prefetch's depth
+
+
+class _Followed:
+    """One followed key: the updates applied so far, when it was last touched, each worker's open pulls."""
+
+    __slots__ = ("open", "touched", "updates")
+
+    def __init__(self) -> None:
+        self.updates = 0
+        self.touched = 0
+        self.open: dict[str, deque[int]] = {}
 
 
 class StalenessSample:
-    def __init__(self, every: int) -> None:
+    def __init__(self, every: int, *, forget_after: int = FORGET_AFTER) -> None:
         if every < 1:
             raise ValueError(f"staleness sampling needs every >= 1, got {every}")
         self.every = np.uint64(every)
-        self._updates: dict[tuple[str, int], int] = {}
-        self._open: dict[tuple[str, str, int], deque[int]] = {}
+        self.forget_after = forget_after
+        self._keys: dict[tuple[str, int], _Followed] = {}
+        self._clock = 0  # touches of followed keys so far
+        self._swept = 0  # the clock at the last sweep
         self.counts = np.zeros(MAX_STALENESS + 1, np.int64)
         self.unpaired = 0  # pushes of a sampled key without an open pull by the same worker
 
-    def _sampled(self, keys: np.ndarray) -> list[int]:
-        return keys[keys % self.every == 0].tolist()
+    @property
+    def followed(self) -> int:
+        """Keys held now."""
+        return len(self._keys)
+
+    def _touched(self, table: str, keys: np.ndarray) -> list[_Followed]:
+        """The followed ones of ``keys``, each stamped with the clock."""
+        out = []
+        for key in keys[keys % self.every == 0].tolist():
+            followed = self._keys.get((table, key))
+            if followed is None:
+                followed = self._keys[(table, key)] = _Followed()
+            followed.touched = self._clock
+            self._clock += 1
+            out.append(followed)
+        return out
+
+    def _sweep(self) -> None:
+        """Forget the keys untouched in the last ``forget_after`` touches, once per that many."""
+        if self._clock - self._swept < self.forget_after:
+            return
+        oldest = self._clock - self.forget_after
+        self._keys = {k: f for k, f in self._keys.items() if f.touched >= oldest}
+        self._swept = self._clock
 
     def pulled(self, tag: Any, table: str, keys: np.ndarray) -> None:
         if tag is None:
             return
-        for key in self._sampled(keys):
-            self._open.setdefault((str(tag), table, key), deque()).append(self._updates.get((table, key), 0))
+        worker = str(tag)
+        for followed in self._touched(table, keys):
+            followed.open.setdefault(worker, deque(maxlen=MAX_OPEN)).append(followed.updates)
+        self._sweep()
 
     def pushed(self, tag: Any, table: str, keys: np.ndarray) -> None:
         """Before the push is applied: each sampled key's staleness, then its update."""
-        for key in self._sampled(keys):
-            done = self._updates.get((table, key), 0)
-            seen = None if tag is None else self._open.get((str(tag), table, key))
+        worker = None if tag is None else str(tag)
+        for followed in self._touched(table, keys):
+            seen = None if worker is None else followed.open.get(worker)
             if seen:
-                self.counts[min(done - seen.popleft(), MAX_STALENESS)] += 1
+                self.counts[min(followed.updates - seen.popleft(), MAX_STALENESS)] += 1
             else:
                 self.unpaired += 1
-            self._updates[(table, key)] = done + 1
+            followed.updates += 1
+        self._sweep()
 
     def state(self) -> dict[str, Any]:
         """The histogram as {staleness: pushes} (its non-zero bins) and the unpaired pushes: what a shard reports."""

@@ -1,6 +1,7 @@
 """Sampled staleness: each push of a followed key counts the updates since its worker's oldest
-open pull of it; the shards follow nothing unless the PS config asks, and report what they
-followed in their stats when it does."""
+open pull of it; what a shard holds stays bounded (keys untouched for a while are forgotten, open
+pulls per worker and key are capped); the shards follow nothing unless the PS config asks, and
+report what they followed in their stats when it does."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from ps.shard_tables import ShardTables
-from ps.staleness import StalenessSample, summarize
+from ps.staleness import MAX_OPEN, StalenessSample, summarize
 from tables.table_config import TableConfig
 
 from .ps_harness import shard_processes
@@ -43,6 +44,28 @@ def test_only_one_in_every_keys_is_followed_and_shard_states_add_up() -> None:
     states = [{"counts": {str(k): v for k, v in a.state()["counts"].items()}, "unpaired": 2}, b.state()]  # JSON keys
     assert summarize(states)["pushes"] == 4 and summarize(states)["p50"] == 1
     assert summarize([])["p50"] is None
+
+
+def test_keys_untouched_for_a_while_are_forgotten_so_the_held_keys_stay_bounded() -> None:
+    s = StalenessSample(1, forget_after=10)
+    s.pulled("0", "t", keys(7))
+    for key in range(100, 1100):
+        s.pulled("1", "t", keys(key))  # a thousand keys, each touched once
+        if key % 5 == 0:
+            s.pushed("2", "t", keys(7))  # key 7 is touched all along
+        assert s.followed <= 20
+    s.pushed("1", "t", keys(100))  # forgotten with its open pull: unpaired
+    s.pushed("0", "t", keys(7))  # still followed: worker 2's 200 updates since worker 0's pull
+    assert s.state() == {"counts": {200: 1}, "unpaired": 200 + 1}
+
+
+def test_a_worker_that_pulls_and_never_pushes_holds_a_bounded_number_of_open_pulls() -> None:
+    s = StalenessSample(1)
+    for _ in range(3 * MAX_OPEN):
+        s.pulled("0", "t", keys(3))
+    for _ in range(3 * MAX_OPEN):
+        s.pushed("0", "t", keys(3))
+    assert s.unpaired == 2 * MAX_OPEN and int(s.counts.sum()) == MAX_OPEN
 
 
 def test_a_shard_follows_nothing_by_default() -> None:
