@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
@@ -98,8 +98,9 @@ class Launcher:
         names = [f"server.{i}" for i in range(spec.servers)] + [f"worker.{i}" for i in range(spec.workers)]
         picked = free_ports(spec.servers + (len(names) if spec.metrics_ports else 0), spec.host,
                             avoid=spec.reserved_ports)
-        # role name -> its /metrics port, kept when the shards are started again on other ports
+        # role name -> its /metrics port; the shards' are drawn again when the shards start again on other ports
         self.metrics_ports = dict(zip(names, picked[spec.servers:], strict=False))
+        self.on_replan: Callable[[], None] | None = None  # told when the shards' ports (and /metrics ports) change
         self._plan_roles(picked[:spec.servers])
 
     def _plan_roles(self, ports: list[int]) -> None:
@@ -195,7 +196,20 @@ class Launcher:
                     if role.proc is not None:
                         role.proc.wait()
                     role.close_log()
-                self._plan_roles(_other_ports(self.spec, taken=set(self.metrics_ports.values())))
+                self._replan_shards()
+
+    def _replan_shards(self) -> None:
+        """New ports for the shards and their /metrics (the taken port may have been either), none
+        among the workers' /metrics ports or the reserved ones."""
+        s = self.spec
+        shards = [f"server.{i}" for i in range(s.servers)]
+        workers = {name: port for name, port in self.metrics_ports.items() if name not in shards}
+        picked = free_ports(s.servers + (s.servers if s.metrics_ports else 0), s.host,
+                            avoid=set(workers.values()) | set(s.reserved_ports))
+        self.metrics_ports = {**dict(zip(shards, picked[s.servers:], strict=False)), **workers}
+        self._plan_roles(picked[:s.servers])
+        if self.on_replan is not None:
+            self.on_replan()
 
     def stop(self) -> None:
         """Ask a running ``run()`` (in another thread) to end the job: it returns 0 and stops every role."""
@@ -235,11 +249,6 @@ class Launcher:
         save is theirs. SIGKILL for whatever outlives its grace."""
         _stop(self.workers, signal.SIGTERM, self.spec.stop_grace_s)
         _stop(self.servers, signal.SIGTERM, _STOP_GRACE_S)
-
-
-def _other_ports(spec: LaunchSpec, *, taken: set[int]) -> list[int]:
-    """Free ports for the shards, none among ``taken`` (the roles' /metrics ports) or reserved."""
-    return free_ports(spec.servers, spec.host, avoid=taken | set(spec.reserved_ports))
 
 
 def _stop(roles: list[RoleProcess], sig: int, grace_s: float) -> None:

@@ -145,6 +145,8 @@ class LocalSystem:
             stop_grace_s=self.cfg.up.stop_timeout_s, metrics_ports=True,
             reserved_ports=(*api_port, control_port)), out=self.out)
         self.say(announce(self.run.root, self._metrics_addresses(cluster)))
+        # shards started again on other ports serve /metrics on new ones too: the targets file follows
+        cluster.launcher.on_replan = lambda: self.say(announce(self.run.root, self._metrics_addresses(cluster)))
         replay_done: dict[int, int] = {}
         if self.opts.replay is not None and self.broker is not None:  # a new log: it starts after what was trained
             self.cfg, replay_done = resumed_replay(self.cfg, self.run.root)

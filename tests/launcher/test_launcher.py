@@ -126,6 +126,44 @@ def test_a_shard_port_taken_before_it_binds_gets_new_ports(tmp_path: Path, monke
     assert "on other ports (1/3)" in out.getvalue() and len(calls) == 2
 
 
+def test_a_shards_metrics_port_taken_before_it_binds_is_drawn_again_with_its_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import launcher.launch as launcher_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    taken_port = taken.getsockname()[1]
+    real = launcher_module.free_ports
+    calls = []
+
+    def metrics_port_taken(n: int, host: str = "127.0.0.1", *, avoid: Collection[int] = ()) -> list[int]:
+        ports = real(n, host, avoid=avoid)
+        calls.append(n)
+        if len(calls) == 1:
+            ports[1] = taken_port  # the shard's /metrics port: [shard, its /metrics, the worker's]
+        return ports
+
+    monkeypatch.setattr(launcher_module, "free_ports", metrics_port_taken)
+    spec = LaunchSpec(servers=1, workers=1, ps_config=_config(tmp_path), log_dir=tmp_path / "logs",
+                      checkpoint_dir=tmp_path / "ckpt", command=(sys.executable, "-c", "pass"), metrics_ports=True)
+    out = io.StringIO()
+    launcher = Launcher(spec, out=out)
+    worker_metrics = launcher.metrics_ports["worker.0"]
+    told: list[dict[str, int]] = []
+    launcher.on_replan = lambda: told.append(dict(launcher.metrics_ports))
+    try:
+        assert launcher.run() == 0, out.getvalue()
+    finally:
+        taken.close()
+    assert "on other ports (1/3)" in out.getvalue() and calls == [3, 2]
+    assert told == [launcher.metrics_ports] and launcher.metrics_ports["server.0"] != taken_port
+    assert launcher.metrics_ports["worker.0"] == worker_metrics
+    assert f"--metrics-port {launcher.metrics_ports['server.0']}" in " ".join(launcher.servers[0].argv)
+
+
 def test_cli_names_a_missing_config() -> None:
     done = subprocess.run([sys.executable, "-m", "cli", "launch", "--servers", "1", "--workers", "1", "--config",
                            "/nonexistent/ps.yaml", "--", "true"], cwd=REPO, capture_output=True, text=True, timeout=60)
