@@ -4,19 +4,20 @@ dim 16 with Adam state, ``--rows`` rows (the issue's figure is 40M, for a big ma
 tiered table's RAM budget a quarter of what the all-RAM table holds. Each table runs in a
 process of its own (a shard's stand-in), so its RSS is its own: RSS is sampled every 0.2 s
 from before the table is made to the end, anonymous memory (the table's arrays) and
-file-mapped pages (the tier file's records while a batch reads them) apart. Both get the same
+file-mapped pages apart (the tier reads its file with pread, so none should be its). Both get the same
 64K-key pulls and pushes under a Zipf(1.1) key stream and a uniform one over the stored ids;
 for the tiered table, the hit rate (keys found in RAM / keys found) and disk reads/s of each
 phase. The disk's own random-read rate
 is probed in the same run (4 KiB O_DIRECT reads at random offsets of a file as large as the
-tier's). ``--drop-caches`` (root) empties the page cache before the tiered table's uniform phase.
-Run: ``python -m bench.tables --tiered [--rows N] [--json]``.
+tier's). ``--drop-caches`` empties the page cache before the tiered table's uniform phase (root;
+other users drop the tier file's pages alone).
+``--train``: the training run instead (:mod:`bench.tiered_training`).
+Run: ``python -m bench.tables --tiered [--rows N] [--train] [--json]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import multiprocessing as mp
 import os
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import print_result, tiered_training
 from bench.table_streams import key_batches, rss_bytes
 from tables.sparse_table import SparseTable
 from tables.table_config import DiskTierConfig, EvictionConfig, OptimizerConfig, TableConfig, TierConfig
@@ -42,8 +44,8 @@ def config(ram_bytes: int | None, tier_dir: Path | None) -> TableConfig:
 
 
 def rss_parts() -> tuple[int, int]:
-    """(anonymous, file-mapped) resident bytes: the disk tier's mapped records are page cache
-    the kernel can reclaim, the table's own arrays are anonymous memory."""
+    """(anonymous, file-mapped) resident bytes: the table's own arrays are anonymous memory,
+    file-mapped pages are page cache the kernel can reclaim."""
     rss_bytes()  # hands freed heap pages back first
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
     return int(fields["RssAnon"].split()[0]) * 1024, int(fields["RssFile"].split()[0]) * 1024
@@ -73,13 +75,36 @@ def phase_counts(table: SparseTable) -> dict[str, int]:
     return {k: st.get(k, 0) for k in ("ram_hits", "disk_hits", "disk_reads", "promoted", "demoted")}
 
 
+def warm_up(tier_dir: str | None) -> None:
+    """Compile (or load) the kernels first, the disk tier's too: the compiler's memory is not the table's."""
+    warm = SparseTable(config(None, None) if tier_dir is None else config(1 << 16, Path(tier_dir)))
+    keys = np.arange(1, 4097, dtype=np.uint64)
+    warm.push(keys, np.zeros((keys.shape[0], DIM), np.float32))  # past a 64 KB budget: demotions
+    warm.pull(keys)  # promotions
+    if warm.tier is not None:
+        warm.tier.close()
+
+
+def drop_page_cache(tier_file: Path) -> str:
+    """Empty the page cache (root), else drop the tier file's pages from it (``fadvise``, any
+    user: what the cold phase needs); returns which was done."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "all (/proc/sys/vm/drop_caches)"
+    except OSError as e:
+        fd = os.open(tier_file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        return f"the tier file's pages only (fadvise DONTNEED; writing /proc/sys/vm/drop_caches: {e.strerror})"
+
+
 def run_table(n_rows: int, batch: int, n_batches: int, ram_bytes: int | None, tier_dir: str | None,
               drop_caches: bool) -> dict[str, Any]:
     """In a process of its own: fill a table, then time pulls and pushes of both key streams."""
-    warm = SparseTable(config(None, None))  # compile first: the compiler's memory is not the table's
-    warm.push(np.arange(64, dtype=np.uint64), np.zeros((64, DIM), np.float32))
-    warm.pull(np.arange(128, dtype=np.uint64))
-    del warm
+    warm_up(tier_dir)
     rng = np.random.default_rng(7)
     keys = rng.permutation(np.arange(1, n_rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
     grads = np.full((batch, DIM), 1e-3, np.float32)
@@ -92,9 +117,8 @@ def run_table(n_rows: int, batch: int, n_batches: int, ram_bytes: int | None, ti
         table.push(keys[s : s + batch], grads[: min(batch, n_rows - s)])
     out: dict[str, Any] = {"fill_keys_per_s": n_rows / (time.perf_counter() - t), "phases": {}}
     for kind in ("zipf", "uniform"):
-        if kind == "uniform" and drop_caches and tier_dir:
-            os.sync()
-            Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        if kind == "uniform" and drop_caches and table.tier is not None:
+            out["cache_dropped"] = drop_page_cache(table.tier.disk.path)
         batches = streams[kind]
         res: dict[str, Any] = {}
         for op in ("pull", "push"):
@@ -186,11 +210,12 @@ def report(r: dict[str, Any]) -> None:
                   f"{r['tiered_vs_all_ram'][f'{kind}_{op}']:5.2f}x {hit:>9} {b['disk_reads_per_s']:13,.0f}")
     print("targets: zipf pull and push >= 0.5x all-RAM")
     print(f"disk's own 4 KiB random reads (O_DIRECT probe): {r['disk_random_reads_per_s']:,.0f}/s"
-          + (" (page cache dropped before the tiered uniform phase)" if r["drop_caches"] else " (page cache warm)"))
+          + (f" (page cache dropped before the tiered uniform phase: {tiered.get('cache_dropped')})"
+             if r["drop_caches"] else " (page cache warm)"))
     print("table RSS (process RSS minus before the table), tiered: anonymous max "
           f"{tiered['max_table_anon_rss'] / 1e6:.0f} MB = {r['max_anon_rss_vs_budget']:.2f}x of its budget "
           "(target <= 1.10x), end "
-          f"{tiered['end_table_anon_rss'] / 1e6:.0f} MB; with the mapped tier file's page-cache pages max "
+          f"{tiered['end_table_anon_rss'] / 1e6:.0f} MB; with file-mapped pages max "
           f"{tiered['max_table_rss'] / 1e6:.0f} MB = {r['max_rss_vs_budget']:.2f}x; all-RAM max "
           f"{ram['max_table_rss'] / 1e6:.0f} MB")
     step = max(1, len(tiered["rss_samples"]) // 12)
@@ -205,15 +230,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=8, help="timed batches per measurement")
     ap.add_argument("--dir", type=Path, default=None, help="where the disk tier lives (default: a temp dir)")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before the cold phase (root)")
+    ap.add_argument("--train", action="store_true", help="the training run instead (bench.tiered_training)")
+    ap.add_argument("--train-rows", type=int, default=1_000_000)
+    ap.add_argument("--test-rows", type=int, default=200_000)
+    ap.add_argument("--fields", type=int, default=8)
+    ap.add_argument("--ids", type=int, default=500_000, help="ids per field (Zipf(1.1) over them)")
+    ap.add_argument("--train-batch", type=int, default=4096)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-tiered-", dir=args.dir) as d:
+        if args.train:
+            result = tiered_training.run(args.train_rows, args.test_rows, args.fields, args.ids, args.train_batch,
+                                         Path(d), in_process)
+            return print_result(result, as_json=args.json, table=tiered_training.report)
         result = run(args.rows, args.batch_keys, args.batches, Path(d), args.drop_caches)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        report(result)
-    return 0
+    return print_result(result, as_json=args.json, table=report)
 
 
 if __name__ == "__main__":

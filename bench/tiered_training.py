@@ -1,0 +1,108 @@
+"""Training with tables larger than their RAM budget: the same logistic model on long-tailed ids
+trained three ways in one run: all in RAM, with a disk tier under a RAM budget a quarter of what
+the all-RAM table holds, and evicting (RAM only) at that same budget.
+
+Data: ``--fields`` fields, each id drawn Zipf(1.1) over ``--ids`` ids of its field (a long tail:
+most ids are seen a few times), each id with a hidden weight N(0, 1); a label is Bernoulli of the
+sigmoid of the sum of its ids' weights (minus a bias, so about a quarter are clicks). Training
+rows come first, test rows after them, from the same distribution. Model: the logit is the sum
+over fields of each id's embedding summed over its ``DIM`` columns (a logistic regression whose
+weight per id lives in a table row with Adam state), batches of ``--batch`` rows, one pass;
+pushes carry shows and clicks, so eviction scores by them. Test AUC reads rows without moving
+them (``pull_existing``: an evicted id reads as zeros, as a never-seen one). Each run is a process
+of its own; samples/s counts the pulls, the model and the pushes.
+Run: ``python -m bench.tables --tiered --train [--train-rows N] [--json]``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.baselines.rank_auc import roc_auc
+from tables.sparse_table import SparseTable
+from tables.table_config import DiskTierConfig, EvictionConfig, OptimizerConfig, TableConfig, TierConfig
+
+DIM = 8
+SEED = 11
+
+
+def draw(rows: int, fields: int, ids: int, rng: np.random.Generator,
+         weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys (rows, fields) uint64, labels) of the planted model."""
+    ranks = np.minimum(rng.zipf(1.1, (rows, fields)), ids) - 1
+    ids_of = np.arange(fields, dtype=np.uint64) * np.uint64(ids) + ranks.astype(np.uint64)
+    keys = ids_of * np.uint64(0x9E3779B97F4A7C15)
+    logit = weights[np.arange(fields) * ids + ranks].sum(axis=1) - 1.5
+    labels = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
+    return keys, labels
+
+
+def data(train_rows: int, test_rows: int, fields: int, ids: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+    weights = rng.standard_normal(fields * ids).astype(np.float32)
+    train_keys, train_labels = draw(train_rows, fields, ids, rng, weights)
+    test_keys, test_labels = draw(test_rows, fields, ids, rng, weights)
+    return {"train_keys": train_keys, "train_labels": train_labels, "test_keys": test_keys, "test_labels": test_labels}
+
+
+def table_config(ram_bytes: int | None, tier_dir: str | None) -> TableConfig:
+    return TableConfig(name="train", dim=DIM, optimizer=OptimizerConfig(kind="adam", lr=0.02),
+                       eviction=EvictionConfig(max_bytes=ram_bytes),
+                       tier=TierConfig(disk=DiskTierConfig(path=tier_dir)) if tier_dir is not None else None)
+
+
+def train_run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int, ram_bytes: int | None,
+              tier_dir: str | None) -> dict[str, Any]:
+    """In a process of its own: one pass over the training rows, then the test AUC."""
+    d = data(train_rows, test_rows, fields, ids)
+    table = SparseTable(table_config(ram_bytes, tier_dir))
+    keys, labels = d["train_keys"], d["train_labels"]
+    t = time.perf_counter()
+    for s in range(0, train_rows, batch):
+        k = keys[s : s + batch].ravel()
+        y = labels[s : s + batch]
+        rows = table.pull(k).reshape(y.shape[0], fields, DIM)
+        p = 1.0 / (1.0 + np.exp(-rows.sum(axis=(1, 2))))
+        g = np.repeat(((p - y) / y.shape[0]).astype(np.float32), fields * DIM).reshape(-1, DIM)
+        table.push(k, g, np.ones(k.shape[0], np.float32), np.repeat(y, fields))
+    secs = time.perf_counter() - t
+    test_k = d["test_keys"]
+    rows, _ = table.pull_existing(test_k.ravel())
+    scores = rows.reshape(test_k.shape[0], fields, DIM).sum(axis=(1, 2))
+    st = table.stats()
+    return {"samples_per_s": train_rows / secs, "auc": roc_auc(d["test_labels"], scores), "rows": table.size(),
+            "ram_rows": st["rows"], "disk_rows": st.get("disk_rows", 0), "evicted": st["evicted_by_budget"],
+            "table_bytes": st["bytes"] + st.get("disk_index_bytes", 0), "promoted": st.get("promoted", 0)}
+
+
+def run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int, workdir: Path,
+        in_process: Any) -> dict[str, Any]:
+    args = (train_rows, test_rows, fields, ids, batch)
+    ram = in_process(train_run, *args, None, None)
+    budget = ram["table_bytes"] // 4
+    tiered = in_process(train_run, *args, budget, str(workdir / "train-tier"))
+    evicting = in_process(train_run, *args, budget, None)
+    return {"train_rows": train_rows, "test_rows": test_rows, "fields": fields, "ids_per_field": ids, "batch": batch,
+            "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered, "evicting": evicting,
+            "tiered_vs_all_ram_samples": tiered["samples_per_s"] / ram["samples_per_s"],
+            "tiered_minus_all_ram_auc": tiered["auc"] - ram["auc"],
+            "tiered_minus_evicting_auc": tiered["auc"] - evicting["auc"]}
+
+
+def report(r: dict[str, Any]) -> None:
+    print(f"training: {r['train_rows']:,} rows x {r['fields']} fields (Zipf(1.1) over {r['ids_per_field']:,} ids "
+          f"each), batch {r['batch']}, dim {DIM} Adam, {r['test_rows']:,} test rows; RAM budget "
+          f"{r['ram_budget_bytes'] / 1e6:.0f} MB = a quarter of the all-RAM table's "
+          f"{r['all_ram']['table_bytes'] / 1e6:.0f} MB")
+    print(f"{'run':10} {'samples/s':>10} {'test AUC':>9} {'rows':>10} {'in RAM':>10} {'on disk':>10} {'evicted':>9}")
+    for name in ("all_ram", "tiered", "evicting"):
+        x = r[name]
+        print(f"{name:10} {x['samples_per_s']:10,.0f} {x['auc']:9.4f} {x['rows']:10,} {x['ram_rows']:10,} "
+              f"{x['disk_rows']:10,} {x['evicted']:9,}")
+    print(f"tiered/all-RAM samples/s {r['tiered_vs_all_ram_samples']:.2f}x (target >= 0.7x); test AUC tiered - all-RAM "
+          f"{r['tiered_minus_all_ram_auc']:+.4f} (target within 0.001), tiered - evicting "
+          f"{r['tiered_minus_evicting_auc']:+.4f} (target > 0)")
