@@ -39,11 +39,13 @@ import numpy as np
 from core.errors import DISK_FULL_ERRNOS, ConfigError, DiskFull
 from tables import disk_index, hashmap
 from tables.record_io import transfer
-from tables.rows import COLUMN_DTYPES
+from tables.rows import COLUMN_DTYPES, release_pages
 
 PAYLOAD = ("params", "state", "wide_state")  # the float32 2-d columns
 GROW_RECORDS = 1 << 16  # the file grows by at least this many records (or an eighth) at a time
 BUFFER_RECORDS = 1 << 13  # records copied per kernel call: the bound of the tier's copy buffer
+REHASH_SLOTS = 1 << 17  # index slots rehashed between two releases of the old index's pages
+GROW_SOON = 0.9  # past this share of its load limit the index counts at its doubled size
 _opened = itertools.count()  # tiers this process opened: one file each, even for one table
 
 
@@ -158,8 +160,12 @@ class DiskTier:
 
     def ram_bytes(self) -> int:
         """What the tier holds in RAM: its index and free list (a call's copy buffer is a
-        temporary of the batch, like its other buffers)."""
-        return self.slots.nbytes + self._free.nbytes + sum(h.nbytes for h in self._held)
+        temporary of the batch, like its other buffers). An index near its growth counts at
+        the doubled size, so the RAM budget makes room before the larger index is made."""
+        index = self.slots.nbytes
+        if self.rows > GROW_SOON * hashmap.MAX_LOAD * self.slots.shape[0]:
+            index *= 2
+        return index + self._free.nbytes + sum(h.nbytes for h in self._held)
 
     # ---------------------------------------------------------------- writes
     def room(self) -> int:
@@ -191,9 +197,7 @@ class DiskTier:
         self.high += fresh
         self.rows += m
         if self.rows > self.slots.shape[0] * hashmap.MAX_LOAD:
-            grown = np.zeros(hashmap.slots_for(self.rows), np.uint64)
-            disk_index.regrow(self.slots, grown)
-            self.slots = grown
+            self._grow_index()
         disk_index.update(self.slots, self.hash_key, cols["keys"], at, remove=False)
 
     def free(self, records: np.ndarray, keys: np.ndarray) -> None:
@@ -229,6 +233,16 @@ class DiskTier:
         self._closer()
 
     # -------------------------------------------------------------- plumbing
+    def _grow_index(self) -> None:
+        """Rehash into an index for the rows, giving the old one's pages back as it is read, so
+        the two are never both whole in RAM."""
+        grown = np.zeros(hashmap.slots_for(self.rows), np.uint64)
+        old = self.slots
+        for start in range(0, old.shape[0], REHASH_SLOTS):
+            disk_index.regrow(old[start : start + REHASH_SLOTS], grown)
+            release_pages(old[start : start + REHASH_SLOTS])
+        self.slots = grown
+
     def _io(self, records: np.ndarray, buf: np.ndarray, *, write: bool) -> np.ndarray:
         """Records (sorted) from (to) ``buf``'s first rows; returns those rows."""
         rows = buf[: records.shape[0]]

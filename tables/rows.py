@@ -8,8 +8,13 @@ the last rows into the holes (see ``TableState.remove``), which keeps saves sequ
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+
 import numpy as np
 
+_libc = ctypes.CDLL(None, use_errno=True)
 MOVE_CHUNK = 1 << 13  # rows a bulk move (removal, promotion, demotion) copies at a time: its copies stay small
 
 # name -> dtype; 2-d columns get their width from the table layout.
@@ -24,6 +29,16 @@ COLUMN_DTYPES: dict[str, np.dtype] = {
     "created": np.dtype(np.int32),  # pass the row was created in
     "mod_epoch": np.dtype(np.uint32),  # save epoch of the last change (drives delta saves)
 }
+
+
+def release_pages(part: np.ndarray) -> None:
+    """Give the whole pages of ``part`` (of an array about to be dropped, which nothing else
+    reads) back to the kernel now."""
+    page = mmap.PAGESIZE
+    begin = -(-part.ctypes.data // page) * page  # whole pages only: the allocator's headers lie outside
+    end = (part.ctypes.data + part.nbytes) // page * page
+    if end > begin:
+        _libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(end - begin), mmap.MADV_DONTNEED)
 
 
 class RowStore:
@@ -56,10 +71,18 @@ class RowStore:
         self.resize(cap)
 
     def resize(self, capacity: int) -> None:
-        """Reallocate every column to ``capacity`` rows (at least ``n``), keeping the rows."""
-        for name, old in self.cols.items():
+        """Reallocate every column to ``capacity`` rows (at least ``n``), keeping the rows. A
+        column nothing else refers to gives its pages back as they are copied, so a column's
+        old and new arrays are never both whole in RAM."""
+        for name in list(self.cols):
+            old = self.cols[name]
+            alone = sys.getrefcount(old) == 3  # this frame, the dict and the call's argument: no view of it lives
             new = self._alloc(name, max(capacity, self.n))
-            new[: self.n] = old[: self.n]
+            for s in range(0, self.n, MOVE_CHUNK):
+                e = min(self.n, s + MOVE_CHUNK)
+                new[s:e] = old[s:e]
+                if alone:
+                    release_pages(old[s:e])
             self.cols[name] = new
 
     def used_nbytes(self) -> int:
