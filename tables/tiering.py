@@ -3,9 +3,11 @@
 Demotion: when a push's new ids or a promotion need room the RAM byte budget does not have
 (:class:`tables.byte_budget.TableBudget`), the coldest RAM rows (the eviction score, never a
 row the same call uses) move to disk, down to ``tier.low_water`` of the budget's rows, in one
-batch. Promotion: a pull or push of ids found on disk moves them back into RAM first (their
-records are read, then freed, so a swap never needs new disk space). A disk tier at
-``max_bytes`` evicts its own coldest rows (tombstones as for RAM evictions); a disk that
+batch. Promotion: a pull or push of ids found on disk moves them back into RAM first: the
+demotion that makes room for them comes first, then their records are read and freed a chunk
+at a time, so what a batch holds in RAM beside the budget stays small. A disk tier at
+``max_bytes`` evicts its own coldest rows (tombstones as for RAM evictions), never the records
+a promotion is about to read; a disk that
 refuses to grow is :class:`core.errors.DiskFull`, counted in ``disk_full``, and the demotion
 falls back to what the RAM budget does without a tier (evict or refuse), so RAM keeps serving.
 Everything here runs under the table lock; rows never move while a save's snapshot is open
@@ -71,13 +73,15 @@ class TableTier:
         many. ``limit``: the RAM row limit (None: no budget)."""
         t = self.table
         st = t.state
-        on_disk = keys[self.disk.lookup(keys, verify=False) >= 0]  # take() reads their keys and finds any false
+        at = self.disk.lookup(keys, verify=False)  # take() reads the keys and finds any false
+        on_disk = keys[at >= 0]
         m = int(on_disk.shape[0])
         if m == 0:
             return 0
         if limit is not None and st.rows.n + m > limit:
             if t.lock.snapshot is None:
-                self.demote_coldest(st.rows.n + m - int(limit * self.low_water), protected=protected)
+                self.demote_coldest(st.rows.n + m - int(limit * self.low_water), protected=protected,
+                                    keep=at[at >= 0])
                 t.budget.fit(limit)
             else:
                 limit = None  # rows must not move: RAM holds them past its budget until the save ends
@@ -109,9 +113,10 @@ class TableTier:
         return int(miss.shape[0] - got.shape[0])
 
     # -------------------------------------------------------------- demotion
-    def demote_coldest(self, count: int, *, protected: np.ndarray) -> int:
-        """Move the ``count`` coldest RAM rows (never ``protected`` ones) to disk; returns how
-        many moved (0 while a snapshot is open or when the disk is full)."""
+    def demote_coldest(self, count: int, *, protected: np.ndarray, keep: np.ndarray | None = None) -> int:
+        """Move the ``count`` coldest RAM rows (never ``protected`` ones) to disk, evicting from
+        it, if it is full, none of records ``keep``; returns how many moved (0 while a snapshot
+        is open or when the disk is full)."""
         t = self.table
         st = t.state
         if count <= 0 or t.lock.snapshot is not None:
@@ -121,16 +126,16 @@ class TableTier:
         victims = eviction.coldest(t.config.eviction, count, show=cols["show"][:n], click=cols["click"][:n],
                                    last_seen=cols["last_seen"][:n], current_pass=st.pass_id,
                                    decay=t.config.show_click_decay, protected=protected)
-        return self.demote(victims)
+        return self.demote(victims, keep=keep)
 
-    def demote(self, victims: np.ndarray) -> int:
+    def demote(self, victims: np.ndarray, *, keep: np.ndarray | None = None) -> int:
         """Move RAM rows ``victims`` to disk; returns how many moved: fewer (counted) when the disk is full."""
         t = self.table
         st = t.state
         m = int(victims.shape[0])
         if m == 0:
             return 0
-        self._make_disk_room(m)
+        self._make_disk_room(m, keep)
         victims = victims[: self.disk.room()]  # a disk tier smaller than the batch takes what it holds
         m = int(victims.shape[0])
         mask = np.zeros(st.rows.n, np.bool_)
@@ -159,8 +164,9 @@ class TableTier:
             self.demote_coldest(n - int(limit * self.low_water), protected=np.empty(0, np.int64))
             t.budget.fit(limit)
 
-    def _make_disk_room(self, m: int) -> None:
-        """Evict the coldest disk rows when fewer than ``m`` records are free (the disk budget)."""
+    def _make_disk_room(self, m: int, keep: np.ndarray | None) -> None:
+        """Evict the coldest disk rows when fewer than ``m`` records are free (the disk budget),
+        never those of records ``keep`` (a promotion's, about to be read)."""
         d = self.disk
         short = m - d.room()
         if short <= 0:
@@ -168,9 +174,10 @@ class TableTier:
         t = self.table
         at = d.live_records()
         scores = d.read(at, eviction.SCORE_COLUMNS)
+        kept = np.flatnonzero(np.isin(at, keep)) if keep is not None else np.empty(0, np.int64)
         cold = eviction.coldest(t.config.eviction, short, show=scores["show"], click=scores["click"],
                                 last_seen=scores["last_seen"], current_pass=t.state.pass_id,
-                                decay=t.config.show_click_decay, protected=np.empty(0, np.int64))
+                                decay=t.config.show_click_decay, protected=kept)
         keys = self.drop(cold, at)
         t.budget.keep_tombstones(keys)
         t.counters["disk_evicted"] += int(keys.shape[0])

@@ -69,3 +69,20 @@ def test_keys_whose_tags_agree_are_told_apart_by_their_records(tmp_path: Path) -
     np.testing.assert_array_equal(second["keys"], pair[1:])
     np.testing.assert_array_equal(second["state"], put["state"][1:])
     assert d.lookup(pair[1:])[0] == -1 and d.lookup(pair[:1])[0] == at[0]
+
+
+def test_a_promotion_into_a_full_ram_and_a_full_disk_keeps_the_rows_it_promotes(tmp_path: Path) -> None:
+    from tables.sparse_table import SparseTable
+    from tables.table_config import DiskTierConfig, EvictionConfig, OptimizerConfig, TableConfig, TierConfig
+
+    table = SparseTable(TableConfig(name="t", dim=8, optimizer=OptimizerConfig(kind="adam", lr=0.01),
+                                    eviction=EvictionConfig(max_bytes=100_000),
+                                    tier=TierConfig(disk=DiskTierConfig(path=str(tmp_path), max_bytes=60_000))))
+    ids = np.arange(1, 2001, dtype=np.uint64)
+    for start in range(0, ids.shape[0], 100):
+        table.push(ids[start : start + 100], np.ones((100, table.width), np.float32))
+    on_disk = ids[table.tier.lookup(ids) >= 0]
+    assert table.tier.disk.room() < on_disk.shape[0]  # the disk is full: a demotion must evict from it
+    expected, found = table.pull_existing(on_disk)
+    assert found.all()
+    np.testing.assert_array_equal(table.pull(on_disk), expected)  # promoted, not evicted and created again
