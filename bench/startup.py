@@ -5,6 +5,9 @@
 - worker: a 1-shard, 1-worker ``streamrec train-files`` job on a small planted set (bench/train.py's
   model): the worker from exec to the end of its first training step, its CPU before the loop
   (imports, numba's registries and kernels, model, connections) and its RSS then.
+- each role is started both ways (``up.start_method``): ``spawn`` (exec'd, a fresh interpreter)
+  and ``fork_server`` (forked from a parent that loaded numba and streamrec once,
+  :mod:`core.fork_server`); the ratio of the two, and the fork server's own one-time CPU.
 - test pass: records/s of worker 0's test pass against its training loop's, and CPU per record of
   each (on a loaded machine wall-clock rates are noise; CPU per record is the figure).
 - reference rows: what any process pays (an interpreter, numpy, numba and its registries) and a
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,8 +39,9 @@ import yaml
 from bench import print_result
 from bench.train import make_planted, run_training, warm_up
 from core.errors import Unavailable
+from core.fork_server import ForkServer, StartMethod
 from launcher.file_job import criteo_model
-from launcher.launch import free_ports
+from launcher.launch import free_ports, thread_limits
 from ps.client import PSClient
 from ps.ps_config import ClientConfig, PSConfig
 from trainer.process_stats import process_cpu_seconds
@@ -81,12 +86,16 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def shard_start(ps_yaml: Path) -> dict[str, float]:
-    """One shard from exec to its first answered pull."""
+def shard_start(ps_yaml: Path, forker: ForkServer | None = None) -> dict[str, float]:
+    """One shard from exec (or fork, given ``forker``) to its first answered pull."""
     port = free_ports(1)[0]
     argv = [sys.executable, "-m", "cli", "shard", "--config", str(ps_yaml), "--index", "0", "--port", str(port)]
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if forker is None:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    else:
+        with open(os.devnull, "wb") as null:
+            proc = forker.start_role(argv, {**os.environ, **thread_limits(1)}, null)
     try:
         table = PSConfig.model_validate(yaml.safe_load(ps_yaml.read_text())).tables[0].name
         config = ClientConfig(timeout_s=0.05, retries=0)
@@ -104,11 +113,11 @@ def shard_start(ps_yaml: Path) -> dict[str, float]:
         wall = time.perf_counter() - t
         return {"wall_s": wall, "cpu_s": process_cpu_seconds(proc.pid), "rss_mb": _rss_mb(proc.pid)}
     finally:
-        proc.terminate()
+        os.kill(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
@@ -118,9 +127,9 @@ def _job_args(args: argparse.Namespace) -> argparse.Namespace:
                               dense_update="local")
 
 
-def worker_start(args: argparse.Namespace, data, work: Path) -> dict[str, float]:
+def worker_start(args: argparse.Namespace, data, work: Path, method: StartMethod) -> dict[str, float]:
     """One train-files job: its worker's start-up and its test pass against its training loop."""
-    run_training(_job_args(args), data.train, data.test, work, "local")
+    run_training(_job_args(args), data.train, data.test, work, "local", extra=("--start-method", str(method)))
     full = json.loads((work / "job" / "results" / "result.json").read_text())
     w = full["workers"][0]
     train_us = w["loop_cpu_s"] / w["records"] * 1e6
@@ -140,12 +149,23 @@ def measure(args: argparse.Namespace) -> dict:
         if args.warmup_rows:
             warm_up(_job_args(args), data.train, work)
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in REFERENCE}
-        runs["shard"], runs["worker"] = [], []
+        runs.update({f"{role} {m}": [] for role in ("shard", "worker") for m in StartMethod})
+        runs["fork server"] = []
         for _ in range(args.repeats):  # interleaved: a change of the machine's load hits every row alike
             for name, code in REFERENCE.items():
                 runs[name].append(run_snippet(code))
-            runs["shard"].append(shard_start(ps_yaml))
-            runs["worker"].append(worker_start(args, data, work))
+            runs["shard spawn"].append(shard_start(ps_yaml))
+            forker = ForkServer({**os.environ, **thread_limits(1)})
+            try:
+                t = time.perf_counter()
+                runs["shard fork_server"].append(shard_start(ps_yaml, forker))  # its first role pays the preload
+                runs["fork server"].append({"wall_s": time.perf_counter() - t,
+                                            "cpu_s": process_cpu_seconds(forker.server_pid), "rss_mb": 0.0})
+                runs["shard fork_server"][-1] = shard_start(ps_yaml, forker)
+            finally:
+                forker.close()
+            for m in StartMethod:
+                runs[f"worker {m}"].append(worker_start(args, data, work, m))
     rows = {name: {k: _median([r[k] for r in rs]) for k in rs[0]} for name, rs in runs.items()}
     return {"setup": {"repeats": args.repeats, "rows": args.rows, "test_rows": args.test_rows},
             "cores": len(os.sched_getaffinity(0)), "load_1min": round(os.getloadavg()[0], 1), "rows": rows,
@@ -156,16 +176,25 @@ def print_table(out: dict) -> None:
     rows, s = out["rows"], out["setup"]
     print(f"startup: medians of {s['repeats']} runs, numba's cache warm; {out['cores']} cores, load {out['load_1min']} "
           f"at the end; worker job: {s['rows']:,} train rows, {s['test_rows']:,} test rows")
-    print(f"{'process':<48}{'wall s':>8}{'CPU s':>8}{'RSS MB':>8}  target")
+    print(f"{'process':<56}{'wall s':>8}{'CPU s':>8}{'RSS MB':>8}  target")
     for name in REFERENCE:
         r = rows[name]
-        print(f"{name:<48}{r['wall_s']:>8.3f}{r['cpu_s']:>8.3f}{r['rss_mb']:>8.1f}")
-    r = rows["shard"]
-    print(f"{'shard: exec to its first answered pull':<48}{r['wall_s']:>8.3f}{r['cpu_s']:>8.3f}{r['rss_mb']:>8.1f}"
-          f"  < {TARGET_START_S:g} s")
-    w = rows["worker"]
-    print(f"{'worker: exec to its first step trained':<48}{w['wall_s']:>8.3f}{w['cpu_s']:>8.3f}{w['rss_mb']:>8.1f}"
-          f"  < {TARGET_START_S:g} s, RSS before data <= {TARGET_RSS_MB:g} MB")
+        print(f"{name:<56}{r['wall_s']:>8.3f}{r['cpu_s']:>8.3f}{r['rss_mb']:>8.1f}")
+    for m in StartMethod:
+        r = rows[f"shard {m}"]
+        print(f"{f'shard ({m}): start to its first answered pull':<56}{r['wall_s']:>8.3f}{r['cpu_s']:>8.3f}"
+              f"{r['rss_mb']:>8.1f}  < {TARGET_START_S:g} s")
+    for m in StartMethod:
+        w = rows[f"worker {m}"]
+        print(f"{f'worker ({m}): start to its first step':<56}{w['wall_s']:>8.3f}{w['cpu_s']:>8.3f}"
+              f"{w['rss_mb']:>8.1f}  < {TARGET_START_S:g} s, RSS before data <= {TARGET_RSS_MB:g} MB")
+    f = rows["fork server"]
+    print(f"{'fork server: start, preload, first shard (once)':<56}{f['wall_s']:>8.3f}{f['cpu_s']:>8.3f}")
+    for role in ("shard", "worker"):
+        old, new = rows[f"{role} spawn"], rows[f"{role} fork_server"]
+        print(f"{role}: fork_server / spawn: CPU {new['cpu_s'] / old['cpu_s']:.2f}x, "
+              f"wall {new['wall_s'] / old['wall_s']:.2f}x")
+    w = rows["worker spawn"]
     before, now = rows[BEFORE], rows[NOW]
     print(f"imports made lazy: {before['cpu_s'] - now['cpu_s']:.3f} CPU s and "
           f"{before['rss_mb'] - now['rss_mb']:.1f} MB less per worker process")

@@ -19,6 +19,7 @@ from typing import Any, get_args
 import yaml
 
 from core.errors import ConfigError, StreamrecError, Unavailable
+from core.fork_server import StartMethod
 from logrecords.schema_config import SchemaConfig
 from models.model_config import ModelConfig
 from ps.cluster import Mode
@@ -47,6 +48,7 @@ class FileJob:
     tables: tuple[TableConfig, ...] | None = None  # the shards' tables (None: the model's), e.g. another admission
     staleness_sample: int = 0  # the shards follow 1 in this many keys' staleness (ps.staleness); 0: off
     dense_parts: int = 1  # dense optimizer steps per batch, one per slice of its records (wide_deep)
+    start_method: StartMethod = StartMethod.SPAWN  # how the shards and workers are started
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,
@@ -83,7 +85,7 @@ def run_file_job(job: FileJob, *, work_dir: Path | None = None, log: io.TextIOBa
             servers=job.servers, workers=job.workers, command=(sys.executable, "-m", "trainer.file_worker",
                                                                str(spec_path)),
             ps_config=ps_yaml, log_dir=root / "logs", checkpoint_dir=root / "checkpoints", mode=job.mode,
-            env=thread_limits(job.blas_threads),
+            env=thread_limits(job.blas_threads), start_method=job.start_method,
         ), out=log or sys.stderr)
         code = launcher.run()
         result_path = results / "result.json"

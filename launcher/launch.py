@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from core.errors import StreamrecError, Unavailable
+from core.fork_server import ForkServer, StartMethod
 from core.ports import free_ports
 from launcher.restart_policy import RestartPolicy, Supervised, Tended, restarts_ever
 from launcher.role_process import RoleProcess
@@ -83,6 +84,7 @@ class LaunchSpec:
     # set: every shard and worker serves /metrics on a free port (`--metrics-port`, which the worker command must take)
     metrics_ports: bool = False
     reserved_ports: tuple[int, ...] = ()  # bound by other processes of the run later (up's API): never drawn here
+    start_method: StartMethod = StartMethod.SPAWN  # how shards and workers are started (core.fork_server)
 
 
 class Launcher:
@@ -93,6 +95,8 @@ class Launcher:
         self.out = out
         self.endpoints: tuple[str, ...] = ()  # set once every shard answers
         self._stop = threading.Event()
+        # roles inherit the preloaded modules' settings (thread limits): the server gets the roles' shared env
+        self.forker = ForkServer({**os.environ, **spec.env}) if spec.start_method == StartMethod.FORK_SERVER else None
         spec.log_dir.mkdir(parents=True, exist_ok=True)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         names = [f"server.{i}" for i in range(spec.servers)] + [f"worker.{i}" for i in range(spec.workers)]
@@ -133,12 +137,13 @@ class Launcher:
         if s.secret_file:
             argv += ["--secret-file", str(s.secret_file)]
         argv += self._metrics_argv(f"server.{i}")
-        return RoleProcess(f"server.{i}", argv, self._cluster("server", i), s.log_dir / f"server.{i}.log")
+        return RoleProcess(f"server.{i}", argv, self._cluster("server", i), s.log_dir / f"server.{i}.log",
+                           forker=self.forker)
 
     def _worker(self, i: int) -> RoleProcess:
         return RoleProcess(f"worker.{i}", [*self.spec.command, *self._metrics_argv(f"worker.{i}")],
                            self._cluster("worker", i),
-                           self.spec.log_dir / f"worker.{i}.log")
+                           self.spec.log_dir / f"worker.{i}.log", forker=self.forker)
 
     def _metrics_argv(self, name: str) -> list[str]:
         port = self.metrics_ports.get(name)
@@ -249,6 +254,8 @@ class Launcher:
         save is theirs. SIGKILL for whatever outlives its grace."""
         _stop(self.workers, signal.SIGTERM, self.spec.stop_grace_s)
         _stop(self.servers, signal.SIGTERM, _STOP_GRACE_S)
+        if self.forker is not None:
+            self.forker.close()
 
 
 def _stop(roles: list[RoleProcess], sig: int, grace_s: float) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from core.errors import DISK_FULL_TEXT
+from core.fork_server import ForkedProcess, ForkServer
 from core.processes import dies_with_parent
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,11 @@ class RoleProcess:
     argv: list[str]
     env: Mapping[str, str]
     log_path: Path
-    proc: subprocess.Popen | None = None  # None until started
+    proc: subprocess.Popen | ForkedProcess | None = None  # None until started
     log: IO[bytes] | None = None
     restarts: int = 0
     exit_codes: list[int] = field(default_factory=list)
+    forker: ForkServer | None = None  # set: forked from this warm parent where the command allows
 
     def start(self) -> None:
         # Unbuffered: a header a full disk refused is not kept in a buffer for close() to fail on.
@@ -53,11 +55,23 @@ class RoleProcess:
         with contextlib.suppress(OSError):  # a full disk: the role starts all the same
             self.log.write(START_HEADER + f"{self.name} (restart {self.restarts})\n".encode())
             self.log.flush()
-        self.proc = subprocess.Popen(self.argv, env=dict(self.env), stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True,  # own process group: we can kill its children too
-                                     preexec_fn=dies_with_parent())
+        self.proc = self._forked()
+        if self.proc is None:
+            self.proc = subprocess.Popen(self.argv, env=dict(self.env), stdout=self.log, stderr=subprocess.STDOUT,
+                                         start_new_session=True,  # own process group: we can kill its children too
+                                         preexec_fn=dies_with_parent())
         log.info("%s started (pid %d, restart %d), logging to %s", self.name, self.proc.pid, self.restarts,
                  self.log_path)
+
+    def _forked(self) -> ForkedProcess | None:
+        if self.forker is None or not self.forker.can_start(self.argv):
+            return None
+        assert self.log is not None
+        try:
+            return self.forker.start_role(self.argv, self.env, self.log)
+        except OSError as err:  # the role starts all the same, by exec
+            log.warning("%s: fork server unavailable (%s); starting it by exec", self.name, err)
+            return None
 
     def poll(self) -> int | None:
         """The exit code once the process ended, None while it runs (it must have been started)."""

@@ -143,7 +143,7 @@ class LocalSystem:
             checkpoint_dir=shard_checkpoints(self.cfg, self.run.root), env=_thread_defaults(), secret_file=secret,
             restart=self.cfg.up.restart, rank_lease_ttl_s=self.cfg.up.rank_lease_ttl_s,
             stop_grace_s=self.cfg.up.stop_timeout_s, metrics_ports=True,
-            reserved_ports=(*api_port, control_port)), out=self.out)
+            reserved_ports=(*api_port, control_port), start_method=self.cfg.up.start_method), out=self.out)
         self.say(announce(self.run.root, self._metrics_addresses(cluster)))
         # shards started again on other ports serve /metrics on new ones too: the targets file follows
         cluster.launcher.on_replan = lambda: self.say(announce(self.run.root, self._metrics_addresses(cluster)))

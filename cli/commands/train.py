@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--staleness-sample", type=int, default=0,
                    help="the shards follow 1 in N keys: updates a row took between a worker's pull and its push "
                    "(p50/p99 in the JSON result's staleness); 0: off")
+    p.add_argument("--start-method", choices=["fork_server", "spawn"], default="spawn",
+                   help="fork_server: shards and workers are forked from a parent that loaded numba and streamrec "
+                   "once; spawn: each is exec'd as a fresh interpreter")
     p.add_argument("--predictions", help="write one predicted probability per test row here")
     p.add_argument("--work-dir", help="keep logs and shard files here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -53,6 +56,7 @@ def run_files(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from core.errors import ConfigError
+    from core.fork_server import StartMethod
     from launcher.file_job import FileJob, criteo_model, run_file_job
     from trainer.job_config import DenseUpdate
 
@@ -81,7 +85,8 @@ def run_files(args: argparse.Namespace) -> int:
                   predictions=str(Path(args.predictions).resolve()) if args.predictions else None,
                   dense_sync_steps=args.dense_sync_steps, prefetch=args.prefetch,
                   dense_update=DenseUpdate(args.dense_update), schema=schema,
-                  staleness_sample=args.staleness_sample, dense_parts=args.dense_parts)
+                  staleness_sample=args.staleness_sample, dense_parts=args.dense_parts,
+                  start_method=StartMethod(args.start_method))
     result = run_file_job(job, work_dir=Path(args.work_dir) if args.work_dir else None)
     keys = ("train_rows", "train_seconds", "samples_per_s", "test_auc", "test_logloss", "peak_rss_mb")
     if args.json:

@@ -1,0 +1,84 @@
+"""Roles forked from the warm parent behave as exec'd ones: their log, environment, process group,
+exit codes (a signal's as Popen reports it), and none outlives the launcher's end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.fork_server import ForkedProcess, ForkServer
+from launcher.launch import thread_limits
+from launcher.role_process import RoleProcess
+
+pytestmark = pytest.mark.process
+
+CHILD = """
+import os, signal, sys, time
+print("role", sys.argv[1:], os.environ["ROLE_VAR"], os.getpgid(0) == os.getpid(), flush=True)
+if sys.argv[1] == "wait":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))
+    print("ready", flush=True)
+    time.sleep(600)
+raise SystemExit(int(sys.argv[1]))
+"""
+
+
+def _wait_for(path: Path, text: str, role: RoleProcess) -> None:
+    while text not in path.read_text():
+        assert role.wait(0.05) is None, path.read_text()
+
+
+def test_forked_roles_behave_as_exec_ones(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    server = ForkServer({**os.environ, **thread_limits(1)})  # no BLAS pool: a process that may fork
+    env = {**os.environ, "ROLE_VAR": "seen"}
+    try:
+        done = RoleProcess("done", [sys.executable, str(script), "3"], env, tmp_path / "done.log", forker=server)
+        done.start()
+        assert isinstance(done.proc, ForkedProcess)
+        assert done.wait(120) == 3
+        assert "role ['3'] seen True" in (tmp_path / "done.log").read_text()
+
+        waits = []
+        for name in ("term", "killed", "orphan"):
+            role = RoleProcess(name, [sys.executable, str(script), "wait"], env, tmp_path / f"{name}.log",
+                               forker=server)
+            role.start()
+            _wait_for(tmp_path / f"{name}.log", "ready", role)
+            waits.append(role)
+        term, killed, orphan = waits
+        term.kill(signal.SIGTERM)
+        assert term.wait(60) == 5
+        killed.kill()
+        assert killed.wait(60) == -signal.SIGKILL
+    finally:
+        server.close()  # the launcher's end: the server kills what still runs
+    assert orphan.wait(60) == -signal.SIGKILL
+    while _alive(orphan.proc.pid):  # the server killed its group as it ended
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_module_role_runs_as_python_dash_m(tmp_path: Path) -> None:
+    server = ForkServer({**os.environ, **thread_limits(1)})  # no BLAS pool: a process that may fork
+    try:
+        role = RoleProcess("cli", [sys.executable, "-m", "cli", "schema", "--help"], dict(os.environ),
+                           tmp_path / "cli.log", forker=server)
+        role.start()
+        assert isinstance(role.proc, ForkedProcess)
+        assert role.wait(120) == 0
+        assert "usage:" in (tmp_path / "cli.log").read_text()
+    finally:
+        server.close()
