@@ -58,7 +58,7 @@ from launcher.up_run_dir import (
     write_run_configs,
 )
 from launcher.up_shutdown import shut_down
-from launcher.up_source import bayes_auc, record_source, resumed_replay, streamrec_cli
+from launcher.up_source import bayes_auc_unless_stopped, record_source, resumed_replay, streamrec_cli
 from launcher.up_stop import StopRequest, StopRequested
 from launcher.up_watch import Watch, watch_live, watch_plain
 from ps.auth import read_secret
@@ -192,7 +192,7 @@ class LocalSystem:
         from launcher.up_status import StatusCollector
 
         gen = self.cfg.up.generator
-        bayes = bayes_auc(gen.seed, gen.drift) if self.opts.replay is None else None
+        bayes = bayes_auc_unless_stopped(gen.seed, gen.drift, lambda: stop.asked) if self.opts.replay is None else None
         topic_end = TopicEnd(self.cfg, self.bootstrap)
         shards = self.roles.cluster.shard_client() if self.roles.cluster is not None else None
         collector = StatusCollector(self.api_url, self.token, shards, bayes_auc=bayes, end_offsets=topic_end)

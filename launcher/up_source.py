@@ -18,6 +18,8 @@ take it: it pauses while the consumer group lags by more than ``up.replay.max_la
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,3 +101,14 @@ def bayes_auc(seed: int, drift: float, n: int = 200_000) -> float:
 
     sample = PlantedModel(seed=seed, drift=drift).sample(n)
     return float(roc_auc(sample.labels, sample.prob))
+
+
+def bayes_auc_unless_stopped(seed: int, drift: float, stopped: Callable[[], bool]) -> float | None:
+    """:func:`bayes_auc`, or None once ``stopped()`` says a stop was asked for first: on a busy
+    machine the sample takes seconds that a Ctrl-C must not wait for."""
+    result: list[float] = []
+    worker = threading.Thread(target=lambda: result.append(bayes_auc(seed, drift)), name="bayes-auc", daemon=True)
+    worker.start()
+    while worker.is_alive() and not stopped():
+        worker.join(0.1)
+    return result[0] if result else None
