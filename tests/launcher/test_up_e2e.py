@@ -116,12 +116,16 @@ class Up:
 
     def ctrl_c(self) -> int:
         self.proc.send_signal(signal.SIGINT)
+        return self.exit_code(within_s=120, after="SIGINT")
+
+    def exit_code(self, *, within_s: float, after: str) -> int:
+        """`up`'s exit code; if it has not exited within ``within_s``, every stack, and a failure."""
         try:
-            return self.proc.wait(timeout=120)
+            return self.proc.wait(timeout=within_s)
         except subprocess.TimeoutExpired:
             hung = self.stacks()
             os.killpg(self.proc.pid, signal.SIGKILL)
-            raise AssertionError(f"up did not stop within 120 s of SIGINT:\n{hung}") from None
+            raise AssertionError(f"up did not stop within {within_s} s of {after}:\n{hung}") from None
 
     def stacks(self) -> str:
         """Every thread's stack of `up` and of each role still running (SIGUSR1: every streamrec
