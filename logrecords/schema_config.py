@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from core.yaml_config import FrozenModel
+from logrecords.dense_transform import DenseTransform, Log1pTransform
 
 # Slot ids live in the top byte of every sparse feature id (see logrecords.hashing).
 MAX_SLOT_ID = 255
@@ -54,11 +55,19 @@ class SlotConfig(FrozenModel):
                                        "nor refused, and the API scores a request without it, naming the default it "
                                        "used. Left false, a record lacking it is counted per field and, past "
                                        "`max_absent_share`, refused.")
+    transform: DenseTransform = Field(
+        Log1pTransform(),
+        description="Dense only: how the value becomes a model input, in training and serving alike: "
+                    "`{kind: log1p}` (log1p(max(x, 0)), non-negative counts), `{kind: standardize, mean, std}` "
+                    "((x - mean) / std clipped to +-`clip`, signed values or a year) or `{kind: none}` (x clipped "
+                    "to +-`limit`, a rate in [0, 1]).")
 
     @model_validator(mode="after")
     def _check(self) -> SlotConfig:
         if self.separator is not None and (self.kind is SlotKind.DENSE or not self.separator.isascii()):
             raise ValueError(f"slot '{self.name}': separator needs a sparse slot and one ASCII character")
+        if self.kind is SlotKind.SPARSE and not isinstance(self.transform, Log1pTransform):
+            raise ValueError(f"slot '{self.name}': transform needs a dense slot")
         return self
 
 
@@ -184,6 +193,12 @@ class SchemaConfig(FrozenModel):
     @property
     def dense_names(self) -> list[str]:
         return [s.name for s in self.slots if s.kind is SlotKind.DENSE]
+
+    @property
+    def dense_transforms(self) -> tuple[DenseTransform, ...]:
+        """Each dense field's transform, in dense order; () when every one is the default log1p."""
+        out = tuple(s.transform for s in self.slots if s.kind is SlotKind.DENSE)
+        return () if all(isinstance(t, Log1pTransform) for t in out) else out
 
     @property
     def label_field(self) -> str:

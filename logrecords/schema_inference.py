@@ -49,7 +49,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import numpy as np
+
 from core.errors import InvalidInput
+from logrecords.dense_transform import (
+    FLAT_LOG_SPAN,
+    DenseTransform,
+    IdentityTransform,
+    Log1pTransform,
+    StandardizeTransform,
+)
 from logrecords.file_formats import format_of, line_blocks
 from logrecords.hashing import SLOT_SHIFT
 from logrecords.schema_config import HashKind, LabelRule, SchemaConfig, SlotConfig, SlotKind
@@ -63,6 +72,7 @@ RATING_MAX_DISTINCT = 21  # 0..10 in half steps
 UNIX_LO, UNIX_HI = 100_000_000, 4_102_444_800  # 1973-03-03 .. 2100-01-01 in seconds
 EPOCH_UNITS = (("seconds", 1), ("milliseconds", 10**3), ("microseconds", 10**6), ("nanoseconds", 10**9))
 MONOTONE_SHARE = 0.9  # an unnamed time column: this share of successive sample values is non-decreasing
+LOG1P = Log1pTransform()
 BIG_DENSE = 1e6  # a dense field beyond this magnitude is flattened by the models' log1p(max(x, 0))
 _INT64 = 1 << 63
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]+)?)?"
@@ -89,6 +99,7 @@ class FieldGuess:
     tower: str | None = None  # two_tower: user | item
     many: bool = False  # a list slot: several ids per record
     unit: str = "s"  # the event time: schema.event_time_unit
+    transform: DenseTransform = LOG1P  # a dense field: how its value becomes a model input
 
 
 InferredFormat = Literal["json", "csv", "parquet"]  # the formats a schema is inferred from
@@ -114,7 +125,7 @@ class Inference:
                                                                                     at_least=guess.at_least)
         etime_field = next((f for f in self.fields if f.role == "event_time"), None)
         etime = None if etime_field is None else etime_field.name
-        slots = [SlotConfig(name=f.name, kind=SlotKind.DENSE, optional=f.optional)
+        slots = [SlotConfig(name=f.name, kind=SlotKind.DENSE, optional=f.optional, transform=f.transform)
                  for f in self.fields if f.role == "dense"]
         slots += [SlotConfig(name=f.name, kind=SlotKind.SPARSE, hash=f.hash or HashKind.FNV1A, separator=f.separator,
                              optional=f.optional) for f in self.fields if f.role == "sparse"]
@@ -351,7 +362,7 @@ def _guess(name: str, values: list[Any], *, csv_text: bool, forced_sparse: bool)
         return FieldGuess(name, "sparse", f"{what}, {distinct} distinct in the sample -> sparse, fnv1a hash",
                           hash=HashKind.FNV1A)
     if "float" in kinds:
-        return FieldGuess(name, "dense", f"numbers with fractions, {distinct} distinct -> dense{_magnitude(present)}")
+        return _dense_guess(name, f"numbers with fractions, {distinct} distinct -> dense", present)
     ints = [int(v) for v in present]
     id_like = bool(_ID_NAME.search(name)) or forced_sparse
     if id_like or distinct <= FEW_DISTINCT:
@@ -360,8 +371,28 @@ def _guess(name: str, values: list[Any], *, csv_text: bool, forced_sparse: bool)
             return FieldGuess(name, "sparse", f"{why} -> sparse, int hash (lossless)", hash=HashKind.INT)
         return FieldGuess(name, "sparse", f"{why}, some negative or >= 2**56 -> sparse, fnv1a hash of the text",
                           hash=HashKind.FNV1A)
-    return FieldGuess(name, "dense", f"integers with many distinct values ({distinct}) -> dense (counts, amounts)"
-                      f"{_magnitude(ints)}")
+    return _dense_guess(name, f"integers with many distinct values ({distinct}) -> dense (counts, amounts)", ints)
+
+
+def _dense_guess(name: str, why: str, values: list[Any]) -> FieldGuess:
+    transform, how = propose_transform(np.array([_num(v) for v in values], np.float64))
+    warning = _magnitude(values) if isinstance(transform, Log1pTransform) else ""
+    return FieldGuess(name, "dense", f"{why}, {how}{warning}", transform=transform)
+
+
+def propose_transform(values: np.ndarray) -> tuple[DenseTransform, str]:
+    """The transform that fits a dense field's sample values (finite float64), and why in words: a rate
+    in [0, 1] as it is; signed values, or magnitudes log1p would flatten (a year, a timestamp),
+    standardized by the sample's mean and std; non-negative counts through log1p."""
+    lo, hi = float(values.min()), float(values.max())
+    std = float(values.std())
+    if lo >= 0.0 and hi <= 1.0:
+        return IdentityTransform(), "within [0, 1] -> transform none"
+    if std > 0.0 and (lo < 0.0 or (lo > 0.0 and math.log1p(hi) - math.log1p(lo) < FLAT_LOG_SPAN * math.log1p(hi))):
+        where = "signed" if lo < 0.0 else f"{lo:.4g} .. {hi:.4g}, nearly one value under log1p"
+        return (StandardizeTransform(mean=float(values.mean()), std=std),
+                f"{where} -> transform standardize by the sample's mean and std")
+    return Log1pTransform(), "non-negative -> transform log1p"
 
 
 def _magnitude(values: list[Any]) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 from core.errors import InvalidInput
 from core.kernel_cache import kernel
 from logrecords.batch import Batch
+from logrecords.dense_transform import apply_dense_transforms
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, SlotSpec, Tower
 from tables.dedupe import dedupe
 
@@ -137,8 +138,8 @@ def build_features(config: ModelConfig, batch: Batch, slots: tuple[SlotSpec, ...
     if dense.ndim != 2 or dense.shape[0] != n or dense.shape[1] < config.n_dense:
         raise InvalidInput(f"batch dense is {dense.shape}, model needs ({n}, {config.n_dense})")
     dense = dense[:, : config.n_dense]
-    if config.dense_log1p:
-        dense = np.log1p(np.maximum(dense, np.float32(0.0)))  # float32 in, float32 out: a fresh array
+    if config.dense_transforms or config.dense_log1p:
+        dense = apply_dense_transforms(dense, config.dense_transforms)
     labels = np.ascontiguousarray(batch.labels, np.float32)
     tables = {}
     for plan in _plan(config, chosen):

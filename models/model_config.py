@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from core.yaml_config import FrozenModel
+from logrecords.dense_transform import DenseTransform
 from tables.table_config import DEFAULT_DENSE_OPTIMIZER, OptimizerConfig, TableConfig
 
 
@@ -237,7 +238,12 @@ class ModelConfig(FrozenModel):
                                         description="The model's sparse inputs, each naming a schema slot.")
     n_dense: int = Field(13, ge=0,
                          description="Dense inputs; left out in the root YAML, the schema's dense field count.")
-    dense_log1p: bool = Field(True, description="Each dense input x enters as log1p(max(x, 0)).")
+    dense_log1p: bool = Field(True, description="Each dense input x enters as log1p(max(x, 0)) (false: raw), unless "
+                                                "`dense_transforms` is set.")
+    dense_transforms: tuple[DenseTransform, ...] = Field(
+        (), description="One transform per dense input, copied from the schema's dense fields' `transform` when "
+                        "one is not log1p (so the model and its bundle carry their statistics); empty: "
+                        "`dense_log1p` for every input.")
     embedding_dim: int = Field(8, ge=1, le=512,
                                description="Embedding width of the slots that set no `dim` of their own.")
     mlp: tuple[int, ...] = Field((400, 400, 400),
@@ -300,6 +306,8 @@ class ModelConfig(FrozenModel):
                  and (self.type is not ModelType.TWO_TOWER or s.tower is not Tower.USER)]
         if wrong:
             raise ValueError(f"pooling: attention is for two_tower user-tower slots only: {wrong}")
+        if self.dense_transforms and len(self.dense_transforms) != self.n_dense:
+            raise ValueError(f"dense_transforms has {len(self.dense_transforms)} entries for n_dense {self.n_dense}")
         return self
 
     def dim_of(self, slot: SlotSpec) -> int:

@@ -18,12 +18,22 @@ from models.model_config import ModelConfig, ModelType, Tower
 
 def fill_dense_width(model: Any, schema: SchemaConfig) -> Any:
     """``model`` (a mapping or a ModelConfig) with ``n_dense`` set to the schema's dense field
-    count when it does not set one; anything else is returned as is (validation reports it)."""
+    count when it does not set one, and ``dense_transforms`` to the schema's when it sets none;
+    anything else is returned as is (validation reports it)."""
     width = len(schema.dense_names)
+    transforms = schema.dense_transforms
     if isinstance(model, ModelConfig):
-        return model if "n_dense" in model.model_fields_set else model.model_copy(update={"n_dense": width})
-    if isinstance(model, dict) and model.get("n_dense") is None:
-        return {**model, "n_dense": width}
+        update: dict[str, Any] = {}
+        if "n_dense" not in model.model_fields_set:
+            update["n_dense"] = width
+        if transforms and not model.dense_transforms:
+            update["dense_transforms"] = transforms
+        return model.model_copy(update=update) if update else model
+    if isinstance(model, dict):
+        if model.get("n_dense") is None:
+            model = {**model, "n_dense": width}
+        if transforms and not model.get("dense_transforms"):
+            model = {**model, "dense_transforms": transforms}
     return model
 
 

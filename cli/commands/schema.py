@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from logrecords.dense_transform import DenseTransform
     from logrecords.schema_inference import Inference
 
 
@@ -134,6 +135,7 @@ def render_yaml(inference: Inference, *, command: str) -> str:
     out.append("  slots:")
     for f in dense:
         opt = ", optional: true" if f.optional else ""
+        opt += _transform_yaml(f.transform)
         out.append(f"    - {{name: {_q(f.name)}, kind: dense{opt}}}  # {f.why}")
     for f in sparse:
         sep = f", separator: {_q(f.separator)}" if f.separator else ""
@@ -179,3 +181,13 @@ def check_yaml(text: str, *, source: str) -> None:
     sparse = {s.name for s in schema.sparse_slots} | ({schema.history.slot} if schema.history else set())
     if model.n_dense != len(schema.dense_names) or any(s.name not in sparse for s in model.slots):
         raise ConfigError(f"{source}: the proposed model does not fit the proposed schema (a bug)")
+
+
+def _transform_yaml(t: DenseTransform) -> str:
+    """The slot's ``transform`` key in flow style; nothing for the default log1p."""
+    from logrecords.dense_transform import Log1pTransform
+
+    if isinstance(t, Log1pTransform):
+        return ""
+    fields = ", ".join(f"{k}: {v!r}" if isinstance(v, float) else f"{k}: {v}" for k, v in t.model_dump().items())
+    return f", transform: {{{fields}}}"

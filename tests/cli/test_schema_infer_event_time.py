@@ -135,7 +135,7 @@ def _utc_seconds(text: str) -> float:
 
 def test_an_unnamed_time_is_found_when_it_rises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A column named like nothing, in the epoch range: the event time when the log is in time order; when it
-    is not, a dense input whose magnitude the YAML comment warns about."""
+    is not, a dense input standardized by the sample's statistics."""
     recs = movielens()
     for r, t in zip(recs, sorted(r["timestamp"] for r in recs), strict=True):
         r["when"], r["amount"] = t, r.pop("timestamp")
@@ -144,8 +144,10 @@ def test_an_unnamed_time_is_found_when_it_rises(tmp_path: Path, capsys: pytest.C
     text, config = infer(capsys, data)
     assert config.schema_.event_time == "when" and config.schema_.dense_names == ["amount"]
     assert "the Unix-seconds range (1997-09-20 .. 1998-04-22), non-decreasing -> the event time" in text
-    assert '{name: "amount", kind: dense}  # integers with many distinct values (3000) -> dense (counts, amounts); ' \
-           "WARNING: values up to 8.93e+08, which log1p squashes to about 20.6: check it is not a time or an id" in text
+    # a time out of order is no event time, but still no count: standardized, not flattened by log1p
+    assert ('{name: "amount", kind: dense, transform: {kind: standardize, mean: 883877223.296, '
+            "std: 5307982.412277834, clip: 5.0}}  # integers with many distinct values (3000) -> dense (counts, "
+            "amounts), 8.747e+08 .. 8.933e+08, nearly one value under log1p -> transform standardize") in text
 
 
 def test_two_times_one_event_time_and_no_dense_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
