@@ -5,8 +5,12 @@ the one function the trainer's and the service's feature building both call.
 
 ``log1p``: log1p(max(x, 0)), for non-negative counts (the default, the models' historical input).
 ``standardize``: (x - mean) / std, clipped to +-``clip``, for signed values and narrow-range
-magnitudes (a year, a timestamp); ``mean`` and ``std`` are the sample's, proposed by ``schema infer``.
+magnitudes (a year, a timestamp); ``mean`` and ``std`` are the sample's, proposed by ``schema infer``,
+and the prior of the running statistics training keeps (:mod:`models.dense_statistics`), which
+replace them in the model's config as training goes.
 ``none``: x itself, clipped to +-``limit``, for values already on a unit scale (a rate in [0, 1]).
+
+A non-finite value (NaN, +-inf) reads as 0 before any transform, as the parsers read an absent one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pydantic import Field
 
 from core.yaml_config import FrozenModel
 
+DEFAULT_PRIOR_COUNT = 10_000  # schema infer's default sample: the values behind a proposed mean and std
 FLAT_LOG_SPAN = 0.05  # a positive field whose log1p spans less than this share of its largest log1p is ~constant
 
 
@@ -35,6 +40,11 @@ class StandardizeTransform(FrozenModel):
     mean: float = Field(description="Subtracted from every value (the sample mean `schema infer` proposes).")
     std: float = Field(gt=0.0, description="The centred value is divided by this (the sample's standard deviation).")
     clip: float = Field(5.0, gt=0.0, description="The standardized value is clipped to [-clip, clip].")
+    prior_count: int = Field(
+        DEFAULT_PRIOR_COUNT, ge=0,
+        description="The values `mean` and `std` summarise: training's running statistics start from them as from "
+                    "this many values (0: from the first batch). In a trained model's config, the values behind its "
+                    "mean and std.")
 
 
 class IdentityTransform(FrozenModel):
@@ -70,7 +80,8 @@ def _plan(transforms: tuple[DenseTransform, ...]) -> tuple[np.ndarray, ...]:
 
 def apply_dense_transforms(dense: np.ndarray, transforms: tuple[DenseTransform, ...]) -> np.ndarray:
     """A fresh float32 (n, d) array: column j of ``dense`` (float32 (n, d)) through ``transforms[j]``;
-    with no transforms, every column through log1p."""
+    with no transforms, every column through log1p. A non-finite value reads as 0."""
+    dense = finite_or_zero(dense)
     if not transforms:
         return np.log1p(np.maximum(dense, np.float32(0.0)))  # float32 in, float32 out: a fresh array
     if len(transforms) != dense.shape[1]:
@@ -81,3 +92,12 @@ def apply_dense_transforms(dense: np.ndarray, transforms: tuple[DenseTransform, 
     out[:, std] = np.clip((dense[:, std] - mean) * inv_std, -clip, clip)
     out[:, ident] = np.clip(dense[:, ident], -limit, limit)
     return out
+
+
+def finite_or_zero(dense: np.ndarray) -> np.ndarray:
+    """``dense`` with each non-finite value (NaN, +-inf) as 0, as the parsers read an absent value;
+    ``dense`` itself when every value is finite (the usual case: one pass to check)."""
+    finite = np.isfinite(dense)
+    if finite.all():
+        return dense
+    return np.where(finite, dense, dense.dtype.type(0))

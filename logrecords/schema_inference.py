@@ -390,7 +390,7 @@ def propose_transform(values: np.ndarray) -> tuple[DenseTransform, str]:
         return IdentityTransform(), "within [0, 1] -> transform none"
     if std > 0.0 and (lo < 0.0 or (lo > 0.0 and math.log1p(hi) - math.log1p(lo) < FLAT_LOG_SPAN * math.log1p(hi))):
         where = "signed" if lo < 0.0 else f"{lo:.4g} .. {hi:.4g}, nearly one value under log1p"
-        return (StandardizeTransform(mean=float(values.mean()), std=std),
+        return (StandardizeTransform(mean=float(values.mean()), std=std, prior_count=int(values.size)),
                 f"{where} -> transform standardize by the sample's mean and std")
     return Log1pTransform(), "non-negative -> transform log1p"
 

@@ -242,8 +242,9 @@ class ModelConfig(FrozenModel):
                                                 "`dense_transforms` is set.")
     dense_transforms: tuple[DenseTransform, ...] = Field(
         (), description="One transform per dense input, copied from the schema's dense fields' `transform` when "
-                        "one is not log1p (so the model and its bundle carry their statistics); empty: "
-                        "`dense_log1p` for every input.")
+                        "one is not log1p; training replaces a standardize one's mean and std with the running "
+                        "statistics of the values it trains on, so a checkpoint and a bundle carry those it "
+                        "trained with; empty: `dense_log1p` for every input.")
     embedding_dim: int = Field(8, ge=1, le=512,
                                description="Embedding width of the slots that set no `dim` of their own.")
     mlp: tuple[int, ...] = Field((400, 400, 400),

@@ -265,13 +265,14 @@ class TwoTower(Model):
 
     def train_state(self) -> dict[str, np.ndarray]:
         """This worker's streaming frequency estimate (one in the PS is saved with the PS's tables; the pool
-        of negatives refills within a few steps: not kept)."""
+        of negatives refills within a few steps: not kept), besides the dense statistics."""
         if not isinstance(self.frequency, ItemFrequency):
-            return {}
-        return {f"frequency.{k}": v for k, v in self.frequency.state().items()}
+            return super().train_state()
+        return super().train_state() | {f"frequency.{k}": v for k, v in self.frequency.state().items()}
 
     def load_train_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Resume from ``train_state()``: the logQ correction goes on from the estimate, not from nothing."""
+        super().load_train_state(arrays)
         mine = {k.removeprefix("frequency."): v for k, v in arrays.items() if k.startswith("frequency.")}
         if not mine:
             return
