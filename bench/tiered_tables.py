@@ -80,7 +80,8 @@ def warm_up(tier_dir: str | None) -> None:
     warm = SparseTable(config(None, None) if tier_dir is None else config(1 << 16, Path(tier_dir)))
     keys = np.arange(1, 4097, dtype=np.uint64)
     warm.push(keys, np.zeros((keys.shape[0], DIM), np.float32))  # past a 64 KB budget: demotions
-    warm.pull(keys)  # promotions
+    warm.pull(keys)  # reads in place
+    warm.pull(keys)  # promotions: a second read
     if warm.tier is not None:
         warm.tier.close()
 

@@ -63,9 +63,10 @@ HELP = {
                                            "rows are evicted for new ones.",
     "streamrec_shard_tier_lookups": "Distinct keys pulled or pushed, by the tier that held them (ram, disk); "
                                     "hit rate: ram / (ram + disk). Keys in neither are not counted.",
-    "streamrec_shard_tier_moved_rows": "Rows moved between tiers, by direction: promoted (disk to RAM, on a pull "
-                                       "or push) or demoted (RAM to disk, at the RAM budget).",
-    "streamrec_shard_tier_disk_reads": "Rows read from the disk tier (promotions, saves, serving reads).",
+    "streamrec_shard_tier_moved_rows": "Rows moved between tiers, by direction: promoted (disk to RAM, on a push "
+                                       "or a pull's second read lately) or demoted (RAM to disk, at the RAM "
+                                       "budget).",
+    "streamrec_shard_tier_disk_reads": "Rows read from the disk tier (pulls, promotions, saves, serving reads).",
     "streamrec_shard_tier_disk_full": "Demotions the disk refused (no space to grow the tier's file); the rows "
                                       "stayed in RAM under its budget's rule (evict or refuse).",
 }

@@ -99,7 +99,7 @@ class TableBudget:
         tier = self.table.tier
         if tier is not None:
             step = max(1, budget // EVICT_SLACK)
-            fixed += -(-tier.disk.ram_bytes() // step) * step
+            fixed += -(-tier.ram_bytes() // step) * step
         return fixed
 
     def shape(self) -> tuple[int, float]:

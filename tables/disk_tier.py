@@ -128,15 +128,27 @@ class DiskTier:
 
     def take(self, keys: np.ndarray) -> dict[str, np.ndarray]:
         """The rows of ``keys`` (unique) found on disk, read and freed (a promotion): their columns."""
+        at, hit, cols = self._find(keys, tuple(COLUMN_DTYPES))
+        self.free(at[hit], cols["keys"])
+        return cols
+
+    def peek(self, keys: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(hit, cols)``: which of ``keys`` (unique) are on disk (indices into ``keys``) and
+        columns ``names`` of their rows, read and left on disk."""
+        _, hit, cols = self._find(keys, ("keys", *names) if "keys" not in names else names)
+        return hit, cols
+
+    def _find(self, keys: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Records of ``keys``, which of them are on disk, and columns ``names`` (with "keys")
+        of those: the index's tags pick records unread, the keys read with them check them."""
         at = self.lookup(keys, verify=False)
         hit = np.flatnonzero(at >= 0)
-        cols = self.read(at[hit])
+        cols = self.read(at[hit], names)
         if not np.array_equal(cols["keys"], keys[hit]):  # another key's tag agreed: look up by reading keys
             at = self.lookup(keys)
             hit = np.flatnonzero(at >= 0)
-            cols = self.read(at[hit])
-        self.free(at[hit], cols["keys"])
-        return cols
+            cols = self.read(at[hit], names)
+        return at, hit, cols
 
     def read(self, records: np.ndarray, names: tuple[str, ...] = tuple(COLUMN_DTYPES)) -> dict[str, np.ndarray]:
         """Columns ``names`` (default: every column of a row store, in its order) of

@@ -13,18 +13,18 @@ from tables.initializers import fill_row
 @kernel(**JIT)
 def gather(
     slots: np.ndarray, keys_col: np.ndarray, hkey: np.ndarray, params: np.ndarray, query: np.ndarray,
-    out: np.ndarray,
+    out: np.ndarray, rows: np.ndarray, fill_missing: bool,
     c0: int, dim: int, seed: np.uint64, kind: int, scale: np.float32,
     wseed: np.uint64, wkind: int, wscale: np.float32,
 ) -> int:
-    """Pull: copy each key's row into ``out`` (input order); an absent key gets its
-    initializer row. Returns the number of absent keys.
+    """Pull: copy each key's row into ``out`` (input order) and its row number into ``rows``
+    (-1: absent); with ``fill_missing`` an absent key gets its initializer row (a disk tier
+    fills its keys' first, :func:`fill_rows` the rest). Returns the number of absent keys.
 
     Two passes (all lookups, then all copies) rather than one fused loop: each pass keeps
     many independent misses in flight with a simple prefetch, which measured ~2x faster.
     """
     n = query.shape[0]
-    rows = np.empty(n, np.int64)
     missing = lookup(slots, keys_col, hkey, query, rows)
     width = params.shape[1]
     for i in range(n):
@@ -35,7 +35,7 @@ def gather(
         if r >= 0:
             for j in range(width):
                 out[i, j] = params[r, j]
-        else:
+        elif fill_missing:
             if c0 == 1:
                 fill_row(out[i], 0, 1, query[i], wseed, wkind, wscale)
             fill_row(out[i], c0, dim, query[i], seed, kind, scale)

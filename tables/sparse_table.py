@@ -10,8 +10,9 @@ applies one optimizer update per row. A byte budget (``eviction.max_bytes``, or 
 table's share of its shard's, :mod:`tables.budget`) is enforced when push creates rows:
 new ids are refused, or the coldest rows evicted, once no new row fits. While a save's
 snapshot is open (rows must not move) an evict-mode table refuses instead of evicting. With
-a ``tier`` the rows over the budget move to a disk tier instead and come back when pulled or
-pushed (:mod:`tables.tiering`); every verb sees both tiers. See :mod:`tables.snapshot` for
+a ``tier`` the rows over the budget move to a disk tier instead and come back when pushed, or
+pulled twice lately (a pull reads them in place, :mod:`tables.tiering`); every verb sees
+both tiers. See :mod:`tables.snapshot` for
 how saves avoid stalling pushes and :mod:`tables.table_files` for the file format.
 """
 
@@ -99,11 +100,15 @@ class SparseTable:
         with self.lock.mutex:
             st = self.state
             cols = st.rows.cols
-            missing = gather(st.slots, cols["keys"], st.hash_key, cols["params"], k, out, *self._gather_args)
+            rows = np.empty(n, np.int64)
+            missing = gather(st.slots, cols["keys"], st.hash_key, cols["params"], k, out, rows, self.tier is None,
+                             *self._gather_args)
             if self.tier is not None:
                 counters["ram_hits"] += n - missing
                 if missing:
-                    missing = self.tier.pull(k, out)
+                    absent = self.tier.pull(k, rows, out)
+                    self._fill_initial(k[absent], absent, out)
+                    missing = absent.shape[0]
             counters["pulls"] += 1
             counters["pulled_keys"] += n
             if missing:
@@ -288,6 +293,15 @@ class SparseTable:
         """This table's share of its shard's ``max_bytes``; the smaller of it and
         ``eviction.max_bytes`` is enforced."""
         self.budget.set_shard_share(max_bytes)
+
+    def _fill_initial(self, keys: np.ndarray, at: np.ndarray, out: np.ndarray) -> None:
+        """The initializer rows of ``keys`` into rows ``at`` of ``out``."""
+        if keys.shape[0] == 0:
+            return
+        seed, kind, scale, wseed, wkind, wscale = self._init_args
+        if self._wopt is not None:
+            fill_rows(out, at, 0, 1, keys, wseed, wkind, wscale)
+        fill_rows(out, at, self._c0, self.dim, keys, seed, kind, scale)
 
     def _create(self, keys: np.ndarray, limit: int | None = None) -> np.ndarray:
         """Append rows for absent ``keys`` with initializer values; returns their row numbers.

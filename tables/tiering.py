@@ -3,9 +3,11 @@
 Demotion: when a push's new ids or a promotion need room the RAM byte budget does not have
 (:class:`tables.byte_budget.TableBudget`), the coldest RAM rows (the eviction score, never a
 row the same call uses) move to disk, down to ``tier.low_water`` of the budget's rows, in one
-batch. Promotion: a pull or push of ids found on disk moves them back into RAM first: the
-demotion that makes room for them comes first, then their records are read and freed a chunk
-at a time, so what a batch holds in RAM beside the budget stays small. A disk tier at
+batch. Promotion: a push of ids found on disk moves them back into RAM first; a pull reads
+them from their records in place and promotes only those read a second time lately
+(:mod:`tables.promotion`). The demotion that makes room for promoted rows comes first, then
+their records are read and freed a chunk at a time, so what a batch holds in RAM beside the
+budget stays small. A disk tier at
 ``max_bytes`` evicts its own coldest rows (tombstones as for RAM evictions), never the records
 a promotion is about to read; a disk that
 refuses to grow is :class:`core.errors.DiskFull`, counted in ``disk_full``, and the demotion
@@ -23,9 +25,10 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from core.errors import DiskFull
-from tables import eviction
+from tables import eviction, promotion
 from tables.dedupe import dedupe
 from tables.disk_tier import DiskTier
+from tables.promotion import SecondRead
 from tables.rows import MOVE_CHUNK
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_
 
 
 class _Budget(Protocol):
+    def in_force(self) -> tuple[int | None, str]: ...
     def ram_row_limit(self) -> int | None: ...
     def fit(self, limit: int | None) -> None: ...
     def keep_tombstones(self, gone: np.ndarray) -> None: ...
@@ -65,12 +69,14 @@ class TableTier:
         self.low_water = cfg.low_water
         self.disk = DiskTier(Path(cfg.disk.path), table.name, table.state.rows.widths, cfg.disk.max_bytes,
                              table.state.hash_key)
+        self.second_read = SecondRead(table.state.hash_key, promotion.slots_for(table.budget.in_force()[0]))
         table.counters.update(dict.fromkeys(COUNTERS, 0))
 
     # ------------------------------------------------------------- promotion
-    def promote(self, keys: np.ndarray, *, protected: np.ndarray, limit: int | None) -> int:
+    def promote(self, keys: np.ndarray, *, protected: np.ndarray, limit: int | None, hits: bool = True) -> int:
         """Move the rows of ``keys`` (unique, none in RAM) found on disk into RAM; returns how
-        many. ``limit``: the RAM row limit (None: no budget)."""
+        many. ``limit``: the RAM row limit (None: no budget); ``hits``: whether they count as
+        disk hits (a pull counted them when it read them)."""
         t = self.table
         st = t.state
         at = self.disk.lookup(keys, verify=False)  # take() reads the keys and finds any false
@@ -91,26 +97,43 @@ class TableTier:
             cols = self.disk.take(on_disk[start : start + MOVE_CHUNK])
             st.upsert(cols)
             got += int(cols["keys"].shape[0])
-        for name in ("disk_hits", "disk_reads", "promoted"):
+        for name in ("disk_hits", "disk_reads", "promoted") if hits else ("disk_reads", "promoted"):
             t.counters[name] += got
         return got
 
-    def pull(self, keys: np.ndarray, out: np.ndarray) -> int:
-        """Rows of ``keys`` not in RAM but on disk: promoted, and written into ``out``; returns
-        how many keys are still absent."""
+    def pull(self, keys: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Keys of a pull absent from RAM (``rows`` -1) and on disk: their rows read into
+        ``out`` from their records (a chunk at a time), left on disk unless read a second time
+        lately or more than once in this pull (:mod:`tables.promotion`: those are promoted).
+        Returns the positions of the keys in neither tier."""
         t = self.table
-        st = t.state
-        rows = st.lookup(keys)
         miss = np.flatnonzero(rows < 0)
-        uniq, _ = dedupe(keys[miss])
-        if not self.promote(uniq, protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit()):
-            return int(miss.shape[0])
-        again = st.lookup(keys[miss])
-        got = np.flatnonzero(again >= 0)
-        for s in range(0, got.shape[0], MOVE_CHUNK):
-            part = got[s : s + MOVE_CHUNK]
-            out[miss[part]] = st.rows.cols["params"][again[part]]
-        return int(miss.shape[0] - got.shape[0])
+        uniq, inv = dedupe(keys[miss])
+        by_key = np.argsort(inv, kind="stable")  # miss positions grouped by unique key
+        bounds = np.searchsorted(inv[by_key], np.arange(0, uniq.shape[0] + MOVE_CHUNK, MOVE_CHUNK))
+        found = np.zeros(uniq.shape[0], np.bool_)
+        for c, start in enumerate(range(0, uniq.shape[0], MOVE_CHUNK)):
+            hit, cols = self.disk.peek(uniq[start : start + MOVE_CHUNK], ("params",))
+            if hit.shape[0] == 0:
+                continue
+            found[start + hit] = True
+            at = np.full(min(MOVE_CHUNK, uniq.shape[0] - start), -1, np.int64)
+            at[hit] = np.arange(hit.shape[0])
+            pos = by_key[bounds[c] : bounds[c + 1]]
+            got = at[inv[pos] - start]
+            pos, got = pos[got >= 0], got[got >= 0]
+            out[miss[pos]] = cols["params"][got]
+        on_disk = np.flatnonzero(found)
+        n = int(on_disk.shape[0])
+        t.counters["disk_hits"] += n
+        t.counters["disk_reads"] += n
+        if n:
+            repeated = np.bincount(inv, minlength=uniq.shape[0])[on_disk] > 1
+            self.second_read.resize(promotion.slots_for(t.budget.in_force()[0]))  # a shard's share may change
+            earned = uniq[on_disk][self.second_read.earned(uniq[on_disk], repeated)]
+            if earned.shape[0]:
+                self.promote(earned, protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit(), hits=False)
+        return miss[~found[inv]]
 
     # -------------------------------------------------------------- demotion
     def demote_coldest(self, count: int, *, protected: np.ndarray, keep: np.ndarray | None = None) -> int:
@@ -206,7 +229,12 @@ class TableTier:
     def stats(self) -> dict[str, int]:
         d = self.disk
         return {"disk_rows": d.rows, "disk_bytes": d.file_bytes(), "disk_max_bytes": d.max_records * d.record_bytes,
-                "disk_index_bytes": d.ram_bytes()}
+                "disk_index_bytes": self.ram_bytes()}
+
+    def ram_bytes(self) -> int:
+        """What the tier holds in RAM: the disk index (:meth:`DiskTier.ram_bytes`) and the marks
+        of first reads."""
+        return self.disk.ram_bytes() + self.second_read.nbytes
 
     def close(self) -> None:
         self.disk.close()
