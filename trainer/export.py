@@ -72,11 +72,12 @@ class Exporter:
         self.retention_failures = 0
 
     def start(self, pass_id: int, *, dense: dict[str, np.ndarray], newest_record_time: float | None,
-              catalog: ItemCatalog | None = None) -> None:
-        """Export in the background (after waiting for the previous export)."""
+              catalog: ItemCatalog | None = None, config: ModelConfig | None = None) -> None:
+        """Export in the background (after waiting for the previous export); ``config``: the
+        trained model's, whose dense transforms carry its running statistics (else this exporter's)."""
         self.wait()
         self._result = None
-        self._thread = threading.Thread(target=self._run, args=(pass_id, dense, newest_record_time, catalog),
+        self._thread = threading.Thread(target=self._run, args=(pass_id, dense, newest_record_time, catalog, config),
                                         name="export", daemon=True)
         self._thread.start()
 
@@ -122,7 +123,9 @@ class Exporter:
         return result
 
     def export(self, pass_id: int, dense: dict[str, np.ndarray], newest_record_time: float | None,
-               catalog: ItemCatalog | None = None) -> dict[str, Any]:
+               catalog: ItemCatalog | None = None, config: ModelConfig | None = None) -> dict[str, Any]:
+        if config is not None:  # the dense transforms the model trained with (models.dense_statistics)
+            self.model.config = self.model.config.model_copy(update={"dense_transforms": config.dense_transforms})
         version = self.last_version + 1
         base = self.exports == 0 or self.exports % self.base_every == 0
         entries = self._save(version, "base" if base else "delta")

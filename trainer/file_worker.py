@@ -5,7 +5,9 @@ training files, in order, through the parameter server (async by default). Its r
 (records, seconds, peak RSS, metrics) goes to ``<results>/worker-<r>.json``. Worker 0 then
 waits for every worker at a PS barrier, evaluates the test file with the trained
 parameters (forward only, in batches of ``EVAL_BATCH`` parsed and pulled ahead as training's
-are), and writes ``<results>/result.json`` (plus the predictions file if asked).
+are), and writes ``<results>/result.json`` (plus the predictions file if asked). The dense
+transforms are each worker's own (a standardized field's running statistics,
+:mod:`models.dense_statistics`): the test set is scored with the chief's, which the result names.
 
 Run as ``python -m trainer.file_worker SPEC.json``.
 """
@@ -205,7 +207,9 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
               "loop_cpu_s": time.process_time() - loop_cpu, "main_cpu_s": time.thread_time() - main_cpu,
               "blas_threads": blas_threads(), "shard_loop_cpu_s": shard_loop_cpu, "rss_before_data_mb": rss_before_data,
               "phases": dict(worker.phase_seconds),
-              "phase_cpu": dict(worker.phase_cpu_seconds), "progressive": worker.metrics.total.summary()}
+              "phase_cpu": dict(worker.phase_cpu_seconds), "progressive": worker.metrics.total.summary(),
+              # the transforms this worker trained with last: its standardized fields' running statistics
+              "dense_transforms": [t.model_dump(mode="json") for t in model.config.dense_transforms]}
     results = Path(job["results"])
     result["prefetch_rss_mb"] = batches.stats.get("peak_rss_mb", 0.0)  # a prefetch process's memory counts too
     result["peak_rss_mb"] = peak_rss_mb() + result["prefetch_rss_mb"]
@@ -270,6 +274,8 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
            "absent_fields": _sum_counts(r.get("absent_fields", {}) for r in ranks),
            "test_absent_fields": (batches.result or {}).get("absent_fields", {}),
            "staleness": summarize(shard_staleness) if shard_staleness else None,
+           # the chief's: what the test set was scored with (a bundle of this model would carry them)
+           "dense_transforms": [t.model_dump(mode="json") for t in worker.model.config.dense_transforms],
            "workers": ranks}
     (results / "result.json").write_text(json.dumps(out))
 

@@ -43,6 +43,7 @@ import numpy as np
 from core.errors import Conflict, DiskFull, StreamrecError
 from exports.item_catalog import ItemCatalog
 from models.base import Model
+from models.model_config import ModelConfig
 from ps.admin import SaveMode
 from ps.client import PSClient
 from ps.ps_config import ClientConfig
@@ -55,8 +56,9 @@ from trainer.job_context import JobContext
 from trainer.metrics import Metrics, WindowedMetrics
 from trainer.worker import Worker
 
-# what the chief hands the export of a pass: the dense weights at the snapshot point, the item catalogue
-ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None]
+# what the chief hands the export of a pass: the dense weights at the snapshot point, the item catalogue,
+# and the model's config (its dense transforms: the running statistics it trained with)
+ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None, ModelConfig]
 log = logging.getLogger(__name__)
 
 
@@ -287,7 +289,7 @@ class PassCommitter:
             worker.dense.refresh(self.ctx.store)
             self.served = worker.dense  # model.dense_average: the bundle carries the averaged dense weights
             export = (self.served.served_params(self.model.params),
-                      None if self.catalog is None else self.catalog.snapshot())
+                      None if self.catalog is None else self.catalog.snapshot(), self.model.config)
         ranks = list(self.ctx.progress.active)
         if self.finisher is None:
             self.finisher = CommitFinisher(self.background_client())
@@ -305,8 +307,9 @@ class PassCommitter:
             except StreamrecError as err:  # e.g. the Kafka group's offsets: only for lag tools
                 log.warning("pass %d: %s", n, err.message)
         if export is not None and self.exporter is not None:
-            dense, catalog = export
-            self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog)
+            dense, catalog, config = export
+            self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog,
+                                config=config)
         return man
 
     def finish_wait(self, *, ignore_failure: bool = False) -> dict[str, Any]:
@@ -357,7 +360,8 @@ class PassCommitter:
         dense = self.model.params.as_dict() if self.served is None else self.served.served_params(self.model.params)
         self.exporter.start(self.ctx.progress.pass_id, dense=dense,
                             newest_record_time=self.ctx.progress.newest_time,
-                            catalog=None if self.catalog is None else self.catalog.snapshot())
+                            catalog=None if self.catalog is None else self.catalog.snapshot(),
+                            config=self.model.config)
         return self.exporter.wait() or {}
 
     def abandon_commit(self) -> None:

@@ -93,11 +93,12 @@ class Worker:
         the first update)."""
         t = (time.perf_counter(), time.thread_time())
         p = item if isinstance(item, Prepared) else prepare(self.model, item)
+        f = self.model.current_dense(p.features, p.batch)
         t = self._timed("prepare", t)
-        f = p.features
         loss = self._update(f, p.rows, t, first=True)
         for _ in range(self.steps_per_batch - 1):
             self._update(f, None, (time.perf_counter(), time.thread_time()), first=False)
+        self.model.learn_dense(p.batch)  # the standardized fields' running statistics (models.dense_statistics)
         self.steps += 1
         self.records += f.n
         return loss
@@ -151,7 +152,7 @@ class Worker:
         """Infer mode: probabilities with the current parameters, nothing pushed (the rows of a
         prepared batch as pulled ahead, else pulled now)."""
         p = item if isinstance(item, Prepared) else prepare(self.model, item)
-        f = p.features
+        f = self.model.current_dense(p.features, p.batch)
         rows = p.rows if p.rows is not None else {name: self.store.pull_sparse(name, ti.keys)
                                                   for name, ti in f.tables.items()}
         z = self.model.forward(f, rows)
