@@ -31,6 +31,7 @@ from core.errors import Unavailable
 from streaming.kafka_config import KafkaConfig
 
 _CHUNK = 1000  # records sent between rate checks
+_CLOSE_S = 10.0  # the most a close waits for the broker to take what is queued
 RECORD_OVERHEAD = 1024  # room a record and its batch header take beside the value in a produce request
 log = logging.getLogger(__name__)
 
@@ -108,8 +109,19 @@ class RecordProducer:
         return value[: self.config.max_message_bytes + 1]
 
     def close(self) -> None:
-        with contextlib.suppress(KafkaError):  # a dead broker: what it never took was reported by send_all
-            self._producer.close(timeout=10)
+        """Close the client within twice ``min(flush_timeout_s, 10 s)``, its sender thread stopped
+        even when the broker died (what it never took was reported by send_all)."""
+        bound_s = min(self.flush_timeout_s, _CLOSE_S)
+        try:
+            self._producer.close(timeout=bound_s)
+        except KafkaError:
+            # the flush close() begins with timed out, and close() gave up before stopping its sender thread,
+            # which would go on retrying a dead broker and raise in the background later
+            sender = self._producer._sender
+            sender.force_close()  # fails what is still queued instead of sending it
+            sender.join(bound_s)
+            with contextlib.suppress(KafkaError):
+                self._producer.close(timeout=0)
 
     def __enter__(self) -> RecordProducer:
         return self
