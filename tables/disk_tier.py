@@ -13,7 +13,9 @@ columns they need from the records the same way.
 The file is grown with ``posix_fallocate`` before any record past its end is written: a full
 disk is an ``OSError`` at growth (:class:`core.errors.DiskFull`), never a failed write of a
 record. ``max_bytes`` caps the file: a full tier evicts its coldest rows (by the table's
-eviction score) to take new ones.
+eviction score) to take new ones. A demotion's rows go past the last record, in one run, while
+the records freed by promotions are few (a random write per record costs several times a
+sequential one's share), and into the lowest freed ones once they are many.
 
 The file is scratch, not a save: saves write disk rows like RAM rows
 (:mod:`tables.table_files`) and every tier starts a file of its own, empty (named by process
@@ -46,6 +48,7 @@ GROW_RECORDS = 1 << 16  # the file grows by at least this many records (or an ei
 BUFFER_RECORDS = 1 << 13  # records copied per kernel call: the bound of the tier's copy buffer
 REHASH_SLOTS = 1 << 17  # index slots rehashed between two releases of the old index's pages
 GROW_SOON = 0.9  # past this share of its load limit the index counts at its doubled size
+HOLE_SHARE = 1 / 8  # freed records, as a share of the rows, past which a write fills them before growing the file
 _opened = itertools.count()  # tiers this process opened: one file each, even for one table
 
 
@@ -186,17 +189,29 @@ class DiskTier:
 
     def put(self, cols: dict[str, np.ndarray]) -> None:
         """Write rows (every row store column, keys not on disk) into free records; the
-        caller made room (:meth:`room`). :class:`DiskFull` when the file cannot grow: then
-        nothing was written."""
+        caller made room (:meth:`room`). While freed records ("holes") are few (``HOLE_SHARE``
+        of the rows) the rows go past the last record, in one run, else into the lowest holes;
+        a file that cannot grow fills its holes. :class:`DiskFull` when the file cannot grow
+        and the holes are too few: then nothing was written."""
         m = cols["keys"].shape[0]
         if m == 0:
             return
-        reuse = min(m, int(self._free.shape[0]))
-        fresh = m - reuse
-        if fresh:
+        holes = int(self._free.shape[0])
+        if holes <= self.rows * HOLE_SHARE:  # few holes: append, one run of records (one write a buffer)
+            fresh = min(m, self.max_records - self.high)
+        else:
+            fresh = max(0, m - holes)
+        try:
             self._grow(self.high + fresh)
+        except DiskFull:
+            if holes < m:
+                raise
+            fresh = 0  # the file cannot grow: the holes take the rows
+        reuse = m - fresh
+        if reuse:
+            self._free = np.sort(self._free)[::-1]  # the lowest holes go first: neighbours make runs
         at = np.empty(m, np.int64)
-        at[:reuse] = self._free[self._free.shape[0] - reuse :]
+        at[:reuse] = self._free[holes - reuse :]
         at[reuse:] = np.arange(self.high, self.high + fresh)
         order = np.argsort(at, kind="stable")
         buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
