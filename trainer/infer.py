@@ -12,22 +12,40 @@ import numpy as np
 from core.atomic_files import encode_arrays, write_bytes
 from exports.item_catalog import ItemCatalog
 from models import build_model
+from models.base import Model
 from models.features import build_features
 from models.model_config import ModelType
 from models.two_tower import as_two_tower
 from ps.cluster import ClusterSpec
 from ps.ps_config import PSConfig, load_ps_config
 from streaming.file_dataset import FileDataset
+from trainer import checkpoints
 from trainer.job_config import JobConfig
 from trainer.metrics import Metrics
 from trainer.params import PSStore
 from trainer.ps_worker import PSWorker
+from trainer.recovery import model_train_state
 from trainer.worker import Worker
+
+
+def load_dense_statistics(model: Model, checkpoint_dir: str) -> int | None:
+    """Give ``model`` the standardized dense fields' running statistics the chief kept in the newest
+    complete pass of ``checkpoint_dir`` (the transforms its bundle carries); returns that pass, or
+    None when there is none to read (the schema's statistics stay)."""
+    if model.dense_statistics is None:
+        return None
+    done = checkpoints.complete_passes(checkpoint_dir)
+    if not done:
+        return None
+    _, arrays = checkpoints.read_worker_part(checkpoint_dir, done[-1], 0)
+    model.load_train_state({k: v for k, v in model_train_state(arrays).items() if k.startswith("dense_stats.")})
+    return done[-1]
 
 
 def infer_files(config: JobConfig, spec: ClusterSpec, paths: Sequence[str], *, predictions: Path | None = None,
                 items_out: Path | None = None, batch_size: int = 4096) -> dict[str, Any]:
     model = build_model(config.model)
+    load_dense_statistics(model, config.checkpoint_dir)  # the PS's parameters were trained with them
     ps = PSWorker.from_spec(spec, config=load_ps_config(spec.ps_config) if spec.ps_config else PSConfig())
     try:
         worker = Worker(model, PSStore(ps, model.params.values, dense_rule=None))  # starts from the PS's dense vector

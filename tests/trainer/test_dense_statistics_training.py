@@ -191,3 +191,29 @@ def test_the_streaming_jobs_bundles_carry_the_statistics_its_passes_kept(broker,
     served = ModelConfig.model_validate(man.model).dense_transforms
     assert served == stats.transforms() and served[1:] == cfg.model.dense_transforms[1:]
     assert isinstance(served[0], StandardizeTransform) and served[0].mean > -45  # moved toward the data's
+
+
+def test_infer_mode_scores_with_the_statistics_of_the_newest_pass(tmp_path: Path) -> None:
+    """`streamrec infer` scores with the PS's parameters, so with the chief's statistics of the newest
+    complete pass (not the schema's prior, nor a pass not yet complete); none there: the prior."""
+    from trainer import checkpoints
+    from trainer.infer import load_dense_statistics
+
+    cfg = small_config("wide_deep", dense_transforms=TRANSFORMS)
+    root = str(tmp_path / "checkpoints")
+    fresh = build_model(cfg)
+    assert load_dense_statistics(fresh, root) is None and fresh.config.dense_transforms == cfg.dense_transforms
+    chief = build_model(cfg)
+    for pass_id, data in ((1, batches(3)), (2, batches(3, seed=1)), (3, batches(3, seed=2))):
+        for batch in data:
+            chief.learn_dense(batch)
+        if pass_id == 2:
+            expected = chief.config.dense_transforms
+        for rank in (0, 1):
+            state = chief.train_state() if rank == 0 else build_model(cfg).train_state()
+            checkpoints.write_worker_part(root, pass_id, rank, {f"model.{k}": v for k, v in state.items()}, {})
+        if pass_id < 3:  # pass 3 is not committed (no manifest)
+            checkpoints.commit_pass(root, pass_id, {}, ranks=[0, 1], shard_entries=[])
+    model = build_model(cfg)
+    assert load_dense_statistics(model, root) == 2
+    assert model.config.dense_transforms == expected != cfg.dense_transforms
