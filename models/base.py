@@ -60,18 +60,23 @@ class Model:
 
     def learn_dense(self, batch: Any) -> None:
         """Training only, once per batch trained on: add its raw dense values to the running
-        statistics and put their mean and std into ``config`` for the batches that follow. Every
-        batch: the config then always holds the estimate of every value trained on so far (a
-        restore from the saved moments gives it back exactly), and a new config costs tens of
-        microseconds against a step's milliseconds."""
+        statistics; once they moved enough (models.dense_statistics.REFRESH_GROWTH), put their
+        mean and std into ``config`` for the batches that follow."""
         if self.dense_statistics is None:
             return
         self.dense_statistics.observe(np.asarray(batch.dense))
-        self._use_statistics()
+        if self.dense_statistics.due():
+            self.use_dense_statistics()
 
-    def _use_statistics(self) -> None:
-        assert self.dense_statistics is not None
-        self.config = self.config.model_copy(update={"dense_transforms": self.dense_statistics.transforms()})
+    def count_items(self, batch: Any) -> None:
+        """Training only, once per batch trained on: counts the model keeps of the batch's items
+        (two_tower: their decayed record counts, models.item_popularity). Here: none."""
+
+    def use_dense_statistics(self) -> None:
+        """Put the running statistics' mean and std into ``config`` now (a pass's save does, so its
+        bundle and a restore from it agree; the file job does before its test set)."""
+        if self.dense_statistics is not None:
+            self.config = self.config.model_copy(update={"dense_transforms": self.dense_statistics.transforms()})
 
     def current_dense(self, f: Features, batch: Any) -> Features:
         """``f`` with its dense inputs made again from ``batch`` with the transforms in use now:
@@ -85,9 +90,11 @@ class Model:
     def train_state(self) -> dict[str, np.ndarray]:
         """What training keeps besides parameters and optimizer state (e.g. a streaming
         estimate): written with the worker's part of every pass, so a restart goes on from it.
-        Here: the running statistics of the standardized dense fields, if any."""
+        Here: the running statistics of the standardized dense fields, if any, which ``config``
+        takes now (what is saved is what the pass's bundle carries and a restore uses)."""
         if self.dense_statistics is None:
             return {}
+        self.use_dense_statistics()
         return {f"dense_stats.{k}": v.copy() for k, v in self.dense_statistics.state.items()}
 
     def load_train_state(self, arrays: dict[str, np.ndarray]) -> None:
@@ -95,7 +102,7 @@ class Model:
         if self.dense_statistics is not None:
             self.dense_statistics.load_state({k.removeprefix("dense_stats."): v for k, v in arrays.items()
                                               if k.startswith("dense_stats.")})
-            self._use_statistics()
+            self.use_dense_statistics()
 
     def _sparse_grads(self, *, zero_dense: bool = True) -> dict[str, np.ndarray]:
         """Zeroed sparse gradients of the last forward's keys; the dense ones zeroed too unless the

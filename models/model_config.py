@@ -117,6 +117,13 @@ class RetrievalConfig(FrozenModel):
     item_bias: OptimizerConfig | None = Field(
         None, description="The update rule of a learned per-item bias in the softmax's logit, served as one more "
                           "index column; left out, none.")
+    # the half-life of each item's decayed record count (models.item_popularity), which bundles carry and the
+    # service adds to a known user's scores (service.popularity_prior); 5 days: near the best recent-popularity
+    # list of MovieLens 100K's validation split (half-lives of 1 to 30 days), never its holdout
+    popularity_half_life_s: float = Field(5 * 86400.0, gt=0.0,
+                                          description="Seconds of event time in which an item's decayed record "
+                                                      "count (exported with each bundle for the served popularity "
+                                                      "prior) halves.")
 
     @model_validator(mode="after")
     def _powers_of_two(self) -> RetrievalConfig:

@@ -41,6 +41,7 @@ from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
 from models.history_pooling import POSITIONS, attention_backward, attention_forward
 from models.item_frequency import FrequencyEstimate, ItemFrequency, reader_alpha
+from models.item_popularity import DecayedItemCounts
 from models.layers import MLP, wide_backward, wide_forward
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, RetrievalLossKind, Tower
 from models.negative_pool import NegativePool
@@ -122,6 +123,8 @@ class TwoTower(Model):
         self._observed: tuple[TwoTowerFeatures | None, np.ndarray] = (None, np.empty(0, np.float32))
         self._u = self._v = self._un = self._vn = self._dot = self._bias = np.empty(0, np.float32)
         self.item_bias = r.item_bias is not None
+        # this worker's decayed item counts (models.item_popularity): kept with its part of each pass, summed at export
+        self.popularity = DecayedItemCounts(r.popularity_half_life_s)
 
     # -- features ---------------------------------------------------------------------------------
 
@@ -263,16 +266,32 @@ class TwoTower(Model):
         self.item_emb.backward(items, np.ascontiguousarray(dxi), grads, dwide=item_dwide)
         return grads
 
+    def count_items(self, batch: Batch) -> None:
+        """Each record's item counted at its event time (the Kafka receipt time when the schema has none)."""
+        if batch.item_id is None:
+            return
+        times = batch.event_time
+        if times is None:
+            if batch.received_at is None:
+                return
+            times = np.full(len(batch), batch.received_at, np.float64)
+        self.popularity.observe(batch.item_id, times)
+
     def train_state(self) -> dict[str, np.ndarray]:
         """This worker's streaming frequency estimate (one in the PS is saved with the PS's tables; the pool
-        of negatives refills within a few steps: not kept), besides the dense statistics."""
+        of negatives refills within a few steps: not kept) and decayed item counts, besides the dense statistics."""
+        state = super().train_state() | {f"popularity.{k}": v for k, v in self.popularity.state().items()}
         if not isinstance(self.frequency, ItemFrequency):
-            return super().train_state()
-        return super().train_state() | {f"frequency.{k}": v for k, v in self.frequency.state().items()}
+            return state
+        return state | {f"frequency.{k}": v for k, v in self.frequency.state().items()}
 
     def load_train_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Resume from ``train_state()``: the logQ correction goes on from the estimate, not from nothing."""
         super().load_train_state(arrays)
+        counts = {k.removeprefix("popularity."): v for k, v in arrays.items() if k.startswith("popularity.")}
+        self.popularity = DecayedItemCounts(self.config.retrieval.popularity_half_life_s)  # a rollback counts again
+        if counts:
+            self.popularity.load_state(counts)
         mine = {k.removeprefix("frequency."): v for k, v in arrays.items() if k.startswith("frequency.")}
         if not mine:
             return

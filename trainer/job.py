@@ -330,6 +330,7 @@ class StreamingJob:
         if t is not None:
             newest = self.progress.newest_time
             self.progress.newest_time = t if newest is None else max(newest, t)
+        self.worker.model.count_items(batch)  # the decayed item counts a bundle carries (models.item_popularity)
         if self.catalog is not None:
             self.catalog.observe(batch)
 
