@@ -23,6 +23,10 @@ from core.errors import CorruptData
 from logrecords.dense_transform import DenseTransform, StandardizeTransform, finite_or_zero
 
 STATE_KEYS = ("count", "mean", "m2")
+# the model's config takes the estimate anew once the count grew by this share since it last did: a new
+# config makes the next batch's feature plans anew (~0.3 ms, a small model's whole step), and meanwhile
+# the running mean moves by under this share of the gap between the new values' mean and it
+REFRESH_GROWTH = 1.0 / 64
 # a std under this share of |mean| (or of 1, near 0) is float32's rounding of a constant field, not spread
 STD_FLOOR = 1e-6
 
@@ -37,6 +41,7 @@ class DenseStatistics:
         self._prior = [t for t in transforms if isinstance(t, StandardizeTransform)]
         self.state: dict[str, np.ndarray] = {k: np.zeros(len(self._prior), np.float64) for k in STATE_KEYS}
         self.reset()
+        self.taken_at = -1.0  # the smallest count when transforms() was last read (never: -1, so due)
 
     @classmethod
     def of(cls, transforms: tuple[DenseTransform, ...]) -> DenseStatistics | None:
@@ -67,6 +72,10 @@ class DenseStatistics:
         m2 += batch_m2 + delta * delta * (count * n / total)
         count[...] = total
 
+    def due(self) -> bool:
+        """Whether the count grew by ``REFRESH_GROWTH`` since :meth:`transforms` was last read."""
+        return float(self.state["count"].min()) >= self.taken_at * (1.0 + REFRESH_GROWTH)
+
     def mean_std(self) -> tuple[np.ndarray, np.ndarray]:
         """The running mean and (population) std per standardized field, float64[k]; a field with
         fewer than 2 values keeps its prior std, and the std is floored at ``STD_FLOOR`` of the mean's size."""
@@ -80,6 +89,7 @@ class DenseStatistics:
         ``prior_count``: the values behind them), the others as they were."""
         mean, std = self.mean_std()
         count = self.state["count"]
+        self.taken_at = float(count.min())
         out = list(self.base)
         for i, j in enumerate(self.columns):
             out[j] = self.base[j].model_copy(update={"mean": float(mean[i]), "std": float(std[i]),

@@ -192,6 +192,7 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
     finally:
         batches.close()
     seconds = time.perf_counter() - start
+    model.use_dense_statistics()  # the test set is scored, and the result named, with every value's statistics
     # the shards' CPU during this loop: their start-up (imports, numba's first call) and the
     # evaluation after it are not the training's
     shard_loop_cpu = [round(process_cpu_seconds(pid) - c, 3) for pid, c in zip(shards, shard_cpu0, strict=True)]

@@ -18,7 +18,7 @@ from logrecords.dense_transform import (
     apply_dense_transforms,
 )
 from models import build_model
-from models.dense_statistics import DenseStatistics
+from models.dense_statistics import REFRESH_GROWTH, DenseStatistics
 from trainer import checkpoints
 
 from .helpers import random_batch, small_config
@@ -147,6 +147,25 @@ def test_the_statistics_go_with_the_models_train_state_through_a_pass(tmp_path, 
     with pytest.raises(CorruptData, match="dense statistics"):
         c.load_train_state({"dense_stats.count": np.zeros(2), "dense_stats.mean": np.zeros(2),
                             "dense_stats.m2": np.zeros(2)})
+
+
+def test_the_config_takes_the_statistics_once_they_grew_and_at_every_save() -> None:
+    """A new config every batch would make each batch's feature plans anew: the config takes the
+    estimate once the count grew by REFRESH_GROWTH since it last did, and whenever a pass saves it."""
+    cfg = small_config("wide_deep", dense_transforms=[{"kind": "standardize", "mean": 0.0, "std": 1.0,
+                                                        "prior_count": 6400}, {"kind": "log1p"}, {"kind": "none"}])
+    m = build_model(cfg)
+    assert REFRESH_GROWTH == 1 / 64
+    configs = []
+    for s in range(25):  # 10 records a batch: a new config after 1/64 more values, ~100
+        m.learn_dense(_shifted(random_batch(10, seed=s), s))
+        configs.append(m.config)
+    changed = [k for k in range(1, 25) if configs[k] is not configs[k - 1]]
+    assert configs[0] is not cfg and changed == [11, 22]  # at 6410 values, then 6520 (>= 6410 * 65/64) and 6630
+    assert configs[-1].dense_transforms[0].prior_count == 6630
+    m.train_state()  # a pass's save: the config holds every value's statistics
+    assert m.config.dense_transforms[0].prior_count == 6650
+    assert m.config.dense_transforms == m.dense_statistics.transforms()
 
 
 def test_a_model_without_standardized_fields_keeps_no_statistics() -> None:
