@@ -5,6 +5,9 @@ Layout of ``<exports>/<version>/`` (version: zero-padded increasing integer)::
     bundle.json        manifest, written last (see BundleManifest)
     dense.arrays       dense model weights: name -> float32 array (core.atomic_files container)
     items.arrays       two-tower item vectors: ids uint64[n], vectors float32[n, d] (optional)
+    popularity.arrays  two-tower items' decayed record counts, the whole job's (models.item_popularity):
+                       ids uint64[m] sorted, counts float32[m], as_of float64[1] (the event time they
+                       are as of); every bundle, a delta too, carries all of them (optional)
     shard-<i>/         each PS shard's save with cursor "export" (ps.shard_server layout:
                        shard.json, sparse/<table>/, dense/): a base holds every row; a delta
                        the rows changed since the previous bundle plus tombstones of evicted
@@ -111,6 +114,7 @@ def publish(
     pass_id: int, num_shards: int, tables: list[str], model: dict[str, Any], dense: dict[str, np.ndarray],
     items: tuple[np.ndarray, np.ndarray] | None = None, items_full: bool = True,
     newest_record_time: float | None = None, schema: dict[str, Any] | None = None,
+    popularity: tuple[np.ndarray, np.ndarray, float] | None = None,
 ) -> BundleManifest:
     """Finish bundle ``version`` (shards already saved into ``shard_save_template``): write dense
     weights, item vectors and the manifest last, then (locally) rename it into place."""
@@ -128,6 +132,11 @@ def publish(
         files["items"] = store.write_bytes(f"{stage}/items.arrays",
                                            encode_arrays({"ids": ids.astype(np.uint64),
                                                           "vectors": vectors.astype(np.float32)}))
+    if popularity is not None:
+        ids, counts, as_of = popularity
+        files["popularity"] = store.write_bytes(f"{stage}/popularity.arrays", encode_arrays(
+            {"ids": ids.astype(np.uint64), "counts": counts.astype(np.float32),
+             "as_of": np.array([as_of], np.float64)}))
     man = BundleManifest(version=version, kind=kind, parent_version=parent_version, pass_id=pass_id,
                          num_shards=num_shards, tables=list(tables), model=model, created_at=time.time(),
                          newest_record_time=newest_record_time, items_full=items_full, files=files,
@@ -191,6 +200,22 @@ def load_items(root: Path, man: BundleManifest) -> tuple[np.ndarray, np.ndarray]
     if ids is None or vectors is None or ids.ndim != 1 or vectors.ndim != 2 or vectors.shape[0] != ids.shape[0]:
         raise CorruptData(f"{d / 'items.arrays'}: ids and vectors missing or of mismatched shape")
     return ids, vectors
+
+
+def load_popularity(root: Path, man: BundleManifest) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The bundle's decayed item counts (ids sorted, counts, the event time they are as of); None when it has none."""
+    if "popularity" not in man.files:
+        return None
+    d = bundle_dir(root, man.version)
+    path = d / "popularity.arrays"
+    arrays = decode_arrays(read_verified(d, man.files["popularity"]), str(path))
+    ids, counts, as_of = arrays.get("ids"), arrays.get("counts"), arrays.get("as_of")
+    if (ids is None or counts is None or as_of is None or ids.ndim != 1 or counts.shape != ids.shape
+            or as_of.shape != (1,)):
+        raise CorruptData(f"{path}: ids, counts and as_of missing or of mismatched shape", detail={"file": str(path)})
+    if ids.shape[0] > 1 and not (ids[1:] > ids[:-1]).all():
+        raise CorruptData(f"{path}: item ids not sorted and distinct", detail={"file": str(path)})
+    return ids.astype(np.uint64), counts.astype(np.float32), float(as_of[0])
 
 
 def list_versions(root: str | Path | Store) -> list[int]:

@@ -8,6 +8,8 @@ bundle is one kind. Then the dense weights, the two-tower item vectors and the m
 the job's record schema, so the service can hash raw field values as ingestion does). The item
 vectors are those of the job's catalogue as the shards just saved it (exports.item_catalog):
 every item any worker saw in a base, the items written since the previous bundle in a delta.
+A two_tower bundle also carries the job's decayed item counts, the sum of those in the workers'
+parts of the pass (models.item_popularity), for the service's popularity prior.
 
 The export runs in a background thread with its own PS client and model copy, after the
 pass is committed and the workers were released: it does not stall training. The next
@@ -40,6 +42,7 @@ from exports.item_catalog import ItemCatalog
 from exports.retention import retain
 from logrecords.schema_config import SchemaConfig
 from models import build_model
+from models.item_popularity import Counts
 from models.model_config import ModelConfig
 from ps.admin import SaveMode
 from ps.client import PSClient
@@ -72,12 +75,15 @@ class Exporter:
         self.retention_failures = 0
 
     def start(self, pass_id: int, *, dense: dict[str, np.ndarray], newest_record_time: float | None,
-              catalog: ItemCatalog | None = None, config: ModelConfig | None = None) -> None:
+              catalog: ItemCatalog | None = None, config: ModelConfig | None = None,
+              popularity: Counts | None = None) -> None:
         """Export in the background (after waiting for the previous export); ``config``: the
-        trained model's, whose dense transforms carry its running statistics (else this exporter's)."""
+        trained model's, whose dense transforms carry its running statistics (else this exporter's);
+        ``popularity``: the job's decayed item counts (models.item_popularity)."""
         self.wait()
         self._result = None
-        self._thread = threading.Thread(target=self._run, args=(pass_id, dense, newest_record_time, catalog, config),
+        self._thread = threading.Thread(target=self._run, args=(pass_id, dense, newest_record_time, catalog, config,
+                                                                popularity),
                                         name="export", daemon=True)
         self._thread.start()
 
@@ -123,7 +129,8 @@ class Exporter:
         return result
 
     def export(self, pass_id: int, dense: dict[str, np.ndarray], newest_record_time: float | None,
-               catalog: ItemCatalog | None = None, config: ModelConfig | None = None) -> dict[str, Any]:
+               catalog: ItemCatalog | None = None, config: ModelConfig | None = None,
+               popularity: Counts | None = None) -> dict[str, Any]:
         if config is not None:  # the dense transforms the model trained with (models.dense_statistics)
             self.model.config = self.model.config.model_copy(update={"dense_transforms": config.dense_transforms})
         version = self.last_version + 1
@@ -142,7 +149,7 @@ class Exporter:
                       num_shards=self.client.n_shards, tables=[t.name for t in self.model.tables],
                       model=self.model.config.model_dump(mode="json"), dense=dense,
                       items=items, items_full=base, newest_record_time=newest_record_time,
-                      schema=self.schema)
+                      schema=self.schema, popularity=popularity)
         self.last_version = version
         self.exports += 1
         return {"version": version, "kind": man.kind, "pass": pass_id, "items": 0 if items is None else len(items[0])}

@@ -43,7 +43,8 @@ import numpy as np
 from core.errors import Conflict, DiskFull, StreamrecError
 from exports.item_catalog import ItemCatalog
 from models.base import Model
-from models.model_config import ModelConfig
+from models.item_popularity import Counts, merge_states
+from models.model_config import ModelConfig, ModelType
 from ps.admin import SaveMode
 from ps.client import PSClient
 from ps.ps_config import ClientConfig
@@ -201,6 +202,7 @@ class PassCommitter:
         self.last_export: dict[str, Any] = {}  # what the newest bundle's export returned
         self.served: Dense | None = None  # the chief's dense rule at its last commit: the weights it exports
         self.disk = DiskState()  # writes that failed for want of space (trainer.disk_space)
+        self.popularity: Counts | None = None  # the job's decayed item counts the newest bundle carries
 
     def start_exporting(self) -> None:
         """The chief exports a bundle after each commit when passes.export is on."""
@@ -308,9 +310,18 @@ class PassCommitter:
                 log.warning("pass %d: %s", n, err.message)
         if export is not None and self.exporter is not None:
             dense, catalog, config = export
+            self.popularity = self._job_item_counts(n, ranks)
             self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog,
-                                config=config)
+                                config=config, popularity=self.popularity)
         return man
+
+    def _job_item_counts(self, n: int, ranks: list[int]) -> Counts | None:
+        """The decayed item counts of the whole stream: the sum of those in the workers' parts of pass ``n``."""
+        model = self.ctx.config.model
+        if model.type is not ModelType.TWO_TOWER:
+            return None
+        parts = [checkpoints.read_worker_part(self.ctx.root, n, r)[1] for r in ranks]
+        return merge_states(parts, model.retrieval.popularity_half_life_s, prefix="model.popularity.")
 
     def finish_wait(self, *, ignore_failure: bool = False) -> dict[str, Any]:
         """Wait until the chief's last commit is finished; its manifest becomes ``last_commit``.
@@ -361,7 +372,7 @@ class PassCommitter:
         self.exporter.start(self.ctx.progress.pass_id, dense=dense,
                             newest_record_time=self.ctx.progress.newest_time,
                             catalog=None if self.catalog is None else self.catalog.snapshot(),
-                            config=self.model.config)
+                            config=self.model.config, popularity=self.popularity)
         return self.exporter.wait() or {}
 
     def abandon_commit(self) -> None:
