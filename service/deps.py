@@ -10,7 +10,7 @@ from service.export_watcher import ExportWatcher
 from service.job import JobLink
 from service.metrics import ServiceMetrics
 from service.model_store import ModelStore
-from service.settings import LimitSettings, ServiceSettings
+from service.settings import LimitSettings, PopularityPriorSettings, ServiceSettings
 
 
 async def get_store(request: Request) -> ModelStore:
@@ -37,9 +37,14 @@ async def get_limits(request: Request) -> LimitSettings:
     return request.app.state.settings.limits
 
 
+async def get_prior(request: Request) -> PopularityPriorSettings:
+    return request.app.state.settings.popularity_prior
+
+
 StoreDep = Annotated[ModelStore, Depends(get_store)]
 WatcherDep = Annotated[ExportWatcher, Depends(get_watcher)]
 JobDep = Annotated[JobLink, Depends(get_job)]
 MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 LimitsDep = Annotated[LimitSettings, Depends(get_limits)]
+PriorDep = Annotated[PopularityPriorSettings, Depends(get_prior)]

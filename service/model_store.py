@@ -39,6 +39,7 @@ from exports.raw_records import RecordHasher, record_hasher
 from models.model_config import ModelConfig
 from ps.routing import plan_keys, shard_of, shard_of_key
 from service.cold_start import PopularItems, popular_items
+from service.popularity_prior import ItemCounts, item_counts
 from service.settings import IndexSettings
 from service.vector_index import ItemIndex
 from tables.sparse_table import SparseTable
@@ -59,6 +60,7 @@ class Side:
     predictor: Predictor | None = None
     records: RecordHasher | None = None  # hashes raw field values; None when the bundle has no schema
     popular: PopularItems | None = None  # what a user the model knows nothing of is recommended
+    item_counts: ItemCounts | None = None  # the bundle's decayed item counts (service.popularity_prior)
     readers: int = 0
     healthy: bool = True
     chain: list[int] = field(default_factory=list)  # the bundles applied since (and with) its base, oldest first
@@ -247,6 +249,7 @@ class ModelStore:
         standby = self._ready_standby(active, base=man.kind == "base")
         self._load_tables(standby, man, model, dense, next_items)
         standby.popular = popular_items(standby)  # once per bundle: the other side takes the same
+        standby.item_counts = item_counts(self.root, man)
         with self._count_lock:
             self._active, self._standby = standby, active
         now = time.time()
@@ -262,7 +265,7 @@ class ModelStore:
         self._drain(other)
         try:
             self._load_tables(other, man, model, dense, next_items)
-            other.popular = standby.popular
+            other.popular, other.item_counts = standby.popular, standby.item_counts
         except Exception:  # e.g. the bundle deleted meanwhile: the active side serves it already
             other.healthy = False  # replayed before the next bundle
         self._standby = other
@@ -310,7 +313,7 @@ class ModelStore:
             v = man.parent_version if man.kind == "delta" else None
         for man in reversed(chain):
             self._load_tables(standby, man, _model_of(man), active.dense, active.items)
-        standby.popular = active.popular
+        standby.popular, standby.item_counts = active.popular, active.item_counts
         self._standby = standby
         return standby
 

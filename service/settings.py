@@ -90,6 +90,18 @@ class LimitSettings(FrozenModel):
                                         "answered 503 at once.")
 
 
+class PopularityPriorSettings(FrozenModel):
+    """/v1/recommend's popularity prior for users with a history (service.popularity_prior)."""
+
+    # 4: the weight chosen on MovieLens 100K's validation split (bench/retrieval_ablation.py, bench/RESULTS.md)
+    weight: float = Field(4.0, ge=0.0,
+                          description="Weight of log1p(the item's decayed record count) added to the model's logit "
+                                      "of a user with a history; 0: the model's ranking for everyone.")
+    candidates: int = Field(300, ge=1,
+                            description="Items the index returns for the prior to re-rank (at least the request's k "
+                                        "plus its exclusions).")
+
+
 DEFAULT_PORT = 8000
 
 
@@ -126,6 +138,9 @@ class ServiceSettings(FrozenModel):
         None, description="The live path to the PS shards (read-through lookups, live item vectors); left out, "
                           "bundles only.")
     limits: LimitSettings = Field(LimitSettings(), description="Request size and connection limits.")
+    popularity_prior: PopularityPriorSettings = Field(
+        PopularityPriorSettings(), description="/v1/recommend's re-ranking of a known user's candidates by the items' "
+                                               "decayed record counts.")
     cold_start: Literal["popular", "model"] = Field(
         "popular", description="A user none of whose ids has a row gets the items most liked lately (`popular`) or "
                                "the towers' vector of nothing (`model`).")

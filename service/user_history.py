@@ -70,6 +70,14 @@ class UserHistory:
             return ()
         return (schema.user_id,)
 
+    def slot(self, side: Side) -> str | None:
+        """The model's history slot when the bundle's schema names one (the slot :meth:`complete` fills)."""
+        schema = self._schema_of(side)
+        if schema is None or schema.history is None or side.model is None:
+            return None
+        name = schema.history.slot
+        return name if any(s.name == name for s in side.model.slots) else None
+
     def complete(self, side: Side, batch: Batch) -> Batch:
         """``batch`` with each record's history slot filled with its user's, unless there is none to
         fill or the record sent its own (a non-empty list)."""

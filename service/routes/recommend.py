@@ -3,7 +3,9 @@
 The user is hashed ids or the user's own field values (see service.routes.predict); ``exclude``
 takes item ids, or with ``exclude_values`` the item field's own values. When the job keeps
 user histories, a request without one is served with the user's latest (service.user_history).
-A user none of whose ids has a row gets the items most liked lately (service.cold_start).
+A user none of whose ids has a row gets the items most liked lately (service.cold_start). A user
+with a history gets the model's candidates re-ranked by the items' decayed record counts
+(service.popularity_prior).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pydantic import Field, StrictInt, StrictStr
 from logrecords.batch import Batch
 from models.model_config import Tower
 from service.cold_start import ColdStartDep
-from service.deps import LimitsDep, StoreDep
+from service.deps import LimitsDep, PriorDep, StoreDep
 from service.offload import OffloadDep, OffloadedBodyRoute, is_small
+from service.popularity_prior import has_history, rerank, temperature_of
 from service.routes.items import check_k, item_ids_of, item_values, items_of, run_search
 from service.routes.predict import batch_of, fields_needed, finite_or_fail, predictor_of
 from service.schemas import ERROR_RESPONSES, U64, Instance, ItemsResponse, Record, Strict, json_response, scored
@@ -33,6 +36,10 @@ class RecommendRequest(Strict):
     exclude: list[U64] = Field(default_factory=list, max_length=10_000, description="item ids never returned")
     exclude_values: list[StrictStr | StrictInt] = Field(default_factory=list, max_length=10_000,
                                             description="item field values never returned (hashed as item ids)")
+    popularity_weight: float | None = Field(None, ge=0.0,
+                                            description="the popularity prior's weight for this request (0: the "
+                                                        "model's ranking); left out, the service's "
+                                                        "`popularity_prior.weight`")
 
 
 class RecommendResponse(ItemsResponse):
@@ -52,7 +59,7 @@ RECOMMEND_EXAMPLES: dict[str, Any] = {
 @router.post("/v1/recommend", response_model=RecommendResponse, summary="Top-k items for a user")
 async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECOMMEND_EXAMPLES)], request: Request,
                     store: StoreDep, limits: LimitsDep, history: HistoryDep, cold: ColdStartDep,
-                    offload: OffloadDep) -> Response:
+                    offload: OffloadDep, prior: PriorDep) -> Response:
     # one user's tower is ~0.1 ms of numpy: inline, unless a large body makes its hashing slow;
     # the search moves off the loop only when slow
     check_k(body.k, limits)
@@ -78,11 +85,21 @@ async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECO
         if popular is not None:  # a user the model knows nothing of (service.cold_start)
             values = item_values(side, popular[0]) if raw else None
             return json_response({"version": version, "items": scored(*popular, values), "defaults": defaults})
-        ids, scores = await run_search(items, items.search, user, body.k + exclude.shape[0])
+        # a user with a history: the top candidates re-ranked by the items' decayed counts (service.popularity_prior)
+        weight = prior.weight if body.popularity_weight is None else body.popularity_weight
+        temperature = temperature_of(side.model)
+        counts = side.item_counts
+        reranked = (weight > 0 and counts is not None and temperature is not None
+                    and has_history(user_batch, history.slot(side)))
+        wanted = body.k + exclude.shape[0]
+        ids, scores = await run_search(items, items.search, user, max(wanted, prior.candidates) if reranked else wanted)
         ids, scores = ids[0], scores[0]
         if exclude.shape[0]:
             keep = ~np.isin(ids, exclude)
             ids, scores = ids[keep], scores[keep]
+        if reranked:
+            assert counts is not None and temperature is not None
+            ids, scores = rerank(ids, scores, counts, weight, temperature)
         ids, scores = ids[: body.k], scores[: body.k]
         values = item_values(side, ids) if raw else None
     return json_response({"version": version, "items": scored(ids, scores, values), "defaults": defaults})

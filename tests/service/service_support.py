@@ -113,7 +113,8 @@ class BundleBuilder:
         return found, rows[found]
 
     def export(self, kind: str = "base", items: tuple[np.ndarray, np.ndarray] | None = None,
-               items_full: bool = True, newest_record_time: float | None = None) -> BundleManifest:
+               items_full: bool = True, newest_record_time: float | None = None,
+               popularity: tuple[np.ndarray, np.ndarray, float] | None = None) -> BundleManifest:
         self.version += 1
         stage = staging_dir(self.root, self.version)
         for name, shards in self.tables.items():
@@ -123,7 +124,7 @@ class BundleBuilder:
         return publish(self.root, version=self.version, kind=kind, parent_version=parent, pass_id=self.version,
                        num_shards=self.num_shards, tables=sorted(self.tables), model=self.model.model_dump(mode="json"),
                        dense=self.dense, items=items, items_full=items_full, newest_record_time=newest_record_time,
-                       schema=self.schema)
+                       schema=self.schema, popularity=popularity)
 
 
 def random_items(rng: np.random.Generator, n: int, dim: int, clusters: int = 0) -> tuple[np.ndarray, np.ndarray]:
