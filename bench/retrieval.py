@@ -29,9 +29,12 @@ Targets: streamrec recall@10 >= 1.2x the best of popularity, item-kNN, ALS and B
 (the ratio to the strongest baseline of all is printed beside it) and >= half the oracle's on the
 planted set; predict AUC above the item-rate baseline; every trained item in the index.
 
-``--ablate`` adds what the strong simple baselines know to each run's served scores (bench/retrieval_ablation.py:
-a decayed popularity prior on /v1/recommend's, an item-rate prior on /v1/predict's), its half-life and weights
-chosen on a validation split carved from the train part (one more `up` run on its first 90%).
+streamrec's lists are as served under the config's defaults, the service's popularity prior included (a user with a
+history: the model's candidates re-ranked by the items' decayed record counts, service.popularity_prior).
+``--ablate`` adds what the strong simple baselines know to each run's model scores (asked again with
+``popularity_weight`` 0; bench/retrieval_ablation.py: a decayed popularity prior on /v1/recommend's, an item-rate
+prior on /v1/predict's), its half-life and weights chosen on a validation split carved from the train part (one
+more `up` run on its first 90%), and the model's own lists as a row.
 
 Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--ablate]
 [--workers W] [--pass-records N] [--json]``.
@@ -184,6 +187,14 @@ def validation(dataset: str, config: dict[str, Any], split: Split, args: argpars
     return ablation.tune(res.scored, val, _temperature(config), K, predict, item_rate_scores(val))
 
 
+def served_prior(config: dict[str, Any]) -> dict[str, float]:
+    """The service's popularity prior under ``config`` (service.popularity_prior): the counts' half-life, its weight."""
+    parsed = StreamrecConfig.model_validate(config)
+    retrieval = getattr(parsed.train.model, "retrieval", None)
+    half_life = float("nan") if retrieval is None else retrieval.popularity_half_life_s / 86400.0
+    return {"half_life_days": half_life, "weight": parsed.service.popularity_prior.weight}
+
+
 def _temperature(config: dict[str, Any]) -> float:
     return float((effective_retrieval(config) or {}).get("temperature", 1.0))
 
@@ -207,7 +218,8 @@ def replay_runs(dataset: str, config: dict[str, Any], train_file: Path, split: S
                                                   res.predict_scores, item_rate_scores(split), metrics)
     done = [r for r in runs if "failed" not in r]
     entry: dict[str, Any] = {"what": what, "model": config["train"]["model"],
-                             "effective_retrieval": effective_retrieval(config), "runs": runs}
+                             "effective_retrieval": effective_retrieval(config), "served_prior": served_prior(config),
+                             "runs": runs}
     if not done:
         entry["failed"] = runs[-1]["failed"]
     else:  # the means over the runs that finished; the spread of recall beside them

@@ -1,5 +1,6 @@
 """Ablations of ``bench/retrieval.py --ablate``: what the strong simple baselines know, added to the
-served model's own scores, each row measured on the same served run as streamrec's plain lists.
+served model's own scores (asked with ``popularity_weight`` 0: without the service's own prior), each
+row measured on the same served run as streamrec's served lists; the model's own lists are a row too.
 
 - **Popularity prior** (recommend): each of a user's served top ``wide`` items re-ranked by
   ``score / temperature + w * log1p(c)``, ``c`` the item's train positives (``every``: records)
@@ -32,6 +33,7 @@ PRIOR_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 NEW_USER_WEIGHTS = (*PRIOR_WEIGHTS, float("inf"))
 PREDICT_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 WIDE = 300  # served items per user the priors re-rank
+MODEL_ALONE = "streamrec, model alone (popularity_weight 0)"
 
 Scored = dict[int, tuple[np.ndarray, np.ndarray]]
 
@@ -142,6 +144,8 @@ def rows(scored: Scored, split: Split, tuned: Tuned, temperature: float, k: int,
     """The ablation rows of one holdout run: recall rows per prior, and the predict AUC with the item-rate prior."""
     new_users = {u for u in split.truth if u not in split.seen}
     out: dict[str, Any] = {}
+    own = {u: ids[:k].tolist() for u, (ids, _) in scored.items()}  # the served model's ranking, no prior
+    out[MODEL_ALONE] = {**metrics(own, split), "recall_new_users": _recall(own, split, new_users, k), "prior": None}
     for name, prior in (("+ popularity prior, no decay", tuned.prior_no_decay),
                         ("+ decayed popularity prior, seen users", tuned.prior_seen_only),
                         ("+ decayed popularity prior, all users", tuned.prior)):
@@ -181,6 +185,7 @@ def print_rows(out: dict[str, Any], strongest: str, strongest_recall: float) -> 
           f"{ours['runs_done']} holdout runs, each over the same run's served lists:")
     print(f"{'row':<46}{'recall@10':>10}{'seen':>7}{'new':>7}{'min-max':>13}{'/strongest':>11}  prior")
     rows = [("streamrec (served)", {**ours, "prior": None}), *ours["ablations"].items()]
+    served = ours.get("served_prior") or {}
     for name, m in rows:
         if not isinstance(m, dict):
             continue
@@ -188,6 +193,9 @@ def print_rows(out: dict[str, Any], strongest: str, strongest_recall: float) -> 
         hl = "none" if p is None or p["half_life"] is None else round(p["half_life"], 4)
         what = "" if p is None else (f"half-life {hl}{' every record' if p['every'] else ''}, "
                                      f"w seen {p['weight_seen']}, w new {p['weight_new']}")
+        if name == "streamrec (served)" and served:
+            what = (f"served prior: half-life {served['half_life_days']:g} days of event time, every record, "
+                    f"w {served['weight']} for users with a history")
         print(f"{name:<46}{_f(m['recall']):>10}{_f(m['recall_seen_users']):>7}{_f(m['recall_new_users']):>7}"
               f"{_f(m['recall_min']):>7}-{_f(m['recall_max']):<5}{m['recall'] / strongest_recall:>10.2f}x  {what}")
     print(f"strongest baseline: {strongest} {_f(strongest_recall)}")

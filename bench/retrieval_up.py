@@ -4,7 +4,8 @@ queries to the service it started, as a user would run and ask it.
 `up` replays the file (time order, embedded broker) into 2 trainers and 2 shards; once a
 committed pass's offsets cover every record of the file, this waits for a bundle of that pass
 or a later one to be served, then asks ``/v1/recommend`` for each holdout user (their id and
-attributes as raw field values, ``exclude_values``: their train items), ``/v1/predict`` for every
+attributes as raw field values, ``exclude_values``: their train items; for the ablations once more with
+``popularity_weight`` 0, the model's own scores), ``/v1/predict`` for every
 holdout event, and ``/v1/items/{id}/similar?raw=true`` for the train items (is each one in the
 index?). Then it stops `up` (SIGINT; no final pass).
 """
@@ -38,9 +39,11 @@ _TICK_S = 0.5
 
 @dataclass
 class UpResult:
-    lists: dict[int, list[int]] = field(default_factory=dict)
-    # each user's top ``wide`` (ids, scores) as served, for the ablations that re-rank them (bench.retrieval_ablation)
+    lists: dict[int, list[int]] = field(default_factory=dict)  # as served (the service's popularity prior too)
+    # each user's top ``wide`` (ids, scores) of the model alone (popularity_weight 0), for the ablations that
+    # re-rank them (bench.retrieval_ablation); its first k: the model's own lists
     scored: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    model_lists: dict[int, list[int]] = field(default_factory=dict)
     predict_scores: np.ndarray | None = None
     latencies_ms: list[float] = field(default_factory=list)
     items_in_index: int = 0
@@ -188,19 +191,25 @@ def run_up(name: str, config: dict[str, Any], train_file: Path, split: Split, *,
 
 
 def _recommend(api: Api, split: Split, k: int, result: UpResult, wide: int = 0) -> None:
+    """Each holdout user's list as served (timed); ``wide``: also the model's own top ``wide`` with their scores."""
     for user in sorted(split.truth):
-        body = {"user": holdout_user_fields(split, user), "k": max(k, wide),
-                "exclude_values": sorted(split.seen.get(user, ()))}
+        body = {"user": holdout_user_fields(split, user), "k": k, "exclude_values": sorted(split.seen.get(user, ()))}
         t = time.perf_counter()
         status, answer = api.call("POST", "/v1/recommend", body)
         result.latencies_ms.append(1000.0 * (time.perf_counter() - t))
         if status != 200:
             result.errors.append(f"recommend {user}: {status} {answer}")
             continue
+        result.lists[user] = [int(it["id"]) & ID_MASK for it in answer["items"]]
+        if not wide:
+            continue
+        status, answer = api.call("POST", "/v1/recommend", {**body, "k": max(k, wide), "popularity_weight": 0.0})
+        if status != 200:
+            result.errors.append(f"recommend {user} (model alone): {status} {answer}")
+            continue
         ids = [int(it["id"]) & ID_MASK for it in answer["items"]]
-        result.lists[user] = ids[:k]
-        if wide:
-            result.scored[user] = (np.array(ids, np.int64), np.array([it["score"] for it in answer["items"]]))
+        result.model_lists[user] = ids[:k]
+        result.scored[user] = (np.array(ids, np.int64), np.array([it["score"] for it in answer["items"]]))
 
 
 def _predict(api: Api, split: Split, result: UpResult) -> None:
