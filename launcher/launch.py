@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 _POLL_S = 0.1
 _STOP_GRACE_S = 5.0
 _STARTUP_ATTEMPTS = 3
+_LISTEN_POLL_S = 0.02
+_TCP_LISTEN = "0A"  # a listening socket's state in /proc/net/tcp
 
 THREAD_LIMIT_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                       "NUMBA_NUM_THREADS")
@@ -157,17 +159,20 @@ class Launcher:
             dead = [r.name for r in self.servers if r.poll() is not None]
             if dead:
                 raise Unavailable(f"{', '.join(dead)} exited during startup; see {s.log_dir}")
-            # a client per attempt: closing it drops what it queued for a shard not listening yet, which
-            # would reach that shard once it binds, signed before it started, and be refused there
+            if time.monotonic() > deadline:
+                raise Unavailable(f"shards not healthy after {s.startup_timeout_s:g}s; see {s.log_dir}")
+            # Asked only once every port listens: a request queued for a shard not listening yet would
+            # reach it once it binds, signed before it started, and be refused there (a shard that
+            # starts quickly binds within the probe's timeout). A client per attempt for the same reason.
+            if not _listening(self.ports):
+                time.sleep(_LISTEN_POLL_S)
+                continue
             with PSClient(self._endpoints, config=ClientConfig(timeout_s=0.5, retries=0), secret=secret) as client:
                 try:
                     client.admin.health()
                     return
                 except Unavailable:
-                    if time.monotonic() > deadline:
-                        raise Unavailable(
-                            f"shards not healthy after {s.startup_timeout_s:g}s; see {s.log_dir}"
-                        ) from None
+                    pass  # not answering yet: asked again
 
     def run(self) -> int:
         """Run the job; 0 when every worker exited 0, else 1."""
@@ -256,6 +261,23 @@ class Launcher:
         _stop(self.servers, signal.SIGTERM, _STOP_GRACE_S)
         if self.forker is not None:
             self.forker.close()
+
+
+def _listening(ports: list[int]) -> bool:
+    """Every port has a listening TCP socket on this machine (``/proc/net/tcp*``, which asks the
+    shards nothing); True where those files cannot be read, so the probe goes ahead there."""
+    listening: set[int] = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as f:
+                next(f)  # the header
+                for line in f:
+                    local, _, state = line.split()[1:4]
+                    if state == _TCP_LISTEN:
+                        listening.add(int(local.rsplit(":", 1)[1], 16))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+    return listening.issuperset(ports)
 
 
 def _stop(roles: list[RoleProcess], sig: int, grace_s: float) -> None:

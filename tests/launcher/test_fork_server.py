@@ -3,6 +3,7 @@ exit codes (a signal's as Popen reports it), and none outlives the launcher's en
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -10,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from core.fork_server import ForkedProcess, ForkServer
+from core.fork_server import ForkedProcess, ForkServer, StartMethod
 from launcher.launch import thread_limits
 from launcher.role_process import RoleProcess
 
@@ -82,3 +84,21 @@ def test_a_module_role_runs_as_python_dash_m(tmp_path: Path) -> None:
         assert "usage:" in (tmp_path / "cli.log").read_text()
     finally:
         server.close()
+
+
+def test_forked_shards_are_asked_whether_they_are_healthy_only_once_they_listen(tmp_path: Path) -> None:
+    """A forked shard binds within the probe's timeout of its start: a probe queued before then
+    would reach it signed before it started and be refused (a warning in its log)."""
+    from launcher.launch import Launcher, LaunchSpec
+    from launcher.up_run_dir import ps_secret
+
+    config = tmp_path / "ps.yaml"
+    config.write_text(yaml.safe_dump({"tables": [{"name": "t", "dim": 4}]}))
+    spec = LaunchSpec(servers=2, workers=1, command=(sys.executable, "-c", "pass"), ps_config=config,
+                      log_dir=tmp_path / "logs", checkpoint_dir=tmp_path / "ckpt", secret_file=ps_secret(tmp_path),
+                      env=thread_limits(1), start_method=StartMethod.FORK_SERVER)
+    out = io.StringIO()
+    assert Launcher(spec, out=out).run() == 0, out.getvalue()
+    for i in range(2):
+        log = (tmp_path / "logs" / f"server.{i}.log").read_text()
+        assert "serving" in log and "refused a request" not in log, log
