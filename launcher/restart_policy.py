@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +50,7 @@ class RestartPolicy(FrozenModel):
 
 NEVER_EXPIRES = math.inf
 DISK_FULL_RETRY_S = 5.0
+RENEW_GRACE_S = 10.0  # a role started again for a new configuration: its time to stop on SIGTERM
 
 
 def restarts_ever(n: int) -> RestartPolicy:
@@ -74,6 +76,21 @@ class Supervised:
     due: float | None = None  # when a dead role starts again
     gave_up: bool = False
     finished: bool = False  # exited 0 under finished_ok (said once)
+
+    def renew(self) -> None:
+        """Start the role again now, its configuration having changed: stopped (SIGTERM, then SIGKILL
+        after :data:`RENEW_GRACE_S`) if it runs; no crash, so no back-off and nothing counted."""
+        if self.gave_up or self.finished or self.role.proc is None:
+            return
+        if self.due is None and self.role.poll() is None:
+            self.role.kill(signal.SIGTERM)
+            if self.role.wait(RENEW_GRACE_S) is None:
+                self.role.kill()
+                self.role.wait(RENEW_GRACE_S)
+        self.due = None
+        self.role.restarts += 1
+        self.role.close_log()
+        self.role.start()
 
     def tend(self, say: Callable[[str], None]) -> Tended:
         """Restart the role when due; notice a death and schedule its restart, or give up."""

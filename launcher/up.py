@@ -145,8 +145,7 @@ class LocalSystem:
             stop_grace_s=self.cfg.up.stop_timeout_s, metrics_ports=True,
             reserved_ports=(*api_port, control_port), start_method=self.cfg.up.start_method), out=self.out)
         self.say(announce(self.run.root, self._metrics_addresses(cluster)))
-        # shards started again on other ports serve /metrics on new ones too: the targets file follows
-        cluster.launcher.on_replan = lambda: self.say(announce(self.run.root, self._metrics_addresses(cluster)))
+        cluster.launcher.on_replan = lambda: self._shards_moved(cluster)
         replay_done: dict[int, int] = {}
         if self.opts.replay is not None and self.broker is not None:  # a new log: it starts after what was trained
             self.cfg, replay_done = resumed_replay(self.cfg, self.run.root)
@@ -165,6 +164,17 @@ class LocalSystem:
         self.roles.start("service", streamrec_cli("serve", "--config", str(self.run.roles / "service.yaml")), env=env,
                          port=self.cfg.up.port or None)
         self.roles.launch()
+
+    def _shards_moved(self, cluster: ClusterThread) -> None:
+        """The shards start again on other ports (and /metrics ports): the Prometheus targets follow,
+        and so does the service's read-through, rewritten and started again (it reads it at start)."""
+        self.say(announce(self.run.root, self._metrics_addresses(cluster)))
+        if self.cfg.service.read_through is not None:
+            assert self.secret_file is not None
+            write_run_configs(self.cfg, self.run, bootstrap=self.bootstrap, control_endpoint=self.control_endpoint,
+                              secret_file=self.secret_file, shard_endpoints=cluster.shard_endpoints)
+            self.roles.renew("service", "its read-through follows the shards to "
+                             + ",".join(cluster.shard_endpoints))
 
     def _check_dense_inputs(self, replay: Path) -> None:
         """Warn about a dense field of the replayed file that the model cannot tell apart (a raw timestamp)."""

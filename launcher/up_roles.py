@@ -94,6 +94,8 @@ class UpRoles:
         self._ports: dict[str, int] = {}  # role name -> the port it listens on
         self.cluster: ClusterThread | None = None
         self.broker: EmbeddedBroker | None = None  # the embedded broker, when `up` started it
+        self._renew: dict[str, str] = {}  # role name -> why it starts again at the next tend()
+        self._renew_lock = threading.Lock()
 
     def start(self, name: str, argv: list[str], *, env: Mapping[str, str], port: int | None = None) -> RoleProcess:
         """Start role ``name``; ``port``: the one it listens on (a failed bind there fails the run)."""
@@ -104,6 +106,12 @@ class UpRoles:
         if port is not None:
             self._ports[name] = port
         return role
+
+    def renew(self, name: str, why: str) -> None:
+        """Have own role ``name`` started again by the next :meth:`tend` (its configuration changed;
+        ``why`` says how); from any thread: the role is restarted by the thread that started it."""
+        with self._renew_lock:
+            self._renew[name] = why
 
     def plan(self, spec: LaunchSpec, *, out: IO[str]) -> ClusterThread:
         """The shards and trainers of ``spec``, their ports picked; started by :meth:`launch`."""
@@ -133,7 +141,12 @@ class UpRoles:
             return (f"the embedded Kafka broker died (exit {code}); its topics lived in its memory, so the stream "
                     f"cannot go on: stopping (the next start resumes from the last committed pass); "
                     f"see {broker.log_path or self.log_dir}")
+        with self._renew_lock:
+            renew, self._renew = self._renew, {}
         for sup in self._supervised:
+            if (why := renew.get(sup.role.name)) is not None:
+                say(f"{sup.role.name} starts again: {why}")
+                sup.renew()
             if (port := self._ports.get(sup.role.name)) is not None and _bind_failed(sup.role):
                 return (f"port {port} is in use: {sup.role.name} could not listen on it (another process holds it; "
                         f"stop that one or pick another --port); see {sup.role.log_path}")

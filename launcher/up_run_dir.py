@@ -159,7 +159,9 @@ def write_run_configs(cfg: StreamrecConfig, run: RunDir, *, bootstrap: str, cont
     servers = bootstrap.split(",")
     effective = cfg.model_dump(mode="json", by_alias=True, exclude={"service": {"admin_token"}})
     effective["kafka"]["bootstrap_servers"] = servers
-    run.config.write_text(yaml.safe_dump(effective, sort_keys=False))
+    tmp = run.config.with_name(f".{run.config.name}.tmp")  # whole, for a role reading it as it is written again
+    tmp.write_text(yaml.safe_dump(effective, sort_keys=False))
+    tmp.replace(run.config)
     # `up` knows where its chief listens: a control file from a Kubernetes-style config is not used
     overrides = {"host": cfg.up.host, "port": cfg.up.port, "job_control": control_endpoint,
                  "job_control_file": None, "job_secret_file": str(secret_file)}  # the chief signs with it
