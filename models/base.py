@@ -95,7 +95,7 @@ class Model:
         if self.dense_statistics is None:
             return {}
         self.use_dense_statistics()
-        return {f"dense_stats.{k}": v.copy() for k, v in self.dense_statistics.state.items()}
+        return {f"dense_stats.{k}": v for k, v in self.dense_statistics.saved().items()}
 
     def load_train_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Resume from ``train_state()`` (empty: nothing was kept, start afresh)."""

@@ -10,9 +10,10 @@ bundle (the service's features) all read them from it.
 
 Each batch's moments are merged into the running ones with Chan et al.'s pairwise update
 (float64, vectorised over the fields), which is Welford's for a batch of one. The state
-(``count``, ``mean``, ``m2``) is written with the worker's part of each pass
-(:meth:`models.base.Model.train_state`) and restored with it. Each worker keeps its own
-estimate from the records it trains on; the chief's is the one its bundles carry.
+(``count``, ``mean``, ``m2``, and the dense ``columns`` they are of) is written with the
+worker's part of each pass (:meth:`models.base.Model.train_state`) and restored with it. Each
+worker keeps its own estimate from the records it trains on; the chief's is the one its
+bundles carry.
 """
 
 from __future__ import annotations
@@ -96,14 +97,24 @@ class DenseStatistics:
                                                      "prior_count": int(count[i])})
         return tuple(out)
 
+    def saved(self) -> dict[str, np.ndarray]:
+        """What a pass keeps: the state (copies) and the dense columns it is of."""
+        return {k: v.copy() for k, v in self.state.items()} | {"columns": self.columns.copy()}
+
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        """Take over saved statistics; a save without them (none were kept) starts from the prior."""
-        if not all(k in state for k in STATE_KEYS):
-            self.reset()
+        """Take over saved statistics (:meth:`saved`) of the fields standardized then and now; a field
+        standardized only now (the schema changed since), or a save without statistics, starts from
+        the prior."""
+        self.reset()
+        if not all(k in state for k in (*STATE_KEYS, "columns")):
             return
+        columns = state["columns"]
+        if any(state[k].shape != columns.shape or state[k].dtype != np.float64 for k in STATE_KEYS) \
+                or columns.ndim != 1:
+            raise CorruptData(f"dense statistics of shapes {[state[k].shape for k in STATE_KEYS]} for the "
+                              f"{columns.shape} columns they name")
+        at = {int(j): i for i, j in enumerate(columns)}  # a saved field's place in the saved arrays
+        mine = [i for i, j in enumerate(self.columns) if int(j) in at]
+        theirs = [at[int(self.columns[i])] for i in mine]
         for k in STATE_KEYS:
-            if state[k].shape != self.state[k].shape:
-                raise CorruptData(f"dense statistics {k} of shape {state[k].shape}, the model's standardized "
-                                  f"fields: {self.state[k].shape}")
-        for k in STATE_KEYS:
-            self.state[k][...] = state[k]
+            self.state[k][mine] = state[k][theirs]

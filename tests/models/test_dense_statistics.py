@@ -146,7 +146,25 @@ def test_the_statistics_go_with_the_models_train_state_through_a_pass(tmp_path, 
     assert c.config.dense_transforms == cfg.dense_transforms
     with pytest.raises(CorruptData, match="dense statistics"):
         c.load_train_state({"dense_stats.count": np.zeros(2), "dense_stats.mean": np.zeros(2),
-                            "dense_stats.m2": np.zeros(2)})
+                            "dense_stats.m2": np.zeros(2), "dense_stats.columns": np.zeros(1, np.int64)})
+
+
+def test_a_field_standardized_only_since_the_save_starts_from_its_prior() -> None:
+    """The schema changed between a save and the restart: the fields standardized then and now go on
+    from the saved statistics, one standardized only now from its prior, one no longer is dropped."""
+    before = small_config("wide_deep", dense_transforms=STD3)
+    a = build_model(before)
+    for s in range(3):
+        a.learn_dense(_shifted(random_batch(20, seed=s), s))
+    saved = a.train_state()
+    now = [STD3[0], {"kind": "standardize", "mean": 7.0, "std": 3.0, "prior_count": 5}, {"kind": "log1p"}]
+    b = build_model(small_config("wide_deep", dense_transforms=now))
+    b.load_train_state(saved)
+    assert b.config.dense_transforms[0] == a.config.dense_transforms[0]
+    assert b.config.dense_transforms[1] == StandardizeTransform(mean=7.0, std=3.0, prior_count=5)
+    gone = build_model(small_config("wide_deep", dense_transforms=[STD3[1], now[1], STD3[2]]))
+    gone.load_train_state(saved)  # field 0 is no longer standardized: its statistics are not used
+    assert gone.config.dense_transforms[1] == StandardizeTransform(mean=7.0, std=3.0, prior_count=5)
 
 
 def test_the_config_takes_the_statistics_once_they_grew_and_at_every_save() -> None:
