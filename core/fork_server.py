@@ -38,6 +38,8 @@ from core.processes import die_with_parent, dies_with_parent
 # what the server loads before it forks: what every shard and worker imports first
 PRELOAD = ("numpy", "numba", "cli.main", "ps.shard_server", "trainer.file_worker")
 _MAX_MESSAGE = 1 << 20
+# bytes of the server's command line, padded to this, that a child writes its role's command over
+_COMMAND_ROOM = 4096
 
 
 class StartMethod(StrEnum):
@@ -101,7 +103,8 @@ class ForkServer:
         if self._sock is None or self._proc is None or self._proc.poll() is not None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             # its own session: a Ctrl-C meant for the launcher's group does not reach it
-            self._proc = subprocess.Popen([sys.executable, "-m", "core.fork_server", str(theirs.fileno())],
+            self._proc = subprocess.Popen([sys.executable, "-m", "core.fork_server", str(theirs.fileno()),
+                                           " " * _COMMAND_ROOM],  # room for each child's command (_show_command)
                                           env=self.env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                           start_new_session=True, preexec_fn=dies_with_parent())
             theirs.close()
@@ -178,6 +181,7 @@ def _run_child(sock: socket.socket, request: dict, log_fd: int, server_pid: int)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
+        _show_command(request["argv"])
         import random
 
         import numpy as np
@@ -203,6 +207,19 @@ def _run_child(sock: socket.socket, request: dict, log_fd: int, server_pid: int)
             with contextlib.suppress(BaseException):
                 stream.flush()
         os._exit(code)
+
+
+def _show_command(argv: list[str]) -> None:
+    """Have ``/proc/self/cmdline`` (``ps``, ``pgrep -f``, whatever finds a role by its command) show
+    the role's command, not the server's: written over the server's argument area, which its
+    padding argument made room for (a longer command is cut); left as it is where the kernel refuses."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: fields 48 and 49 of stat
+    room = end - start
+    command = b"\0".join(os.fsencode(arg) for arg in argv)[: room - 1]
+    with contextlib.suppress(OSError), open("/proc/self/mem", "r+b", buffering=0) as mem:
+        mem.seek(start)
+        mem.write(command.ljust(room, b"\0"))  # NUL-ended: read as plain arguments, not a setproctitle title
 
 
 def _exit_status(code: object) -> int:

@@ -1,5 +1,5 @@
 """Roles forked from the warm parent behave as exec'd ones: their log, environment, process group,
-exit codes (a signal's as Popen reports it), and none outlives the launcher's end."""
+command line, exit codes (a signal's as Popen reports it), and none outlives the launcher's end."""
 
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ def test_forked_roles_behave_as_exec_ones(tmp_path: Path) -> None:
             _wait_for(tmp_path / f"{name}.log", "ready", role)
             waits.append(role)
         term, killed, orphan = waits
+        # found by its command as an exec'd role is (ps, pgrep -f), not shown as the server's
+        shown = [arg for arg in Path(f"/proc/{term.proc.pid}/cmdline").read_bytes().split(b"\0") if arg]
+        assert shown == [os.fsencode(arg) for arg in term.argv]
         term.kill(signal.SIGTERM)
         assert term.wait(60) == 5
         killed.kill()
