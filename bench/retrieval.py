@@ -253,6 +253,7 @@ def inferred_config(train_file: Path, hand: dict[str, Any]) -> tuple[dict[str, A
 def run_figures(res: UpResult, split: Split) -> dict[str, Any]:
     """The figures of one `up` run."""
     lat = np.array(res.latencies_ms) if res.latencies_ms else np.array([np.nan])
+    model_lat = np.array(res.model_latencies_ms) if res.model_latencies_ms else np.array([np.nan])
     scores = res.predict_scores if res.predict_scores is not None else np.full(len(split.test), np.nan)
     ok = ~np.isnan(scores)
     return {
@@ -261,6 +262,8 @@ def run_figures(res: UpResult, split: Split) -> dict[str, Any]:
         "train_seconds": round(res.train_seconds, 1), "records_per_s": round(res.records_per_s),
         "recommend_p50_ms": round(float(np.percentile(lat, 50)), 2),
         "recommend_p99_ms": round(float(np.percentile(lat, 99)), 2),
+        "recommend_no_prior_p50_ms": round(float(np.percentile(model_lat, 50)), 2),
+        "recommend_no_prior_p99_ms": round(float(np.percentile(model_lat, 99)), 2),
         "items_in_index": res.items_in_index, "items_checked": res.items_checked, "index_size": res.index_size,
         "served_version": res.served_version, "errors": res.errors[:5], "error_count": len(res.errors),
         "log": res.log,
@@ -383,6 +386,11 @@ def print_replays(name: str, ours: dict[str, Any], item_rate_auc: float) -> None
               f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
               f"{a['items_in_index']:>5.0f}/{a['items_checked']:<5.0f}{spread}"
               + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
+        if "recommend_no_prior_p99_ms" in a:
+            print(f"/v1/recommend p50/p99 ms with the popularity prior {a['recommend_p50_ms']:.1f}/"
+                  f"{a['recommend_p99_ms']:.1f}, the same requests without it (popularity_weight 0, asked right "
+                  f"after) {a['recommend_no_prior_p50_ms']:.1f}/{a['recommend_no_prior_p99_ms']:.1f}; p99 ratio "
+                  f"{a['recommend_p99_ms'] / a['recommend_no_prior_p99_ms']:.2f}x")
 
 
 def main() -> int:

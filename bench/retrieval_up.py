@@ -46,6 +46,8 @@ class UpResult:
     model_lists: dict[int, list[int]] = field(default_factory=dict)
     predict_scores: np.ndarray | None = None
     latencies_ms: list[float] = field(default_factory=list)
+    # the same k requests with popularity_weight 0, asked right after each served one (what the prior costs)
+    model_latencies_ms: list[float] = field(default_factory=list)
     items_in_index: int = 0
     items_checked: int = 0
     train_seconds: float = 0.0  # `up` start -> every record behind a committed pass
@@ -191,16 +193,23 @@ def run_up(name: str, config: dict[str, Any], train_file: Path, split: Split, *,
 
 
 def _recommend(api: Api, split: Split, k: int, result: UpResult, wide: int = 0) -> None:
-    """Each holdout user's list as served (timed); ``wide``: also the model's own top ``wide`` with their scores."""
-    for user in sorted(split.truth):
+    """Each holdout user's list as served and the same request without the popularity prior (both timed, each
+    first in turn); ``wide``: also the model's own top ``wide`` with their scores."""
+    users = sorted(split.truth)
+    if users:  # one untimed request of each kind first: the service's first requests load what later ones reuse
+        warm = {"user": holdout_user_fields(split, users[0]), "k": k}
+        api.call("POST", "/v1/recommend", warm)
+        api.call("POST", "/v1/recommend", {**warm, "popularity_weight": 0.0})
+    for i, user in enumerate(users):
         body = {"user": holdout_user_fields(split, user), "k": k, "exclude_values": sorted(split.seen.get(user, ()))}
-        t = time.perf_counter()
-        status, answer = api.call("POST", "/v1/recommend", body)
-        result.latencies_ms.append(1000.0 * (time.perf_counter() - t))
-        if status != 200:
-            result.errors.append(f"recommend {user}: {status} {answer}")
-            continue
-        result.lists[user] = [int(it["id"]) & ID_MASK for it in answer["items"]]
+        for served in (True, False) if i % 2 == 0 else (False, True):
+            t = time.perf_counter()
+            status, answer = api.call("POST", "/v1/recommend", body if served else {**body, "popularity_weight": 0.0})
+            (result.latencies_ms if served else result.model_latencies_ms).append(1000.0 * (time.perf_counter() - t))
+            if status != 200:
+                result.errors.append(f"recommend {user}{'' if served else ' (no prior)'}: {status} {answer}")
+            elif served:
+                result.lists[user] = [int(it["id"]) & ID_MASK for it in answer["items"]]
         if not wide:
             continue
         status, answer = api.call("POST", "/v1/recommend", {**body, "k": max(k, wide), "popularity_weight": 0.0})
