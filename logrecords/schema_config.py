@@ -58,11 +58,11 @@ class SlotConfig(FrozenModel):
     transform: DenseTransform = Field(
         Log1pTransform(),
         description="Dense only: how the value becomes a model input, in training and serving alike: "
-                    "`{kind: log1p}` (log1p(max(x, 0)), non-negative counts), `{kind: standardize, mean, std}` "
-                    "((x - mean) / std clipped to +-`clip`, signed values or a year; training keeps running "
-                    "statistics, started from mean and std as from `prior_count` values, and uses and exports "
-                    "those) or `{kind: none}` (x clipped "
-                    "to +-`limit`, a rate in [0, 1]).")
+                    "`{kind: log1p}` (log1p(max(x, 0)), the default), `{kind: standardize, mean, std}` "
+                    "((x - mean) / std clipped to +-`clip`; with `log: true`, of log1p(max(x, 0)), for a long "
+                    "right tail; training keeps running statistics, started from mean and std as from "
+                    "`prior_count` values, and uses and exports those: what `schema infer` proposes) or "
+                    "`{kind: none}` (x clipped to +-`limit`, a rate in [0, 1]).")
 
     @model_validator(mode="after")
     def _check(self) -> SlotConfig:

@@ -40,6 +40,7 @@ class DenseStatistics:
         self.base = transforms
         self.columns = np.array([j for j, t in enumerate(transforms) if isinstance(t, StandardizeTransform)], np.int64)
         self._prior = [t for t in transforms if isinstance(t, StandardizeTransform)]
+        self._log = np.array([t.log for t in self._prior], np.bool_)  # these fields' statistics are of logs
         self.state: dict[str, np.ndarray] = {k: np.zeros(len(self._prior), np.float64) for k in STATE_KEYS}
         self.reset()
         self.taken_at = -1.0  # the smallest count when transforms() was last read (never: -1, so due)
@@ -59,10 +60,13 @@ class DenseStatistics:
 
     def observe(self, dense: np.ndarray) -> None:
         """Add the raw values of a batch's standardized fields (``dense``: (n, >= d), the batch's
-        dense values before any transform; a non-finite one reads as 0, as the transform reads it)."""
+        dense values before any transform; a non-finite one reads as 0, as the transform reads it; a
+        ``log`` field's value as log1p(max(x, 0)))."""
         if dense.shape[0] == 0:
             return
         x = finite_or_zero(dense[:, self.columns].astype(np.float64))
+        if self._log.any():
+            x[:, self._log] = np.log1p(np.maximum(x[:, self._log], 0.0))
         n = float(x.shape[0])
         batch_mean = x.mean(axis=0)
         batch_m2 = np.square(x - batch_mean).sum(axis=0)

@@ -184,10 +184,19 @@ def check_yaml(text: str, *, source: str) -> None:
 
 
 def _transform_yaml(t: DenseTransform) -> str:
-    """The slot's ``transform`` key in flow style; nothing for the default log1p."""
+    """The slot's ``transform`` key in flow style, with the keys that differ from their defaults; nothing
+    for the default log1p."""
     from logrecords.dense_transform import Log1pTransform
 
     if isinstance(t, Log1pTransform):
         return ""
-    fields = ", ".join(f"{k}: {v!r}" if isinstance(v, float) else f"{k}: {v}" for k, v in t.model_dump().items())
+    keys = {"kind": t.kind, **t.model_dump(exclude_defaults=True)}
+    fields = ", ".join(f"{k}: {_yaml_scalar(v)}" for k, v in keys.items())
     return f", transform: {{{fields}}}"
+
+
+def _yaml_scalar(v: object) -> str:
+    """A number or flag as YAML reads it back exactly: floats by repr, booleans in lower case."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
