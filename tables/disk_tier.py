@@ -135,16 +135,21 @@ class DiskTier:
         self.free(at[hit], cols["keys"])
         return cols
 
-    def peek(self, keys: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def peek(self, keys: np.ndarray, names: tuple[str, ...], *,
+             at: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """``(hit, cols)``: which of ``keys`` (unique) are on disk (indices into ``keys``) and
-        columns ``names`` of their rows, read and left on disk."""
-        _, hit, cols = self._find(keys, ("keys", *names) if "keys" not in names else names)
+        columns ``names`` of their rows, read and left on disk. ``at``: their records by the
+        index's tags alone (``lookup(keys, verify=False)``), when the caller has them."""
+        _, hit, cols = self._find(keys, ("keys", *names) if "keys" not in names else names, at)
         return hit, cols
 
-    def _find(self, keys: np.ndarray, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    def _find(self, keys: np.ndarray, names: tuple[str, ...],
+              at: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Records of ``keys``, which of them are on disk, and columns ``names`` (with "keys")
-        of those: the index's tags pick records unread, the keys read with them check them."""
-        at = self.lookup(keys, verify=False)
+        of those: the index's tags pick records unread (or ``at``), the keys read with them
+        check them."""
+        if at is None:
+            at = self.lookup(keys, verify=False)
         hit = np.flatnonzero(at >= 0)
         cols = self.read(at[hit], names)
         if not np.array_equal(cols["keys"], keys[hit]):  # another key's tag agreed: look up by reading keys

@@ -73,10 +73,9 @@ class TableTier:
         table.counters.update(dict.fromkeys(COUNTERS, 0))
 
     # ------------------------------------------------------------- promotion
-    def promote(self, keys: np.ndarray, *, protected: np.ndarray, limit: int | None, hits: bool = True) -> int:
+    def promote(self, keys: np.ndarray, *, protected: np.ndarray, limit: int | None) -> int:
         """Move the rows of ``keys`` (unique, none in RAM) found on disk into RAM; returns how
-        many. ``limit``: the RAM row limit (None: no budget); ``hits``: whether they count as
-        disk hits (a pull counted them when it read them)."""
+        many. ``limit``: the RAM row limit (None: no budget)."""
         t = self.table
         st = t.state
         at = self.disk.lookup(keys, verify=False)  # take() reads the keys and finds any false
@@ -97,43 +96,58 @@ class TableTier:
             cols = self.disk.take(on_disk[start : start + MOVE_CHUNK])
             st.upsert(cols)
             got += int(cols["keys"].shape[0])
-        for name in ("disk_hits", "disk_reads", "promoted") if hits else ("disk_reads", "promoted"):
+        for name in ("disk_hits", "disk_reads", "promoted"):
             t.counters[name] += got
         return got
 
     def pull(self, keys: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Keys of a pull absent from RAM (``rows`` -1) and on disk: their rows read into
-        ``out`` from their records (a chunk at a time), left on disk unless read a second time
-        lately or more than once in this pull (:mod:`tables.promotion`: those are promoted).
-        Returns the positions of the keys in neither tier."""
+        """Keys of a pull absent from RAM (``rows`` -1) and on disk: those read a second time
+        lately or more than once in this pull are promoted (:mod:`tables.promotion`), the
+        others' rows read into ``out`` from their records, a chunk at a time, and left on
+        disk; each record is read once. Returns the positions of the keys in neither tier."""
         t = self.table
         miss = np.flatnonzero(rows < 0)
         uniq, inv = dedupe(keys[miss])
-        by_key = np.argsort(inv, kind="stable")  # miss positions grouped by unique key
-        bounds = np.searchsorted(inv[by_key], np.arange(0, uniq.shape[0] + MOVE_CHUNK, MOVE_CHUNK))
+        at = self.disk.lookup(uniq, verify=False)  # a tag's false match is found out when its record is read
+        maybe = np.flatnonzero(at >= 0)
+        self.second_read.resize(promotion.slots_for(t.budget.in_force()[0]))  # a shard's share may change
+        repeated = np.bincount(inv, minlength=uniq.shape[0])[maybe] > 1
+        earned = np.zeros(uniq.shape[0], np.bool_)
+        earned[maybe] = self.second_read.earned(uniq[maybe], repeated)
+        found = self._read_in_place(uniq, inv, miss, np.flatnonzero(~earned & (at >= 0)), at, out)
+        if earned.any():
+            self.promote(uniq[earned], protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit())
+            pos = miss[earned[inv]]
+            now = t.state.lookup(keys[pos])
+            out[pos[now >= 0]] = t.state.rows.cols["params"][now[now >= 0]]
+            found[inv[earned[inv]][now >= 0]] = True
+        return miss[~found[inv]]
+
+    def _read_in_place(self, uniq: np.ndarray, inv: np.ndarray, miss: np.ndarray, which: np.ndarray,
+                       at: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Rows ``miss[i]`` of ``out`` from the records of keys ``uniq[inv[i]]`` for the unique
+        keys ``which`` (records ``at`` by the index's tags), a chunk at a time; returns which
+        unique keys were on disk."""
         found = np.zeros(uniq.shape[0], np.bool_)
-        for c, start in enumerate(range(0, uniq.shape[0], MOVE_CHUNK)):
-            hit, cols = self.disk.peek(uniq[start : start + MOVE_CHUNK], ("params",))
-            if hit.shape[0] == 0:
-                continue
-            found[start + hit] = True
-            at = np.full(min(MOVE_CHUNK, uniq.shape[0] - start), -1, np.int64)
-            at[hit] = np.arange(hit.shape[0])
-            pos = by_key[bounds[c] : bounds[c + 1]]
-            got = at[inv[pos] - start]
+        found[which] = True
+        sel = np.flatnonzero(found[inv])  # miss positions of the keys read
+        found[which] = False
+        order = sel[np.argsort(inv[sel], kind="stable")]  # grouped by unique key: ``which`` is ascending
+        bounds = np.append(np.searchsorted(inv[order], which[::MOVE_CHUNK]), order.shape[0])
+        slot = np.full(uniq.shape[0], -1, np.int64)  # a read key's row in its chunk's columns
+        for c, start in enumerate(range(0, which.shape[0], MOVE_CHUNK)):
+            part = which[start : start + MOVE_CHUNK]
+            hit, cols = self.disk.peek(uniq[part], ("params",), at=at[part])
+            found[part[hit]] = True
+            slot[part[hit]] = np.arange(hit.shape[0])
+            pos = order[bounds[c] : bounds[c + 1]]
+            got = slot[inv[pos]]
             pos, got = pos[got >= 0], got[got >= 0]
             out[miss[pos]] = cols["params"][got]
-        on_disk = np.flatnonzero(found)
-        n = int(on_disk.shape[0])
-        t.counters["disk_hits"] += n
-        t.counters["disk_reads"] += n
-        if n:
-            repeated = np.bincount(inv, minlength=uniq.shape[0])[on_disk] > 1
-            self.second_read.resize(promotion.slots_for(t.budget.in_force()[0]))  # a shard's share may change
-            earned = uniq[on_disk][self.second_read.earned(uniq[on_disk], repeated)]
-            if earned.shape[0]:
-                self.promote(earned, protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit(), hits=False)
-        return miss[~found[inv]]
+        n = int(np.count_nonzero(found))
+        self.table.counters["disk_hits"] += n
+        self.table.counters["disk_reads"] += n
+        return found
 
     # -------------------------------------------------------------- demotion
     def demote_coldest(self, count: int, *, protected: np.ndarray, keep: np.ndarray | None = None) -> int:

@@ -141,3 +141,46 @@ def test_rows_read_in_place_then_pushed_match_the_all_ram_table(tmp_path: Path) 
     assert st["bytes"] + st["disk_index_bytes"] <= 200_000
     np.testing.assert_array_equal(tiered.pull_existing(IDS)[0], ram.pull_existing(IDS)[0])
     assert tiered.size() == ram.size()
+
+
+def test_a_pull_of_more_disk_rows_than_a_chunk_matches_the_all_ram_table(tmp_path: Path) -> None:
+    def small(tier: Path | None) -> TableConfig:
+        return TableConfig(name="s", dim=2, seed=4, optimizer=OptimizerConfig(kind="adam", lr=0.01),
+                           eviction=EvictionConfig(max_bytes=1_500_000 if tier is not None else None),
+                           tier=TierConfig(disk=DiskTierConfig(path=str(tier))) if tier is not None else None)
+
+    ram, tiered = SparseTable(small(None)), SparseTable(small(tmp_path))
+    ids = np.arange(1, 40_001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    for start in range(0, ids.shape[0], 1000):
+        for t in (ram, tiered):
+            t.push(ids[start : start + 1000], np.full((1000, t.width), 0.5, np.float32))
+    assert tiered.stats()["disk_rows"] > 1 << 14  # three chunks of disk rows in one pull
+    assert tiered.size() == ram.size()
+    rng = np.random.default_rng(9)
+    keys = rng.permutation(np.concatenate([ids, ids[:5000], np.arange(1, 101, dtype=np.uint64)]))
+    for _ in range(2):  # the first reads in place (and promotes the repeated), the second promotes
+        before = tiered.stats()
+        np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))
+        after = tiered.stats()
+        assert after["rejected_pulls"] - before["rejected_pulls"] == 100
+        in_ram, on_disk = tiered.lookup_rows(ids) >= 0, tiered.tier.lookup(ids) >= 0
+        assert not (in_ram & on_disk).any() and (in_ram | on_disk).all()
+    assert after["promoted"] > 0 and after["disk_rows"] > 0
+
+
+def test_a_key_whose_index_tag_matches_a_disk_row_reads_as_absent(tmp_path: Path) -> None:
+    from tests.tables.test_disk_index import same_tag_pair
+
+    ram, tiered = filled(tmp_path)
+    on_disk, absent = same_tag_pair(tiered.state.hash_key)
+    with tiered.lock.mutex:
+        tiered.push(np.array([on_disk]), np.ones((1, tiered.width), np.float32))
+        ram.push(np.array([on_disk]), np.ones((1, ram.width), np.float32))
+        tiered.tier.demote(tiered.lookup_rows(np.array([on_disk])))
+    assert tiered.tier.lookup(np.array([on_disk]))[0] >= 0
+    keys = np.array([absent, on_disk, absent], np.uint64)
+    before = tiered.stats()["rejected_pulls"]
+    np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))
+    assert tiered.stats()["rejected_pulls"] - before == 2
+    np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))  # absent's two reads promote nothing of it
+    assert not tiered.contains(np.array([absent]))[0]
