@@ -80,6 +80,9 @@ class ForkServer:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = dict(env)
         self._lock = threading.Condition()
+        # one request at a time: the server answers in order, so a second thread's request sent while a
+        # first one waits could take the first one's pid
+        self._request = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
         self._started: list[int] = []  # pids, in the order of the requests
@@ -137,7 +140,7 @@ class ForkServer:
                 self._lock.notify_all()
 
     def start_role(self, argv: Sequence[str], env: Mapping[str, str], log: IO[bytes]) -> ForkedProcess:
-        with self._lock:
+        with self._request, self._lock:
             sock = self._ensure()
             _send(sock, {"argv": list(argv), "env": dict(env), "cwd": os.getcwd()}, [log.fileno()])
             self._lock.wait_for(lambda: self._started)

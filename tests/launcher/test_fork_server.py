@@ -7,6 +7,7 @@ import io
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -105,3 +106,24 @@ def test_forked_shards_are_asked_whether_they_are_healthy_only_once_they_listen(
     for i in range(2):
         log = (tmp_path / "logs" / f"server.{i}.log").read_text()
         assert "serving" in log and "refused a request" not in log, log
+
+
+def test_roles_started_from_several_threads_at_once_each_get_their_own_process(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    server = ForkServer({**os.environ, **thread_limits(1)})  # no BLAS pool: a process that may fork
+    env = {**os.environ, "ROLE_VAR": "seen"}
+    codes = list(range(10, 18))
+    roles = [RoleProcess(f"r{code}", [sys.executable, str(script), str(code)], env, tmp_path / f"r{code}.log",
+                         forker=server) for code in codes]
+    try:
+        roles[0].start()  # the server follows the thread that started it (its parent-death signal): this one
+        threads = [threading.Thread(target=role.start) for role in roles[1:]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(isinstance(role.proc, ForkedProcess) for role in roles)
+        assert [role.wait(120) for role in roles] == codes
+    finally:
+        server.close()
