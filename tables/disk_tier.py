@@ -115,6 +115,7 @@ class DiskTier:
         self.high = 0  # records ever handed out: records 0..high-1 are live or free
         self.rows = 0
         self._free = np.empty(0, np.int64)  # records to hand out again
+        self._free_sorted = True  # whether _free is in descending order (its lowest records last)
         self._held: list[np.ndarray] = []  # records freed while a save reads the file
         self.holds = 0
 
@@ -213,8 +214,9 @@ class DiskTier:
                 raise
             fresh = 0  # the file cannot grow: the holes take the rows
         reuse = m - fresh
-        if reuse:
+        if reuse and not self._free_sorted:
             self._free = np.sort(self._free)[::-1]  # the lowest holes go first: neighbours make runs
+            self._free_sorted = True
         at = np.empty(m, np.int64)
         at[:reuse] = self._free[holes - reuse :]
         at[reuse:] = np.arange(self.high, self.high + fresh)
@@ -243,6 +245,7 @@ class DiskTier:
             self._held.append(records.copy())
         else:
             self._free = np.concatenate([self._free, records])
+            self._free_sorted = False
 
     def clear(self) -> None:
         """No rows; the file keeps its size (its records are handed out again)."""
@@ -250,6 +253,7 @@ class DiskTier:
         self.rows = 0
         self._held = []
         self._free = np.arange(self.high - 1, -1, -1, dtype=np.int64)
+        self._free_sorted = True
 
     def hold(self) -> None:
         """A save reads records from now until :meth:`release`: freed ones wait."""
@@ -259,6 +263,7 @@ class DiskTier:
         self.holds -= 1
         if self.holds == 0 and self._held:
             self._free = np.concatenate([self._free, *self._held])
+            self._free_sorted = False
             self._held = []
 
     def close(self) -> None:

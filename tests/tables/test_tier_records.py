@@ -48,7 +48,13 @@ def test_few_holes_append_and_many_are_filled_lowest_first(tmp_path: Path) -> No
     holes = np.sort(np.concatenate([np.arange(50), np.arange(100, 400)]))
     np.testing.assert_array_equal(np.sort(records_of(d, third)), holes[:100])  # the lowest holes
     assert d.high == 1100 and d.rows == 1100 - 350 + 100
-    for keys in (first[400:], second, third):
+    back = third[records_of(d, third) == 0]  # the row third put into record 0
+    d.free(records_of(d, back), back)
+    fourth = np.arange(4001, 4011, dtype=np.uint64)
+    d.put(rows(fourth))  # holes freed after a write are ordered with the rest
+    np.testing.assert_array_equal(np.sort(records_of(d, fourth)), np.concatenate([[0], holes[100:109]]))
+    third = third[third != back[0]]
+    for keys in (first[400:], second, third, fourth):
         np.testing.assert_array_equal(d.read(records_of(d, keys), ("params",))["params"][:, 0],
                                       keys.astype(np.float32))
 
