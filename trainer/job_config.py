@@ -47,6 +47,12 @@ class PassConfig(FrozenModel):
                                               "`records` is set and this left out. Every few seconds, served rows "
                                               "trail events by seconds; large tables may want longer passes, traded "
                                               "against freshness.")
+    # a pass by records leaves the stream's last records (fewer than a pass) waiting for `seconds`, which must be
+    # long enough that a slow machine does not end a pass by time mid-stream: a lull that long ends it sooner
+    idle_seconds: float | None = Field(None, gt=0.0,
+                                       description="A pass holding records also ends once its worker has had no new "
+                                                   "record for this many seconds (the end of a replayed log); null: "
+                                                   "off.")
     base_every: int = Field(5, ge=1,
                             description="Every this many passes a sparse base (else deltas) and a shrink, and every "
                                         "this many exports a full bundle.")

@@ -1,5 +1,5 @@
-"""When a pass ends: every N records or T seconds, whichever comes first (separate from the step);
-where a worker stands between passes.
+"""When a pass ends: every N records or T seconds, whichever comes first (separate from the step), or,
+with ``idle_seconds``, once the pass's records stopped coming; where a worker stands between passes.
 
 A pass holds records: T seconds with none on this worker end no pass (no save, no export, no
 bundle: an idle system writes nothing to its run directory). That look is the worker's
@@ -21,17 +21,23 @@ class PassClock:
     def __init__(self, config: PassConfig, *, workers: int = 1) -> None:
         self.records = None if config.records is None else max(1, config.records // workers)
         self.seconds = config.seconds
+        self.idle_seconds = config.idle_seconds
         self.pass_id = 0
         self.count = 0
         self.started = time.monotonic()
+        self.last_record = self.started  # when add() last counted records
         self.idle_checks = 0  # T-second looks that found no record in the pass (the heartbeat)
         self.idle_at: float | None = None  # wall time of the last one
 
     def add(self, n: int) -> None:
         self.count += n
+        if n:
+            self.last_record = time.monotonic()
 
     def due(self) -> bool:
         if self.records is not None and self.count >= self.records:
+            return True
+        if self.idle_seconds is not None and self.count and time.monotonic() - self.last_record >= self.idle_seconds:
             return True
         if self.seconds is None or time.monotonic() - self.started < self.seconds:
             return False

@@ -32,6 +32,26 @@ def test_the_clock_ends_no_pass_without_records_and_counts_a_heartbeat(monkeypat
     assert clock.due() and clock.idle_checks == 1  # records in the pass: it ends on the cadence
 
 
+def test_a_pass_by_records_ends_once_its_records_stop_coming_with_idle_seconds(monkeypatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    clock = PassClock(PassConfig(records=1000, seconds=120.0, idle_seconds=3.0), workers=2)
+    now[0] += 10.0
+    assert not clock.due()  # no record in the pass: nothing to end
+    clock.add(200)
+    now[0] += 2.0
+    clock.add(100)  # records still coming
+    now[0] += 2.5
+    assert not clock.due()
+    now[0] += 1.0  # 3.5 s since the last record: the last records of the stream commit now, not after 120 s
+    assert clock.due()
+    clock.next_pass(2)
+    clock.add(10)
+    now[0] += 2.0
+    assert not clock.due()
+    assert not PassClock(PassConfig(records=1000, seconds=120.0)).due()  # off by default
+
+
 def _files(*dirs: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for d in dirs if d.exists() for p in d.rglob("*") if p.is_file()}
 
