@@ -37,7 +37,7 @@ prior on /v1/predict's), its half-life and weights chosen on a validation split 
 more `up` run on its first 90%), and the model's own lists as a row.
 
 Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--ablate]
-[--workers W] [--pass-records N] [--json]``.
+[--workers W] [--pass-records N [--pass-idle-s S]] [--partition-by-user] [--json]``.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ K = 10
 TARGET_VS_BASELINE = 1.2
 TARGET_VS_ORACLE = 0.5
 TARGET_INFERRED = 0.95  # the inferred, unedited config's recall@10 over the hand-edited one's
+REPLAY_PARTITIONS = 2  # the topic's partitions: each of 2 trainers reads one
+PASS_IDLE_S = 5.0  # --pass-records: seconds without a record that end a pass (the replay's end), far above a lull
 
 
 def metrics(lists: dict[int, list[int]], split: Split) -> dict[str, Any]:
@@ -96,11 +98,12 @@ CONFIG_WHAT = ("train.model as the model's defaults give it, the user id's rows 
 
 
 def streamrec_config(log: Interactions, *, seed: int = 0, workers: int = 2,
-                     pass_records: int | None = None) -> dict[str, Any]:
+                     pass_records: int | None = None, pass_idle_s: float | None = PASS_IDLE_S) -> dict[str, Any]:
     """The streamrec YAML (as a mapping) that replays ``log``'s records through `up`: the schema of its
     records, a two_tower model over its user and item fields with the model's defaults (:data:`CONFIG_WHAT`),
     `up` with 2 shards and ``workers`` trainers, a pass every 2 seconds (``pass_records``: every that
-    many records). examples/two_tower_ratings.yaml is this config for MovieLens 100K."""
+    many records, and the last one ``pass_idle_s`` after the replay's last record: None, at the 120-s backstop).
+    examples/two_tower_ratings.yaml is this config for MovieLens 100K."""
     slots: list[dict[str, Any]] = [{"name": "user_id", "kind": "sparse", "hash": "int"},
                                    {"name": "item_id", "kind": "sparse", "hash": "int"}]
     slots += [{"name": f, "kind": "sparse", "hash": "fnv1a"} for f in (*log.user_fields, *log.item_fields)]
@@ -112,17 +115,37 @@ def streamrec_config(log: Interactions, *, seed: int = 0, workers: int = 2,
                      for f in log.item_fields),
                    {"name": "history", "tower": "user", "pooling": "attention"}]
     config = {
-        "kafka": {"partitions": 2},
+        "kafka": {"partitions": REPLAY_PARTITIONS},
         "schema": {"format": "json", "label": "label", "event_time": "timestamp", "user_id": "user_id",
                    "item_id": "item_id", "slots": slots, "history": {"slot": "history", "length": HISTORY_LENGTH}},
         # sizes and optimizers left out: two_tower's defaults (models.model_config.TWO_TOWER_DEFAULTS)
         "train": {"model": {"type": "two_tower", "n_dense": 0, "seed": seed, "slots": model_slots},
-                  # by records, 120 s only ending the last partial pass
-                  **({"passes": {"records": pass_records, "seconds": 120.0}} if pass_records else {})},
+                  # by records; the last partial pass ends once the replay's records stopped (120 s: a backstop)
+                  **({"passes": {"records": pass_records, "seconds": 120.0, "idle_seconds": pass_idle_s}}
+                     if pass_records else {})},
         "up": {"shards": 2, "workers": workers, "commit_on_exit": False},
     }
     StreamrecConfig.model_validate(config)  # a config the schema refuses stops the benchmark before any run
     return config
+
+
+def by_user(log: Interactions, partitions: int) -> tuple[Interactions, int]:
+    """``log`` reordered so that, replayed (line ``i`` to partition ``i % partitions``), each user's events go to
+    one partition in time order: users given to the partition with the fewest events so far (most events first),
+    the partitions' streams interleaved line by line. Past the shortest stream the rest of the others' follow in
+    turn, split by line again; returns that tail's length too."""
+    users, counts = np.unique(log.user, return_counts=True)
+    load = np.zeros(partitions, np.int64)
+    assign = np.empty(users.shape[0], np.int64)
+    for at in np.argsort(-counts, kind="stable"):  # one step per user: a bench's set-up, not a hot path
+        assign[at] = np.argmin(load)
+        load[assign[at]] += counts[at]
+    part = assign[np.searchsorted(users, log.user)]
+    streams = [np.flatnonzero(part == p) for p in range(partitions)]  # each in time order
+    short = min(len(s) for s in streams)
+    head = np.stack([s[:short] for s in streams], axis=1).reshape(-1)
+    rest = np.concatenate([s[short:] for s in streams])
+    return log.take(np.concatenate([head, rest[np.argsort(log.time[rest], kind="stable")]])), len(rest)
 
 
 def effective_retrieval(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -160,8 +183,9 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     out["item_rate_auc"] = auc(split.test.label, item_rate_scores(split))
 
     train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-")) / "train.jsonl"
-    split.train.write_jsonl(train_file)
-    config = streamrec_config(log, seed=args.seed, workers=args.workers, pass_records=args.pass_records)
+    write_replay(split.train, train_file, args, out)
+    config = streamrec_config(log, seed=args.seed, workers=args.workers, pass_records=args.pass_records,
+                              pass_idle_s=args.pass_idle_s or None)
     tuned = validation(dataset, config, split, args) if args.ablate else None
     if tuned is not None:
         out["ablation_tuned"] = {**asdict(tuned)}
@@ -178,7 +202,7 @@ def validation(dataset: str, config: dict[str, Any], split: Split, args: argpars
     """The ablations' half-life and weights, chosen on the train part's last 10% (the model replayed on the rest)."""
     val = time_split(split.train)
     train_file = Path(tempfile.mkdtemp(prefix=f"streamrec-retrieval-{dataset}-validation-")) / "train.jsonl"
-    val.train.write_jsonl(train_file)
+    write_replay(val.train, train_file, args, {})
     print(f"[{dataset}] validation: streamrec up --replay {len(val.train)} records, {len(val.truth)} users",
           file=sys.stderr, flush=True)
     res = run_up(f"{dataset}-validation", config, train_file, val, k=K, timeout_s=args.run_timeout, seed=args.seed,
@@ -193,6 +217,15 @@ def served_prior(config: dict[str, Any]) -> dict[str, float]:
     retrieval = getattr(parsed.train.model, "retrieval", None)
     half_life = float("nan") if retrieval is None else retrieval.popularity_half_life_s / 86400.0
     return {"half_life_days": half_life, "weight": parsed.service.popularity_prior.weight}
+
+
+def write_replay(train: Interactions, path: Path, args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """The file `up` replays: the train part in time order, or with ``--partition-by-user`` :func:`by_user`'s order
+    (``out`` gets how many of its lines still go by line number)."""
+    if args.partition_by_user:
+        train, tail = by_user(train, REPLAY_PARTITIONS)
+        out["replay_lines_by_line_number"] = tail
+    train.write_jsonl(path)
 
 
 def _temperature(config: dict[str, Any]) -> float:
@@ -405,6 +438,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="`up`'s trainers")
     ap.add_argument("--pass-records", type=int, default=None,
                     help="a pass every N records instead of every 2 seconds (boundaries that do not move with timing)")
+    ap.add_argument("--pass-idle-s", type=float, default=PASS_IDLE_S,
+                    help="with --pass-records: a pass also ends after this many seconds without a record (the "
+                         "replay's end); 0: only the 120-s backstop ends the last pass")
+    ap.add_argument("--partition-by-user", action="store_true",
+                    help="order the replayed file so that each user's events go to one partition (one trainer)")
     ap.add_argument("--config-from", choices=("hand", "infer"), default="hand",
                     help="infer: also run the config `streamrec schema infer` proposes for the replayed file, "
                          "unedited, beside the hand-edited one, and print the ratio of their recall@10")

@@ -27,3 +27,26 @@ def test_a_failed_run_leaves_only_the_baselines_targets():
            "holdout_users": 10, "holdout_users_seen": 5, "item_rate_auc": 0.7}
     assert set(targets(out)) == {"best_baseline", "best_baseline_recall", "strongest_baseline",
                                  "strongest_baseline_recall"}
+
+
+def test_by_user_sends_each_users_events_to_one_partition_in_time_order():
+    import numpy as np
+
+    from bench.retrieval import by_user
+    from bench.retrieval_data import Interactions
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    user = rng.zipf(1.5, n).clip(max=200).astype(np.int64)
+    log = Interactions("t", user, np.arange(n, dtype=np.int64), np.ones(n, np.int8), np.sort(rng.integers(0, 10**6, n)),
+                       {}, {})
+    out, tail = by_user(log, 2)
+    assert sorted(out.item.tolist()) == list(range(n))  # every event once
+    head = n - tail
+    assert tail < 0.05 * n
+    for p in (0, 1):
+        lines = np.arange(p, head, 2)
+        assert (np.diff(out.time[lines]) >= 0).all()  # each partition's stream in time order
+    part = {}
+    for i in range(head):
+        assert part.setdefault(int(out.user[i]), i % 2) == i % 2  # a user's events on one partition
