@@ -102,23 +102,27 @@ class DenseStatistics:
         return tuple(out)
 
     def saved(self) -> dict[str, np.ndarray]:
-        """What a pass keeps: the state (copies) and the dense columns it is of."""
-        return {k: v.copy() for k, v in self.state.items()} | {"columns": self.columns.copy()}
+        """What a pass keeps: the state (copies), the dense columns it is of and which are of logs."""
+        return {k: v.copy() for k, v in self.state.items()} | {"columns": self.columns.copy(),
+                                                               "logs": self._log.astype(np.int8)}
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        """Take over saved statistics (:meth:`saved`) of the fields standardized then and now; a field
-        standardized only now (the schema changed since), or a save without statistics, starts from
-        the prior."""
+        """Take over saved statistics (:meth:`saved`) of the fields standardized then and now (of
+        logs then and now, or of values); a field standardized otherwise only now (the schema
+        changed since), or a save without statistics, starts from the prior."""
         self.reset()
         if not all(k in state for k in (*STATE_KEYS, "columns")):
             return
         columns = state["columns"]
+        logs = state.get("logs", np.zeros(columns.shape, np.int8))
         if any(state[k].shape != columns.shape or state[k].dtype != np.float64 for k in STATE_KEYS) \
-                or columns.ndim != 1:
-            raise CorruptData(f"dense statistics of shapes {[state[k].shape for k in STATE_KEYS]} for the "
-                              f"{columns.shape} columns they name")
-        at = {int(j): i for i, j in enumerate(columns)}  # a saved field's place in the saved arrays
-        mine = [i for i, j in enumerate(self.columns) if int(j) in at]
-        theirs = [at[int(self.columns[i])] for i in mine]
+                or columns.ndim != 1 or logs.shape != columns.shape:
+            shapes = {k: state[k].shape for k in (*STATE_KEYS, "logs") if k in state}
+            raise CorruptData(f"dense statistics of shapes {shapes} for the {columns.shape} columns they name")
+        # a saved field's place in the saved arrays, by its column and whether it is of logs
+        at = {(int(j), bool(g)): i for i, (j, g) in enumerate(zip(columns, logs, strict=True))}
+        keys = list(zip(self.columns.tolist(), self._log.tolist(), strict=True))
+        mine = [i for i, key in enumerate(keys) if key in at]
+        theirs = [at[keys[i]] for i in mine]
         for k in STATE_KEYS:
             self.state[k][mine] = state[k][theirs]

@@ -165,6 +165,9 @@ def test_a_field_standardized_only_since_the_save_starts_from_its_prior() -> Non
     gone = build_model(small_config("wide_deep", dense_transforms=[STD3[1], now[1], STD3[2]]))
     gone.load_train_state(saved)  # field 0 is no longer standardized: its statistics are not used
     assert gone.config.dense_transforms[1] == StandardizeTransform(mean=7.0, std=3.0, prior_count=5)
+    logs = build_model(small_config("wide_deep", dense_transforms=[{**STD3[0], "log": True}, *STD3[1:]]))
+    logs.load_train_state(saved)  # field 0's statistics were of its values, it now standardizes their logs
+    assert logs.config.dense_transforms[0] == StandardizeTransform(mean=0.0, std=1.0, prior_count=20, log=True)
 
 
 def test_the_config_takes_the_statistics_once_they_grew_and_at_every_save() -> None:
