@@ -62,6 +62,19 @@ def test_the_running_statistics_are_those_of_the_prior_and_every_value_seen() ->
     assert 38 < used[0].mean < 42 and 3 < used[2].mean < 7  # moved from the prior to the data
 
 
+def test_the_statistics_of_a_log_field_are_those_of_its_values_logs() -> None:
+    rng = np.random.default_rng(2)
+    stats = DenseStatistics(LOGS)
+    seen = [rng.lognormal(3.0, 1.0, (n, 4)).astype(np.float32) for n in (5, 40, 200)]
+    seen[0][0, 0] = -7.0  # read as log1p(max(x, 0)) = 0, as the transform reads it
+    for dense in seen:
+        stats.observe(dense)
+    logs = np.log1p(np.maximum(np.concatenate(seen)[:, 0].astype(np.float64), 0.0))
+    every = np.r_[prior_values(LOGS[0]), logs]  # the default prior: 10 000 values
+    mean, std = stats.mean_std()
+    np.testing.assert_allclose([mean[0], std[0]], [np.mean(every), np.std(every)], rtol=1e-9)
+
+
 def test_non_finite_values_read_as_zero_and_a_constant_field_keeps_a_positive_std() -> None:
     stats = DenseStatistics((StandardizeTransform(mean=0.0, std=1.0, prior_count=0),))
     stats.observe(np.float32([[np.nan], [np.inf], [-np.inf], [3.0]]))
@@ -79,12 +92,16 @@ def reference_transform(x: float, t: object) -> float:
     if isinstance(t, Log1pTransform):
         return math.log1p(max(x, 0.0))
     if isinstance(t, StandardizeTransform):
-        return min(max((x - t.mean) / t.std, -t.clip), t.clip)
+        v = math.log1p(max(x, 0.0)) if t.log else x
+        return min(max((v - t.mean) / t.std, -t.clip), t.clip)
     assert isinstance(t, IdentityTransform)
     return min(max(x, -t.limit), t.limit)
 
 
-@pytest.mark.parametrize("transforms", [TRANSFORMS, ()], ids=["each-kind", "default-log1p"])
+LOGS = (StandardizeTransform(mean=1.0, std=0.5, log=True, clip=3.0), *TRANSFORMS[1:])
+
+
+@pytest.mark.parametrize("transforms", [TRANSFORMS, LOGS, ()], ids=["each-kind", "standardized-logs", "default-log1p"])
 def test_apply_dense_transforms_is_the_per_element_definition(transforms: tuple) -> None:
     rng = np.random.default_rng(1)
     dense = rng.normal(0, 20, (50, 4)).astype(np.float32)
@@ -98,7 +115,7 @@ def test_apply_dense_transforms_is_the_per_element_definition(transforms: tuple)
     want = np.array([[reference_transform(float(dense[i, j]), kinds[j]) for j in range(4)] for i in range(50)])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     if transforms:  # clipped where the definition clips
-        assert got[3, 0] == 5.0 and got[3, 2] == 2.0 and got[3, 3] == -1.5
+        assert got[3, 0] == transforms[0].clip and got[3, 2] == 2.0 and got[3, 3] == -1.5
     with pytest.raises(ValueError, match="3 dense inputs"):
         apply_dense_transforms(dense[:, :3], TRANSFORMS)
 
