@@ -82,6 +82,11 @@ def load_records(name: str) -> list[dict[str, Any]]:
     return records
 
 
+def _kind(transform: dict[str, Any]) -> str:
+    """A transform's kind in the table: ``standardize (logs)`` for a standardize of log1p."""
+    return "standardize (logs)" if transform.get("log") else transform["kind"]
+
+
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     with open(path, "w") as f:
         for rec in records:
@@ -169,7 +174,7 @@ def run_split(name: str, records: list[dict[str, Any]], seed: int, args: argpars
     test = write_jsonl(work / "test.jsonl", test_recs)
     inferred = infer_config(train)
     fields = [s["name"] for s in dense_slots(inferred)]
-    proposed = {s["name"]: s.get("transform", {"kind": "log1p"})["kind"] for s in dense_slots(inferred)}
+    proposed = {s["name"]: _kind(s.get("transform", {"kind": "log1p"})) for s in dense_slots(inferred)}
     configs = {
         "log1p": (with_transforms(inferred, lambda f: None), train, test),
         "inferred": (inferred, train, test),
