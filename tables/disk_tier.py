@@ -193,13 +193,14 @@ class DiskTier:
         """Rows the tier can take without evicting."""
         return int(self._free.shape[0]) + self.max_records - self.high
 
-    def put(self, cols: dict[str, np.ndarray]) -> None:
-        """Write rows (every row store column, keys not on disk) into free records; the
-        caller made room (:meth:`room`). While freed records ("holes") are few (``HOLE_SHARE``
+    def put(self, cols: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        """Write rows (every row store column, keys not on disk; ``rows``: which of ``cols``'
+        rows, default all, so a row store's columns are read in place, not copied) into free
+        records; the caller made room (:meth:`room`). While freed records ("holes") are few (``HOLE_SHARE``
         of the rows) the rows go past the last record, in one run, else into the lowest holes;
         a file that cannot grow fills its holes. :class:`DiskFull` when the file cannot grow
         and the holes are too few: then nothing was written."""
-        m = cols["keys"].shape[0]
+        m = cols["keys"].shape[0] if rows is None else rows.shape[0]
         if m == 0:
             return
         holes = int(self._free.shape[0])
@@ -224,15 +225,17 @@ class DiskTier:
         buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
         for start in range(0, m, BUFFER_RECORDS):
             part = order[start : start + BUFFER_RECORDS]
+            src = part if rows is None else rows[part]
             for name in COLUMN_DTYPES:
-                buf[name][: part.shape[0]] = cols[name][part]
+                buf[name][: part.shape[0]] = cols[name][src]
             self._io(at[part], buf, write=True)
         self._free = self._free[: self._free.shape[0] - reuse]
         self.high += fresh
         self.rows += m
         if self.rows > self.slots.shape[0] * hashmap.MAX_LOAD:
             self._grow_index()
-        disk_index.update(self.slots, self.hash_key, cols["keys"], at, remove=False)
+        disk_index.update(self.slots, self.hash_key, cols["keys"] if rows is None else cols["keys"][rows], at,
+                          remove=False)
 
     def free(self, records: np.ndarray, keys: np.ndarray) -> None:
         """Forget the rows of ``records`` (promoted or evicted), whose keys are ``keys``; their

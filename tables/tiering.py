@@ -179,7 +179,7 @@ class TableTier:
         for start in range(0, m, MOVE_CHUNK):
             part = victims[start : start + MOVE_CHUNK]
             try:
-                self.disk.put({name: col[part] for name, col in st.rows.cols.items()})
+                self.disk.put(st.rows.cols, part)
             except DiskFull as e:
                 t.counters["disk_full"] += 1
                 log.warning("table %s: %s; rows stay in RAM under its budget's rule", t.name, e)
