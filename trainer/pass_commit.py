@@ -151,6 +151,15 @@ def finish_pass(client: PSClient, root: Store, pass_id: int, saves: list[dict[st
     return man
 
 
+def job_item_counts(root: Store, pass_id: int, ranks: list[int], model: ModelConfig) -> Counts | None:
+    """A two_tower job's decayed item counts of the whole stream: the sum of those in the parts of pass ``pass_id``
+    of the workers ``ranks`` (models.item_popularity); None for another model or before any record."""
+    if model.type is not ModelType.TWO_TOWER:
+        return None
+    parts = [checkpoints.read_worker_part(root, pass_id, r)[1] for r in ranks]
+    return merge_states(parts, model.retrieval.popularity_half_life_s, prefix="model.popularity.")
+
+
 def _shard_stats(client: PSClient) -> list[dict[str, Any]] | None:
     """Table rows and bytes for the pass's point; None when a shard does not answer (the commit goes on)."""
     try:
@@ -310,18 +319,10 @@ class PassCommitter:
                 log.warning("pass %d: %s", n, err.message)
         if export is not None and self.exporter is not None:
             dense, catalog, config = export
-            self.popularity = self._job_item_counts(n, ranks)
+            self.popularity = job_item_counts(self.ctx.root, n, ranks, self.ctx.config.model)
             self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog,
                                 config=config, popularity=self.popularity)
         return man
-
-    def _job_item_counts(self, n: int, ranks: list[int]) -> Counts | None:
-        """The decayed item counts of the whole stream: the sum of those in the workers' parts of pass ``n``."""
-        model = self.ctx.config.model
-        if model.type is not ModelType.TWO_TOWER:
-            return None
-        parts = [checkpoints.read_worker_part(self.ctx.root, n, r)[1] for r in ranks]
-        return merge_states(parts, model.retrieval.popularity_half_life_s, prefix="model.popularity.")
 
     def finish_wait(self, *, ignore_failure: bool = False) -> dict[str, Any]:
         """Wait until the chief's last commit is finished; its manifest becomes ``last_commit``.

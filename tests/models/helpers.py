@@ -36,6 +36,15 @@ def random_batch(n: int, seed: int = 0, *, vocab: int = 7) -> Batch:
                  slots=slots)
 
 
+def item_batch(items: np.ndarray, times: np.ndarray) -> Batch:
+    """One record per item of ``items`` (slots user and item, user 1) at event ``times``."""
+    n = items.shape[0]
+    one = np.arange(n + 1, dtype=np.int64)
+    return Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
+                 slots={"user": (np.ones(n, np.uint64), one), "item": (items, one)}, event_time=times,
+                 user_id=np.ones(n, np.uint64), item_id=items)
+
+
 def central_difference(loss: Callable[[], float], arr: np.ndarray, i: int, eps: float = 1e-3) -> float:
     """d loss / d arr.flat[i] by a central difference (``arr`` is restored)."""
     old = arr.flat[i]

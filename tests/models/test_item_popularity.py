@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from logrecords.batch import Batch
 from models import build_model
 from models import item_popularity as ip
 from models.item_popularity import DecayedItemCounts, merge_counts, merge_states
 from models.model_config import ModelConfig
 from models.two_tower import as_two_tower
+
+from .helpers import item_batch
 
 HALF_LIFE = 3600.0
 T0 = 1.7e9
@@ -92,14 +93,6 @@ def test_bad_input_is_refused() -> None:
         DecayedItemCounts(HALF_LIFE).observe(np.array([1, 2], np.uint64), np.array([T0]))
 
 
-def _batch(items: np.ndarray, times: np.ndarray) -> Batch:
-    n = items.shape[0]
-    one = np.arange(n + 1, dtype=np.int64)
-    return Batch(labels=np.zeros(n, np.float32), dense=np.zeros((n, 0), np.float32),
-                 slots={"user": (np.ones(n, np.uint64), one), "item": (items, one)}, event_time=times,
-                 user_id=np.ones(n, np.uint64), item_id=items)
-
-
 def test_two_tower_counts_its_batches_and_keeps_them_in_its_train_state() -> None:
     config = ModelConfig.model_validate({
         "type": "two_tower", "slots": [{"name": "user", "tower": "user"}, {"name": "item", "tower": "item"}],
@@ -109,7 +102,7 @@ def test_two_tower_counts_its_batches_and_keeps_them_in_its_train_state() -> Non
     models = [as_two_tower(build_model(config)) for _ in range(2)]
     for r, model in enumerate(models):  # two workers, alternate batches
         for a in range(r * 50, items.shape[0], 100):
-            model.count_items(_batch(items[a:a + 50], times[a:a + 50]))
+            model.count_items(item_batch(items[a:a + 50], times[a:a + 50]))
     parts = [{f"model.{k}": v for k, v in m.train_state().items()} for m in models]  # as a pass's worker parts
     merged = merge_states(parts, HALF_LIFE, prefix="model.popularity.")
     assert merged is not None
