@@ -49,6 +49,9 @@ class StartMethod(StrEnum):
     SPAWN = "spawn"  # each exec'd as a fresh interpreter
 
 
+DEFAULT_START_METHOD = StartMethod.FORK_SERVER  # `up.start_method`'s default, and every launcher's
+
+
 def _send(sock: socket.socket, message: dict, fds: Sequence[int] = ()) -> None:
     socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
 

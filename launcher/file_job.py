@@ -19,7 +19,7 @@ from typing import Any, get_args
 import yaml
 
 from core.errors import ConfigError, StreamrecError, Unavailable
-from core.fork_server import StartMethod
+from core.fork_server import DEFAULT_START_METHOD, StartMethod
 from logrecords.schema_config import SchemaConfig
 from models.model_config import ModelConfig
 from ps.cluster import Mode
@@ -48,7 +48,7 @@ class FileJob:
     tables: tuple[TableConfig, ...] | None = None  # the shards' tables (None: the model's), e.g. another admission
     staleness_sample: int = 0  # the shards follow 1 in this many keys' staleness (ps.staleness); 0: off
     dense_parts: int = 1  # dense optimizer steps per batch, one per slice of its records (wide_deep)
-    start_method: StartMethod = StartMethod.SPAWN  # how the shards and workers are started
+    start_method: StartMethod = DEFAULT_START_METHOD  # how the shards and workers are started
 
 
 def criteo_model(model: str, *, embedding_dim: int, mlp: tuple[int, ...], optimizer: str, lr: float,

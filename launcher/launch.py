@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from core.errors import StreamrecError, Unavailable
-from core.fork_server import ForkServer, StartMethod
+from core.fork_server import DEFAULT_START_METHOD, ForkServer, StartMethod
 from core.ports import free_ports
 from launcher.restart_policy import RestartPolicy, Supervised, Tended, restarts_ever
 from launcher.role_process import RoleProcess
@@ -86,7 +86,7 @@ class LaunchSpec:
     # set: every shard and worker serves /metrics on a free port (`--metrics-port`, which the worker command must take)
     metrics_ports: bool = False
     reserved_ports: tuple[int, ...] = ()  # bound by other processes of the run later (up's API): never drawn here
-    start_method: StartMethod = StartMethod.SPAWN  # how shards and workers are started (core.fork_server)
+    start_method: StartMethod = DEFAULT_START_METHOD  # how shards and workers are started (core.fork_server)
 
 
 class Launcher:

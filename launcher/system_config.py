@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
-from core.fork_server import StartMethod
+from core.fork_server import DEFAULT_START_METHOD, StartMethod
 from core.logs import LoggingConfig
 from core.yaml_config import FrozenModel, load_yaml
 from launcher.restart_policy import RestartPolicy
@@ -145,10 +145,11 @@ class UpSection(FrozenModel):
     rank_lease_ttl_s: float = Field(10.0, gt=0.0, le=3600.0,
                                     description="Trainers claim their ranks as leases with this ttl: a restarted "
                                                 "trainer takes a dead one's rank within it.")
-    start_method: StartMethod = Field(StartMethod.SPAWN,
-                                      description="How shards and trainers start: `fork_server` forks each from a "
-                                                  "parent that loaded numba and streamrec once (a fraction of the "
-                                                  "start-up CPU); `spawn` execs a fresh interpreter for each.")
+    start_method: StartMethod = Field(DEFAULT_START_METHOD,
+                                      description="How shards and trainers start (here and in `train-files "
+                                                  "--start-method`): `fork_server` forks each from a parent that "
+                                                  "loaded numba and streamrec once (a fraction of the start-up CPU); "
+                                                  "`spawn` execs a fresh interpreter for each.")
 
 
 class StreamrecConfig(FrozenModel):

@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from core.fork_server import DEFAULT_START_METHOD, StartMethod
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train-files", help="train one pass over files with S shards and W workers, then test")
@@ -41,9 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--staleness-sample", type=int, default=0,
                    help="the shards follow 1 in N keys: updates a row took between a worker's pull and its push "
                    "(p50/p99 in the JSON result's staleness); 0: off")
-    p.add_argument("--start-method", choices=["fork_server", "spawn"], default="spawn",
+    p.add_argument("--start-method", choices=[m.value for m in StartMethod], default=DEFAULT_START_METHOD.value,
                    help="fork_server: shards and workers are forked from a parent that loaded numba and streamrec "
-                   "once; spawn: each is exec'd as a fresh interpreter")
+                   "once; spawn: each is exec'd as a fresh interpreter (default: `up.start_method`'s, %(default)s)")
     p.add_argument("--predictions", help="write one predicted probability per test row here")
     p.add_argument("--work-dir", help="keep logs and shard files here (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -56,7 +58,6 @@ def run_files(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from core.errors import ConfigError
-    from core.fork_server import StartMethod
     from launcher.file_job import FileJob, criteo_model, run_file_job
     from trainer.job_config import DenseUpdate
 
