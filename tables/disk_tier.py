@@ -116,6 +116,9 @@ class DiskTier:
         self.rows = 0
         self._free = np.empty(0, np.int64)  # records to hand out again
         self._free_sorted = True  # whether _free is in descending order (its lowest records last)
+        self.recent_cap = 0  # records the last pull's reads may keep for the push that follows it
+        self._recent_at = np.empty(0, np.int64)  # those records, and their rows
+        self._recent = np.empty(0, self.dtype)
         self._held: list[np.ndarray] = []  # records freed while a save reads the file
         self.holds = 0
 
@@ -136,42 +139,71 @@ class DiskTier:
         self.free(at[hit], cols["keys"])
         return cols
 
-    def peek(self, keys: np.ndarray, names: tuple[str, ...], *,
-             at: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def peek(self, keys: np.ndarray, names: tuple[str, ...], *, at: np.ndarray | None = None,
+             remember: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """``(hit, cols)``: which of ``keys`` (unique) are on disk (indices into ``keys``) and
         columns ``names`` of their rows, read and left on disk. ``at``: their records by the
-        index's tags alone (``lookup(keys, verify=False)``), when the caller has them."""
-        _, hit, cols = self._find(keys, ("keys", *names) if "keys" not in names else names, at)
+        index's tags alone (``lookup(keys, verify=False)``), when the caller has them;
+        ``remember``: keep the whole records read (:meth:`read`)."""
+        _, hit, cols = self._find(keys, ("keys", *names) if "keys" not in names else names, at, remember)
         return hit, cols
 
-    def _find(self, keys: np.ndarray, names: tuple[str, ...],
-              at: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    def _find(self, keys: np.ndarray, names: tuple[str, ...], at: np.ndarray | None = None,
+              remember: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Records of ``keys``, which of them are on disk, and columns ``names`` (with "keys")
         of those: the index's tags pick records unread (or ``at``), the keys read with them
         check them."""
         if at is None:
             at = self.lookup(keys, verify=False)
         hit = np.flatnonzero(at >= 0)
-        cols = self.read(at[hit], names)
+        cols = self.read(at[hit], names, remember=remember)
         if not np.array_equal(cols["keys"], keys[hit]):  # another key's tag agreed: look up by reading keys
             at = self.lookup(keys)
             hit = np.flatnonzero(at >= 0)
             cols = self.read(at[hit], names)
         return at, hit, cols
 
-    def read(self, records: np.ndarray, names: tuple[str, ...] = tuple(COLUMN_DTYPES)) -> dict[str, np.ndarray]:
+    def read(self, records: np.ndarray, names: tuple[str, ...] = tuple(COLUMN_DTYPES), *,
+             remember: bool = False) -> dict[str, np.ndarray]:
         """Columns ``names`` (default: every column of a row store, in its order) of
-        ``records``' rows."""
+        ``records``' rows. Records a pull kept (:meth:`forget_recent` to :meth:`free`) are
+        not read again; with ``remember`` the whole records read are kept, up to
+        ``recent_cap``: a pull's disk rows are pushed next, and their promotion then reads
+        nothing (a record never changes while it holds a row, and :meth:`free` drops it)."""
         m = records.shape[0]
         out = {name: np.empty((m, *self.dtype[name].shape), self.dtype[name].base) for name in names}
-        order = np.argsort(records, kind="stable")
-        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
-        for start in range(0, m, BUFFER_RECORDS):
+        rest = np.arange(m)
+        if self._recent_at.shape[0] and m:
+            pos = np.minimum(np.searchsorted(self._recent_at, records), self._recent_at.shape[0] - 1)
+            kept = self._recent_at[pos] == records
+            for name in names:
+                out[name][kept] = self._recent[name][pos[kept]]
+            rest = np.flatnonzero(~kept)
+        order = rest[np.argsort(records[rest], kind="stable")]
+        buf = np.empty(min(order.shape[0], BUFFER_RECORDS), self.dtype)
+        for start in range(0, order.shape[0], BUFFER_RECORDS):
             part = order[start : start + BUFFER_RECORDS]
             got = self._io(records[part], buf, write=False)
             for name in names:
                 out[name][part] = got[name]
+            if remember:
+                self._remember(records[part], got)
         return out
+
+    def forget_recent(self) -> None:
+        """Keep no records from earlier reads (a pull starts)."""
+        self._recent_at = np.empty(0, np.int64)
+        self._recent = np.empty(0, self.dtype)
+
+    def _remember(self, records: np.ndarray, rows: np.ndarray) -> None:
+        """Keep copies of ``rows`` (whole records ``records``), as many as ``recent_cap`` allows."""
+        room = self.recent_cap - self._recent_at.shape[0]
+        if room <= 0:
+            return
+        at = np.concatenate([self._recent_at, records[:room]])
+        order = np.argsort(at, kind="stable")  # sorted, for read's search
+        self._recent_at = at[order]
+        self._recent = np.concatenate([self._recent, rows[:room]])[order]
 
     def live_records(self) -> np.ndarray:
         return np.flatnonzero(disk_index.live(self.slots, self.high)) if self.rows else np.empty(0, np.int64)
@@ -186,7 +218,8 @@ class DiskTier:
         index = self.slots.nbytes
         if self.rows > GROW_SOON * hashmap.MAX_LOAD * self.slots.shape[0]:
             index *= 2
-        return index + self._free.nbytes + sum(h.nbytes for h in self._held)
+        return (index + self._free.nbytes + sum(h.nbytes for h in self._held)
+                + self.recent_cap * self.record_bytes)
 
     # ---------------------------------------------------------------- writes
     def room(self) -> int:
@@ -242,6 +275,9 @@ class DiskTier:
         records are handed out again once no save reads the file."""
         if records.shape[0] == 0:
             return
+        if self._recent_at.shape[0]:
+            live = ~np.isin(self._recent_at, records)
+            self._recent_at, self._recent = self._recent_at[live], self._recent[live]
         disk_index.update(self.slots, self.hash_key, keys, records, remove=True)
         self.rows -= int(records.shape[0])
         if self.holds:
@@ -257,6 +293,7 @@ class DiskTier:
         self._held = []
         self._free = np.arange(self.high - 1, -1, -1, dtype=np.int64)
         self._free_sorted = True
+        self.forget_recent()
 
     def hold(self) -> None:
         """A save reads records from now until :meth:`release`: freed ones wait."""

@@ -27,7 +27,7 @@ import numpy as np
 from core.errors import DiskFull
 from tables import eviction, promotion
 from tables.dedupe import dedupe
-from tables.disk_tier import DiskTier
+from tables.disk_tier import BUFFER_RECORDS, DiskTier
 from tables.promotion import SecondRead
 from tables.rows import MOVE_CHUNK
 
@@ -38,7 +38,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+RECENT_SHARE = 1 / 64  # of the RAM budget: the records a pull keeps for its push
 COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full")
+
+
+def recent_records(budget: int | None, record_bytes: int) -> int:
+    """Records a pull keeps for the push that follows it: ``RECENT_SHARE`` of the RAM budget,
+    at most a copy buffer's."""
+    if budget is None:
+        return BUFFER_RECORDS
+    return min(BUFFER_RECORDS, int(budget * RECENT_SHARE) // record_bytes)
 
 
 class _Budget(Protocol):
@@ -69,7 +78,9 @@ class TableTier:
         self.low_water = cfg.low_water
         self.disk = DiskTier(Path(cfg.disk.path), table.name, table.state.rows.widths, cfg.disk.max_bytes,
                              table.state.hash_key)
-        self.second_read = SecondRead(table.state.hash_key, promotion.slots_for(table.budget.in_force()[0]))
+        budget = table.budget.in_force()[0]
+        self.second_read = SecondRead(table.state.hash_key, promotion.slots_for(budget))
+        self.disk.recent_cap = recent_records(budget, self.disk.record_bytes)
         table.counters.update(dict.fromkeys(COUNTERS, 0))
 
     # ------------------------------------------------------------- promotion
@@ -110,7 +121,10 @@ class TableTier:
         uniq, inv = dedupe(keys[miss])
         at = self.disk.lookup(uniq, verify=False)  # a tag's false match is found out when its record is read
         maybe = np.flatnonzero(at >= 0)
-        self.second_read.resize(promotion.slots_for(t.budget.in_force()[0]))  # a shard's share may change
+        budget = t.budget.in_force()[0]
+        self.second_read.resize(promotion.slots_for(budget))  # a shard's share may change
+        self.disk.recent_cap = recent_records(budget, self.disk.record_bytes)
+        self.disk.forget_recent()
         repeated = np.bincount(inv, minlength=uniq.shape[0])[maybe] > 1
         earned = np.zeros(uniq.shape[0], np.bool_)
         earned[maybe] = self.second_read.earned(uniq[maybe], repeated)
@@ -137,7 +151,7 @@ class TableTier:
         slot = np.full(uniq.shape[0], -1, np.int64)  # a read key's row in its chunk's columns
         for c, start in enumerate(range(0, which.shape[0], MOVE_CHUNK)):
             part = which[start : start + MOVE_CHUNK]
-            hit, cols = self.disk.peek(uniq[part], ("params",), at=at[part])
+            hit, cols = self.disk.peek(uniq[part], ("params",), at=at[part], remember=True)
             found[part[hit]] = True
             slot[part[hit]] = np.arange(hit.shape[0])
             pos = order[bounds[c] : bounds[c + 1]]

@@ -184,3 +184,31 @@ def test_a_key_whose_index_tag_matches_a_disk_row_reads_as_absent(tmp_path: Path
     assert tiered.stats()["rejected_pulls"] - before == 2
     np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))  # absent's two reads promote nothing of it
     assert not tiered.contains(np.array([absent]))[0]
+
+
+def test_a_push_after_a_pull_promotes_from_the_records_the_pull_read(tmp_path: Path) -> None:
+    ram, tiered = filled(tmp_path)
+    disk = tiered.tier.disk
+    reads: list[int] = []
+    io = disk._io
+
+    def counted(records: np.ndarray, buf: np.ndarray, *, write: bool) -> np.ndarray:
+        if not write:
+            reads.append(records.shape[0])
+        return io(records, buf, write=write)
+
+    disk._io = counted
+    keys = IDS[tiered.tier.lookup(IDS) >= 0][:20]  # within what a 200 KB budget lets a pull keep
+    grads = np.full((20, ram.width), 0.25, np.float32)
+    for step in range(3):  # read in place, pushed (promoted), then demoted again and pushed once more
+        np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))
+        assert sum(reads) == 20
+        reads.clear()
+        for t in (ram, tiered):
+            t.push(keys, grads * (step + 1))
+        assert sum(reads) == 0 and (tiered.lookup_rows(keys) >= 0).all()  # promoted from what the pull read
+        with tiered.lock.mutex:
+            tiered.tier.demote(tiered.lookup_rows(keys))  # into records whose rows the pull did not read
+        assert disk._recent_at.shape[0] == 0
+    np.testing.assert_array_equal(tiered.pull_existing(IDS)[0], ram.pull_existing(IDS)[0])
+    assert tiered.stats()["bytes"] + tiered.stats()["disk_index_bytes"] <= 200_000
