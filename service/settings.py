@@ -94,7 +94,7 @@ class PopularityPriorSettings(FrozenModel):
     """/v1/recommend's popularity prior for users with a history (service.popularity_prior)."""
 
     # 4: the weight chosen on MovieLens 100K's validation split (bench/retrieval_ablation.py, bench/RESULTS.md)
-    weight: float = Field(4.0, ge=0.0,
+    weight: float = Field(4.0, ge=0.0, le=1e6, allow_inf_nan=False,
                           description="Weight of log1p(the item's decayed record count) added to the model's logit "
                                       "of a user with a history; 0: the model's ranking for everyone.")
     candidates: int = Field(300, ge=1,

@@ -36,7 +36,7 @@ class RecommendRequest(Strict):
     exclude: list[U64] = Field(default_factory=list, max_length=10_000, description="item ids never returned")
     exclude_values: list[StrictStr | StrictInt] = Field(default_factory=list, max_length=10_000,
                                             description="item field values never returned (hashed as item ids)")
-    popularity_weight: float | None = Field(None, ge=0.0,
+    popularity_weight: float | None = Field(None, ge=0.0, le=1e6, allow_inf_nan=False,
                                             description="the popularity prior's weight for this request (0: the "
                                                         "model's ranking); left out, the service's "
                                                         "`popularity_prior.weight`")

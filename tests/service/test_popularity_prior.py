@@ -96,3 +96,16 @@ def test_weight_0_or_a_bundle_without_counts_serves_the_models_ranking(tmp_path:
         assert off == _ask(c, [int(ITEMS[1])], popularity_weight=0.0)
     with started(make_settings(tmp_path / "b", popularity_prior=PopularityPriorSettings(weight=WEIGHT))) as c:
         assert _ask(c, [int(ITEMS[1])]) == off
+
+
+@pytest.mark.parametrize("weight", ["-1.0", "1e9", "Infinity", "NaN", '"x"'])
+def test_a_weight_that_is_not_a_finite_non_negative_number_is_refused(client: TestClient, weight: str) -> None:
+    body = f'{{"user": {{"slots": {{"user": [{int(USER_IDS[1])}]}}}}, "k": 5, "popularity_weight": {weight}}}'
+    r = client.post("/v1/recommend", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert "popularity_weight" in r.text
+
+
+def test_the_settings_refuse_a_weight_that_is_not_finite() -> None:
+    with pytest.raises(ValueError, match="weight"):
+        PopularityPriorSettings(weight=float("inf"))
