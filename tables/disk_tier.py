@@ -48,7 +48,7 @@ GROW_RECORDS = 1 << 16  # the file grows by at least this many records (or an ei
 BUFFER_RECORDS = 1 << 13  # records copied per kernel call: the bound of the tier's copy buffer
 REHASH_SLOTS = 1 << 17  # index slots rehashed between two releases of the old index's pages
 GROW_SOON = 0.9  # past this share of its load limit the index counts at its doubled size
-HOLE_SHARE = 1 / 8  # freed records, as a share of the rows, past which a write fills them before growing the file
+HOLE_SHARE = 1 / 16  # freed records, as a share of the rows, past which a write fills them before growing the file
 _opened = itertools.count()  # tiers this process opened: one file each, even for one table
 
 

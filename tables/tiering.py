@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECENT_SHARE = 1 / 64  # of the RAM budget: the records a pull keeps for its push
+RECENT_SHARE = 1 / 256  # of the RAM budget: the records a pull keeps for its push
 COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full")
 
 

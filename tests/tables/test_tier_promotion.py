@@ -198,11 +198,13 @@ def test_a_push_after_a_pull_promotes_from_the_records_the_pull_read(tmp_path: P
         return io(records, buf, write=write)
 
     disk._io = counted
-    keys = IDS[tiered.tier.lookup(IDS) >= 0][:20]  # within what a 200 KB budget lets a pull keep
-    grads = np.full((20, ram.width), 0.25, np.float32)
+    n = disk.recent_cap  # the records a 200 KB budget lets a pull keep
+    assert n >= 4
+    keys = IDS[tiered.tier.lookup(IDS) >= 0][:n]
+    grads = np.full((n, ram.width), 0.25, np.float32)
     for step in range(3):  # read in place, pushed (promoted), then demoted again and pushed once more
         np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))
-        assert sum(reads) == 20
+        assert sum(reads) == n
         reads.clear()
         for t in (ram, tiered):
             t.push(keys, grads * (step + 1))
