@@ -215,6 +215,8 @@ def load_popularity(root: Path, man: BundleManifest) -> tuple[np.ndarray, np.nda
         raise CorruptData(f"{path}: ids, counts and as_of missing or of mismatched shape", detail={"file": str(path)})
     if ids.shape[0] > 1 and not (ids[1:] > ids[:-1]).all():
         raise CorruptData(f"{path}: item ids not sorted and distinct", detail={"file": str(path)})
+    if not (np.isfinite(counts).all() and (counts >= 0).all()):
+        raise CorruptData(f"{path}: counts not finite and non-negative", detail={"file": str(path)})
     return ids.astype(np.uint64), counts.astype(np.float32), float(as_of[0])
 
 

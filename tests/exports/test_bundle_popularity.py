@@ -37,7 +37,9 @@ def test_counts_round_trip(tmp_path: Path) -> None:
     {"ids": IDS[::-1].copy(), "counts": COUNTS.astype(np.float32), "as_of": np.array([AS_OF])},
     {"ids": IDS, "counts": COUNTS[:2].astype(np.float32), "as_of": np.array([AS_OF])},
     {"ids": IDS, "counts": COUNTS.astype(np.float32)},
-], ids=["unsorted", "short-counts", "no-as-of"])
+    {"ids": IDS, "counts": np.array([1.0, np.nan, 2.0], np.float32), "as_of": np.array([AS_OF])},
+    {"ids": IDS, "counts": np.array([1.0, -3.0, 2.0], np.float32), "as_of": np.array([AS_OF])},
+], ids=["unsorted", "short-counts", "no-as-of", "nan-count", "negative-count"])
 def test_a_malformed_file_is_corrupt_data(tmp_path: Path, arrays: dict[str, np.ndarray]) -> None:
     _publish(tmp_path, 1, (IDS, COUNTS, AS_OF))
     man = read_manifest(tmp_path, 1)
