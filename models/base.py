@@ -81,10 +81,11 @@ class Model:
     def current_dense(self, f: Features, batch: Any) -> Features:
         """``f`` with its dense inputs made again from ``batch`` with the transforms in use now:
         features built ahead (the prefetch stage, or a prefetch process's own model) took those
-        of their time, which running statistics have changed since."""
-        if self.dense_statistics is not None:
+        of their time, which running statistics may have changed since (unchanged: kept as built)."""
+        if self.dense_statistics is not None and f.transforms != self.config.dense_transforms:
             dense = np.asarray(batch.dense, np.float32)[:, : self.config.n_dense]
             f.dense = np.ascontiguousarray(apply_dense_transforms(dense, self.config.dense_transforms))
+            f.transforms = self.config.dense_transforms
         return f
 
     def train_state(self) -> dict[str, np.ndarray]:

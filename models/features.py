@@ -14,7 +14,7 @@ import numpy as np
 from core.errors import InvalidInput
 from core.kernel_cache import kernel
 from logrecords.batch import Batch
-from logrecords.dense_transform import apply_dense_transforms
+from logrecords.dense_transform import DenseTransform, apply_dense_transforms
 from models.model_config import ITEM_BIAS_TABLE, ModelConfig, ModelType, Pooling, SlotSpec, Tower
 from tables.dedupe import dedupe
 
@@ -46,6 +46,7 @@ class Features:
     labels: np.ndarray  # float32[n]
     dense: np.ndarray  # float32[n, n_dense], transformed
     tables: dict[str, TableInput]
+    transforms: tuple[DenseTransform, ...]  # the config's dense transforms ``dense`` was made with
 
     def rows_of(self, rows: dict[str, np.ndarray], table: str) -> np.ndarray:
         """``rows[table]``, checked to hold a row for each of this batch's keys of ``table``: the
@@ -150,4 +151,5 @@ def build_features(config: ModelConfig, batch: Batch, slots: tuple[SlotSpec, ...
         offs, shows, clicks = _offsets_and_counts(raw, idx, labels, keys.shape[0])
         tables[plan.name] = TableInput(keys=keys, idx=idx, offs=offs, mean=plan.mean, slots=plan.specs,
                                        shows=shows, clicks=clicks)
-    return Features(n=n, labels=labels, dense=np.ascontiguousarray(dense), tables=tables)
+    return Features(n=n, labels=labels, dense=np.ascontiguousarray(dense), tables=tables,
+                    transforms=config.dense_transforms)

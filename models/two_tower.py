@@ -153,7 +153,8 @@ class TwoTower(Model):
                                 clicks=np.concatenate([base.clicks, pad]))
             items.tables[t] = replace(ti, keys=keys, idx=idx[u:][ti.idx], shows=tables[t].shows,
                                       clicks=tables[t].clicks)
-        return TwoTowerFeatures(n=n, labels=f.labels, dense=f.dense, tables=tables, items=items, item_ids=item_ids,
+        return TwoTowerFeatures(n=n, labels=f.labels, dense=f.dense, tables=tables, transforms=f.transforms,
+                                items=items, item_ids=item_ids,
                                 item_hash=np.concatenate([hashes, sampled_hash]), n_sampled=k, pool_size=size)
 
     # -- towers -----------------------------------------------------------------------------------
