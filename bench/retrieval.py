@@ -34,7 +34,8 @@ history: the model's candidates re-ranked by the items' decayed record counts, s
 ``--ablate`` adds what the strong simple baselines know to each run's model scores (asked again with
 ``popularity_weight`` 0; bench/retrieval_ablation.py: a decayed popularity prior on /v1/recommend's, an item-rate
 prior on /v1/predict's), its half-life and weights chosen on a validation split carved from the train part (one
-more `up` run on its first 90%), and the model's own lists as a row.
+more `up` run on its first 90%), and the model's own lists as a row; the holdout runs then serve the service's prior
+(standardized scale) with the half-life and weight that split chose (bench/retrieval_prior.py).
 
 Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--ablate]
 [--workers W] [--pass-records N [--pass-idle-s S]] [--partition-by-user] [--json]``.
@@ -59,6 +60,7 @@ from bench import retrieval_ablation as ablation
 from bench.retrieval_baselines import EVERY_RECORD, EXTRA_BASELINES, baseline_lists
 from bench.retrieval_data import DATASETS, Interactions, Split, load_dataset, oracle_lists, time_split
 from bench.retrieval_metrics import auc, best_shared_list, score_lists
+from bench.retrieval_prior import DAY_S, ServedPrior
 from bench.retrieval_up import UpResult, run_up
 from launcher.system_config import StreamrecConfig
 from models.model_config import DRIFTING_USER_ID_OPTIMIZER
@@ -189,6 +191,7 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     tuned = validation(dataset, config, split, args) if args.ablate else None
     if tuned is not None:
         out["ablation_tuned"] = {**asdict(tuned)}
+        config = with_served_prior(config, *(p for p in tuned.served if p.scale == "standardized"))
     out["streamrec"] = replay_runs(dataset, config, train_file, split, args, what=CONFIG_WHAT, tuned=tuned)
     if args.config_from == "infer":
         inferred, text = inferred_config(train_file, config)
@@ -211,12 +214,30 @@ def validation(dataset: str, config: dict[str, Any], split: Split, args: argpars
     return ablation.tune(res.scored, val, _temperature(config), K, predict, item_rate_scores(val))
 
 
-def served_prior(config: dict[str, Any]) -> dict[str, float]:
-    """The service's popularity prior under ``config`` (service.popularity_prior): the counts' half-life, its weight."""
+def served_prior(config: dict[str, Any]) -> dict[str, Any]:
+    """The service's popularity prior under ``config`` (service.popularity_prior): the counts' half-life, its scale
+    and weight."""
     parsed = StreamrecConfig.model_validate(config)
     retrieval = getattr(parsed.train.model, "retrieval", None)
     half_life = float("nan") if retrieval is None else retrieval.popularity_half_life_s / 86400.0
-    return {"half_life_days": half_life, "weight": parsed.service.popularity_prior.weight}
+    prior = parsed.service.popularity_prior
+    return {"half_life_days": half_life, "scale": prior.scale, "weight": prior.weight, "candidates": prior.candidates}
+
+
+def with_served_prior(config: dict[str, Any], *chosen: ServedPrior) -> dict[str, Any]:
+    """``config`` serving the prior ``chosen`` on the validation split (its half-life, scale and weight); none:
+    ``config`` as it is."""
+    if not chosen:
+        return config
+    prior = chosen[0]
+    model = config["train"]["model"]
+    retrieval = {**model.get("retrieval", {}), "popularity_half_life_s": prior.half_life_days * DAY_S}
+    service = config.get("service", {})
+    out = {**config, "train": {**config["train"], "model": {**model, "retrieval": retrieval}},
+           "service": {**service, "popularity_prior": {**service.get("popularity_prior", {}), "scale": prior.scale,
+                                                       "weight": prior.weight, "candidates": prior.candidates}}}
+    StreamrecConfig.model_validate(out)
+    return out
 
 
 def write_replay(train: Interactions, path: Path, args: argparse.Namespace, out: dict[str, Any]) -> None:

@@ -2,13 +2,16 @@
 served model's own scores (asked with ``popularity_weight`` 0: without the service's own prior), each
 row measured on the same served run as streamrec's served lists; the model's own lists are a row too.
 
-- **Popularity prior** (recommend): each of a user's served top ``wide`` items re-ranked by
+- **Popularity prior** (recommend): each of a user's served top ``BENCH_PRIOR_WIDE`` items re-ranked by
   ``score / temperature + w * log1p(c)``, ``c`` the item's train positives (``every``: records)
   decayed with a half-life (a share of the train part's events; None: no decay, the all-time
   count), the weight ``w`` apart for users seen in train and users new to the holdout. A new
   user's weight may be ``inf``: the decayed list itself (the trending list).
 - **Item-rate prior** (predict): ``logit(p) + g * logit(rate)``, ``rate`` the item's smoothed train
   positive rate (the item-rate baseline's score).
+
+- **The service's prior** (bench/retrieval_prior.py): the service's own re-rank, each of its scales with the
+  half-life and weight chosen on the validation split.
 
 The half-life and the weights are chosen on a validation split carved from the train part (its
 last 10% by time, the model replayed on the rest), never on the holdout; the chosen ones are then
@@ -23,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import retrieval_prior
 from bench.retrieval_baselines import RECENT_HALF_LIFE, decayed_counts
 from bench.retrieval_data import Split
 from bench.retrieval_metrics import auc, cut_excluding, score_lists
@@ -32,7 +36,8 @@ HALF_LIVES: tuple[float | None, ...] = (RECENT_HALF_LIFE / 2, RECENT_HALF_LIFE, 
 PRIOR_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 NEW_USER_WEIGHTS = (*PRIOR_WEIGHTS, float("inf"))
 PREDICT_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
-WIDE = 300  # served items per user the priors re-rank
+WIDE = 1000  # the model-alone items asked per user: the service's prior re-ranks its first `candidates`
+BENCH_PRIOR_WIDE = 300  # the bench-only priors re-rank the first 300
 MODEL_ALONE = "streamrec, model alone (popularity_weight 0)"
 
 Scored = dict[int, tuple[np.ndarray, np.ndarray]]
@@ -73,6 +78,7 @@ def reranked(scored: Scored, split: Split, prior: Prior, temperature: float, k: 
         if np.isinf(w):
             lists[u] = cut_excluding(trend, split.seen.get(u, ()), k)
             continue
+        ids, scores = ids[:BENCH_PRIOR_WIDE], scores[:BENCH_PRIOR_WIDE]
         z = scores / temperature + w * of(ids)
         lists[u] = ids[np.argsort(-z, kind="stable")][:k].tolist()
     return lists
@@ -125,6 +131,7 @@ class Tuned:
     prior_seen_only: Prior
     predict_weight: float
     validation: dict[str, Any]
+    served: tuple[retrieval_prior.ServedPrior, ...] = ()  # the service's prior, each scale's choice
 
 
 def tune(scored: Scored, split: Split, temperature: float, k: int, predict: np.ndarray,
@@ -135,8 +142,18 @@ def tune(scored: Scored, split: Split, temperature: float, k: int, predict: np.n
     seen_only = Prior(prior.half_life, prior.every, prior.weight_seen, 0.0)
     g = tune_predict(split.test.label, predict, rate)
     plain = _recall({u: ids[:k].tolist() for u, (ids, _) in scored.items()}, split, set(scored), k)
+    served, served_recall, served_grid = [], {}, {}
+    for scale in retrieval_prior.WEIGHTS:
+        chosen, got, g_grid = retrieval_prior.tune(scored, split, temperature, k, scale)
+        served.append(chosen)
+        served_recall[scale], served_grid[scale] = got, g_grid
     return Tuned(prior, no_decay, seen_only, g,
-                 {"users": len(scored), "recall_served": plain, "recall_with_prior": recall, "grid": grid})
+                 {"users": len(scored), "recall_served": plain, "recall_with_prior": recall, "grid": grid,
+                  "served_recall": served_recall, "served_grid": served_grid}, tuple(served))
+
+
+def served_row_name(scale: str) -> str:
+    return f"+ service's prior, {scale}"
 
 
 def rows(scored: Scored, split: Split, tuned: Tuned, temperature: float, k: int, predict: np.ndarray,
@@ -152,6 +169,11 @@ def rows(scored: Scored, split: Split, tuned: Tuned, temperature: float, k: int,
         lists = reranked(scored, split, prior, temperature, k)
         out[name] = {**metrics(lists, split), "recall_new_users": _recall(lists, split, new_users, k),
                      "prior": asdict(prior)}
+    for chosen in tuned.served:
+        lists = retrieval_prior.served_lists(scored, split, chosen, temperature, k)
+        out[served_row_name(chosen.scale)] = {**metrics(lists, split),
+                                              "recall_new_users": _recall(lists, split, new_users, k),
+                                              "prior": asdict(chosen)}
     ok = ~np.isnan(predict)
     out["predict_auc_with_item_rate"] = (auc(split.test.label[ok], _logit(predict[ok]) +
                                              tuned.predict_weight * _logit(rate[ok])) if ok.any() else float("nan"))
@@ -183,21 +205,33 @@ def print_rows(out: dict[str, Any], strongest: str, strongest_recall: float) -> 
     print(f"ablations (bench/retrieval_ablation.py), chosen on the validation split ({val['users']} users: served "
           f"{_f(val['recall_served'])}, with the chosen prior {_f(val['recall_with_prior'])}); the mean of "
           f"{ours['runs_done']} holdout runs, each over the same run's served lists:")
-    print(f"{'row':<46}{'recall@10':>10}{'seen':>7}{'new':>7}{'min-max':>13}{'/strongest':>11}  prior")
+    if val.get("served_recall"):
+        print("the service's prior on the validation split (best weight per half-life in days): " + "; ".join(
+            f"{scale} " + ", ".join(f"{g['half_life_days']:g}d {_f(g['recall'])} (w {g['weight']:g}, "
+                                    f"{g['candidates']})" for g in grid)
+            for scale, grid in val["served_grid"].items()))
+    print(f"{'row':<46}{'recall@10':>10}{'seen':>7}{'new':>7}{'min-max':>13}{'spread':>8}{'/strongest':>11}  prior")
     rows = [("streamrec (served)", {**ours, "prior": None}), *ours["ablations"].items()]
     served = ours.get("served_prior") or {}
     for name, m in rows:
         if not isinstance(m, dict):
             continue
         p = m["prior"]
-        hl = "none" if p is None or p["half_life"] is None else round(p["half_life"], 4)
-        what = "" if p is None else (f"half-life {hl}{' every record' if p['every'] else ''}, "
-                                     f"w seen {p['weight_seen']}, w new {p['weight_new']}")
+        if p is not None and "scale" in p:
+            what = (f"{p['scale']}, half-life {p['half_life_days']:g} days, w {p['weight']:g}, "
+                    f"{p['candidates']} candidates")
+        else:
+            hl = "none" if p is None or p["half_life"] is None else round(p["half_life"], 4)
+            what = "" if p is None else (f"half-life {hl}{' every record' if p['every'] else ''}, "
+                                         f"w seen {p['weight_seen']}, w new {p['weight_new']}")
         if name == "streamrec (served)" and served:
-            what = (f"served prior: half-life {served['half_life_days']:g} days of event time, every record, "
-                    f"w {served['weight']} for users with a history")
+            what = (f"served prior: {served.get('scale', 'logit')}, half-life {served['half_life_days']:g} days "
+                    f"of event time, every record, w {served['weight']:g}, {served.get('candidates', 300)} "
+                    f"candidates, for users with a history")
         print(f"{name:<46}{_f(m['recall']):>10}{_f(m['recall_seen_users']):>7}{_f(m['recall_new_users']):>7}"
-              f"{_f(m['recall_min']):>7}-{_f(m['recall_max']):<5}{m['recall'] / strongest_recall:>10.2f}x  {what}")
+              f"{_f(m['recall_min']):>7}-{_f(m['recall_max']):<5}"
+              f"{100 * (m['recall_max'] - m['recall_min']) / m['recall']:>7.1f}%"
+              f"{m['recall'] / strongest_recall:>10.2f}x  {what}")
     print(f"strongest baseline: {strongest} {_f(strongest_recall)}")
     print(f"predict AUC: served {_f(ours['predict_auc'])}, + item-rate log-odds x {tuned['predict_weight']} "
           f"{_f(ours['ablations']['predict_auc_with_item_rate'])}, item rate alone {_f(out['item_rate_auc'])}")

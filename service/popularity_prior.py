@@ -3,21 +3,26 @@
 A bundle carries each item's record count decayed by event time, summed over the job's trainers
 (exports.bundle ``popularity.arrays``, models.item_popularity). For a user with a history (the
 request's history slot holds items once the service completed it, service.user_history), the
-top ``candidates`` of the Faiss search are re-ranked by
+top ``candidates`` of the Faiss search (less the request's exclusions) are re-ranked by one of
 
-    score + temperature * weight * log1p(count)
+    standardized:  z(score) + weight * z(log1p(count))     z(x) = (x - mean(x)) / std(x) over the candidates
+    logit:         score + temperature * weight * log1p(count)
 
-that is the model's logit (score / temperature, the retrieval softmax's) plus ``weight *
-log1p(count)``, scaled back to the score's units; the answer's scores are these. A user without a
-history is served the model's ranking: the prior added nothing for users new to the log (the weight
-for them chosen on a validation split, bench/retrieval_ablation.py). ``weight`` 0 serves the model's
-ranking to every user.
+``standardized`` (the default) compares the model's ranking and the prior in units of their own spread
+over the request's candidates, so the weight means the same whatever scale the run's logits took (it
+differs between runs of one config) and however many records the counts hold; a term that does not vary
+over the candidates adds nothing. ``logit`` adds ``weight * log1p(count)`` to the model's logit (score /
+temperature, the retrieval softmax's), scaled back to the score's units. The answer's scores are these
+sums. A user without a history is served the model's ranking: the prior added nothing for users new to
+the log (the weight for them chosen on a validation split, bench/retrieval_ablation.py). ``weight`` 0
+serves the model's ranking to every user.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -59,11 +64,35 @@ def has_history(batch: Batch, slot: str | None) -> bool:
     return bool(offsets[1] > offsets[0])
 
 
+PriorScale = Literal["standardized", "logit"]
+
+
+def standardized(x: np.ndarray) -> np.ndarray:
+    """``(x - mean(x)) / std(x)`` in float32 (0 where ``x`` does not vary: a constant term ranks nothing)."""
+    x = np.asarray(x, np.float64)
+    if x.shape[0] == 0:
+        return np.zeros(0, np.float32)
+    centred = x - x.mean()
+    sd = float(np.sqrt(np.mean(centred * centred)))
+    if not sd > 1e-12 * max(1.0, float(np.abs(x).max())):
+        return np.zeros(x.shape[0], np.float32)
+    return (centred / sd).astype(np.float32)
+
+
+def prior_scores(scores: np.ndarray, log_counts: np.ndarray, weight: float, temperature: float,
+                 scale: PriorScale = "standardized") -> np.ndarray:
+    """The candidates' re-ranking scores (the module docstring) from their ``scores`` and ``log1p(count)``."""
+    if scale == "standardized":
+        return standardized(scores) + np.float32(weight) * standardized(log_counts)
+    if scale == "logit":
+        return (scores + np.float32(temperature * weight) * log_counts).astype(np.float32)
+    raise ValueError(f"popularity prior scale must be 'standardized' or 'logit', got {scale!r}")
+
+
 def rerank(ids: np.ndarray, scores: np.ndarray, counts: ItemCounts, weight: float,
-           temperature: float) -> tuple[np.ndarray, np.ndarray]:
-    """The candidates ``ids`` by ``scores + temperature * weight * log1p(count)``, best first (ties: the search's
-    order), with those scores."""
-    z = (scores + np.float32(temperature * weight) * counts.log1p_of(ids)).astype(np.float32)
+           temperature: float, scale: PriorScale = "standardized") -> tuple[np.ndarray, np.ndarray]:
+    """The candidates ``ids`` by :func:`prior_scores`, best first (ties: the search's order), with those scores."""
+    z = prior_scores(scores, counts.log1p_of(ids), weight, temperature, scale).astype(np.float32)
     order = np.argsort(-z, kind="stable")
     return ids[order], z[order]
 

@@ -93,13 +93,18 @@ class LimitSettings(FrozenModel):
 class PopularityPriorSettings(FrozenModel):
     """/v1/recommend's popularity prior for users with a history (service.popularity_prior)."""
 
-    # 4: the weight chosen on MovieLens 100K's validation split (bench/retrieval_ablation.py, bench/RESULTS.md)
-    weight: float = Field(4.0, ge=0.0, le=1e6, allow_inf_nan=False,
-                          description="Weight of log1p(the item's decayed record count) added to the model's logit "
-                                      "of a user with a history; 0: the model's ranking for everyone.")
+    # standardized: the weight then means the same whatever scale a run's logits took (service.popularity_prior)
+    scale: Literal["standardized", "logit"] = Field(
+        "standardized", description="How the prior meets the model's scores: `standardized` adds weight x the "
+                                    "candidates' standardized log1p(count) to their standardized scores, `logit` "
+                                    "adds weight x log1p(count) to the model's logit.")
+    # the weight chosen on MovieLens 100K's validation split (bench/retrieval_ablation.py, bench/RESULTS.md)
+    weight: float = Field(1.0, ge=0.0, le=1e6, allow_inf_nan=False,
+                          description="Weight of the prior (log1p of the item's decayed record count, in `scale`'s "
+                                      "units) for a user with a history; 0: the model's ranking for everyone.")
     candidates: int = Field(300, ge=1,
-                            description="Items the index returns for the prior to re-rank (at least the request's k "
-                                        "plus its exclusions).")
+                            description="Items the prior re-ranks, besides the request's exclusions (at least the "
+                                        "request's k).")
 
 
 DEFAULT_PORT = 8000

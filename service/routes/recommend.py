@@ -92,14 +92,17 @@ async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECO
         reranked = (weight > 0 and counts is not None and temperature is not None
                     and has_history(user_batch, history.slot(side)))
         wanted = body.k + exclude.shape[0]
-        ids, scores = await run_search(items, items.search, user, max(wanted, prior.candidates) if reranked else wanted)
+        # the prior re-ranks ``candidates`` items besides the excluded ones
+        ids, scores = await run_search(items, items.search, user,
+                                       max(wanted, prior.candidates + exclude.shape[0]) if reranked else wanted)
         ids, scores = ids[0], scores[0]
         if exclude.shape[0]:
             keep = ~np.isin(ids, exclude)
             ids, scores = ids[keep], scores[keep]
         if reranked:
             assert counts is not None and temperature is not None
-            ids, scores = rerank(ids, scores, counts, weight, temperature)
+            top = max(body.k, prior.candidates)
+            ids, scores = rerank(ids[:top], scores[:top], counts, weight, temperature, prior.scale)
         ids, scores = ids[: body.k], scores[: body.k]
         values = item_values(side, ids) if raw else None
     return json_response({"version": version, "items": scored(ids, scores, values), "defaults": defaults})

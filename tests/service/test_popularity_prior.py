@@ -1,9 +1,11 @@
-"""/v1/recommend's popularity prior (service.popularity_prior): a user with a history gets the index's
-candidates re-ranked by score + temperature * weight * log1p(the bundle's decayed count); a user without
-one, a weight of 0 (configured or asked) or a bundle without counts, the model's ranking."""
+"""/v1/recommend's popularity prior (service.popularity_prior): a user with a history gets the index's top
+candidates (less the exclusions) re-ranked by the standardized score + weight x the standardized log1p(the bundle's
+decayed count), or on the logit scale by score + temperature * weight * log1p(count); a user without one, a weight
+of 0 (configured or asked) or a bundle without counts, the model's ranking."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -50,18 +52,34 @@ def _ask(client: TestClient, history: list[int], k: int = 10, **extra: object) -
     return [(x["id"], x["score"]) for x in r.json()["items"]]
 
 
-def _reranked(model: list[tuple[int, float]], exclude: tuple[int, ...] = ()) -> list[int]:
-    """The model's candidates by the prior, computed here from the test's own counts."""
+def _prior_scores(model: list[tuple[int, float]], scale: str) -> list[tuple[int, float]]:
+    """Each candidate's re-ranking score, computed here one by one from the test's own counts."""
     count = dict(zip(COUNTED.tolist(), COUNTS.tolist(), strict=True))
-    kept = [(i, s + TEMPERATURE * WEIGHT * np.log1p(count.get(i, 0.0))) for i, s in model if i not in exclude]
-    return [i for i, _ in sorted(kept, key=lambda x: -x[1])]
+    logc = [float(np.log1p(count.get(i, 0.0))) for i, _ in model]
+    if scale == "logit":
+        return [(i, s + TEMPERATURE * WEIGHT * c) for (i, s), c in zip(model, logc, strict=True)]
+    scores = [s for _, s in model]
+
+    def z(xs: list[float], x: float) -> float:
+        sd = statistics.pstdev(xs)
+        return 0.0 if sd == 0 else (x - statistics.fmean(xs)) / sd
+
+    return [(i, z(scores, s) + WEIGHT * z(logc, c)) for (i, s), c in zip(model, logc, strict=True)]
 
 
-@pytest.fixture
-def client(tmp_path: Path):
+def _reranked(model: list[tuple[int, float]], scale: str, exclude: tuple[int, ...] = (),
+              candidates: int = 30) -> list[tuple[int, float]]:
+    """The model's first ``candidates`` items besides ``exclude``, by the prior."""
+    kept = [(i, s) for i, s in model if i not in exclude][:candidates]
+    return sorted(_prior_scores(kept, scale), key=lambda x: -x[1])
+
+
+@pytest.fixture(params=["standardized", "logit"])
+def client(tmp_path: Path, request: pytest.FixtureRequest):
     _bundle(tmp_path / "exports")
-    with started(make_settings(tmp_path / "exports",
-                               popularity_prior=PopularityPriorSettings(weight=WEIGHT, candidates=30))) as c:
+    settings = PopularityPriorSettings(scale=request.param, weight=WEIGHT, candidates=30)
+    with started(make_settings(tmp_path / "exports", popularity_prior=settings)) as c:
+        c.scale = request.param
         yield c
 
 
@@ -70,15 +88,43 @@ def test_a_user_with_a_history_gets_the_candidates_reranked_by_the_counts(client
     model = _ask(client, history, k=50, popularity_weight=0.0)  # every item, the model's ranking
     assert [s for _, s in model] == sorted((s for _, s in model), reverse=True)
     got = _ask(client, history)
-    want = _reranked(model[:30])  # the index's top 30 candidates, re-ranked
-    assert [i for i, _ in got] == want[:10]
-    assert want[:10] != [i for i, _ in model[:10]]  # the prior moved something
-    count = dict(zip(COUNTED.tolist(), COUNTS.tolist(), strict=True))
-    scores = dict(model)
-    np.testing.assert_allclose([s for _, s in got], [scores[i] + TEMPERATURE * WEIGHT * np.log1p(count.get(i, 0.0))
-                                                     for i, _ in got], rtol=1e-5, atol=1e-5)
-    skip = tuple(want[:3])  # exclusions leave the rest of the re-ranked list
-    assert [i for i, _ in _ask(client, history, k=5, exclude=list(skip))] == _reranked(model[:30], skip)[:5]
+    want = _reranked(model, client.scale)  # the index's top 30 candidates, re-ranked
+    assert [i for i, _ in got] == [i for i, _ in want[:10]]
+    assert [i for i, _ in want[:10]] != [i for i, _ in model[:10]]  # the prior moved something
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want[:10]], rtol=1e-5, atol=1e-5)
+    # exclusions leave the rest of the re-ranked list, and the prior still re-ranks 30 candidates besides them
+    skip = tuple(i for i, _ in want[:3]) + tuple(i for i, _ in model[-5:])
+    got = _ask(client, history, k=5, exclude=list(skip))
+    assert [i for i, _ in got] == [i for i, _ in _reranked(model, client.scale, skip)[:5]]
+
+
+def test_the_standardized_prior_ignores_the_scale_of_the_scores() -> None:
+    from service.popularity_prior import ItemCounts, rerank
+
+    rng = np.random.default_rng(3)
+    ids = np.arange(1, 201, dtype=np.uint64)
+    scores = rng.standard_normal(200).astype(np.float32)
+    counts = ItemCounts(ids, np.log1p(rng.exponential(30.0, 200)).astype(np.float32), 0.0)
+    base, _ = rerank(ids, scores, counts, 0.7, TEMPERATURE)
+    for a, b in ((10.0, 3.0), (0.1, -2.0)):  # a run whose logits came out 10x wider or 10x narrower, and shifted
+        again, _ = rerank(ids, (a * scores + b).astype(np.float32), counts, 0.7, TEMPERATURE)
+        assert again.tolist() == base.tolist()
+    logit_base, _ = rerank(ids, scores, counts, 2.0, TEMPERATURE, "logit")
+    logit_wide, _ = rerank(ids, 10.0 * scores, counts, 2.0, TEMPERATURE, "logit")
+    assert logit_wide.tolist() != logit_base.tolist()  # the logit scale's weight means less on wider logits
+
+
+def test_a_constant_term_ranks_nothing() -> None:
+    from service.popularity_prior import ItemCounts, rerank, standardized
+
+    ids = np.array([5, 3, 9], np.uint64)
+    assert standardized(np.full(3, 2.5)).tolist() == [0.0, 0.0, 0.0]
+    assert standardized(np.zeros(0)).shape == (0,)
+    no_counts = ItemCounts(np.empty(0, np.uint64), np.empty(0, np.float32), 0.0)
+    got, _ = rerank(ids, np.array([0.3, 0.2, 0.1], np.float32), no_counts, 5.0, TEMPERATURE)
+    assert got.tolist() == [5, 3, 9]  # no item has a count: the model's order
+    equal = ItemCounts(np.sort(ids), np.full(3, 1.0, np.float32), 0.0)
+    assert rerank(ids, np.full(3, 0.4, np.float32), equal, 5.0, TEMPERATURE)[0].tolist() == [5, 3, 9]  # ties: search's
 
 
 def test_a_user_without_a_history_or_a_weight_of_0_gets_the_models_ranking(client: TestClient) -> None:
@@ -106,6 +152,8 @@ def test_a_weight_that_is_not_a_finite_non_negative_number_is_refused(client: Te
     assert "popularity_weight" in r.text
 
 
-def test_the_settings_refuse_a_weight_that_is_not_finite() -> None:
+def test_the_settings_refuse_a_weight_that_is_not_finite_or_an_unknown_scale() -> None:
     with pytest.raises(ValueError, match="weight"):
         PopularityPriorSettings(weight=float("inf"))
+    with pytest.raises(ValueError, match="scale"):
+        PopularityPriorSettings(scale="rank")
