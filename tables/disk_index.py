@@ -2,8 +2,9 @@
 
 The layout and probing are :mod:`tables.hashmap`'s (``(tag << 32) | (record + 1)`` words,
 linear probing, backward-shift deletion), but the keys live in the records on disk, not in a
-RAM column: a probe whose tag agrees reads the record's key (8 bytes, one ``pread``), and tags
-of different keys almost never agree, so a miss reads nothing. Deletion matches the slot word
+RAM column: a probe whose tag agrees reads the record's key (its first word, from the file's
+mapping, :mod:`tables.record_io`), and tags of different keys almost never agree, so a miss
+reads nothing. Deletion matches the slot word
 itself (tag and record: no key read) and growing rehashes from the words alone (a word's tag
 holds its home slot at any capacity). A promotion, which reads the records anyway, skips the
 key reads and checks the keys it read.
@@ -16,23 +17,22 @@ import numpy as np
 from core.kernel_cache import JIT, kernel
 from tables.cache_hint import prefetch
 from tables.hashmap import LOW32, PF, U32, hash_keys, remove_at
-from tables.record_io import pread
 
 _ZERO = np.uint64(0)
 _ONE = np.uint64(1)
 
 
 @kernel(**JIT)
-def lookup(slots: np.ndarray, hkey: np.ndarray, query: np.ndarray, fd: int, record_bytes: int,
-           out: np.ndarray, verify: bool) -> np.int64:
-    """Record of each query key into ``out`` (-1 when absent); returns -1, or the record whose
-    key could not be read. Without ``verify`` the first entry whose tag agrees is taken
-    unread: the caller compares the keys of the records it reads anyway."""
+def lookup(slots: np.ndarray, hkey: np.ndarray, query: np.ndarray, words: np.ndarray, record_words: int,
+           out: np.ndarray, verify: bool) -> None:
+    """Record of each query key into ``out`` (-1 when absent); keys are read from the mapped
+    file ``words`` (uint64, ``record_words`` a record, the key first). Without ``verify`` the
+    first entry whose tag agrees is taken unread: the caller compares the keys of the records
+    it reads anyway."""
     mask = np.uint64(slots.shape[0] - 1)
     n = query.shape[0]
     hashes = np.empty(n, np.uint64)
     hash_keys(query, hkey, hashes)
-    key = np.empty(1, np.uint64)
     for i in range(n):
         if i + PF < n:
             prefetch(slots, (hashes[i + PF] >> U32) & mask)
@@ -48,13 +48,10 @@ def lookup(slots: np.ndarray, hkey: np.ndarray, query: np.ndarray, fd: int, reco
                 if not verify:
                     out[i] = rec
                     break
-                if pread(fd, key, rec * record_bytes) != 8:
-                    return rec
-                if key[0] == query[i]:
+                if words[rec * record_words] == query[i]:
                     out[i] = rec
                     break
             pos = (pos + _ONE) & mask
-    return np.int64(-1)
 
 
 @kernel(**JIT)

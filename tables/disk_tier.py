@@ -5,10 +5,11 @@ every column of the row, packed in the row store's order (the key first, then ``
 ``state``, ``wide_state``, show, click, last_seen, created, mod_epoch) at ``record *
 record_bytes``. RAM keeps only the index from key to record (:mod:`tables.disk_index`, its
 slots alone), a free list and each call's bounded copy buffer (``BUFFER_RECORDS``), so a disk
-row costs RAM its index slots only. Records move between the file and the buffer in numba
-kernels (:mod:`tables.record_io`: ``pread``/``pwrite``, records sorted, one call per run of
-consecutive ones), never one Python call per key; eviction, TTL and delta saves read the
-columns they need from the records the same way.
+row costs RAM its index slots only. Records are read from a read-only mapping of the file and
+written with ``pwrite`` (records sorted, one call per run of consecutive ones), both in numba
+kernels (:mod:`tables.record_io`), never one Python call per key; eviction, TTL and delta
+saves read the columns they need from the records the same way. A record is a whole number of
+8-byte words (padded), which the mapped reads copy.
 
 The file is grown with ``posix_fallocate`` before any record past its end is written: a full
 disk is an ``OSError`` at growth (:class:`core.errors.DiskFull`), never a failed write of a
@@ -40,7 +41,7 @@ import numpy as np
 
 from core.errors import DISK_FULL_ERRNOS, ConfigError, DiskFull
 from tables import disk_index, hashmap
-from tables.record_io import transfer
+from tables.record_io import WORD, RecordMap, gather, gather_field, transfer
 from tables.rows import COLUMN_DTYPES, release_pages
 
 PAYLOAD = ("params", "state", "wide_state")  # the float32 2-d columns
@@ -81,16 +82,21 @@ def _remove_if_unowned(path: Path) -> None:
         os.close(fd)
 
 
-def _remove(path: Path, fd: int) -> None:
+def _remove(path: Path, fd: int, mapped: RecordMap) -> None:
+    mapped.close()
     path.unlink(missing_ok=True)
     os.close(fd)
 
 
 
 def record_dtype(widths: dict[str, int]) -> np.dtype:
-    """One record: every row column, in the row store's order, packed."""
-    return np.dtype([(name, dt, (widths.get(name, 0),)) if name in PAYLOAD else (name, dt)
-                     for name, dt in COLUMN_DTYPES.items()])
+    """One record: every row column, in the row store's order, packed, its size rounded up to
+    whole 8-byte words (what a mapped read copies)."""
+    packed = np.dtype([(name, dt, (widths.get(name, 0),)) if name in PAYLOAD else (name, dt)
+                       for name, dt in COLUMN_DTYPES.items()])
+    return np.dtype({"names": list(packed.names), "formats": [packed.fields[n][0] for n in packed.names],
+                     "offsets": [packed.fields[n][1] for n in packed.names],
+                     "itemsize": -(-packed.itemsize // WORD) * WORD})
 
 
 class DiskTier:
@@ -109,16 +115,14 @@ class DiskTier:
                               f"{self.record_bytes}-byte row", detail={"keys": ["tier.disk.max_bytes"]})
         self.hash_key = hash_key
         self.path, self._fd = _new_file(directory, table)
-        self._closer = weakref.finalize(self, _remove, self.path, self._fd)
+        self._map = RecordMap(self._fd, self.max_records * self.record_bytes)
+        self._closer = weakref.finalize(self, _remove, self.path, self._fd, self._map)
         self.file_records = 0  # records the file has room for
         self.slots = np.zeros(hashmap.slots_for(16), np.uint64)
         self.high = 0  # records ever handed out: records 0..high-1 are live or free
         self.rows = 0
         self._free = np.empty(0, np.int64)  # records to hand out again
         self._free_sorted = True  # whether _free is in descending order (its lowest records last)
-        self.recent_cap = 0  # records the last pull's reads may keep for the push that follows it
-        self._recent_at = np.empty(0, np.int64)  # those records, and their rows
-        self._recent = np.empty(0, self.dtype)
         self._held: list[np.ndarray] = []  # records freed while a save reads the file
         self.holds = 0
 
@@ -128,9 +132,8 @@ class DiskTier:
         another key whose tag agrees (:func:`tables.disk_index.lookup`)."""
         out = np.full(keys.shape[0], -1, np.int64)
         if self.rows:
-            bad = disk_index.lookup(self.slots, self.hash_key, keys, self._fd, self.record_bytes, out, verify=verify)
-            if bad >= 0:
-                self._failed(bad, write=False)
+            disk_index.lookup(self.slots, self.hash_key, keys, self._words(), self.record_bytes // WORD, out,
+                              verify=verify)
         return out
 
     def take(self, keys: np.ndarray) -> dict[str, np.ndarray]:
@@ -139,71 +142,48 @@ class DiskTier:
         self.free(at[hit], cols["keys"])
         return cols
 
-    def peek(self, keys: np.ndarray, names: tuple[str, ...], *, at: np.ndarray | None = None,
-             remember: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def peek(self, keys: np.ndarray, names: tuple[str, ...], *,
+             at: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """``(hit, cols)``: which of ``keys`` (unique) are on disk (indices into ``keys``) and
         columns ``names`` of their rows, read and left on disk. ``at``: their records by the
-        index's tags alone (``lookup(keys, verify=False)``), when the caller has them;
-        ``remember``: keep the whole records read (:meth:`read`)."""
-        _, hit, cols = self._find(keys, ("keys", *names) if "keys" not in names else names, at, remember)
+        index's tags alone (``lookup(keys, verify=False)``), when the caller has them."""
+        _, hit, cols = self._find(keys, ("keys", *names) if "keys" not in names else names, at)
         return hit, cols
 
-    def _find(self, keys: np.ndarray, names: tuple[str, ...], at: np.ndarray | None = None,
-              remember: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    def read_params(self, records: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+        """Row ``rows[i]`` of ``out`` (float32, C-contiguous, the params' width) from the params
+        of record ``records[i]`` (a live row's), copied from the mapping: a pull's rows read in
+        place, with no copy of their whole records."""
+        if records.shape[0]:
+            floats = self._words().view(np.float32)
+            gather_field(floats, records, self.record_bytes // 4, self.dtype.fields["params"][1] // 4, rows, out)
+
+    def _find(self, keys: np.ndarray, names: tuple[str, ...],
+              at: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Records of ``keys``, which of them are on disk, and columns ``names`` (with "keys")
         of those: the index's tags pick records unread (or ``at``), the keys read with them
         check them."""
         if at is None:
             at = self.lookup(keys, verify=False)
         hit = np.flatnonzero(at >= 0)
-        cols = self.read(at[hit], names, remember=remember)
+        cols = self.read(at[hit], names)
         if not np.array_equal(cols["keys"], keys[hit]):  # another key's tag agreed: look up by reading keys
             at = self.lookup(keys)
             hit = np.flatnonzero(at >= 0)
             cols = self.read(at[hit], names)
         return at, hit, cols
 
-    def read(self, records: np.ndarray, names: tuple[str, ...] = tuple(COLUMN_DTYPES), *,
-             remember: bool = False) -> dict[str, np.ndarray]:
+    def read(self, records: np.ndarray, names: tuple[str, ...] = tuple(COLUMN_DTYPES)) -> dict[str, np.ndarray]:
         """Columns ``names`` (default: every column of a row store, in its order) of
-        ``records``' rows. Records a pull kept (:meth:`forget_recent` to :meth:`free`) are
-        not read again; with ``remember`` the whole records read are kept, up to
-        ``recent_cap``: a pull's disk rows are pushed next, and their promotion then reads
-        nothing (a record never changes while it holds a row, and :meth:`free` drops it)."""
+        ``records``' rows, a copy buffer of whole records at a time."""
         m = records.shape[0]
         out = {name: np.empty((m, *self.dtype[name].shape), self.dtype[name].base) for name in names}
-        rest = np.arange(m)
-        if self._recent_at.shape[0] and m:
-            pos = np.minimum(np.searchsorted(self._recent_at, records), self._recent_at.shape[0] - 1)
-            kept = self._recent_at[pos] == records
+        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
+        for start in range(0, m, BUFFER_RECORDS):
+            got = self._io(records[start : start + BUFFER_RECORDS], buf, write=False)
             for name in names:
-                out[name][kept] = self._recent[name][pos[kept]]
-            rest = np.flatnonzero(~kept)
-        order = rest[np.argsort(records[rest], kind="stable")]
-        buf = np.empty(min(order.shape[0], BUFFER_RECORDS), self.dtype)
-        for start in range(0, order.shape[0], BUFFER_RECORDS):
-            part = order[start : start + BUFFER_RECORDS]
-            got = self._io(records[part], buf, write=False)
-            for name in names:
-                out[name][part] = got[name]
-            if remember:
-                self._remember(records[part], got)
+                out[name][start : start + BUFFER_RECORDS] = got[name]
         return out
-
-    def forget_recent(self) -> None:
-        """Keep no records from earlier reads (a pull starts)."""
-        self._recent_at = np.empty(0, np.int64)
-        self._recent = np.empty(0, self.dtype)
-
-    def _remember(self, records: np.ndarray, rows: np.ndarray) -> None:
-        """Keep copies of ``rows`` (whole records ``records``), as many as ``recent_cap`` allows."""
-        room = self.recent_cap - self._recent_at.shape[0]
-        if room <= 0:
-            return
-        at = np.concatenate([self._recent_at, records[:room]])
-        order = np.argsort(at, kind="stable")  # sorted, for read's search
-        self._recent_at = at[order]
-        self._recent = np.concatenate([self._recent, rows[:room]])[order]
 
     def live_records(self) -> np.ndarray:
         return np.flatnonzero(disk_index.live(self.slots, self.high)) if self.rows else np.empty(0, np.int64)
@@ -218,8 +198,7 @@ class DiskTier:
         index = self.slots.nbytes
         if self.rows > GROW_SOON * hashmap.MAX_LOAD * self.slots.shape[0]:
             index *= 2
-        return (index + self._free.nbytes + sum(h.nbytes for h in self._held)
-                + self.recent_cap * self.record_bytes)
+        return index + self._free.nbytes + sum(h.nbytes for h in self._held)
 
     # ---------------------------------------------------------------- writes
     def room(self) -> int:
@@ -275,9 +254,6 @@ class DiskTier:
         records are handed out again once no save reads the file."""
         if records.shape[0] == 0:
             return
-        if self._recent_at.shape[0]:
-            live = ~np.isin(self._recent_at, records)
-            self._recent_at, self._recent = self._recent_at[live], self._recent[live]
         disk_index.update(self.slots, self.hash_key, keys, records, remove=True)
         self.rows -= int(records.shape[0])
         if self.holds:
@@ -293,7 +269,6 @@ class DiskTier:
         self._held = []
         self._free = np.arange(self.high - 1, -1, -1, dtype=np.int64)
         self._free_sorted = True
-        self.forget_recent()
 
     def hold(self) -> None:
         """A save reads records from now until :meth:`release`: freed ones wait."""
@@ -320,24 +295,28 @@ class DiskTier:
             release_pages(old[start : start + REHASH_SLOTS])
         self.slots = grown
 
+    def _words(self) -> np.ndarray:
+        """The file's records as mapped words (a view for one call)."""
+        return self._map.words(self.file_records * self.record_bytes)
+
     def _io(self, records: np.ndarray, buf: np.ndarray, *, write: bool) -> np.ndarray:
-        """Records (sorted) from (to) ``buf``'s first rows; returns those rows."""
+        """Records from (to, sorted) ``buf``'s first rows; returns those rows."""
         rows = buf[: records.shape[0]]
+        if not write:
+            gather(self._words(), records, rows.view(np.uint64).reshape(-1, self.record_bytes // WORD))
+            return rows
         bad = transfer(self._fd, records, self.record_bytes, rows.view(np.uint8).reshape(-1, self.record_bytes),
-                       write=write)
+                       write=True)
         if bad >= 0:
-            self._failed(bad, write=write)
+            self._failed(bad)
         return rows
 
-    def _failed(self, record: int, *, write: bool) -> None:
-        """A kernel's read or write of ``record`` failed: the same call from Python raises its
+    def _failed(self, record: int) -> None:
+        """A kernel's write of ``record`` failed: the same call from Python raises its
         ``OSError`` (errno and all); one that now succeeds still fell short in the kernel."""
         offset = int(record) * self.record_bytes
-        if write:
-            os.pwrite(self._fd, bytes(self.record_bytes), offset)
-        else:
-            os.pread(self._fd, self.record_bytes, offset)
-        raise OSError(errno.EIO, f"disk tier {self.path}: short {'write' if write else 'read'} at byte {offset}")
+        os.pwrite(self._fd, bytes(self.record_bytes), offset)
+        raise OSError(errno.EIO, f"disk tier {self.path}: short write at byte {offset}")
 
     def _grow(self, records: int) -> None:
         """Room in the file for ``records`` records."""
@@ -360,3 +339,4 @@ class DiskTier:
                 raise DiskFull(f"disk tier {self.path}: no room to grow to {want * self.record_bytes} bytes "
                                f"({os.strerror(again.errno)})", detail={"path": str(self.path)}) from again
         self.file_records = want
+        self._map.cover(want * self.record_bytes)

@@ -1,14 +1,25 @@
-"""``pread``/``pwrite`` of fixed-size records from numba kernels: the disk tier's only I/O.
+"""The disk tier's I/O of fixed-size records: reads from a read-only mapping, writes by ``pwrite``.
 
-Records are copied between a file and a bounded buffer with one system call per run of
-consecutive records, never through a mapping of the file: a mapped file's pages count in the
-process's RSS once touched (and the kernel's fault-around maps up to 16 neighbouring cached
-pages per fault), so a randomly read mapped tier file grows RSS far past the records read,
-while ``pread`` copies just the bytes asked for. The calls are declared as external symbols
-(resolved in the process, libc's), so the kernels that use them cache like any other.
+Reads copy records out of a shared, read-only mapping of the file (:class:`RecordMap`) in a
+numba kernel, 8-byte words at a time: a record in the page cache then costs a few cache
+misses, not a system call (``pread`` of one record costs several times as much). The price is
+RSS: the mapped pages count in the process's ``RssFile`` once touched, and the kernel maps
+whole cached folios on a fault (``MADV_RANDOM`` does not stop it), so a randomly read tier
+maps most of its file after its first reads. Those are clean page-cache pages of a shared file
+mapping, the same pages ``pread`` would keep cached, and the kernel reclaims them under memory
+pressure; a table's RAM budget bounds its anonymous memory (``RssAnon``), not them. A device
+error under a mapped read is ``SIGBUS``, not an ``OSError``: the tier file is scratch on a
+local disk, and saves hold the rows. Writes go by ``pwrite`` (one call per run of
+consecutive records, as demotions append), and Linux keeps a shared mapping coherent with
+them. The calls are declared as external symbols (resolved in the process, libc's), so the
+kernels that use them cache like any other.
 """
 
 from __future__ import annotations
+
+import ctypes
+import mmap
+import os
 
 import numpy as np
 from llvmlite import ir
@@ -17,6 +28,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from core.kernel_cache import JIT, kernel
+from tables.cache_hint import prefetch
+
+WORD = 8  # bytes a mapped read copies at a time: records are a whole number of words
+RESERVE_BYTES = 1 << 36  # address space a mapping takes at first (no memory): it is remapped past it
+PF = 8  # records ahead whose first word a gather prefetches
 
 
 def _file_call(symbol: str):
@@ -66,3 +82,83 @@ def transfer(fd: int, records: np.ndarray, record_bytes: int, buf: np.ndarray, w
             return np.int64(records[i])
         i = k
     return np.int64(-1)
+
+
+@kernel(**JIT)
+def gather(words: np.ndarray, records: np.ndarray, out: np.ndarray) -> None:
+    """Row ``i`` of ``out`` (uint64, a record's words a row) from record ``records[i]`` of the
+    mapped file ``words`` (uint64)."""
+    n = records.shape[0]
+    width = out.shape[1]
+    for i in range(n):
+        if i + PF < n:
+            prefetch(words, records[i + PF] * width)
+        at = records[i] * width
+        for j in range(width):
+            out[i, j] = words[at + j]
+
+
+@kernel(**JIT)
+def gather_field(floats: np.ndarray, records: np.ndarray, record_floats: int, offset: int, rows: np.ndarray,
+                 out: np.ndarray) -> None:
+    """Row ``rows[i]`` of ``out`` (float32) from the ``out.shape[1]`` floats at float
+    ``offset`` of record ``records[i]`` of the mapped file ``floats`` (float32,
+    ``record_floats`` a record)."""
+    n = records.shape[0]
+    width = out.shape[1]
+    for i in range(n):
+        if i + PF < n:
+            prefetch(floats, records[i + PF] * record_floats + offset)
+        at = records[i] * record_floats + offset
+        r = rows[i]
+        for j in range(width):
+            out[r, j] = floats[at + j]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_NORESERVE = 0x4000  # Linux: no swap is reserved for the range (read-only, file-backed)
+
+
+class RecordMap:
+    """A read-only shared mapping of file ``fd`` whose reads may reach ``nbytes`` (the file is
+    at least that long wherever they go); address space is reserved ahead (``RESERVE_BYTES``
+    at first, never past ``max_bytes``), so a growing file is remapped rarely. Views of it
+    (:meth:`words`) live for one call: a remap unmaps the old range."""
+
+    def __init__(self, fd: int, max_bytes: int) -> None:
+        self.fd = fd
+        self.max_bytes = -(-max_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.addr = 0
+        self.length = 0
+
+    def cover(self, nbytes: int) -> None:
+        """Map at least the first ``nbytes`` of the file."""
+        if nbytes <= self.length:
+            return
+        length = min(self.max_bytes, max(RESERVE_BYTES, 4 * self.length))
+        length = max(length, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+        addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_NORESERVE, self.fd, 0)
+        if addr in (None, _MAP_FAILED):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mapping {length} bytes of the disk tier's file: {os.strerror(err)}")
+        _libc.madvise(addr, length, mmap.MADV_RANDOM)  # no readahead around a fault: records are read alone
+        self.close()
+        self.addr, self.length = addr, length
+
+    def words(self, nbytes: int) -> np.ndarray:
+        """The first ``nbytes`` (mapped, a whole number of words) as a read-only uint64 array."""
+        if nbytes == 0:
+            return np.empty(0, np.uint64)
+        arr = np.ctypeslib.as_array(ctypes.cast(self.addr, ctypes.POINTER(ctypes.c_uint64)), (nbytes // WORD,))
+        arr.flags.writeable = False
+        return arr
+
+    def close(self) -> None:
+        if self.length:
+            _libc.munmap(self.addr, self.length)
+            self.addr = self.length = 0

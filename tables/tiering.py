@@ -27,7 +27,7 @@ import numpy as np
 from core.errors import DiskFull
 from tables import eviction, promotion
 from tables.dedupe import dedupe
-from tables.disk_tier import BUFFER_RECORDS, DiskTier
+from tables.disk_tier import DiskTier
 from tables.promotion import SecondRead
 from tables.rows import MOVE_CHUNK
 
@@ -38,16 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECENT_SHARE = 1 / 256  # of the RAM budget: the records a pull keeps for its push
 COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full")
-
-
-def recent_records(budget: int | None, record_bytes: int) -> int:
-    """Records a pull keeps for the push that follows it: ``RECENT_SHARE`` of the RAM budget,
-    at most a copy buffer's."""
-    if budget is None:
-        return BUFFER_RECORDS
-    return min(BUFFER_RECORDS, int(budget * RECENT_SHARE) // record_bytes)
 
 
 class _Budget(Protocol):
@@ -80,7 +71,6 @@ class TableTier:
                              table.state.hash_key)
         budget = table.budget.in_force()[0]
         self.second_read = SecondRead(table.state.hash_key, promotion.slots_for(budget))
-        self.disk.recent_cap = recent_records(budget, self.disk.record_bytes)
         table.counters.update(dict.fromkeys(COUNTERS, 0))
 
     # ------------------------------------------------------------- promotion
@@ -114,21 +104,25 @@ class TableTier:
     def pull(self, keys: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Keys of a pull absent from RAM (``rows`` -1) and on disk: those read a second time
         lately or more than once in this pull are promoted (:mod:`tables.promotion`), the
-        others' rows read into ``out`` from their records, a chunk at a time, and left on
-        disk; each record is read once. Returns the positions of the keys in neither tier."""
+        others' rows copied into ``out`` from their records' params and left on disk.
+        Returns the positions of the keys in neither tier."""
         t = self.table
         miss = np.flatnonzero(rows < 0)
         uniq, inv = dedupe(keys[miss])
-        at = self.disk.lookup(uniq, verify=False)  # a tag's false match is found out when its record is read
-        maybe = np.flatnonzero(at >= 0)
-        budget = t.budget.in_force()[0]
-        self.second_read.resize(promotion.slots_for(budget))  # a shard's share may change
-        self.disk.recent_cap = recent_records(budget, self.disk.record_bytes)
-        self.disk.forget_recent()
+        at = self.disk.lookup(uniq)
+        on_disk = at >= 0
+        maybe = np.flatnonzero(on_disk)
+        self.second_read.resize(promotion.slots_for(t.budget.in_force()[0]))  # a shard's share may change
         repeated = np.bincount(inv, minlength=uniq.shape[0])[maybe] > 1
         earned = np.zeros(uniq.shape[0], np.bool_)
         earned[maybe] = self.second_read.earned(uniq[maybe], repeated)
-        found = self._read_in_place(uniq, inv, miss, np.flatnonzero(~earned & (at >= 0)), at, out)
+        in_place = on_disk & ~earned
+        sel = np.flatnonzero(in_place[inv])  # miss positions of the keys read in place
+        self.disk.read_params(at[inv[sel]], miss[sel], out)
+        n = int(np.count_nonzero(in_place))
+        t.counters["disk_hits"] += n
+        t.counters["disk_reads"] += n
+        found = in_place
         if earned.any():
             self.promote(uniq[earned], protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit())
             pos = miss[earned[inv]]
@@ -136,32 +130,6 @@ class TableTier:
             out[pos[now >= 0]] = t.state.rows.cols["params"][now[now >= 0]]
             found[inv[earned[inv]][now >= 0]] = True
         return miss[~found[inv]]
-
-    def _read_in_place(self, uniq: np.ndarray, inv: np.ndarray, miss: np.ndarray, which: np.ndarray,
-                       at: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Rows ``miss[i]`` of ``out`` from the records of keys ``uniq[inv[i]]`` for the unique
-        keys ``which`` (records ``at`` by the index's tags), a chunk at a time; returns which
-        unique keys were on disk."""
-        found = np.zeros(uniq.shape[0], np.bool_)
-        found[which] = True
-        sel = np.flatnonzero(found[inv])  # miss positions of the keys read
-        found[which] = False
-        order = sel[np.argsort(inv[sel], kind="stable")]  # grouped by unique key: ``which`` is ascending
-        bounds = np.append(np.searchsorted(inv[order], which[::MOVE_CHUNK]), order.shape[0])
-        slot = np.full(uniq.shape[0], -1, np.int64)  # a read key's row in its chunk's columns
-        for c, start in enumerate(range(0, which.shape[0], MOVE_CHUNK)):
-            part = which[start : start + MOVE_CHUNK]
-            hit, cols = self.disk.peek(uniq[part], ("params",), at=at[part], remember=True)
-            found[part[hit]] = True
-            slot[part[hit]] = np.arange(hit.shape[0])
-            pos = order[bounds[c] : bounds[c + 1]]
-            got = slot[inv[pos]]
-            pos, got = pos[got >= 0], got[got >= 0]
-            out[miss[pos]] = cols["params"][got]
-        n = int(np.count_nonzero(found))
-        self.table.counters["disk_hits"] += n
-        self.table.counters["disk_reads"] += n
-        return found
 
     # -------------------------------------------------------------- demotion
     def demote_coldest(self, count: int, *, protected: np.ndarray, keep: np.ndarray | None = None) -> int:

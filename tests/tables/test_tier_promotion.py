@@ -186,31 +186,24 @@ def test_a_key_whose_index_tag_matches_a_disk_row_reads_as_absent(tmp_path: Path
     assert not tiered.contains(np.array([absent]))[0]
 
 
-def test_a_push_after_a_pull_promotes_from_the_records_the_pull_read(tmp_path: Path) -> None:
+def test_a_push_after_a_pull_promotes_the_rows_the_pull_read_in_place(tmp_path: Path) -> None:
     ram, tiered = filled(tmp_path)
-    disk = tiered.tier.disk
-    reads: list[int] = []
-    io = disk._io
-
-    def counted(records: np.ndarray, buf: np.ndarray, *, write: bool) -> np.ndarray:
-        if not write:
-            reads.append(records.shape[0])
-        return io(records, buf, write=write)
-
-    disk._io = counted
-    n = disk.recent_cap  # the records a 200 KB budget lets a pull keep
-    assert n >= 4
+    n = 64
     keys = IDS[tiered.tier.lookup(IDS) >= 0][:n]
+    assert keys.shape[0] == n
     grads = np.full((n, ram.width), 0.25, np.float32)
     for step in range(3):  # read in place, pushed (promoted), then demoted again and pushed once more
+        tiered.tier.second_read.forget()  # a first read each time: read in place
+        before = tiered.stats()
         np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))
-        assert sum(reads) == n
-        reads.clear()
+        after = tiered.stats()
+        assert after["disk_reads"] - before["disk_reads"] == n and after["promoted"] == before["promoted"]
+        assert (tiered.tier.lookup(keys) >= 0).all()  # left on disk
         for t in (ram, tiered):
             t.push(keys, grads * (step + 1))
-        assert sum(reads) == 0 and (tiered.lookup_rows(keys) >= 0).all()  # promoted from what the pull read
+        assert (tiered.lookup_rows(keys) >= 0).all() and tiered.stats()["promoted"] - after["promoted"] == n
         with tiered.lock.mutex:
             tiered.tier.demote(tiered.lookup_rows(keys))  # into records whose rows the pull did not read
-        assert disk._recent_at.shape[0] == 0
     np.testing.assert_array_equal(tiered.pull_existing(IDS)[0], ram.pull_existing(IDS)[0])
+    np.testing.assert_array_equal(tiered.pull(IDS), ram.pull(IDS))
     assert tiered.stats()["bytes"] + tiered.stats()["disk_index_bytes"] <= 200_000

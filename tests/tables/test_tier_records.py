@@ -3,13 +3,14 @@ few; into the lowest freed records once they are many, or when the file cannot g
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from core.errors import DiskFull
-from tables import hashmap
+from tables import hashmap, record_io
 from tables.disk_tier import HOLE_SHARE, DiskTier
 from tables.rows import COLUMN_DTYPES
 
@@ -76,3 +77,35 @@ def test_a_file_that_cannot_grow_fills_its_holes(tmp_path: Path, monkeypatch: py
     with pytest.raises(DiskFull, match="no room to grow"):
         d.put(rows(np.array([6001], np.uint64)))  # no hole left: nothing written
     assert not (d.lookup(np.array([6001], np.uint64)) >= 0).any()
+
+
+def test_mapped_reads_match_pread_across_file_growth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(record_io, "RESERVE_BYTES", 1 << 16)  # a small first mapping: the file outgrows it
+    widths = {"params": 5, "state": 3, "wide_state": 0}  # a 4-byte-odd record, padded to whole words
+    d = DiskTier(tmp_path, "t", widths, 1 << 26, hashmap.new_hash_key())
+    assert d.record_bytes % record_io.WORD == 0 and d.record_bytes >= d.dtype.fields["mod_epoch"][1] + 4
+    rng = np.random.default_rng(3)
+    for part in range(6):  # each put grows the file past the last mapping's reach at least once
+        keys = np.arange(1, 50_001, dtype=np.uint64) + np.uint64(part * 100_000)
+        cols = {name: np.zeros((keys.shape[0], widths[name]) if name in widths else keys.shape[0], dt)
+                for name, dt in COLUMN_DTYPES.items()}
+        cols["keys"] = keys
+        cols["params"][:] = rng.standard_normal(cols["params"].shape).astype(np.float32)
+        cols["show"][:] = rng.random(keys.shape[0]).astype(np.float32)
+        d.put(cols)
+        at = d.lookup(keys)
+        pick = rng.choice(keys.shape[0], 2000, replace=False)
+        got = d.read(at[pick])
+        with open(d.path, "rb") as f:  # the slow reference: one pread per record, unpacked by numpy
+            raw = np.frombuffer(b"".join(os.pread(f.fileno(), d.record_bytes, int(r) * d.record_bytes)
+                                         for r in at[pick]), d.dtype)
+        for name in COLUMN_DTYPES:
+            np.testing.assert_array_equal(got[name], raw[name])
+        np.testing.assert_array_equal(got["params"], cols["params"][pick])
+        out = np.full((4000, widths["params"]), np.nan, np.float32)
+        dest = rng.choice(4000, 2000, replace=False)
+        d.read_params(at[pick], dest, out)
+        np.testing.assert_array_equal(out[dest], cols["params"][pick])
+        assert np.isnan(np.delete(out, dest, axis=0)).all()
+    assert d.file_bytes() > 5 * (1 << 16)
+    d.close()
