@@ -37,6 +37,7 @@ from tables.sparse_table import SparseTable
 from tables.table_config import DiskTierConfig, EvictionConfig, OptimizerConfig, TableConfig, TierConfig
 
 DIM = 16
+ZIPF_A = 1.1  # bench.table_streams.key_batches' exponent
 
 
 def config(ram_bytes: int | None, tier_dir: Path | None) -> TableConfig:
@@ -72,9 +73,12 @@ class RssSampler:
         return self.samples
 
 
+COUNTED = ("disk_reads", "promoted", "demoted")  # the tier's counters each phase reports
+
+
 def phase_counts(table: SparseTable) -> dict[str, int]:
     st = table.stats()
-    return {k: st.get(k, 0) for k in ("ram_hits", "disk_hits", "disk_reads", "promoted", "demoted")}
+    return {k: st.get(k, 0) for k in COUNTED}
 
 
 def warm_up(tier_dir: str | None) -> None:
@@ -104,14 +108,40 @@ def drop_page_cache(tier_file: Path) -> str:
         return f"the tier file's pages only (fadvise DONTNEED; writing /proc/sys/vm/drop_caches: {e.strerror})"
 
 
-def run_table(n_rows: int, batch: int, n_batches: int, ram_bytes: int | None, tier_dir: str | None,
-              drop_caches: bool) -> dict[str, Any]:
-    """In a process of its own: fill a table, then time pulls and pushes of both key streams."""
+def ideal_hit_rates(kind: str, n_keys: int, ram_rows: int, batch: int) -> dict[str, float]:
+    """The hit rates of a RAM tier holding exactly the ``ram_rows`` most drawn keys (a static,
+    perfect choice) for ``key_batches`` streams: for a pull, the share of key draws that fall
+    in them; for a push (its unique keys), the share of a batch's distinct keys."""
+    if kind == "uniform":
+        share = min(1.0, ram_rows / n_keys)
+        return {"pull": share, "push": share}
+    p = np.arange(1, n_keys + 1, dtype=np.float64) ** -ZIPF_A  # key_batches' Zipf, cut at the table's size
+    p /= p.sum()
+    seen = -np.expm1(batch * np.log1p(-p))  # chance a key is in a batch of ``batch`` draws
+    r = min(ram_rows, n_keys)
+    return {"pull": float(p[:r].sum()), "push": float(seen[:r].sum() / seen.sum())}
+
+
+def ram_share(table: SparseTable, keys: np.ndarray, *, unique: bool) -> tuple[int, int]:
+    """(keys found in the RAM tier, keys): of every draw, or of the distinct keys (a push's
+    unit); read before the call, outside the timing."""
+    if unique:
+        keys = np.unique(keys)
+    return int(np.count_nonzero(table.state.lookup(keys) >= 0)), int(keys.shape[0])
+
+
+def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: int | None,
+              tier_dir: str | None, drop_caches: bool) -> dict[str, Any]:
+    """In a process of its own: fill a table, then, per key stream, ``n_warm + n_batches``
+    steps of a pull of one batch and a push of another (drawn apart, same distribution);
+    the first ``n_warm`` steps are the cold figure, the rest the steady state."""
     warm_up(tier_dir)
     rng = np.random.default_rng(7)
     keys = rng.permutation(np.arange(1, n_rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
     grads = np.full((batch, DIM), 1e-3, np.float32)
-    streams = {kind: key_batches(kind, keys, batch, n_batches + 1, rng) for kind in ("zipf", "uniform")}
+    steps = n_warm + n_batches
+    streams = {kind: {op: key_batches(kind, keys, batch, steps, rng) for op in ("pull", "push")}
+               for kind in ("zipf", "uniform")}
     anon0, file0 = rss_parts()  # the benchmark's own arrays are made: what grows from here is the table's
     sampler = RssSampler()
     table = SparseTable(config(ram_bytes, Path(tier_dir) if tier_dir else None))
@@ -119,32 +149,44 @@ def run_table(n_rows: int, batch: int, n_batches: int, ram_bytes: int | None, ti
     for s in range(0, n_rows, batch):
         table.push(keys[s : s + batch], grads[: min(batch, n_rows - s)])
     out: dict[str, Any] = {"fill_keys_per_s": n_rows / (time.perf_counter() - t), "phases": {}}
+    calls = {"pull": table.pull, "push": lambda k, t=table: t.push(k, grads[: k.shape[0]])}
     for kind in ("zipf", "uniform"):
         if kind == "uniform" and drop_caches and table.tier is not None:
             out["cache_dropped"] = drop_page_cache(table.tier.disk.path)
-        batches = streams[kind]
-        res: dict[str, Any] = {}
-        for op in ("pull", "push"):
-            fn = table.pull if op == "pull" else (lambda k, t=table: t.push(k, grads[: k.shape[0]]))
-            fn(batches[0])
-            before = phase_counts(table)
-            t, cpu = time.perf_counter(), time.thread_time()
-            for b in batches[1:]:
-                fn(b)
-            secs = time.perf_counter() - t
-            cpu_secs = time.thread_time() - cpu
-            after = phase_counts(table)
-            moved = {k: after[k] - before[k] for k in after}
-            found = moved["ram_hits"] + moved["disk_hits"]
-            res[op] = {"keys_per_s": batch * n_batches / secs, "keys_per_cpu_s": batch * n_batches / cpu_secs,
-                       "disk_reads_per_s": moved["disk_reads"] / secs,
-                       "hit_rate": moved["ram_hits"] / found if found else None,
-                       "promoted": moved["promoted"], "demoted": moved["demoted"]}
+        acc = {(regime, op): {"keys": 0, "secs": 0.0, "cpu": 0.0, "hits": 0, "of": 0,
+                              **dict.fromkeys(COUNTED, 0)}
+               for regime in ("cold", "steady") for op in ("pull", "push")}
+        for i in range(steps):
+            regime = "cold" if i < n_warm else "steady"
+            for op in ("pull", "push"):
+                b = streams[kind][op][i]
+                a = acc[regime, op]
+                hits, of = ram_share(table, b, unique=op == "push")
+                before = phase_counts(table)
+                t, cpu = time.perf_counter(), time.thread_time()
+                calls[op](b)
+                a["secs"] += time.perf_counter() - t
+                a["cpu"] += time.thread_time() - cpu
+                after = phase_counts(table)
+                a["keys"] += b.shape[0]
+                a["hits"] += hits
+                a["of"] += of
+                for k in COUNTED:
+                    a[k] += after[k] - before[k]
+        res: dict[str, Any] = {"ram_rows": table.state.rows.n}
+        for (regime, op), a in acc.items():
+            if a["keys"] == 0:
+                continue
+            res.setdefault(regime, {})[op] = {
+                "keys_per_s": a["keys"] / a["secs"], "keys_per_cpu_s": a["keys"] / max(a["cpu"], 1e-9),
+                "disk_reads_per_s": a["disk_reads"] / a["secs"], "disk_reads_per_batch": a["disk_reads"] / a["keys"]
+                * batch, "hit_rate": a["hits"] / a["of"], "promoted": a["promoted"], "demoted": a["demoted"]}
         out["phases"][kind] = res
     samples = sampler.stop()
     st = table.stats()
     out.update(rows=table.size(), ram_rows=st["rows"], disk_rows=st.get("disk_rows", 0),
                ram_table_bytes=st["bytes"] + st.get("disk_index_bytes", 0), disk_bytes=st.get("disk_bytes", 0),
+               ram_row_limit=table.budget.ram_row_limit(),
                rss_before_table=anon0 + file0,
                rss_samples=[(round(s, 1), a - anon0, f - file0) for s, a, f in samples],
                max_table_anon_rss=max(a for _, a, _ in samples) - anon0,
@@ -185,16 +227,25 @@ def random_read_probe(path: Path, nbytes: int, seconds: float = 3.0) -> float:
         path.unlink()
 
 
-def run(n_rows: int, batch: int, n_batches: int, workdir: Path, drop_caches: bool) -> dict[str, Any]:
-    ram = in_process(run_table, n_rows, batch, n_batches, None, None, False)
+def run(n_rows: int, batch: int, n_batches: int, n_warm: int, workdir: Path, drop_caches: bool) -> dict[str, Any]:
+    ram = in_process(run_table, n_rows, batch, n_batches, n_warm, None, None, False)
     budget = ram["ram_table_bytes"] // 4
-    tiered = in_process(run_table, n_rows, batch, n_batches, budget, str(workdir / "tier"), drop_caches)
+    tiered = in_process(run_table, n_rows, batch, n_batches, n_warm, budget, str(workdir / "tier"), drop_caches)
     probe = random_read_probe(workdir / "probe", max(tiered["disk_bytes"], 64 << 20))
-    ratios, cpu_ratios = ({f"{kind}_{op}": tiered["phases"][kind][op][rate] / ram["phases"][kind][op][rate]
-                           for kind in ("zipf", "uniform") for op in ("pull", "push")}
-                          for rate in ("keys_per_s", "keys_per_cpu_s"))
-    return {"rows": n_rows, "batch_keys": batch, "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered,
-            "tiered_vs_all_ram": ratios, "tiered_vs_all_ram_cpu": cpu_ratios, "disk_random_reads_per_s": probe,
+    ratios: dict[str, dict[str, float]] = {}
+    for kind in ("zipf", "uniform"):
+        for regime in ("cold", "steady"):
+            if regime not in tiered["phases"][kind]:
+                continue
+            for op in ("pull", "push"):
+                a, b = ram["phases"][kind][regime][op], tiered["phases"][kind][regime][op]
+                ratios[f"{kind}_{regime}_{op}"] = {"wall": b["keys_per_s"] / a["keys_per_s"],
+                                                   "cpu": b["keys_per_cpu_s"] / a["keys_per_cpu_s"]}
+        tiered["phases"][kind]["ideal_hit_rate"] = ideal_hit_rates(kind, n_rows, tiered["phases"][kind]["ram_rows"],
+                                                                   batch)
+    return {"rows": n_rows, "batch_keys": batch, "batches": n_batches, "warm_batches": n_warm,
+            "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered,
+            "tiered_vs_all_ram": ratios, "disk_random_reads_per_s": probe,
             "drop_caches": drop_caches,
             "max_anon_rss_vs_budget": tiered["max_table_anon_rss"] / budget,
             "max_rss_vs_budget": tiered["max_table_rss"] / budget}
@@ -205,19 +256,28 @@ def report(r: dict[str, Any]) -> None:
     print(f"dim {DIM} Adam, {r['rows']:,} rows, {r['batch_keys']:,}-key batches; tiered RAM budget "
           f"{r['ram_budget_bytes'] / 1e6:.0f} MB = a quarter of the all-RAM table's "
           f"{ram['ram_table_bytes'] / 1e6:.0f} MB")
-    print(f"tiered: {tiered['ram_rows']:,} rows in RAM, {tiered['disk_rows']:,} on disk "
-          f"({tiered['disk_bytes'] / 1e6:.0f} MB file)")
-    print(f"{'keys':8} {'op':5} {'all-RAM keys/s':>15} {'tiered keys/s':>14} {'ratio':>6} {'CPU ratio':>10} "
-          f"{'hit rate':>9} {'disk reads/s':>13}")
+    print(f"tiered: {tiered['ram_rows']:,} rows in RAM (row limit {tiered['ram_row_limit']:,}), "
+          f"{tiered['disk_rows']:,} on disk ({tiered['disk_bytes'] / 1e6:.0f} MB file)")
+    print(f"each step pulls one batch and pushes another, drawn apart from the same distribution; cold: the first "
+          f"{r['warm_batches']} steps after the fill (for zipf) or after zipf (for uniform), steady: the next "
+          f"{r['batches']}")
+    print("hit rate: keys found in RAM when the call starts (pull: of every key drawn; push: of its distinct keys); "
+          "ideal: a RAM tier of as many rows holding the most drawn keys")
+    print(f"{'keys':8} {'phase':6} {'op':5} {'all-RAM keys/s':>15} {'tiered keys/s':>14} {'ratio':>6} "
+          f"{'CPU ratio':>10} {'hit rate':>9} {'ideal':>6} {'disk reads/batch':>17}")
     for kind in ("zipf", "uniform"):
-        for op in ("pull", "push"):
-            a, b = ram["phases"][kind][op], tiered["phases"][kind][op]
-            hit = "-" if b["hit_rate"] is None else f"{b['hit_rate']:.3f}"
-            print(f"{kind:8} {op:5} {a['keys_per_s']:15,.0f} {b['keys_per_s']:14,.0f} "
-                  f"{r['tiered_vs_all_ram'][f'{kind}_{op}']:5.2f}x {r['tiered_vs_all_ram_cpu'][f'{kind}_{op}']:9.2f}x "
-                  f"{hit:>9} {b['disk_reads_per_s']:13,.0f}")
-    print("targets: zipf pull and push >= 0.5x all-RAM (CPU ratio: keys per second of the calling thread's CPU, "
-          "steadier than wall time on a shared machine; it leaves out waits for the disk)")
+        ph = tiered["phases"][kind]
+        for regime in ("cold", "steady"):
+            if regime not in ph:
+                continue
+            for op in ("pull", "push"):
+                a, b = ram["phases"][kind][regime][op], ph[regime][op]
+                q = r["tiered_vs_all_ram"][f"{kind}_{regime}_{op}"]
+                print(f"{kind:8} {regime:6} {op:5} {a['keys_per_s']:15,.0f} {b['keys_per_s']:14,.0f} "
+                      f"{q['wall']:5.2f}x {q['cpu']:9.2f}x {b['hit_rate']:9.3f} {ph['ideal_hit_rate'][op]:6.3f} "
+                      f"{b['disk_reads_per_batch']:17,.0f}")
+    print("targets: zipf steady pull and push >= 0.5x all-RAM (CPU ratio: keys per second of the calling thread's "
+          "CPU, steadier than wall time on a shared machine; it leaves out waits for the disk)")
     print(f"disk's own 4 KiB random reads (O_DIRECT probe): {r['disk_random_reads_per_s']:,.0f}/s"
           + (f" (page cache dropped before the tiered uniform phase: {tiered.get('cache_dropped')})"
              if r["drop_caches"] else " (page cache warm)"))
@@ -236,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000, help="rows of each table (the issue's: 40M)")
     ap.add_argument("--batch-keys", type=int, default=65536)
-    ap.add_argument("--batches", type=int, default=8, help="timed batches per measurement")
+    ap.add_argument("--batches", type=int, default=8, help="steady-state steps (a pull and a push each) per key stream")
+    ap.add_argument("--warm-batches", type=int, default=8, help="steps before them, reported apart as the cold figure")
     ap.add_argument("--dir", type=Path, default=None, help="where the disk tier lives (default: a temp dir)")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before the cold phase (root)")
     ap.add_argument("--train", action="store_true", help="the training run instead (bench.tiered_training)")
@@ -252,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             result = tiered_training.run(args.train_rows, args.test_rows, args.fields, args.ids, args.train_batch,
                                          Path(d), in_process)
             return print_result(result, as_json=args.json, table=tiered_training.report)
-        result = run(args.rows, args.batch_keys, args.batches, Path(d), args.drop_caches)
+        result = run(args.rows, args.batch_keys, args.batches, args.warm_batches, Path(d), args.drop_caches)
     return print_result(result, as_json=args.json, table=report)
 
 
