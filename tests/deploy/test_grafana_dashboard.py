@@ -36,6 +36,7 @@ from streaming.connection import client_options
 from streaming.kafka_config import KafkaConfig
 from streaming.producer import RecordProducer
 from streaming.topics import ensure_topics
+from tables.table_config import DiskTierConfig, TierConfig
 from tests.deploy.test_alert_rules import alert_metrics, expr_metrics
 from tests.prom_scrape import REPO, assert_help_explains, samples, scrape, shard_with_metrics, wait_scrape
 from trainer.job_config import load_job_config
@@ -77,6 +78,10 @@ def test_the_dashboard_loads_and_has_panels_for_every_role() -> None:
             "streamrec_trainer_records_trained_total", "streamrec_trainer_consumer_lag_records",
             "streamrec_trainer_last_pass_seconds", "streamrec_trainer_commit_stall_seconds",
             "streamrec_trainer_last_pass_auc"} <= names
+    # the disk tier: rows and bytes per tier, hit rate, moves, disk reads and refusals
+    assert {"streamrec_shard_tier_rows", "streamrec_shard_tier_bytes", "streamrec_shard_tier_lookups_total",
+            "streamrec_shard_tier_moved_rows_total", "streamrec_shard_tier_disk_reads_total",
+            "streamrec_shard_tier_disk_full_total"} <= names
 
 
 def _produce(bootstrap: str) -> dict[str, Any]:
@@ -129,8 +134,11 @@ def test_every_metric_the_dashboard_queries_is_exported_by_a_role(broker, tmp_pa
     job = _job_yaml(tmp_path, _produce(broker.bootstrap))
     config = load_job_config(job)
     ps_yaml = tmp_path / "ps.yaml"
-    ps = PSConfig(tables=config.model.table_configs(), client=ClientConfig(timeout_s=30.0, retries=3),
-                  shard={"max_bytes": 1 << 30})  # a budget: streamrec_shard_table_max_bytes is exported
+    # a budget (streamrec_shard_table_max_bytes is exported), and a disk tier under it for one table (the
+    # streamrec_shard_tier_* families exist only for tables that have one)
+    tables = list(config.model.table_configs())
+    tables[0] = tables[0].model_copy(update={"tier": TierConfig(disk=DiskTierConfig(path=str(tmp_path / "tier")))})
+    ps = PSConfig(tables=tables, client=ClientConfig(timeout_s=30.0, retries=3), shard={"max_bytes": 1 << 30})
     ps_yaml.write_text(yaml.safe_dump(ps.model_dump(mode="json")))
     settings = ServiceSettings(exports_dir=config.export_dir, poll_seconds=0.5)
     with shard_with_metrics(tmp_path, ps_yaml) as shard, \
