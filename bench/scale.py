@@ -55,25 +55,55 @@ def _children_cpu_s() -> float:
 LR_SCALING = {"none": lambda k: 1.0, "sqrt": lambda k: k ** 0.5, "linear": lambda k: float(k)}
 
 
-def _job_args(args: argparse.Namespace, shards: int, workers: int) -> argparse.Namespace:
+def _job_args(args: argparse.Namespace, shards: int, workers: int, *, sync_steps: int | None = None,
+              lr_scaling: str | None = None) -> argparse.Namespace:
     """The namespace bench/train.py's run_training reads, for one job (the dense lr scaled by --lr-scaling)."""
     batch = max(1, args.batch_size // workers) if args.global_batch else args.batch_size
     return argparse.Namespace(dim=args.dim, mlp=args.mlp, batch_size=batch,
-                              lr=args.lr * LR_SCALING[args.lr_scaling](workers), servers=shards,
-                              workers=workers, dense_sync_steps=args.dense_sync_steps, ps_pull_steps=1,
+                              lr=args.lr * LR_SCALING[lr_scaling or args.lr_scaling](workers), servers=shards,
+                              workers=workers, dense_sync_steps=sync_steps or args.dense_sync_steps, ps_pull_steps=1,
                               warmup_rows=args.warmup_rows, dense_update=args.dense_update)
 
 
-def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: int, merge: str | None) -> dict:
+def parse_variant(spec: str) -> tuple[str, dict]:
+    """``NAME=JSON``: a row label and the model keys it sets; the job's keys: ``dense_parts`` (an int or
+    ``K/n``), ``dense_sync_steps``, ``lr_scaling`` (in place of the flags')."""
+    name, sep, body = spec.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--variant {spec!r}: expected NAME=JSON, e.g. 'outer2={{\"dense_outer\": {{\"lr\": 2}}}}'")
+    try:
+        update = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--variant {name}: its JSON does not parse: {e}") from None
+    if not isinstance(update, dict):
+        raise SystemExit(f"--variant {name}: expected a JSON object of model keys, got {body!r}")
+    return name, update
+
+
+def dense_parts(spec: int | str, workers: int) -> int:
+    """A variant's ``dense_parts`` at ``workers``: an int, ``K`` (the workers) or ``K/n``."""
+    if isinstance(spec, int):
+        return spec
+    if spec == "K":
+        return workers
+    if spec.startswith("K/") and spec[2:].isdigit():
+        return max(1, workers // int(spec[2:]))
+    raise SystemExit(f"dense_parts {spec!r}: expected an int, K or K/n")
+
+
+def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: int,
+            variant: tuple[str, dict]) -> dict:
     """One `train-files` job and its figures per trained sample."""
-    job = _job_args(args, shards, workers)
-    update = ({} if merge is None else {"dense_merge": merge}) | (
-        {} if args.dense_beta1 is None else {"dense_optimizer": {"beta1": args.dense_beta1}})
+    label, keys = variant
+    keys = dict(keys)
+    job = _job_args(args, shards, workers, sync_steps=keys.pop("dense_sync_steps", None),
+                    lr_scaling=keys.pop("lr_scaling", None))
+    parts = dense_parts(keys.pop("dense_parts", "K" if args.split_dense else 1), workers)
+    update = keys | ({} if args.dense_beta1 is None else {"dense_optimizer": {"beta1": args.dense_beta1}})
     config = variant_config(job, update, work) if update else None
     cpu0, t0 = _children_cpu_s(), time.perf_counter()
     res = run_training(job, data.train, data.test, work, args.dense_update, config=config,
-                       extra=("--staleness-sample", str(args.staleness_sample),
-                              "--dense-parts", str(workers if args.split_dense else 1)))
+                       extra=("--staleness-sample", str(args.staleness_sample), "--dense-parts", str(parts)))
     wall, job_cpu = time.perf_counter() - t0, _children_cpu_s() - cpu0
     full = json.loads((work / "job" / "results" / "result.json").read_text())
     ws, n = full["workers"], full["train_rows"]
@@ -87,7 +117,7 @@ def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: in
     rest = sum(w["loop_cpu_s"] for w in ws) - train
     shard = sum(full.get("shard_loop_cpu_s", []))
     return {
-        "shards": shards, "workers": workers, "merge": merge or "default", "train_rows": n,
+        "shards": shards, "workers": workers, "merge": label, "dense_parts": parts, "train_rows": n,
         "samples_per_s": full["samples_per_s"], "train_seconds": full["train_seconds"], "wall_s": round(wall, 1),
         "test_auc": round(full["test_auc"], 4), "test_logloss": round(full["test_logloss"], 4),
         "cpu_us_per_sample": {"train": us(train), "prefetch_io": us(rest), "shards": us(shard),
@@ -120,6 +150,10 @@ def _quantile(row: dict, q: str) -> str:
     return "-" if st.get(q) is None else str(st[q])
 
 
+def _label_width(out: dict) -> int:
+    return max(13, *(len(r["merge"]) + 1 for r in out["rows"]))
+
+
 def print_table(out: dict) -> None:
     s = out["setup"]
     dense = (f"local merged every {s['dense_sync_steps']} steps" if s["dense_update"] == "local"
@@ -135,14 +169,15 @@ def print_table(out: dict) -> None:
     print("CPU us per trained sample during the training loops: train = workers' training threads, pf+io = their "
           "other threads\n(prefetch: parse, features, pull; zmq I/O), shards; job = every process of the job from "
           "start to exit (start-up, test pass)")
-    head = (f"{'sh':>3}{'wk':>4} {'merge':<13}{'samples/s':>10}{'speed':>6}{'train':>7}{'pf+io':>7}"
+    head = (f"{'sh':>3}{'wk':>4} {'merge':<{_label_width(out)}}{'samples/s':>10}{'speed':>6}{'train':>7}{'pf+io':>7}"
             f"{'shards':>7}{'loop':>7}{'x1wk':>6}{'job':>7}{'RSS0':>6}{'RSSpk':>6}{'AUC':>8}{'dAUC':>8}{'wall':>6}"
             f"{'st50':>6}{'st99':>6}")
     print(head)
+    width = _label_width(out)
     for r in out["rows"]:
         c, m = r["cpu_us_per_sample"], r["worker_rss_mb"]
         speed = "-" if r.get("speedup") is None else f"{r['speedup']:.2f}"
-        print(f"{r['shards']:>3}{r['workers']:>4} {r['merge']:<13}{r['samples_per_s']:>10,.0f}{speed:>6}"
+        print(f"{r['shards']:>3}{r['workers']:>4} {r['merge']:<{width}}{r['samples_per_s']:>10,.0f}{speed:>6}"
               f"{c['train']:>7.1f}{c['prefetch_io']:>7.1f}{c['shards']:>7.1f}"
               f"{c['loop_total']:>7.1f}{r.get('cpu_per_sample_over_1_worker', float('nan')):>6.2f}"
               f"{c['job_total']:>7.1f}{m['before_data']:>6.0f}{m['peak']:>6.0f}{r['test_auc']:>8.4f}"
@@ -165,6 +200,11 @@ def main() -> int:
     ap.add_argument("--shards", default="1", help="shard counts, comma-separated (each with every worker count)")
     ap.add_argument("--merge", default="", help="model.dense_merge rules to compare, comma-separated "
                                                 "(empty: the model's default)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
+                    help="a dense rule to compare, as model keys (repeatable; each at every worker count, the "
+                         "first also at 1 worker), e.g. 'slowmo={\"dense_outer\": {\"lr\": 1, \"momentum\": "
+                         "0.5}}'; the job's keys: \"dense_parts\" (an int, \"K\" or \"K/4\"), \"dense_sync_steps\", "
+                         "\"lr_scaling\"")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dim", type=int, default=9)
     ap.add_argument("--mlp", default="400,400,400")
@@ -188,7 +228,9 @@ def main() -> int:
         args.rows, args.test_rows = QUICK_ROWS, min(args.test_rows, 50_000)
     workers = sorted({int(w) for w in args.workers.split(",")})
     shard_counts = sorted({int(s) for s in args.shards.split(",")})
-    merges: list[str | None] = [m.strip() for m in args.merge.split(",") if m.strip()] or [None]
+    variants = [(m.strip(), {"dense_merge": m.strip()}) for m in args.merge.split(",") if m.strip()]
+    variants += [parse_variant(v) for v in args.variant]
+    variants = variants or [("default", {})]
     cores = len(os.sched_getaffinity(0))
     notes = [f"staleness: over 1 in {args.staleness_sample} keys' pushes" if args.staleness_sample
              else "staleness: not measured (--staleness-sample 0)"]
@@ -200,10 +242,8 @@ def main() -> int:
         rows = []
         for shards in shard_counts:
             for w in workers:
-                for merge in merges if w > 1 else merges[:1]:  # one worker: every merge rule is the same
-                    row = one_job(args, data, work, shards, w, merge)
-                    if w == 1 and len(merges) > 1:
-                        row["merge"] = "any"
+                for variant in variants if w > 1 else variants[:1]:  # one worker: the first rule's
+                    row = one_job(args, data, work, shards, w, variant)
                     rows.append(row)
                     print(f"# {shards} shard(s) / {w} worker(s) {row['merge']}: {row['samples_per_s']:,.0f}/s, "
                           f"AUC {row['test_auc']:.4f}, {row['wall_s']:.0f} s", file=sys.stderr, flush=True)

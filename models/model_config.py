@@ -160,6 +160,20 @@ class DenseAverageConfig(FrozenModel):
                          description="Per-step decay of the moving average: about 1 / (1 - decay) steps are averaged.")
 
 
+class DenseOuterConfig(FrozenModel):
+    """``model.dense_outer``: an outer optimizer on the merge (SlowMo, Wang et al. 2020; DiLoCo): a
+    worker's share of its change since its last merge is a pseudo-gradient, and what it adds to the
+    PS is ``lr`` times its Nesterov (or heavy-ball) momentum (:mod:`trainer.dense_sync`)."""
+
+    lr: float = Field(1.0, gt=0.0, le=64.0,
+                      description="The outer lr: the multiple of the merge rule's share of the change that is added.")
+    momentum: float = Field(0.0, ge=0.0, lt=1.0,
+                            description="The outer momentum over a worker's merges (0: none).")
+    nesterov: bool = Field(True, description="Nesterov momentum (false: heavy-ball).")
+    reset_moments: bool = Field(False, description="With several workers, the dense Adam's moments and step count "
+                                                   "start again after every merge (false: kept across merges).")
+
+
 class ScheduleKind(StrEnum):
     LINEAR = "linear"  # from 1 to end_factor over decay_steps, then end_factor
     INVERSE_SQRT = "inverse_sqrt"  # sqrt(decay_steps / (decay_steps + s)): halved after 3 x decay_steps
@@ -279,6 +293,9 @@ class ModelConfig(FrozenModel):
         None, description="Evaluate and export a moving average of the dense weights; left out, the raw weights.")
     dense_schedule: DenseScheduleConfig | None = Field(
         None, description="The dense optimizer's lr over the steps (warm-up, then decay); left out, a constant lr.")
+    dense_outer: DenseOuterConfig | None = Field(
+        None, description="`dense_update: local`: an outer optimizer on each merged change (outer lr, momentum); "
+                          "left out, the change is added as `dense_merge` says.")
     retrieval: RetrievalConfig = Field(RetrievalConfig(), description="two_tower only: how the towers learn retrieval.")
     seed: int = Field(0, ge=0, description="Seed of the initial rows and weights.")
 

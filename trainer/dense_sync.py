@@ -8,7 +8,9 @@
   whole (``sum``, GEO) or divided by the number of workers (``mean``: the PS vector is then the
   average of the workers' models, as in local SGD). Summed, two workers' changes since one base
   were each computed without the other's, and together overshoot: ``mean`` comes closer to one
-  worker's test AUC (bench/RESULTS.md).
+  worker's test AUC (bench/RESULTS.md). ``model.dense_outer`` puts an outer step between the
+  share and the PS (an outer lr and momentum, and with ``reset_moments`` the worker's optimizer
+  state starts again after each merge: :mod:`trainer.dense_outer`).
 - :class:`PSDense` (``ps``): workers push their dense GRADIENTS every step and the shard's
   dense table runs the optimizer (Paddle's async communicator, one gradient per send); each
   worker pulls fresh parameters after every ``sync_steps``-th step. In sync mode the shards
@@ -32,10 +34,11 @@ import numpy as np
 
 from core.errors import ConfigError
 from models.layers import ParamSet
-from models.model_config import DenseAverageConfig, DenseMerge, DenseScheduleConfig
+from models.model_config import DenseAverageConfig, DenseMerge, DenseOuterConfig, DenseScheduleConfig
 from tables.dense_optimizer import DenseOptimizer
 from tables.table_config import OptimizerConfig
 from trainer.dense_average import DenseAverage
+from trainer.dense_outer import OuterStep
 from trainer.job_config import DenseUpdate
 from trainer.params import ParamStore
 
@@ -68,11 +71,15 @@ class _Served:
 class LocalDense(_Served):
     def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1,
                  merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
-                 schedule: DenseScheduleConfig | None = None) -> None:
+                 schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None) -> None:
         self.values = values  # the model's flat dense vector, updated in place
         if schedule is not None and optimizer.kind == "ftrl":
             raise ConfigError("model.dense_schedule is for a dense optimizer of kind sgd, adagrad or adam, not ftrl")
+        if outer is not None and outer.reset_moments and optimizer.kind == "ftrl":
+            raise ConfigError("model.dense_outer.reset_moments is for a dense optimizer of kind sgd, adagrad or adam, "
+                              "not ftrl (its state is its weights)")
         self.schedule = schedule
+        self.outer = None if outer is None else OuterStep(outer, values.shape[0])
         self.average = None if average is None else DenseAverage(average, values.shape[0])
         self.base = values.copy()
         self.optimizer = DenseOptimizer(optimizer, values)
@@ -91,7 +98,7 @@ class LocalDense(_Served):
     def update(self, grads: np.ndarray, store: ParamStore) -> bool:
         """Apply one optimizer step; on a sync step also send the change. True when the caller
         must call :meth:`refresh` after the step ends (after the sync barrier)."""
-        scale = 1.0 if self.schedule is None else self.schedule.factor(self.optimizer.steps + 1)
+        scale = 1.0 if self.schedule is None else self.schedule.factor(self._steps_taken() + 1)
         # the moving average of the weights is taken in the optimizer's pass over them
         average = None if self.average is None else self.average.take_step()
         self.optimizer.step(self.values, grads, lr_scale=scale, average=average)
@@ -101,10 +108,19 @@ class LocalDense(_Served):
         self._send(store)
         return True
 
+    def _steps_taken(self) -> int:
+        """The optimizer steps of this worker so far (across restarts of its state at merges)."""
+        return self.optimizer.steps + (0 if self.outer is None else int(self.outer.restarted_steps[0]))
+
     def _send(self, store: ParamStore) -> None:
         change = self.values - self.base
         if self.share != 1:
             change *= self.share
+        if self.outer is not None:
+            self.outer.apply(change)
+            # one worker's merge changes nothing of its model: its optimizer state stays its own
+            if self.outer.config.reset_moments and store.num_workers > 1:
+                self.outer.restart(self.optimizer)
         store.add_dense(change)
 
     def refresh(self, store: ParamStore) -> None:
@@ -118,12 +134,15 @@ class LocalDense(_Served):
             self.refresh(store)
 
     def state(self) -> dict[str, np.ndarray]:
-        return self.optimizer.state if self.average is None else self.optimizer.state | self.average.state
+        out = self.optimizer.state if self.average is None else self.optimizer.state | self.average.state
+        return out if self.outer is None else out | self.outer.state
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         self.optimizer.load_state(state)
         if self.average is not None:
             self.average.load_state(state)
+        if self.outer is not None:
+            self.outer.load_state(state)
 
 
 class PSDense(_Served):
@@ -163,9 +182,12 @@ Dense = LocalDense | PSDense
 
 def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int,
                merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
-               schedule: DenseScheduleConfig | None = None) -> Dense:
+               schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None) -> Dense:
     if update is DenseUpdate.PS:
         if schedule is not None:  # the shard's optimizer has no step count of the worker's
             raise ConfigError("model.dense_schedule needs dense_update: local (the worker runs the dense optimizer)")
+        if outer is not None:
+            raise ConfigError("model.dense_outer needs dense_update: local (it acts on the workers' merges)")
         return PSDense(values, sync_steps=sync_steps, average=average)
-    return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average, schedule=schedule)
+    return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average, schedule=schedule,
+                      outer=outer)
