@@ -2,7 +2,8 @@
 
 At each commit the chief computes the pass's point (:func:`make_point`): pass id, time, records
 (the pass's and the job's total), records/s, per-pass and cumulative AUC and log loss, consumer
-lag, freshness, table rows and bytes, and the chief's resident memory. The point goes into the
+lag, freshness, table rows (both tiers) and bytes, the chief's resident memory, and for tables
+with a disk tier its rows, file bytes and the pass's RAM hit rate. The point goes into the
 pass manifest (``progress``) and into ``pass-history.arrays`` under the checkpoint root, a
 column file of the newest :data:`KEEP` points rewritten atomically (temp + fsync + rename, one
 PUT on an object store) by the chief after the manifest; a CRC-32C of the payload guards it.
@@ -52,7 +53,8 @@ KEEP = 10_000
 _MAGIC = b"SRHIST01"
 # float64 columns; None is stored as NaN. "pass" is exact in float64 far beyond any run.
 COLUMNS = ("pass", "time", "records", "records_total", "records_per_s", "auc", "logloss", "auc_total",
-           "logloss_total", "lag", "freshness_s", "rows", "table_bytes", "rss_mb")
+           "logloss_total", "lag", "freshness_s", "rows", "table_bytes", "rss_mb", "disk_rows", "disk_bytes",
+           "ram_lookups", "disk_lookups", "ram_hit_rate")
 
 
 def cumulative_metrics(where: Root, previous: dict[str, Any], this_pass: Metrics) -> Metrics:
@@ -87,8 +89,24 @@ def make_point(pass_id: int, *, created_at: float, pass_metrics: dict[str, Any],
             "records_per_s": rate, "auc": pass_metrics.get("auc"), "logloss": pass_metrics.get("logloss"),
             "auc_total": total.get("auc"), "logloss_total": total.get("logloss"), "lag": lag,
             "freshness_s": None if newest_record_time is None else max(0.0, created_at - newest_record_time),
-            "rows": sum(int(t.get("rows", 0)) for t in tables) if tables else None,
-            "table_bytes": sum(int(t.get("bytes", 0)) for t in tables) if tables else None, "rss_mb": rss_mb()}
+            "rows": sum(int(t.get("rows", 0)) + int(t.get("disk_rows", 0)) for t in tables) if tables else None,
+            "table_bytes": sum(int(t.get("bytes", 0)) for t in tables) if tables else None, "rss_mb": rss_mb(),
+            **_tier_point(tables, previous.get("progress") or {})}
+
+
+def _tier_point(tables: list[dict[str, Any]], before: dict[str, Any]) -> dict[str, Any]:
+    """The disk tier's part of a point (empty when no table has one): rows and file bytes on disk, the
+    shards' lookup counters (cumulative), and the pass's RAM hit rate from the counters' growth since
+    the pass before. Counters that went back (a shard restarted) give no rate for that pass."""
+    tiered = [t for t in tables if "disk_rows" in t]
+    if not tiered:
+        return {}
+    ram, disk = (sum(int(t.get(k, 0)) for t in tiered) for k in ("ram_hits", "disk_hits"))
+    d_ram, d_disk = ram - int(before.get("ram_lookups") or 0), disk - int(before.get("disk_lookups") or 0)
+    rate = d_ram / (d_ram + d_disk) if d_ram >= 0 and d_disk >= 0 and d_ram + d_disk > 0 else None
+    return {"disk_rows": sum(int(t["disk_rows"]) for t in tiered),
+            "disk_bytes": sum(int(t.get("disk_bytes", 0)) for t in tiered),
+            "ram_lookups": ram, "disk_lookups": disk, "ram_hit_rate": rate}
 
 
 def encode(points: list[dict[str, Any]]) -> bytes:
@@ -107,7 +125,8 @@ def decode(data: bytes, where: str) -> list[dict[str, Any]]:
     cols = decode_arrays(payload, where)
     n = len(cols["pass"])
     names = [c for c in COLUMNS if c in cols and len(cols[c]) == n]
-    ints = {"pass", "records", "records_total", "rows", "table_bytes", "lag"}
+    ints = {"pass", "records", "records_total", "rows", "table_bytes", "lag", "disk_rows", "disk_bytes", "ram_lookups",
+            "disk_lookups"}
     lists = [[None if v != v else (int(v) if c in ints else v) for v in cols[c].tolist()] for c in names]  # NaN: None
     return [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)]
 

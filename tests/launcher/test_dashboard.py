@@ -52,7 +52,8 @@ def _point(n: int) -> dict[str, Any]:
     return {"pass": n, "time": START + 30 * n, "records": 1000, "records_total": 1000 * n,
             "records_per_s": 400.0 + 10 * (n % 7), "auc": 0.6 + 0.01 * (n % 10), "auc_total": 0.6 + 0.002 * n,
             "logloss": 0.5, "logloss_total": 0.5, "lag": 50 + n, "freshness_s": 2.0 + 0.1 * (n % 5),
-            "rows": 1000 + 100 * n, "table_bytes": 64_000 + 6400 * n, "rss_mb": 300.0 + n}
+            "rows": 1000 + 100 * n, "table_bytes": 64_000 + 6400 * n, "rss_mb": 300.0 + n,
+            "disk_rows": 600 + 90 * n, "ram_hit_rate": 0.8 + 0.004 * (n % 10)}
 
 
 class StubJob:
@@ -174,6 +175,8 @@ def test_charts_have_ticks_units_a_colour_key_and_one_time_window(service: str, 
     charts = charts_drawn(f"{service}/#token={TOKEN}", tmp_path)
     drawn = {name: charts[name] for name in CHART_IDS}
     assert all(c["data-state"] == "data" for c in drawn.values()), drawn
+    tier = charts["tier"]  # below the screenshot's charts: the hit rate and the share of rows on disk
+    assert tier["data-state"] == "data" and "RAM hit rate" in tier["aria-label"] and "rows on disk" in tier["aria-label"]
     for name, c in drawn.items():
         yticks = [float(v.replace(",", "")) for v in c["data-yticks"].split()]
         assert len(yticks) >= 3 and yticks == sorted(yticks), (name, c)
@@ -209,10 +212,12 @@ def test_the_bayes_optimal_auc_is_drawn_when_the_link_or_the_job_gives_it(servic
 def test_a_feature_that_is_off_says_so(service: str, stub: StubJob, tmp_path: Path) -> None:
     for p in stub.points:
         del p["lag"]  # a job that does not report its consumer lag
+        del p["disk_rows"], p["ram_hit_rate"]  # nor has a table with a disk tier
     charts = charts_drawn(f"{service}/#token={TOKEN}", tmp_path)
     off = {name: c["aria-label"] for name, c in charts.items() if c["data-state"] == "off"}
     assert off == {"lag": "lag: not reported by this job",
                    "live": "live items: off in this service (service.read_through.live_items)",
                    "history": "user history: not reported by this job",
-                   "liverows": "live rows: off in this service (service.read_through)"}, charts
+                   "liverows": "live rows: off in this service (service.read_through)",
+                   "tier": "disk tier: no table has one"}, charts
     assert charts["rate"]["data-state"] == "data"

@@ -58,6 +58,36 @@ def test_a_damaged_file_is_set_aside_and_the_series_goes_on(tmp_path: Path) -> N
     assert (tmp_path / f"{pass_history.HISTORY_FILE}.corrupt").read_bytes() == bytes(data)
 
 
+def _shards(*tables: dict) -> list[dict]:
+    return [{"tables": {f"t{i}": t}} for i, t in enumerate(tables)]
+
+
+def test_a_tiered_tables_point_counts_both_tiers_and_the_passs_hit_rate(tmp_path: Path) -> None:
+    tiered = {"rows": 100, "disk_rows": 300, "bytes": 4000, "disk_bytes": 90_000, "ram_hits": 900, "disk_hits": 100}
+    plain = {"rows": 50, "bytes": 2000}
+    kw = {"created_at": 2000.0, "pass_metrics": {"records": 10}, "total": {}, "records_total": 10, "lag": None,
+          "newest_record_time": None}
+    first = pass_history.make_point(1, previous={}, shard_stats=_shards(tiered, plain), **kw)
+    assert first["rows"] == 450 and first["table_bytes"] == 6000  # every row, in RAM or on disk
+    assert (first["disk_rows"], first["disk_bytes"]) == (300, 90_000)
+    assert first["ram_hit_rate"] == 0.9  # 900 of the 1000 lookups since the shards started
+    later = {**tiered, "ram_hits": 1200, "disk_hits": 300}  # this pass: 300 in RAM, 200 from disk
+    second = pass_history.make_point(2, previous={"progress": first}, shard_stats=_shards(later, plain), **kw)
+    assert second["ram_hit_rate"] == 0.6
+    restarted = {**tiered, "ram_hits": 5, "disk_hits": 5}  # counters back at zero: no rate for the pass
+    assert pass_history.make_point(3, previous={"progress": second}, shard_stats=_shards(restarted),
+                                   **kw)["ram_hit_rate"] is None
+    # the columns travel through the history file; a job without a tier has none of them
+    root = open_store(str(tmp_path))
+    pass_history.record(root, first)
+    pass_history.record(root, second)
+    read = pass_history.read(root)
+    assert [(p["disk_rows"], p["ram_hit_rate"]) for p in read] == [(300, 0.9), (300, 0.6)]
+    assert isinstance(read[0]["disk_lookups"], int)
+    untiered = pass_history.make_point(1, previous={}, shard_stats=_shards(plain), **kw)
+    assert "disk_rows" not in untiered and untiered["rows"] == 50
+
+
 def test_cumulative_metrics_equal_one_histogram_of_every_record(tmp_path: Path) -> None:
     root = open_store(str(tmp_path))
     rng = np.random.default_rng(0)
