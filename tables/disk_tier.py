@@ -5,9 +5,9 @@ every column of the row, packed in the row store's order (the key first, then ``
 ``state``, ``wide_state``, show, click, last_seen, created, mod_epoch) at ``record *
 record_bytes``. RAM keeps only the index from key to record (:mod:`tables.disk_index`, its
 slots alone), a free list and each call's bounded copy buffer (``BUFFER_RECORDS``), so a disk
-row costs RAM its index slots only. Records are read from a read-only mapping of the file and
-written with ``pwrite`` (records sorted, one call per run of consecutive ones), both in numba
-kernels (:mod:`tables.record_io`), never one Python call per key; eviction, TTL and delta
+row costs RAM its index slots only. Records are read from a shared mapping of the file and
+written by ``pwrite`` (long runs of consecutive records) or through the mapping (scattered
+ones), both in numba kernels (:mod:`tables.record_io`), never one Python call per key; eviction, TTL and delta
 saves read the columns they need from the records the same way. A record is a whole number of
 8-byte words (padded), which the mapped reads copy.
 
@@ -41,7 +41,7 @@ import numpy as np
 
 from core.errors import DISK_FULL_ERRNOS, ConfigError, DiskFull
 from tables import disk_index, hashmap
-from tables.record_io import WORD, RecordMap, gather, gather_field, transfer
+from tables.record_io import MIN_RUN, WORD, RecordMap, gather, gather_field, scatter
 from tables.rows import COLUMN_DTYPES, release_pages
 
 PAYLOAD = ("params", "state", "wide_state")  # the float32 2-d columns
@@ -295,9 +295,9 @@ class DiskTier:
             release_pages(old[start : start + REHASH_SLOTS])
         self.slots = grown
 
-    def _words(self) -> np.ndarray:
+    def _words(self, *, writable: bool = False) -> np.ndarray:
         """The file's records as mapped words (a view for one call)."""
-        return self._map.words(self.file_records * self.record_bytes)
+        return self._map.words(self.file_records * self.record_bytes, writable=writable)
 
     def _io(self, records: np.ndarray, buf: np.ndarray, *, write: bool) -> np.ndarray:
         """Records from (to, sorted) ``buf``'s first rows; returns those rows."""
@@ -305,8 +305,8 @@ class DiskTier:
         if not write:
             gather(self._words(), records, rows.view(np.uint64).reshape(-1, self.record_bytes // WORD))
             return rows
-        bad = transfer(self._fd, records, self.record_bytes, rows.view(np.uint8).reshape(-1, self.record_bytes),
-                       write=True)
+        bad = scatter(self._fd, self._words(writable=True), records,
+                      rows.view(np.uint64).reshape(-1, self.record_bytes // WORD), MIN_RUN)
         if bad >= 0:
             self._failed(bad)
         return rows

@@ -1,18 +1,22 @@
 """The disk tier's I/O of fixed-size records: reads from a read-only mapping, writes by ``pwrite``.
 
-Reads copy records out of a shared, read-only mapping of the file (:class:`RecordMap`) in a
-numba kernel, 8-byte words at a time: a record in the page cache then costs a few cache
-misses, not a system call (``pread`` of one record costs several times as much). The price is
+Reads copy records out of a shared mapping of the file (:class:`RecordMap`) in a numba
+kernel, 8-byte words at a time: a record in the page cache then costs a few cache misses,
+not a system call (``pread`` of one record costs several times as much). The price is
 RSS: the mapped pages count in the process's ``RssFile`` once touched, and the kernel maps
 whole cached folios on a fault (``MADV_RANDOM`` does not stop it), so a randomly read tier
 maps most of its file after its first reads. Those are clean page-cache pages of a shared file
 mapping, the same pages ``pread`` would keep cached, and the kernel reclaims them under memory
 pressure; a table's RAM budget bounds its anonymous memory (``RssAnon``), not them. A device
 error under a mapped read is ``SIGBUS``, not an ``OSError``: the tier file is scratch on a
-local disk, and saves hold the rows. Writes go by ``pwrite`` (one call per run of
-consecutive records, as demotions append), and Linux keeps a shared mapping coherent with
-them. The calls are declared as external symbols (resolved in the process, libc's), so the
-kernels that use them cache like any other.
+local disk, and saves hold the rows. Writes of long runs of consecutive records (a
+demotion appending) go by one ``pwrite`` a run, which costs less than faulting fresh pages
+into the mapping; records scattered over the file (freed records filled again) are stored
+through the mapping, where a ``pwrite`` each would cost several times as much. Linux keeps a
+shared mapping coherent with ``pwrite``, and the file is allocated (``posix_fallocate``)
+before any record past its end is written, so a store through the mapping never needs a
+block the disk lacks. The calls are declared as external symbols (resolved in the process,
+libc's), so the kernels that use them cache like any other.
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from tables.cache_hint import prefetch
 WORD = 8  # bytes a mapped read copies at a time: records are a whole number of words
 RESERVE_BYTES = 1 << 36  # address space a mapping takes at first (no memory): it is remapped past it
 PF = 8  # records ahead whose first word a gather prefetches
+MIN_RUN = 16  # consecutive records a write sends by pwrite; shorter runs are stored through the mapping
 
 
 def _file_call(symbol: str):
-    """An intrinsic ``(fd, array, offset) -> bytes done or -1``: ``symbol`` (pread or pwrite)
+    """An intrinsic ``(fd, array, offset) -> bytes done or -1``: ``symbol`` (``pwrite``)
     of all of a contiguous ``array``'s bytes at file ``offset``."""
 
     def typer(typingctx, fd, arr, offset):
@@ -60,28 +65,7 @@ def _file_call(symbol: str):
     return intrinsic(typer)
 
 
-pread = _file_call("pread")
 pwrite = _file_call("pwrite")
-
-
-@kernel(**JIT)
-def transfer(fd: int, records: np.ndarray, record_bytes: int, buf: np.ndarray, write: bool) -> np.int64:
-    """Read (or write) record ``records[i]`` of file ``fd`` into (from) row ``i`` of ``buf``
-    (uint8, one record a row), one call per run of consecutive records; returns -1 when every
-    byte went, else the first record whose call failed or fell short."""
-    n = records.shape[0]
-    i = 0
-    while i < n:
-        k = i + 1
-        while k < n and records[k] == records[k - 1] + 1:
-            k += 1
-        rows = buf[i:k]
-        off = records[i] * record_bytes
-        done = pwrite(fd, rows, off) if write else pread(fd, rows, off)
-        if done != rows.size:
-            return np.int64(records[i])
-        i = k
-    return np.int64(-1)
 
 
 @kernel(**JIT)
@@ -96,6 +80,32 @@ def gather(words: np.ndarray, records: np.ndarray, out: np.ndarray) -> None:
         at = records[i] * width
         for j in range(width):
             out[i, j] = words[at + j]
+
+
+@kernel(**JIT)
+def scatter(fd: int, words: np.ndarray, records: np.ndarray, rows: np.ndarray, min_run: int) -> np.int64:
+    """Record ``records[i]`` (ascending) of file ``fd`` from row ``i`` of ``rows`` (uint64, a
+    record's words a row): runs of ``min_run`` or more consecutive records by one ``pwrite``
+    each, the rest stored through the writable mapping ``words``; returns -1 when every byte
+    went, else the first record whose call failed or fell short."""
+    n = records.shape[0]
+    width = rows.shape[1]
+    i = 0
+    while i < n:
+        k = i + 1
+        while k < n and records[k] == records[k - 1] + 1:
+            k += 1
+        if k - i >= min_run:
+            run = rows[i:k]
+            if pwrite(fd, run, records[i] * width * 8) != run.size * 8:
+                return np.int64(records[i])
+        else:
+            for r in range(i, k):
+                at = records[r] * width
+                for j in range(width):
+                    words[at + j] = rows[r, j]
+        i = k
+    return np.int64(-1)
 
 
 @kernel(**JIT)
@@ -125,7 +135,7 @@ _MAP_NORESERVE = 0x4000  # Linux: no swap is reserved for the range (read-only, 
 
 
 class RecordMap:
-    """A read-only shared mapping of file ``fd`` whose reads may reach ``nbytes`` (the file is
+    """A shared mapping of file ``fd`` whose reads may reach ``nbytes`` (the file is
     at least that long wherever they go); address space is reserved ahead (``RESERVE_BYTES``
     at first, never past ``max_bytes``), so a growing file is remapped rarely. Views of it
     (:meth:`words`) live for one call: a remap unmaps the old range."""
@@ -142,7 +152,8 @@ class RecordMap:
             return
         length = min(self.max_bytes, max(RESERVE_BYTES, 4 * self.length))
         length = max(length, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-        addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED | _MAP_NORESERVE, self.fd, 0)
+        addr = _libc.mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | _MAP_NORESERVE,
+                          self.fd, 0)
         if addr in (None, _MAP_FAILED):
             err = ctypes.get_errno()
             raise OSError(err, f"mapping {length} bytes of the disk tier's file: {os.strerror(err)}")
@@ -150,12 +161,13 @@ class RecordMap:
         self.close()
         self.addr, self.length = addr, length
 
-    def words(self, nbytes: int) -> np.ndarray:
-        """The first ``nbytes`` (mapped, a whole number of words) as a read-only uint64 array."""
+    def words(self, nbytes: int, *, writable: bool = False) -> np.ndarray:
+        """The first ``nbytes`` (mapped, a whole number of words) as a uint64 array, read-only
+        unless ``writable`` (a write's)."""
         if nbytes == 0:
             return np.empty(0, np.uint64)
         arr = np.ctypeslib.as_array(ctypes.cast(self.addr, ctypes.POINTER(ctypes.c_uint64)), (nbytes // WORD,))
-        arr.flags.writeable = False
+        arr.flags.writeable = writable
         return arr
 
     def close(self) -> None:

@@ -109,3 +109,25 @@ def test_mapped_reads_match_pread_across_file_growth(tmp_path: Path, monkeypatch
         assert np.isnan(np.delete(out, dest, axis=0)).all()
     assert d.file_bytes() > 5 * (1 << 16)
     d.close()
+
+
+def test_scattered_and_run_writes_land_as_pread_reads_them(tmp_path: Path) -> None:
+    d = DiskTier(tmp_path, "t", WIDTHS, 1 << 26, hashmap.new_hash_key())
+    rng = np.random.default_rng(4)
+    first = np.arange(1, 20_001, dtype=np.uint64)
+    d.put(rows(first))  # one run past the end: pwrite
+    gone = np.sort(rng.choice(first, 4_000, replace=False))  # scattered holes, and a few runs among them
+    gone = np.union1d(gone, first[5_000:5_100])
+    d.free(records_of(d, gone), gone)
+    assert d.room() and int(d._free.shape[0]) > HOLE_SHARE * d.rows
+    fresh = np.arange(100_001, 100_001 + gone.shape[0], dtype=np.uint64)
+    d.put(rows(fresh))  # into the holes: short runs through the mapping, long ones by pwrite
+    assert d.high == first.shape[0]
+    with open(d.path, "rb") as f:  # the slow reference: every record by pread
+        raw = np.frombuffer(os.pread(f.fileno(), d.high * d.record_bytes, 0), d.dtype)
+    live = np.setdiff1d(first, gone)
+    for keys in (live, fresh):
+        at = records_of(d, keys)
+        np.testing.assert_array_equal(raw["keys"][at], keys)
+        np.testing.assert_array_equal(raw["params"][at, 0], keys.astype(np.float32))
+    d.close()
