@@ -3,11 +3,14 @@
 dim 16 with Adam state, ``--rows`` rows (the issue's figure is 40M, for a big machine), the
 tiered table's RAM budget a quarter of what the all-RAM table holds. Each table runs in a
 process of its own (a shard's stand-in), so its RSS is its own: RSS is sampled every 0.2 s
-from before the table is made to the end, anonymous memory (the table's arrays) and
-file-mapped pages apart (the tier reads its file with pread, so none should be its). Both get the same
-64K-key pulls and pushes under a Zipf(1.1) key stream and a uniform one over the stored ids;
-for the tiered table, the hit rate (keys found in RAM / keys found) and disk reads/s of each
-phase, and keys/s by the calling thread's CPU time beside wall time (on a loaded machine the
+from before the table is made to the end, anonymous memory (the table's arrays: what the RAM
+budget bounds) and file-mapped pages apart (the tier file's page cache, which the tier maps
+to read and the kernel reclaims). Both get the same steps, each a 64K-key pull of one batch
+and a push of another drawn apart, under a Zipf(1.1) key stream and a uniform one over the
+stored ids; the first ``--warm-batches`` steps are reported apart (cold) from the rest
+(steady). For the tiered table, the hit rate (keys found in RAM at the call's start) beside
+the ideal one (a RAM tier as large holding the most drawn keys), disk reads a batch, and
+keys/s by the calling thread's CPU time beside wall time (on a loaded machine the
 wall-time ratio of two processes run one after the other moves with the load; the CPU ratio
 does not, but leaves out waits for the disk). The disk's own random-read rate
 is probed in the same run (4 KiB O_DIRECT reads at random offsets of a file as large as the
@@ -281,11 +284,11 @@ def report(r: dict[str, Any]) -> None:
     print(f"disk's own 4 KiB random reads (O_DIRECT probe): {r['disk_random_reads_per_s']:,.0f}/s"
           + (f" (page cache dropped before the tiered uniform phase: {tiered.get('cache_dropped')})"
              if r["drop_caches"] else " (page cache warm)"))
-    print("table RSS (process RSS minus before the table), tiered: anonymous max "
+    print("table RSS (process RSS minus before the table), tiered: anonymous (what the RAM budget bounds) max "
           f"{tiered['max_table_anon_rss'] / 1e6:.0f} MB = {r['max_anon_rss_vs_budget']:.2f}x of its budget "
           "(target <= 1.10x), end "
-          f"{tiered['end_table_anon_rss'] / 1e6:.0f} MB; with file-mapped pages max "
-          f"{tiered['max_table_rss'] / 1e6:.0f} MB = {r['max_rss_vs_budget']:.2f}x; all-RAM max "
+          f"{tiered['end_table_anon_rss'] / 1e6:.0f} MB; with the mapped tier file's page-cache pages (reclaimable) "
+          f"max {tiered['max_table_rss'] / 1e6:.0f} MB = {r['max_rss_vs_budget']:.2f}x; all-RAM max "
           f"{ram['max_table_rss'] / 1e6:.0f} MB")
     step = max(1, len(tiered["rss_samples"]) // 12)
     print("tiered table RSS over time (s: anonymous + file-mapped MB): " + ", ".join(
