@@ -25,7 +25,7 @@ DAY_S = 86400.0
 HALF_LIVES_DAYS = (0.5, 1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 14.0, 30.0)
 CANDIDATES = (100, 300, 1000)  # the most is the model-alone list's length (bench.retrieval_ablation.WIDE)
 WEIGHTS: dict[str, tuple[float, ...]] = {
-    "standardized": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0),
+    "standardized": (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 10.0),
     "logit": (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0),
 }
 
