@@ -1,22 +1,25 @@
-"""The disk tier's I/O of fixed-size records: reads from a read-only mapping, writes by ``pwrite``.
+"""The disk tier's I/O of fixed-size records: reads from a shared mapping of its file, writes by
+``pwrite`` (runs of records) or through the mapping (scattered records).
 
-Reads copy records out of a shared mapping of the file (:class:`RecordMap`) in a numba
-kernel, 8-byte words at a time: a record in the page cache then costs a few cache misses,
-not a system call (``pread`` of one record costs several times as much). The price is
-RSS: the mapped pages count in the process's ``RssFile`` once touched, and the kernel maps
-whole cached folios on a fault (``MADV_RANDOM`` does not stop it), so a randomly read tier
-maps most of its file after its first reads. Those are clean page-cache pages of a shared file
-mapping, the same pages ``pread`` would keep cached, and the kernel reclaims them under memory
+Reads copy records out of a shared mapping of the file (:class:`RecordMap`) in a numba kernel,
+8-byte words at a time: a record in the page cache then costs a few cache misses, not a system
+call (``pread`` of one record costs several times as much). The price is RSS: the mapped pages
+count in the process's ``RssFile`` once touched, and the kernel maps whole cached folios on a
+fault (``MADV_RANDOM`` does not stop it), so a randomly read tier maps most of its file after
+its first reads. Those are page-cache pages of a shared file mapping (clean but for records just
+written), the same pages ``pread`` would keep cached, and the kernel reclaims them under memory
 pressure; a table's RAM budget bounds its anonymous memory (``RssAnon``), not them. A device
-error under a mapped read is ``SIGBUS``, not an ``OSError``: the tier file is scratch on a
-local disk, and saves hold the rows. Writes of long runs of consecutive records (a
-demotion appending) go by one ``pwrite`` a run, which costs less than faulting fresh pages
-into the mapping; records scattered over the file (freed records filled again) are stored
-through the mapping, where a ``pwrite`` each would cost several times as much. Linux keeps a
-shared mapping coherent with ``pwrite``, and the file is allocated (``posix_fallocate``)
-before any record past its end is written, so a store through the mapping never needs a
-block the disk lacks. The calls are declared as external symbols (resolved in the process,
-libc's), so the kernels that use them cache like any other.
+error under a mapped read is ``SIGBUS``, not an ``OSError``: the tier file is scratch on a local
+disk, and saves hold the rows. Writes of long runs of consecutive records (a demotion appending)
+go by one ``pwrite`` a run, which costs less than faulting fresh pages into the mapping; records
+scattered over the file (freed records filled again) are stored through the mapping, where a
+``pwrite`` each would cost several times as much. Linux keeps a shared mapping coherent with
+``pwrite``, and the file is allocated (``posix_fallocate``) before any record past its end is
+written, so a store through the mapping never needs a block the disk lacks. The mapping's
+address space is reserved ahead of the file (``RESERVE_BYTES``, no memory), so a growing file is
+remapped rarely; callers hold the table lock, so no read runs across a remap. The calls are
+declared as external symbols (resolved in the process, libc's), so the kernels that use them
+cache like any other.
 """
 
 from __future__ import annotations
