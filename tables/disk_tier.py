@@ -136,9 +136,10 @@ class DiskTier:
                               verify=verify)
         return out
 
-    def take(self, keys: np.ndarray) -> dict[str, np.ndarray]:
-        """The rows of ``keys`` (unique) found on disk, read and freed (a promotion): their columns."""
-        at, hit, cols = self._find(keys, tuple(COLUMN_DTYPES))
+    def take(self, keys: np.ndarray, *, at: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The rows of ``keys`` (unique) found on disk, read and freed (a promotion): their
+        columns. ``at``: their records, when the caller looked them up."""
+        at, hit, cols = self._find(keys, tuple(COLUMN_DTYPES), at)
         self.free(at[hit], cols["keys"])
         return cols
 

@@ -79,22 +79,22 @@ class TableTier:
         many. ``limit``: the RAM row limit (None: no budget)."""
         t = self.table
         st = t.state
-        at = self.disk.lookup(keys, verify=False)  # take() reads the keys and finds any false
-        on_disk = keys[at >= 0]
+        at = self.disk.lookup(keys)
+        on_disk, records = keys[at >= 0], at[at >= 0]  # a demotion leaves these records as they are
         m = int(on_disk.shape[0])
         if m == 0:
             return 0
         if limit is not None and st.rows.n + m > limit:
             if t.lock.snapshot is None:
                 self.demote_coldest(st.rows.n + m - int(limit * self.low_water), protected=protected,
-                                    keep=at[at >= 0])
+                                    keep=records)
                 t.budget.fit(limit)
             else:
                 limit = None  # rows must not move: RAM holds them past its budget until the save ends
         st.reserve(st.rows.n + m, limit)
         got = 0
         for start in range(0, m, MOVE_CHUNK):
-            cols = self.disk.take(on_disk[start : start + MOVE_CHUNK])
+            cols = self.disk.take(on_disk[start : start + MOVE_CHUNK], at=records[start : start + MOVE_CHUNK])
             st.upsert(cols)
             got += int(cols["keys"].shape[0])
         for name in ("disk_hits", "disk_reads", "promoted"):
