@@ -5,11 +5,12 @@ every column of the row, packed in the row store's order (the key first, then ``
 ``state``, ``wide_state``, show, click, last_seen, created, mod_epoch) at ``record *
 record_bytes``. RAM keeps only the index from key to record (:mod:`tables.disk_index`, its
 slots alone), a free list and each call's bounded copy buffer (``BUFFER_RECORDS``), so a disk
-row costs RAM its index slots only. Records are read from a shared mapping of the file and
-written by ``pwrite`` (long runs of consecutive records) or through the mapping (scattered
-ones), both in numba kernels (:mod:`tables.record_io`), never one Python call per key; eviction, TTL and delta
-saves read the columns they need from the records the same way. A record is a whole number of
-8-byte words (padded), which the mapped reads copy.
+row costs RAM its index slots only (the mapped file's pages are page cache, outside the
+budget). Records are read from a shared mapping of the file and written by ``pwrite`` (long
+runs of consecutive records) or through the mapping (scattered ones), both in numba kernels
+(:mod:`tables.record_io`), never one Python call per key; eviction, TTL and delta saves read
+the columns they need from the records the same way. A record is a whole number of 8-byte
+words (padded), which the mapped reads copy.
 
 The file is grown with ``posix_fallocate`` before any record past its end is written: a full
 disk is an ``OSError`` at growth (:class:`core.errors.DiskFull`), never a failed write of a
