@@ -35,10 +35,11 @@ history: the model's candidates re-ranked by the items' decayed record counts, s
 ``popularity_weight`` 0; bench/retrieval_ablation.py: a decayed popularity prior on /v1/recommend's, an item-rate
 prior on /v1/predict's), its half-life and weights chosen on a validation split carved from the train part (one
 more `up` run on its first 90%), and the model's own lists as a row; the holdout runs then serve the service's prior
-(standardized scale) with the half-life and weight that split chose (bench/retrieval_prior.py).
+(standardized scale) with the half-life, weight and candidates that split chose (bench/retrieval_prior.py;
+``--serve-defaults``: the config's defaults).
 
 Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--ablate]
-[--workers W] [--pass-records N [--pass-idle-s S]] [--partition-by-user] [--json]``.
+[--serve-defaults] [--workers W] [--pass-records N [--pass-idle-s S]] [--partition-by-user] [--json]``.
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     tuned = validation(dataset, config, split, args) if args.ablate else None
     if tuned is not None:
         out["ablation_tuned"] = {**asdict(tuned)}
-        config = with_served_prior(config, *(p for p in tuned.served if p.scale == "standardized"))
+        if not args.serve_defaults:
+            config = with_served_prior(config, *(p for p in tuned.served if p.scale == "standardized"))
     out["streamrec"] = replay_runs(dataset, config, train_file, split, args, what=CONFIG_WHAT, tuned=tuned)
     if args.config_from == "infer":
         inferred, text = inferred_config(train_file, config)
@@ -470,6 +472,9 @@ def main() -> int:
     ap.add_argument("--ablate", action="store_true",
                     help="also replay a validation split carved from the train part, choose the priors of "
                          "bench/retrieval_ablation.py on it, and print their rows on each holdout run")
+    ap.add_argument("--serve-defaults", action="store_true",
+                    help="with --ablate: the holdout runs serve the config's default popularity prior, not the one "
+                         "the validation split chose")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")
     args = ap.parse_args()
