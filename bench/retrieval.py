@@ -213,7 +213,10 @@ def validation(dataset: str, config: dict[str, Any], split: Split, args: argpars
     res = run_up(f"{dataset}-validation", config, train_file, val, k=K, timeout_s=args.run_timeout, seed=args.seed,
                  wide=ablation.WIDE)
     predict = res.predict_scores if res.predict_scores is not None else np.full(len(val.test), np.nan)
-    return ablation.tune(res.scored, val, _temperature(config), K, predict, item_rate_scores(val))
+    default = served_prior(config)
+    return ablation.tune(res.scored, val, _temperature(config), K, predict, item_rate_scores(val),
+                         ServedPrior(default["scale"], default["half_life_days"], default["weight"],
+                                     default["candidates"]))
 
 
 def served_prior(config: dict[str, Any]) -> dict[str, Any]:

@@ -132,10 +132,11 @@ class Tuned:
     predict_weight: float
     validation: dict[str, Any]
     served: tuple[retrieval_prior.ServedPrior, ...] = ()  # the service's prior, each scale's choice
+    defaults: retrieval_prior.ServedPrior | None = None  # the service's prior as the config's defaults give it
 
 
 def tune(scored: Scored, split: Split, temperature: float, k: int, predict: np.ndarray,
-         rate: np.ndarray) -> Tuned:
+         rate: np.ndarray, defaults: retrieval_prior.ServedPrior | None = None) -> Tuned:
     prior, recall, grid = tune_prior(scored, split, temperature, k)
     no_decay = max((Prior(None, e, w, 0.0) for e in (False, True) for w in PRIOR_WEIGHTS),
                    key=lambda p: _recall(reranked(scored, split, p, temperature, k), split, set(scored), k))
@@ -149,7 +150,7 @@ def tune(scored: Scored, split: Split, temperature: float, k: int, predict: np.n
         served_recall[scale], served_grid[scale] = got, g_grid
     return Tuned(prior, no_decay, seen_only, g,
                  {"users": len(scored), "recall_served": plain, "recall_with_prior": recall, "grid": grid,
-                  "served_recall": served_recall, "served_grid": served_grid}, tuple(served))
+                  "served_recall": served_recall, "served_grid": served_grid}, tuple(served), defaults)
 
 
 def served_row_name(scale: str) -> str:
@@ -169,11 +170,13 @@ def rows(scored: Scored, split: Split, tuned: Tuned, temperature: float, k: int,
         lists = reranked(scored, split, prior, temperature, k)
         out[name] = {**metrics(lists, split), "recall_new_users": _recall(lists, split, new_users, k),
                      "prior": asdict(prior)}
-    for chosen in tuned.served:
+    chosen_rows = [(served_row_name(p.scale), p) for p in tuned.served]
+    if tuned.defaults is not None:
+        chosen_rows.append(("+ service's prior, the config's defaults", tuned.defaults))
+    for name, chosen in chosen_rows:
         lists = retrieval_prior.served_lists(scored, split, chosen, temperature, k)
-        out[served_row_name(chosen.scale)] = {**metrics(lists, split),
-                                              "recall_new_users": _recall(lists, split, new_users, k),
-                                              "prior": asdict(chosen)}
+        out[name] = {**metrics(lists, split),
+                     "recall_new_users": _recall(lists, split, new_users, k), "prior": asdict(chosen)}
     ok = ~np.isnan(predict)
     out["predict_auc_with_item_rate"] = (auc(split.test.label[ok], _logit(predict[ok]) +
                                              tuned.predict_weight * _logit(rate[ok])) if ok.any() else float("nan"))

@@ -70,3 +70,21 @@ def test_the_config_serves_the_chosen_prior():
     got = served_prior(with_served_prior(config, ServedPrior("standardized", 3.0, 0.75)))
     assert got == {"half_life_days": 3.0, "scale": "standardized", "weight": 0.75, "candidates": 300}
     assert served_prior(config)["half_life_days"] * DAY_S == 5 * DAY_S
+
+
+def test_the_ablation_rows_carry_each_scales_choice_and_the_config_defaults():
+    from bench.retrieval import metrics
+    from bench.retrieval_ablation import rows, tune as tune_all
+
+    split = _split()
+    ids, scores = np.array([3, 1, 2]), np.array([0.30, 0.299, 0.10])
+    scored = {u: (ids, scores) for u in (5, 9, 7)}
+    predict = np.full(len(split.test), 0.5)
+    defaults = ServedPrior("standardized", 5.0, 3.0, 1000)
+    tuned = tune_all(scored, split, 0.05, 2, predict, np.full(len(split.test), 0.5), defaults)
+    assert [p.scale for p in tuned.served] == ["standardized", "logit"] and tuned.defaults == defaults
+    got = rows(scored, split, tuned, 0.05, 2, predict, np.full(len(split.test), 0.5), metrics)
+    row = got["+ service's prior, the config's defaults"]
+    assert row["prior"]["weight"] == 3.0
+    want = served_lists(scored, split, defaults, 0.05, 2)
+    assert row["recall"] == metrics(want, split)["recall"]
