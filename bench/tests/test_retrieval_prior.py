@@ -74,7 +74,8 @@ def test_the_config_serves_the_chosen_prior():
 
 def test_the_ablation_rows_carry_each_scales_choice_and_the_config_defaults():
     from bench.retrieval import metrics
-    from bench.retrieval_ablation import rows, tune as tune_all
+    from bench.retrieval_ablation import rows
+    from bench.retrieval_ablation import tune as tune_all
 
     split = _split()
     ids, scores = np.array([3, 1, 2]), np.array([0.30, 0.299, 0.10])
