@@ -3,7 +3,7 @@
 A bundle carries each item's record count decayed by event time, summed over the job's trainers
 (exports.bundle ``popularity.arrays``, models.item_popularity). For a user with a history (the
 request's history slot holds items once the service completed it, service.user_history), the
-top ``candidates`` of the Faiss search (less the request's exclusions) are re-ranked by one of
+top ``candidates`` items of the Faiss search besides the request's exclusions are re-ranked by one of
 
     standardized:  z(score) + weight * z(log1p(count))     z(x) = (x - mean(x)) / std(x) over the candidates
     logit:         score + temperature * weight * log1p(count)
