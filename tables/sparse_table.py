@@ -406,20 +406,10 @@ class SparseTable:
         """Apply a saved base (replaces everything) or delta (must follow the previous save of
         its chain). Everything is verified first: on any error the table is unchanged. The
         budget in force afterwards (the saved policy's) gives back the capacity beyond it.
-        A tiered table takes its disk rows into RAM first (a delta applies to one tier) and
-        moves what the RAM budget has no room for back to disk afterwards."""
-        if self.tier is None:
-            manifest = load_table(self, Path(path))
-            self._loaded()
-            return manifest
-        with self.lock.mutex:  # held throughout: no demotion may come between the tiers' merge and the load
-            self.lock.wait_idle()
-            self.tier.promote_all()
-            try:
-                manifest = load_table(self, Path(path))
-            finally:
-                self.tier.settle()
-            self._loaded()
+        A tiered table's RAM takes the rows up to its budget, the coldest going to disk as
+        they come (:meth:`TableTier.load_rows`): RAM never holds more than the budget."""
+        manifest = load_table(self, Path(path))
+        self._loaded()
         return manifest
 
     def load_parts(self, parts: list[TablePart]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +38,7 @@ from core.atomic_files import (
     AtomicWriter,
     decode_arrays,
     encode_arrays,
+    entry_file,
     read_json,
     read_verified,
     write_bytes,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from tables.tiering import TableTier
 
 CHUNK_ROWS = 1 << 16
+VERIFY_BLOCK = 1 << 22  # bytes a load's checksum pass reads at a time
 TABLE_FORMAT = 2  # what saves write
 READABLE_FORMATS = (1, 2)  # 1: before the keyed index (no hash_key)
 
@@ -238,20 +241,61 @@ class _Rechunker:
         return self.rows
 
 
-def _decode_rows(buf: memoryview, man: dict[str, Any], into: dict[str, np.ndarray], source: str) -> None:
-    """Fill ``into`` (column -> array with >= n rows) from a verified rows file."""
-    n, chunk = int(man["rows"]), int(man["chunk_rows"])
-    row_bytes = sum(c.dtype.itemsize * (c.shape[1] if c.ndim == 2 else 1) for c in into.values())
-    if len(buf) != n * row_bytes or chunk <= 0:
-        raise CorruptData(f"{source}: holds {len(buf)} bytes, expected {n} rows x {row_bytes} bytes")
-    raw = np.frombuffer(buf, np.uint8)
-    off = 0
-    for a in range(0, n, chunk):
-        b = min(a + chunk, n)
-        for col in into.values():
-            nb = (b - a) * col.dtype.itemsize * (col.shape[1] if col.ndim == 2 else 1)
-            col[a:b] = raw[off : off + nb].view(col.dtype).reshape((b - a, *col.shape[1:]))
-            off += nb
+class _RowsFile:
+    """A rows file, verified (size and CRC-32C) by reading it a block at a time, then read back
+    a chunk at a time: a load holds one chunk's bytes, never the file's."""
+
+    def __init__(self, directory: Path, entry: dict[str, Any], man: dict[str, Any],
+                 columns: dict[str, np.ndarray]) -> None:
+        import crc32c  # as core.atomic_files: only processes that read files load it
+
+        name, size, crc = entry_file(directory, entry)
+        self.path = directory / name
+        self.n, self.chunk = int(man["rows"]), int(man["chunk_rows"])
+        self.columns = {k: (c.dtype, c.shape[1:]) for k, c in columns.items()}
+        self.row_bytes = sum(c.dtype.itemsize * (c.shape[1] if c.ndim == 2 else 1) for c in columns.values())
+        try:
+            self._f = open(self.path, "rb")  # noqa: SIM115 - kept open: the chunks are read from the file verified
+        except FileNotFoundError:
+            raise CorruptData(f"{self.path}: file missing", detail={"file": str(self.path)}) from None
+        try:
+            seen, got = 0, 0
+            while block := self._f.read(VERIFY_BLOCK):
+                seen += len(block)
+                got = crc32c.crc32c(block, got)
+            if seen != size:
+                raise CorruptData(f"{self.path}: size {seen} bytes, manifest says {size} (truncated or overwritten)",
+                                  detail={"file": str(self.path)})
+            if got != crc:
+                raise CorruptData(f"{self.path}: checksum mismatch (corrupted)", detail={"file": str(self.path)})
+            if size != self.n * self.row_bytes or self.chunk <= 0:
+                raise CorruptData(f"{self.path}: holds {size} bytes, expected {self.n} rows x {self.row_bytes} bytes")
+        except BaseException:
+            self._f.close()
+            raise
+
+    def chunks(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """``(first row, columns)`` of each chunk, in file order; closes the file at the end."""
+        try:
+            self._f.seek(0)
+            for a in range(0, self.n, self.chunk):
+                m = min(self.chunk, self.n - a)
+                raw = np.empty(m * self.row_bytes, np.uint8)
+                if self._f.readinto(memoryview(raw)) != raw.shape[0]:
+                    raise CorruptData(f"{self.path}: shorter than when it was verified",
+                                      detail={"file": str(self.path)})
+                off, cols = 0, {}
+                for name, (dtype, tail) in self.columns.items():
+                    nb = m * dtype.itemsize * (tail[0] if tail else 1)
+                    col = raw[off : off + nb].view(dtype).reshape((m, *tail))
+                    cols[name] = col if col.flags.aligned else col.copy()  # kernels take aligned arrays
+                    off += nb
+                yield a, cols
+        finally:
+            self._f.close()
+
+    def close(self) -> None:
+        self._f.close()
 
 
 @dataclass
@@ -352,45 +396,86 @@ def _decode_state(buf: memoryview, path: Path, source: str, config: TableConfig,
 
 
 def load_table(t: StoredTable, path: Path) -> dict[str, Any]:
-    """Verify and decode the save in directory ``path``, then apply it to ``t`` under its lock
-    (see ``SparseTable.load``); returns the manifest."""
+    """Verify the save in directory ``path``, then apply it to ``t`` under its lock (see
+    ``SparseTable.load``); returns the manifest. A table with a disk tier takes the rows a
+    chunk at a time (:func:`_load_tiered`)."""
     mpath = path / f"{t.name}.manifest.json"
     saved = _read_manifest(t, mpath)
     adopted = _adopted_config(t, saved, mpath)
     _check_layout(t, saved, mpath)
-    bufs = {k: read_verified(path, e) for k, e in saved.files.items()}
+    bufs = {k: read_verified(path, e) for k, e in saved.files.items() if k != "rows"}
     source = {k: str(path / e["file"]) for k, e in saved.files.items()}
     tomb, tomb_ep = _decode_tombstones(bufs["tombstones"], source["tombstones"])
     admission, hash_key = _decode_state(bufs["state"], path, source["state"], adopted, saved.format)
+    rows = _RowsFile(path, saved.files["rows"], saved.manifest, t.state.rows.cols)
+    if t.tier is not None:
+        _load_tiered(t, saved, mpath, rows, tomb, tomb_ep, adopted, admission, hash_key)
+        return saved.manifest
     n = saved.rows
     if saved.mode == "base":
         store = RowStore(t.state.rows.widths, max(n, t.config.initial_capacity))
-        _decode_rows(bufs["rows"], saved.manifest, store.cols, source["rows"])
+        into = store.cols
+    else:
+        into = {name: np.empty((n, *c.shape[1:]), c.dtype) for name, c in t.state.rows.cols.items()}
+    for a, chunk in rows.chunks():
+        for name, col in chunk.items():
+            into[name][a : a + col.shape[0]] = col
+    if saved.mode == "base":
         store.n = n
         base = TableState.indexed(store, hash_key, admission, t.config.initial_capacity)
         base.tomb_keys, base.tomb_epochs = tomb, tomb_ep  # kept for other cursors' deltas, not applied
-    else:
-        delta = {name: np.empty((n, *c.shape[1:]), c.dtype) for name, c in t.state.rows.cols.items()}
-        _decode_rows(bufs["rows"], saved.manifest, delta, source["rows"])
     with t.lock.mutex:
         t.lock.wait_idle()
         if saved.mode == "base":
             t.state = base
         else:
-            _apply_delta(t, saved, mpath, delta, tomb, tomb_ep)
+            _check_chain(t, saved, mpath)
+            _apply_delta(t.state, into, tomb, tomb_ep)
         _adopt(t, saved, adopted, admission)
     return saved.manifest
 
 
-def _apply_delta(t: StoredTable, saved: _Saved, mpath: Path, delta: dict[str, np.ndarray], tomb: np.ndarray,
-                 tomb_ep: np.ndarray) -> None:
-    """Under the lock: check the delta follows the table's last save on its cursor, remove
-    tombstoned ids, then upsert the delta's rows."""
-    st = t.state
-    cur = st.cursors.get(saved.cursor)
+def _load_tiered(t: StoredTable, saved: _Saved, mpath: Path, rows: _RowsFile, tomb: np.ndarray,
+                 tomb_ep: np.ndarray, config: TableConfig, admission: Admission, hash_key: np.ndarray) -> None:
+    """Under the lock: a save into a table with a disk tier, its rows read a chunk at a time and
+    placed by :meth:`TableTier.load_rows` (RAM up to its budget, the coldest rows on disk), so
+    RAM never holds a table larger than its budget. A base empties both tiers first; a delta's
+    tombstones leave either tier. The saved policy, pass and admission state are adopted
+    before the rows come, so the budget and the eviction scores are the save's."""
+    tier = t.tier
+    assert tier is not None
+    with t.lock.mutex:
+        t.lock.wait_idle()
+        try:
+            if saved.mode == "base":
+                tier.disk.clear()
+                t.state = TableState.indexed(RowStore(t.state.rows.widths, t.config.initial_capacity), hash_key,
+                                             admission, t.config.initial_capacity)
+                t.state.tomb_keys, t.state.tomb_epochs = tomb, tomb_ep  # kept for other cursors' deltas
+            else:
+                _check_chain(t, saved, mpath)
+                if tomb.shape[0]:
+                    t.state.remove_keys(tomb)
+                    tier.remove_keys(tomb)
+                t.state.add_tombstones(tomb, tomb_ep)
+            _adopt(t, saved, config, admission)
+        except BaseException:
+            rows.close()
+            raise
+        for _, chunk in rows.chunks():
+            tier.load_rows(chunk)
+
+
+def _check_chain(t: StoredTable, saved: _Saved, mpath: Path) -> None:
+    """Under the lock: a delta must follow the table's last save on its cursor."""
+    cur = t.state.cursors.get(saved.cursor)
     if cur is None or cur.save_id != saved.parent_id:
         raise Conflict(f"{mpath}: delta follows save {saved.parent_id} but table {t.name!r} is at "
                        f"{cur.save_id if cur else 'no save'} on cursor {saved.cursor!r}; load in order")
+
+
+def _apply_delta(st: TableState, delta: dict[str, np.ndarray], tomb: np.ndarray, tomb_ep: np.ndarray) -> None:
+    """Under the lock: remove tombstoned ids, then upsert the delta's rows."""
     if tomb.shape[0]:
         st.remove_keys(tomb)
     st.upsert(delta)

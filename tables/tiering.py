@@ -202,14 +202,42 @@ class TableTier:
         t.counters["disk_evicted"] += int(keys.shape[0])
 
     # --------------------------------------------------------- whole tables
-    def promote_all(self) -> None:
-        """Every disk row back into RAM (before a delta load: it applies to one tier)."""
-        at = self.disk.live_records()
-        for start in range(0, at.shape[0], MOVE_CHUNK):
-            part = at[start : start + MOVE_CHUNK]
-            cols = self.disk.read(part)
-            self.table.state.upsert(cols)
-            self.disk.free(part, cols["keys"])
+    def load_rows(self, cols: dict[str, np.ndarray]) -> None:
+        """Whole rows a load read (a chunk of a save, unique keys): each replaces its id's row
+        in whichever tier holds it; RAM takes the others while its budget's row limit has room
+        and, when it has none, first demotes its coldest rows (the just-loaded ones among
+        them) down to the low water, so RAM holds the hottest rows and never more than its
+        budget. A disk that refuses them leaves the rest to RAM, as the budget's rule decides."""
+        t = self.table
+        st = t.state
+        keys = cols["keys"]
+        if self.disk.rows:  # a delta's row replaces a disk row: the new row is placed as a new one
+            at = self.disk.lookup(keys)
+            self.disk.free(at[at >= 0], keys[at >= 0])
+        known = st.lookup(keys) >= 0
+        if known.any():
+            st.upsert({name: col[known] for name, col in cols.items()})  # in place: RAM does not grow
+        new = np.flatnonzero(~known)
+        done = 0
+        while done < new.shape[0]:
+            left = new.shape[0] - done
+            limit = t.budget.ram_row_limit()
+            room = left if limit is None else limit - st.rows.n
+            if room <= 0:
+                if st.rows.n and self.demote_coldest(st.rows.n - int(limit * self.low_water),
+                                                     protected=np.empty(0, np.int64)):
+                    t.budget.fit(t.budget.ram_row_limit())  # the disk index grew: the store gives back what it costs
+                    continue
+                room, limit = left, None  # the disk refused (or a budget too small for any row)
+            part = new[done : done + min(room, left, MOVE_CHUNK)]
+            st.reserve(st.rows.n + part.shape[0], limit)
+            st.upsert({name: col[part] for name, col in cols.items()})
+            done += part.shape[0]
+
+    def remove_keys(self, keys: np.ndarray) -> None:
+        """Forget the disk rows of those ``keys`` that have one (a delta's tombstones)."""
+        at = self.disk.lookup(keys)
+        self.disk.free(at[at >= 0], keys[at >= 0])
 
     def drop(self, which: np.ndarray, at: np.ndarray) -> np.ndarray:
         """Forget the disk rows ``at[which]`` (a mask or indices: shrink, the disk budget);

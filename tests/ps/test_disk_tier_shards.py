@@ -58,6 +58,8 @@ def test_saves_hold_both_tiers_and_a_killed_shard_recovers_them(tmp_path: Path) 
             c.wait(c.pull("emb", KEYS[:1]))
         st = c.admin.stats()[0]["tables"]["emb"]
         assert st["rows"] + st["disk_rows"] == KEYS.shape[0] and st["disk_rows"] > 0  # restored into both tiers
+        assert st["bytes"] + st["disk_index_bytes"] <= st["max_bytes"] == RAM_BYTES  # RAM took its budget only
+        assert st["evicted_by_budget"] == 0
         np.testing.assert_array_equal(c.wait(c.pull("emb", KEYS)), -2.0)  # both saves, not the unsaved push
         after = sorted(p.name for p in tier.glob("*.tier"))
         assert len(after) == 1 and after != before  # the killed shard's file was removed, a new one started
