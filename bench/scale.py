@@ -22,7 +22,9 @@ over the pushes of 1 in --staleness-sample keys, followed by the shards: ps.stal
 The dense part at K workers (each row against a 1-worker row of the same settings): --dense-update
 ps; --lr-scaling (the dense lr times sqrt(K) or K); --global-batch (each worker takes batch / K
 records per step: the job's batch is one worker's); --split-dense (``train-files --dense-parts K``:
-each worker's MLP takes K steps per batch, the embeddings one); --dense-beta1.
+each worker's MLP takes K steps per batch, the embeddings one); --dense-beta1; --variant NAME=JSON
+(repeatable): rules compared in one run, each as model keys (``dense_outer``, ``dense_optimizer``...)
+and the job's ``dense_parts``, ``dense_sync_steps`` and ``lr_scaling``, the first also at 1 worker.
 
 A short warm-up job runs first, so that numba's caches hold every kernel.
 

@@ -242,12 +242,16 @@ DRIFTING_USER_ID_OPTIMIZER: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta
 # averaged at each merge, not summed, as two changes from one base overshoot together. init 0.03 and
 # dense_average 0.995 (the test set and bundles take the MLP weights' moving average over ~200 steps,
 # trainer/dense_average.py) each raised bench/auc_sweep.py's test AUC in every seed (bench/RESULTS.md).
+# dense_outer.reset_moments: with many workers merging often, each worker's Adam starts again from the merged
+# model, and its bias-corrected first steps are full-size ones (bench/scale.py: 16 workers lose less; 1 and 2 do
+# not change).
 WIDE_DEEP_DEFAULTS: dict[str, Any] = {
     "sparse_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "wide_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "init_scale": 0.03,
     "dense_merge": "mean",
     "dense_average": {"decay": 0.995},
+    "dense_outer": {"reset_moments": True},
 }
 
 

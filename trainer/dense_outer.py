@@ -43,8 +43,11 @@ class OuterStep:
 
     def restart(self, optimizer: DenseOptimizer) -> None:
         """The optimizer's state as at its start (``reset_moments``): Adam's moments and step count at 0 (so
-        that its bias correction starts again), Adagrad's accumulators at their initial value."""
+        that its bias correction starts again), Adagrad's accumulators at their initial value; FTRL's
+        state is its weights (the merged ones now), so it is left as it is."""
         s = optimizer.state
+        if optimizer.config.kind == "ftrl":
+            return
         self.restarted_steps += s["t"]
         s["t"][...] = 0
         for key in ("m", "v"):

@@ -75,9 +75,6 @@ class LocalDense(_Served):
         self.values = values  # the model's flat dense vector, updated in place
         if schedule is not None and optimizer.kind == "ftrl":
             raise ConfigError("model.dense_schedule is for a dense optimizer of kind sgd, adagrad or adam, not ftrl")
-        if outer is not None and outer.reset_moments and optimizer.kind == "ftrl":
-            raise ConfigError("model.dense_outer.reset_moments is for a dense optimizer of kind sgd, adagrad or adam, "
-                              "not ftrl (its state is its weights)")
         self.schedule = schedule
         self.outer = None if outer is None else OuterStep(outer, values.shape[0])
         self.average = None if average is None else DenseAverage(average, values.shape[0])
@@ -186,8 +183,7 @@ def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConf
     if update is DenseUpdate.PS:
         if schedule is not None:  # the shard's optimizer has no step count of the worker's
             raise ConfigError("model.dense_schedule needs dense_update: local (the worker runs the dense optimizer)")
-        if outer is not None:
-            raise ConfigError("model.dense_outer needs dense_update: local (it acts on the workers' merges)")
+        # dense_merge and dense_outer act on the workers' merges, which ps has none of: both are not used
         return PSDense(values, sync_steps=sync_steps, average=average)
     return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average, schedule=schedule,
                       outer=outer)

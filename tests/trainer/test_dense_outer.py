@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import ConfigError
-from models.model_config import DenseMerge, DenseOuterConfig, DenseScheduleConfig
+from models.model_config import DenseMerge, DenseOuterConfig, DenseScheduleConfig, ModelConfig
 from tables.dense_optimizer import DenseOptimizer
 from tables.table_config import OptimizerConfig
-from trainer.dense_sync import LocalDense, make_dense
+from trainer.dense_sync import LocalDense, PSDense, make_dense
 from trainer.job_config import DenseUpdate
 
 from .shared_dense import SharedDense
@@ -159,11 +158,30 @@ def test_the_momentum_is_in_the_workers_state_and_comes_back() -> None:
     np.testing.assert_array_equal(again.outer.u, saved["outer_u"])
 
 
-def test_wrong_combinations_are_refused_naming_the_key() -> None:
-    with pytest.raises(ConfigError, match="dense_outer needs dense_update: local"):
-        make_dense(DenseUpdate.PS, np.zeros(3, np.float32), ADAM, sync_steps=1, outer=DenseOuterConfig())
-    with pytest.raises(ConfigError, match="reset_moments"):
-        LocalDense(np.zeros(3, np.float32), OptimizerConfig(kind="ftrl", lr=0.1),
+def test_wide_deep_and_deepfm_restart_their_moments_after_merges_by_default() -> None:
+    slots = [{"name": "a", "tower": "user"}, {"name": "b", "tower": "item"}]
+    for kind in ("wide_deep", "deepfm"):
+        assert ModelConfig(type=kind, slots=slots).dense_outer == DenseOuterConfig(reset_moments=True)
+    assert ModelConfig(type="lr", slots=slots).dense_outer is None
+    assert ModelConfig(type="wide_deep", slots=slots, dense_outer=None).dense_outer is None
+
+
+def test_ps_has_no_merges_to_step() -> None:
+    dense = make_dense(DenseUpdate.PS, np.zeros(3, np.float32), ADAM, sync_steps=1,
+                       outer=DenseOuterConfig(reset_moments=True))
+    assert isinstance(dense, PSDense)
+
+
+def test_ftrl_keeps_its_state_its_weights_across_merges() -> None:
+    ftrl = OptimizerConfig(kind="ftrl", lr=0.1)
+    store = SharedDense(np.zeros(3, np.float32), workers=2)
+    w = LocalDense(np.zeros(3, np.float32), ftrl, sync_steps=1, merge=DenseMerge.SUM,
                    outer=DenseOuterConfig(reset_moments=True))
+    w.start(store)
+    w.update(GRADS[0], store)
+    assert w.optimizer.steps == 1 and np.any(w.optimizer.state["n"] > 0)
+
+
+def test_a_momentum_of_1_is_refused() -> None:
     with pytest.raises(ValueError, match="momentum"):
         DenseOuterConfig(momentum=1.0)
