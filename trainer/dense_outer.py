@@ -11,6 +11,10 @@ Momentum is linear, so the sum of the workers' buffers is the buffer of the summ
 the workers merge at the same rate (as they do, each taking every K-th batch), what reaches the PS
 is the shard-side outer step on the merged change, with no state or rule on the shards, which only
 add. The buffer is checkpointed in the worker's part of a pass.
+
+With several workers, ``reset_moments`` starts the worker's dense optimizer again after each merge, and
+``beta1_with_workers`` runs its Adam with that beta1 (0: no momentum of its own; the merge's average of
+the workers' steps does the smoothing).
 """
 
 from __future__ import annotations
@@ -40,6 +44,15 @@ class OuterStep:
                 change[...] = self.u
         if self.lr != 1:
             change *= self.lr
+
+    def with_workers(self, optimizer: DenseOptimizer, values: np.ndarray) -> DenseOptimizer:
+        """``optimizer`` with ``beta1_with_workers`` as Adam's beta1 (its state kept); itself when it has it already."""
+        beta1 = self.config.beta1_with_workers
+        if beta1 is None or optimizer.config.kind != "adam" or optimizer.config.beta1 == beta1:
+            return optimizer
+        out = DenseOptimizer(optimizer.config.model_copy(update={"beta1": beta1}), values)
+        out.load_state(optimizer.state)
+        return out
 
     def restart(self, optimizer: DenseOptimizer) -> None:
         """The optimizer's state as at its start (``reset_moments``): Adam's moments and step count at 0 (so

@@ -88,6 +88,8 @@ class LocalDense(_Served):
     def start(self, store: ParamStore) -> None:
         """Begin from the store's current value."""
         self.share = np.float32(1.0 / store.num_workers if self.merge is DenseMerge.MEAN else 1.0)
+        if self.outer is not None and store.num_workers > 1:
+            self.optimizer = self.outer.with_workers(self.optimizer, self.values)
         fresh = store.pull_dense()
         self.values[...] = fresh
         self.base[...] = fresh

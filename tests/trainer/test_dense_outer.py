@@ -158,10 +158,11 @@ def test_the_momentum_is_in_the_workers_state_and_comes_back() -> None:
     np.testing.assert_array_equal(again.outer.u, saved["outer_u"])
 
 
-def test_wide_deep_and_deepfm_restart_their_moments_after_merges_by_default() -> None:
+def test_wide_deep_and_deepfm_restart_their_moments_without_momentum_among_workers_by_default() -> None:
     slots = [{"name": "a", "tower": "user"}, {"name": "b", "tower": "item"}]
     for kind in ("wide_deep", "deepfm"):
-        assert ModelConfig(type=kind, slots=slots).dense_outer == DenseOuterConfig(reset_moments=True)
+        assert ModelConfig(type=kind, slots=slots).dense_outer == DenseOuterConfig(reset_moments=True,
+                                                                                   beta1_with_workers=0.0)
     assert ModelConfig(type="lr", slots=slots).dense_outer is None
     assert ModelConfig(type="wide_deep", slots=slots, dense_outer=None).dense_outer is None
 
@@ -185,3 +186,25 @@ def test_ftrl_keeps_its_state_its_weights_across_merges() -> None:
 def test_a_momentum_of_1_is_refused() -> None:
     with pytest.raises(ValueError, match="momentum"):
         DenseOuterConfig(momentum=1.0)
+
+
+def test_among_several_workers_adam_takes_beta1_with_workers_and_keeps_its_state() -> None:
+    cfg = DenseOuterConfig(beta1_with_workers=0.0)
+    alone = LocalDense(np.zeros(3, np.float32), ADAM, outer=cfg)
+    alone.start(SharedDense(np.zeros(3, np.float32), workers=1))
+    assert alone.optimizer.config.beta1 == ADAM.beta1  # one worker: the optimizer as configured
+    store = SharedDense(np.zeros(3, np.float32), workers=2)
+    w = LocalDense(np.zeros(3, np.float32), ADAM, sync_steps=100, outer=cfg)
+    w.start(store)
+    assert w.optimizer.config.beta1 == 0.0
+    w.update(GRADS[0], store)
+    saved = {k: v.copy() for k, v in w.state().items()}
+    w.start(store)  # a refresh keeps the state
+    np.testing.assert_array_equal(w.optimizer.state["m"], saved["m"])
+    before = w.values.copy()
+    w.update(GRADS[1], store)
+    # beta1 0: m is this step's gradient, and the step is lr * m_hat / (sqrt(v_hat) + eps), per element
+    t, b2 = 2, ADAM.beta2
+    v = b2 * saved["v"].astype(np.float64) + (1 - b2) * GRADS[1].astype(np.float64) ** 2
+    step = ADAM.lr * GRADS[1] / (np.sqrt(v / (1 - b2**t)) + ADAM.eps)
+    np.testing.assert_allclose(before - w.values, step, rtol=1e-4)
