@@ -287,10 +287,16 @@ class DiskTier:
         self._closer()
 
     # -------------------------------------------------------------- plumbing
-    def _grow_index(self) -> None:
-        """Rehash into an index for the rows, giving the old one's pages back as it is read, so
-        the two are never both whole in RAM."""
-        grown = np.zeros(hashmap.slots_for(self.rows), np.uint64)
+    def reserve_index(self, rows: int) -> None:
+        """An index that holds ``rows`` rows without growing (a load that knows how many rows
+        it will demote grows it once, before RAM fills, not inside a demotion)."""
+        if hashmap.slots_for(rows) > self.slots.shape[0]:
+            self._grow_index(rows)
+
+    def _grow_index(self, rows: int | None = None) -> None:
+        """Rehash into an index for the rows (or ``rows``), giving the old one's pages back as
+        it is read, so the two are never both whole in RAM."""
+        grown = np.zeros(hashmap.slots_for(max(self.rows, rows or 0)), np.uint64)
         old = self.slots
         for start in range(0, old.shape[0], REHASH_SLOTS):
             disk_index.regrow(old[start : start + REHASH_SLOTS], grown)

@@ -47,7 +47,7 @@ from core.atomic_files import (
 from core.errors import Conflict, CorruptData, InvalidInput
 from tables import hashmap
 from tables.admission import Admission, make_admission
-from tables.rows import RowStore
+from tables.rows import MOVE_CHUNK, RowStore
 from tables.snapshot import RowSnapshot
 from tables.table_config import TableConfig
 from tables.table_lock import TableLock
@@ -275,22 +275,23 @@ class _RowsFile:
             raise
 
     def chunks(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        """``(first row, columns)`` of each chunk, in file order; closes the file at the end."""
+        """``(first row, columns)`` of ``MOVE_CHUNK`` rows at a time, in file order (each
+        column's part read straight into an array of its own); closes the file at the end."""
         try:
-            self._f.seek(0)
             for a in range(0, self.n, self.chunk):
                 m = min(self.chunk, self.n - a)
-                raw = np.empty(m * self.row_bytes, np.uint8)
-                if self._f.readinto(memoryview(raw)) != raw.shape[0]:
-                    raise CorruptData(f"{self.path}: shorter than when it was verified",
-                                      detail={"file": str(self.path)})
-                off, cols = 0, {}
-                for name, (dtype, tail) in self.columns.items():
-                    nb = m * dtype.itemsize * (tail[0] if tail else 1)
-                    col = raw[off : off + nb].view(dtype).reshape((m, *tail))
-                    cols[name] = col if col.flags.aligned else col.copy()  # kernels take aligned arrays
-                    off += nb
-                yield a, cols
+                for s in range(0, m, MOVE_CHUNK):
+                    k = min(MOVE_CHUNK, m - s)
+                    off, cols = a * self.row_bytes, {}
+                    for name, (dtype, tail) in self.columns.items():
+                        col_row = dtype.itemsize * (tail[0] if tail else 1)
+                        cols[name] = col = np.empty((k, *tail), dtype)
+                        self._f.seek(off + s * col_row)
+                        if col.nbytes and self._f.readinto(col.reshape(-1).view(np.uint8)) != col.nbytes:
+                            raise CorruptData(f"{self.path}: shorter than when it was verified",
+                                              detail={"file": str(self.path)})
+                        off += m * col_row
+                    yield a + s, cols
         finally:
             self._f.close()
 
@@ -459,6 +460,8 @@ def _load_tiered(t: StoredTable, saved: _Saved, mpath: Path, rows: _RowsFile, to
                     tier.remove_keys(tomb)
                 t.state.add_tombstones(tomb, tomb_ep)
             _adopt(t, saved, config, admission)
+            if saved.mode == "base":
+                tier.expect_rows(saved.rows)
         except BaseException:
             rows.close()
             raise

@@ -234,6 +234,14 @@ class TableTier:
             st.upsert({name: col[part] for name, col in cols.items()})
             done += part.shape[0]
 
+    def expect_rows(self, rows: int) -> None:
+        """A load of ``rows`` new rows is coming: the disk index is sized now for those RAM
+        will have no room for, so it does not double inside a demotion while RAM is full."""
+        limit = self.table.budget.ram_row_limit()
+        if limit is not None:
+            over = self.table.state.rows.n + rows - int(limit * self.low_water)
+            self.disk.reserve_index(self.disk.rows + max(0, over))
+
     def remove_keys(self, keys: np.ndarray) -> None:
         """Forget the disk rows of those ``keys`` that have one (a delta's tombstones)."""
         at = self.disk.lookup(keys)
