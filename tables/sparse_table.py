@@ -404,10 +404,11 @@ class SparseTable:
 
     def load(self, path: str | Path) -> dict:
         """Apply a saved base (replaces everything) or delta (must follow the previous save of
-        its chain). Everything is verified first: on any error the table is unchanged. The
+        its chain). Everything is verified first: on a bad save the table is unchanged. The
         budget in force afterwards (the saved policy's) gives back the capacity beyond it.
         A tiered table's RAM takes the rows up to its budget, the coldest going to disk as
-        they come (:meth:`TableTier.load_rows`): RAM never holds more than the budget."""
+        they come (:meth:`TableTier.load_rows`): RAM never holds more than the budget, and a
+        disk write failing midway (not a full disk: RAM then takes the rest) leaves a part loaded."""
         manifest = load_table(self, Path(path))
         self._loaded()
         return manifest

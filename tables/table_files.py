@@ -17,9 +17,12 @@ applies to the table its chain's base was loaded into, so its own copy of the ke
 A save is two steps (:class:`TableSave`): the consistent point, taken under the table lock
 (a copy-on-write snapshot, :mod:`tables.snapshot`: microseconds for a base, one pass over
 a column to pick a delta's changed rows), then the writing, during which pushes go on. A
-PS shard replies to a detached save between the two. A load verifies and decodes every
-file first, then swaps the table's state in under its lock. Both see the table only through
-:class:`StoredTable` (its config, counters, state and lock).
+PS shard replies to a detached save between the two. A load verifies every file first (the
+rows file a block at a time), then applies it under the table's lock, reading the rows a
+chunk at a time: an all-RAM table's are decoded before the swap, a tiered table's placed as
+they come (RAM up to its budget, the rest on disk), so a save larger than the RAM budget is
+never whole in RAM. Both see the table only through :class:`StoredTable` (its config,
+counters, state and lock).
 """
 
 from __future__ import annotations

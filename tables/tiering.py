@@ -7,7 +7,9 @@ batch. Promotion: a push of ids found on disk moves them back into RAM first; a 
 them from their records in place and promotes only those read a second time lately
 (:mod:`tables.promotion`). The demotion that makes room for promoted rows comes first, then
 their records are read and freed a chunk at a time, so what a batch holds in RAM beside the
-budget stays small. A disk tier at
+budget stays small. A load places a save's rows a chunk at a time the same way: RAM takes
+them up to its row limit, then demotes its coldest (loaded rows among them) before taking
+more, and a base sizes the disk index first for the rows RAM will have no room for. A disk tier at
 ``max_bytes`` evicts its own coldest rows (tombstones as for RAM evictions), never the records
 a promotion is about to read; a disk that
 refuses to grow is :class:`core.errors.DiskFull`, counted in ``disk_full``, and the demotion

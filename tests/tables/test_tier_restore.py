@@ -169,3 +169,16 @@ def test_after_a_restore_pulls_pushes_and_the_next_delta_match_the_all_ram_table
         t.load(tmp_path / nxt)
     for name, col in rows_of(again_ram).items():
         np.testing.assert_array_equal(rows_of(again_tiered)[name], col, err_msg=name)
+
+
+def test_a_restore_onto_a_disk_that_refuses_to_grow_keeps_every_row_in_ram(saved: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("tables.disk_tier.os.posix_fallocate", no_space)
+    ram, tiered = restored(saved, None), restored(saved, tmp_path / "tier")
+    st = tiered.stats()
+    assert st["disk_full"] > 0 and st["disk_rows"] == 0 and st["rows"] == ram.size()  # nothing lost
+    for name, col in rows_of(ram).items():
+        np.testing.assert_array_equal(rows_of(tiered)[name], col, err_msg=name)
