@@ -238,11 +238,14 @@ class TableTier:
 
     def expect_rows(self, rows: int) -> None:
         """A load of ``rows`` new rows is coming: the disk index is sized now for those RAM
-        will have no room for, so it does not double inside a demotion while RAM is full."""
-        limit = self.table.budget.ram_row_limit()
+        will have no room for, so it does not double inside a demotion while RAM is full, and
+        the store gives back what the limit left then has no room for."""
+        budget = self.table.budget
+        limit = budget.ram_row_limit()
         if limit is not None:
             over = self.table.state.rows.n + rows - int(limit * self.low_water)
             self.disk.reserve_index(self.disk.rows + max(0, over))
+            budget.fit(budget.ram_row_limit())
 
     def remove_keys(self, keys: np.ndarray) -> None:
         """Forget the disk rows of those ``keys`` that have one (a delta's tombstones)."""

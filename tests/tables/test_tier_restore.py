@@ -182,3 +182,20 @@ def test_a_restore_onto_a_disk_that_refuses_to_grow_keeps_every_row_in_ram(saved
     assert st["disk_full"] > 0 and st["disk_rows"] == 0 and st["rows"] == ram.size()  # nothing lost
     for name, col in rows_of(ram).items():
         np.testing.assert_array_equal(rows_of(tiered)[name], col, err_msg=name)
+
+
+def test_a_restore_into_a_table_whose_first_capacity_is_past_its_budget_stays_within_it(
+        saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = SparseTable(config(tmp_path / "tier").model_copy(update={"initial_capacity": 4 * ROWS}))
+    held: list[int] = []
+    upsert = TableState.upsert
+
+    def upsert_and_count(self: TableState, cols: dict[str, np.ndarray]) -> None:
+        upsert(self, cols)
+        assert t.tier is not None
+        held.append(table_bytes(t.state) + t.tier.ram_bytes())
+
+    monkeypatch.setattr(TableState, "upsert", upsert_and_count)
+    t.load(saved / "base")
+    st = t.stats()
+    assert held and max(held) <= BUDGET and st["rows"] + st["disk_rows"] == ROWS - 200
