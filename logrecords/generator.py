@@ -272,7 +272,7 @@ def _factor(u0: np.ndarray, u1: np.ndarray, rows: np.ndarray, angle: np.ndarray)
     return c * u0[rows] + s * u1[rows]
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
+def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
@@ -288,6 +288,10 @@ class PlantedWorld:
     genre: np.ndarray
     v: np.ndarray  # float64[items, dim]: item factors, unit rows
     bias: np.ndarray  # float64[items]: log popularity
+
+    def user_factors(self, rows: np.ndarray, angle: np.ndarray) -> np.ndarray:
+        """The factors of users ``rows`` (0-based) rotated by ``angle`` radians towards their drift target."""
+        return _factor(self.u0, self.u1, rows, angle)
 
     def attributes(self, spec: InteractionSpec, rng: np.random.Generator) -> tuple[dict, dict]:
         """User id -> {age, gender, region} and item id -> {genre, tags} (two tags drawn from the genre's)."""
@@ -350,7 +354,7 @@ def planted_interactions(spec: InteractionSpec = InteractionSpec()) -> PlantedIn
         logits = spec.scale * (u @ v.T) + bias
         picks[a:b] = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
         affinity = (u * v[picks[a:b]]).sum(1)
-        likes[a:b] = rng.random(b - a) < _sigmoid(spec.like_scale * affinity + spec.like_bias)
+        likes[a:b] = rng.random(b - a) < sigmoid(spec.like_scale * affinity + spec.like_bias)
     times = INTERACTIONS_EPOCH + EVENT_SECONDS * np.arange(n, dtype=np.int64)
 
     def oracle(uids: np.ndarray, t: float) -> np.ndarray:
@@ -359,7 +363,7 @@ def planted_interactions(spec: InteractionSpec = InteractionSpec()) -> PlantedIn
         angle = np.full(rows.shape[0], spec.drift * (t - INTERACTIONS_EPOCH) / (EVENT_SECONDS * max(n - 1, 1)))
         u = _factor(u0, u1, rows, angle)
         aff = u @ v.T
-        return spec.scale * aff + bias + np.log(_sigmoid(spec.like_scale * aff + spec.like_bias))
+        return spec.scale * aff + bias + np.log(sigmoid(spec.like_scale * aff + spec.like_bias))
 
     user_attrs, item_attrs = w.attributes(spec, rng)
     return PlantedInteractions(user_ids[users], item_ids[picks], likes, times, user_attrs, item_attrs, item_ids, v,

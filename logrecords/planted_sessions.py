@@ -29,9 +29,8 @@ from logrecords.generator import (
     INTERACTIONS_EPOCH,
     InteractionSpec,
     PlantedInteractions,
-    _factor,
-    _sigmoid,
     planted_world,
+    sigmoid,
 )
 
 
@@ -55,7 +54,7 @@ def planted_sessions(spec: SessionSpec = SessionSpec()) -> PlantedInteractions:
     rng = np.random.default_rng(spec.seed)
     d = spec.dim
     w = planted_world(spec, rng)
-    u0, u1, v, base = w.u0, w.u1, w.v, w.bias
+    v, base = w.v, w.bias
     slope = spec.trend * rng.normal(size=spec.items)
     activity = (1.0 + rng.permutation(spec.users)) ** -spec.activity_skew
     activity /= activity.sum()
@@ -80,7 +79,7 @@ def planted_sessions(spec: SessionSpec = SessionSpec()) -> PlantedInteractions:
         for a in range(0, going.shape[0], _CHUNK):
             rows = going[a:a + _CHUNK]
             frac = (start[rows] + k * spec.click_gap_s) / span
-            logits = (spec.scale * (_factor(u0, u1, users[rows], frac * spec.drift) @ v.T) + base
+            logits = (spec.scale * (w.user_factors(users[rows], frac * spec.drift) @ v.T) + base
                       + np.outer(frac, slope) + spec.recency * (state[rows] @ v.T))
             picks[rows, k] = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1)
         state[going] = spec.recency_decay * state[going] + v[picks[going, k]]
@@ -96,15 +95,15 @@ def planted_sessions(spec: SessionSpec = SessionSpec()) -> PlantedInteractions:
     event_users = users[session]
     event_items = picks[session, position]
     frac = seconds / span
-    affinity = (_factor(u0, u1, event_users, frac * spec.drift) * v[event_items]).sum(1)
-    likes = (rng.random(event_items.shape[0]) < _sigmoid(spec.like_scale * affinity + spec.like_bias)).astype(np.int8)
+    affinity = (w.user_factors(event_users, frac * spec.drift) * v[event_items]).sum(1)
+    likes = (rng.random(event_items.shape[0]) < sigmoid(spec.like_scale * affinity + spec.like_bias)).astype(np.int8)
 
     def oracle(uids: np.ndarray, when: float) -> np.ndarray:
         """The session-free log P(pick i) + log P(like i) of each user at time ``when``."""
         rows = np.asarray(uids, np.int64) - 1
         f = (when - INTERACTIONS_EPOCH) / span
-        aff = _factor(u0, u1, rows, np.full(rows.shape[0], f * spec.drift)) @ v.T
-        return spec.scale * aff + base + f * slope + np.log(_sigmoid(spec.like_scale * aff + spec.like_bias))
+        aff = w.user_factors(rows, np.full(rows.shape[0], f * spec.drift)) @ v.T
+        return spec.scale * aff + base + f * slope + np.log(sigmoid(spec.like_scale * aff + spec.like_bias))
 
     user_ids = np.arange(1, spec.users + 1, dtype=np.int64)
     item_ids = np.arange(1, spec.items + 1, dtype=np.int64)
