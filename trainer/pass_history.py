@@ -95,12 +95,12 @@ def make_point(pass_id: int, *, created_at: float, pass_metrics: dict[str, Any],
 
 
 def _tier_point(tables: list[dict[str, Any]], before: dict[str, Any]) -> dict[str, Any]:
-    """The disk tier's part of a point (empty when no table has one): rows and file bytes on disk, the
+    """The disk tier's part of a point (None each when no table has one): rows and file bytes on disk, the
     shards' lookup counters (cumulative), and the pass's RAM hit rate from the counters' growth since
     the pass before. Counters that went back (a shard restarted) give no rate for that pass."""
     tiered = [t for t in tables if "disk_rows" in t]
     if not tiered:
-        return {}
+        return dict.fromkeys(("disk_rows", "disk_bytes", "ram_lookups", "disk_lookups", "ram_hit_rate"))
     ram, disk = (sum(int(t.get(k, 0)) for t in tiered) for k in ("ram_hits", "disk_hits"))
     d_ram, d_disk = ram - int(before.get("ram_lookups") or 0), disk - int(before.get("disk_lookups") or 0)
     rate = d_ram / (d_ram + d_disk) if d_ram >= 0 and d_disk >= 0 and d_ram + d_disk > 0 else None

@@ -85,7 +85,7 @@ def test_a_tiered_tables_point_counts_both_tiers_and_the_passs_hit_rate(tmp_path
     assert [(p["disk_rows"], p["ram_hit_rate"]) for p in read] == [(300, 0.9), (300, 0.6)]
     assert isinstance(read[0]["disk_lookups"], int)
     untiered = pass_history.make_point(1, previous={}, shard_stats=_shards(plain), **kw)
-    assert "disk_rows" not in untiered and untiered["rows"] == 50
+    assert untiered["disk_rows"] is untiered["ram_hit_rate"] is None and untiered["rows"] == 50
 
 
 def test_cumulative_metrics_equal_one_histogram_of_every_record(tmp_path: Path) -> None:
