@@ -176,7 +176,8 @@ def test_charts_have_ticks_units_a_colour_key_and_one_time_window(service: str, 
     drawn = {name: charts[name] for name in CHART_IDS}
     assert all(c["data-state"] == "data" for c in drawn.values()), drawn
     tier = charts["tier"]  # below the screenshot's charts: the hit rate and the share of rows on disk
-    assert tier["data-state"] == "data" and "RAM hit rate" in tier["aria-label"] and "rows on disk" in tier["aria-label"]
+    assert tier["data-state"] == "data"
+    assert "RAM hit rate" in tier["aria-label"] and "rows on disk" in tier["aria-label"]
     for name, c in drawn.items():
         yticks = [float(v.replace(",", "")) for v in c["data-yticks"].split()]
         assert len(yticks) >= 3 and yticks == sorted(yticks), (name, c)
