@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from logrecords.generator import InteractionSpec, planted_interactions
+from logrecords.generator import InteractionSpec, PlantedInteractions, planted_interactions
 from logrecords.planted_sessions import SessionSpec, planted_sessions
 
 
@@ -128,16 +128,17 @@ def holdout_user_fields(split: Split, user: int) -> dict[str, Any]:
 def planted(spec: InteractionSpec | None = None) -> Interactions:
     """The project's planted interaction log (:func:`logrecords.generator.planted_interactions`);
     ``oracle`` scores items by the true model."""
-    p = planted_interactions(spec or InteractionSpec())
-    return Interactions("planted", p.user, p.item, p.label, p.time, p.user_attrs, p.item_attrs,
-                        p.USER_FIELDS, p.ITEM_FIELDS, p.oracle, p.item_ids)
+    return _planted_log("planted", planted_interactions(spec or InteractionSpec()))
 
 
 def planted_sessions_log(spec: SessionSpec | None = None) -> Interactions:
     """The planted session log (:func:`logrecords.planted_sessions.planted_sessions`), with its oracle."""
-    p = planted_sessions(spec or SessionSpec())
-    return Interactions("planted_sessions", p.user, p.item, p.label, p.time, p.user_attrs, p.item_attrs,
-                        p.USER_FIELDS, p.ITEM_FIELDS, p.oracle, p.item_ids)
+    return _planted_log("planted_sessions", planted_sessions(spec or SessionSpec()))
+
+
+def _planted_log(name: str, p: PlantedInteractions) -> Interactions:
+    return Interactions(name, p.user, p.item, p.label, p.time, p.user_attrs, p.item_attrs, p.USER_FIELDS,
+                        p.ITEM_FIELDS, p.oracle, p.item_ids)
 
 
 def oracle_lists(log: Interactions, split: Split, k: int = 10) -> dict[int, list[int]]:

@@ -51,10 +51,11 @@ HISTORY_FILE = "pass-history.arrays"
 TOTAL_METRICS = "metrics-total.arrays"  # in each pass directory: cumulative metric histograms
 KEEP = 10_000
 _MAGIC = b"SRHIST01"
+# a disk tier's part of a point (None each without one): rows and file bytes on disk, cumulative lookups, hit rate
+TIER_COLUMNS = ("disk_rows", "disk_bytes", "ram_lookups", "disk_lookups", "ram_hit_rate")
 # float64 columns; None is stored as NaN. "pass" is exact in float64 far beyond any run.
 COLUMNS = ("pass", "time", "records", "records_total", "records_per_s", "auc", "logloss", "auc_total",
-           "logloss_total", "lag", "freshness_s", "rows", "table_bytes", "rss_mb", "disk_rows", "disk_bytes",
-           "ram_lookups", "disk_lookups", "ram_hit_rate")
+           "logloss_total", "lag", "freshness_s", "rows", "table_bytes", "rss_mb", *TIER_COLUMNS)
 
 
 def cumulative_metrics(where: Root, previous: dict[str, Any], this_pass: Metrics) -> Metrics:
@@ -100,7 +101,7 @@ def _tier_point(tables: list[dict[str, Any]], before: dict[str, Any]) -> dict[st
     the pass before. Counters that went back (a shard restarted) give no rate for that pass."""
     tiered = [t for t in tables if "disk_rows" in t]
     if not tiered:
-        return dict.fromkeys(("disk_rows", "disk_bytes", "ram_lookups", "disk_lookups", "ram_hit_rate"))
+        return dict.fromkeys(TIER_COLUMNS)
     ram, disk = (sum(int(t.get(k, 0)) for t in tiered) for k in ("ram_hits", "disk_hits"))
     d_ram, d_disk = ram - int(before.get("ram_lookups") or 0), disk - int(before.get("disk_lookups") or 0)
     rate = d_ram / (d_ram + d_disk) if d_ram >= 0 and d_disk >= 0 and d_ram + d_disk > 0 else None

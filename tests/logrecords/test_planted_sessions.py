@@ -47,17 +47,19 @@ def test_a_sessions_next_click_leans_to_its_last_ones(log) -> None:
     assert with_recency > without + 0.15, (with_recency, without)
 
 
+def _log_change(log, half: int) -> np.ndarray:
+    """Each item's log count in the second half of the log over its count in the first (+1 each)."""
+    early, late = (np.bincount(part, minlength=301)[1:] + 1.0 for part in (log.item[:half], log.item[half:]))
+    return np.log(late / early)
+
+
 def test_popularity_trends_as_planted(log) -> None:
     spec = SessionSpec(**SMALL)
     half = log.user.shape[0] // 2
-    early = np.bincount(log.item[:half], minlength=301)[1:] + 1.0
-    late = np.bincount(log.item[half:], minlength=301)[1:] + 1.0
-    change = np.log(late / early)
+    change = _log_change(log, half)
     # the items' popularity moves both ways, far more than sampling noise at equal rates would
     assert change.std() > 0.5 * spec.trend
-    flat = planted_sessions(SessionSpec(**SMALL, trend=0.0))
-    flat_change = np.log((np.bincount(flat.item[half:], minlength=301)[1:] + 1.0)
-                         / (np.bincount(flat.item[:half], minlength=301)[1:] + 1.0))
+    flat_change = _log_change(planted_sessions(SessionSpec(**SMALL, trend=0.0)), half)
     assert change.std() > 1.5 * flat_change.std()
 
 
