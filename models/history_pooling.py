@@ -5,7 +5,8 @@ Record i's ids e_0 .. e_{L-1} (the history join gives them newest first) are poo
     w_p = softmax_p( <q, e_p> / sqrt(dim) + b_p ),    out_i = sum_p w_p e_p
 
 with ``q`` (dim) a learned query and ``b`` (POSITIONS) a learned bias per position, positions
-past the last sharing its bias. Both start at zero, so the pooling starts as the mean; ``b``
+past the last sharing its bias. Both start at zero, so the pooling starts as the mean (with
+``retrieval.history_half_life`` h, ``b_p`` starts at ``-ln(2) p / h``: a decay by position); ``b``
 learns how much recent items outweigh older ones (users' interests drift), ``q`` which items
 say more about a user. The two-tower user tower cannot see the candidate item, so the query is
 global, not the target attention of DIN (Zhou et al., KDD 2018).
@@ -27,6 +28,13 @@ from core.kernel_cache import JIT, kernel
 
 _F0 = np.float32(0.0)
 POSITIONS = 128  # history length is at most 127 (logrecords.schema_config.HistoryConfig)
+
+
+def position_decay(half_life: float | None) -> np.ndarray:
+    """float32[POSITIONS]: the position biases' start, -ln(2) * p / half_life (None: zeros, the mean)."""
+    if half_life is None:
+        return np.zeros(POSITIONS, np.float32)
+    return (-np.log(2.0) / half_life * np.arange(POSITIONS)).astype(np.float32)
 
 
 @kernel(**JIT)

@@ -117,6 +117,14 @@ class RetrievalConfig(FrozenModel):
     item_bias: OptimizerConfig | None = Field(
         None, description="The update rule of a learned per-item bias in the softmax's logit, served as one more "
                           "index column; left out, none.")
+    # where a user's next pick follows their last ones (sessions), the attention pooling's position biases must weigh
+    # the newest history items most; learned from zero at the dense lr they stay near the mean pooling
+    # (models.history_pooling), so they start as a decay by position instead and the dense steps refine it
+    history_half_life: float | None = Field(
+        None, gt=0.0, le=1000.0,
+        description="Attention-pooled history: its position biases start at -ln(2) * position / this, so an item "
+                    "weighs half as much as the one after it this many positions on (newest first); left out, they "
+                    "start at zero (the mean).")
     # the half-life of each item's decayed record count (models.item_popularity), which bundles carry and the
     # service adds to a known user's scores (service.popularity_prior); 5 days: near the best recent-popularity
     # list of MovieLens 100K's validation split (half-lives of 1 to 30 days), never its holdout

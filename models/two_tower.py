@@ -39,7 +39,7 @@ from logrecords.batch import Batch, Ragged
 from models.base import Model
 from models.embedding import EmbeddingBlock
 from models.features import Features, build_features
-from models.history_pooling import POSITIONS, attention_backward, attention_forward
+from models.history_pooling import POSITIONS, attention_backward, attention_forward, position_decay
 from models.item_frequency import FrequencyEstimate, ItemFrequency, reader_alpha
 from models.item_popularity import DecayedItemCounts
 from models.layers import MLP, wide_backward, wide_forward
@@ -114,6 +114,8 @@ class TwoTower(Model):
         self.item_mlp.init(self.params, rng)
         self.params.value["score.a"][0] = 1.0
         r = config.retrieval
+        for s in self.attention_slots:
+            self.params.value[f"attention.{s.name}.position"][:] = position_decay(r.history_half_life)
         self.scale = np.float32(1.0 / r.temperature if r.normalize else 1.0)
         self._sample_rng = np.random.default_rng(config.seed + 1)
         # training state, made by the first backward (the service's model never allocates it)
