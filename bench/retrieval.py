@@ -40,8 +40,12 @@ more `up` run on its first 90%), and the model's own lists as a row; the holdout
 (standardized scale) with the half-life, weight and candidates that split chose (bench/retrieval_prior.py;
 ``--serve-defaults``: the config's defaults).
 
+``--variant NAME=JSON`` also replays the same file under the config with those ``train.model`` keys (e.g.
+``half2={"retrieval": {"history_half_life": 2}}``) and prints its rows and its model-alone recall@10 over the config's.
+
 Run: ``python -m bench.retrieval [--dataset planted] [--events N] [--repeats R] [--config-from infer] [--ablate]
-[--serve-defaults] [--workers W] [--pass-records N [--pass-idle-s S]] [--partition-by-user] [--json]``.
+[--serve-defaults] [--variant NAME=JSON]
+[--workers W] [--pass-records N [--pass-idle-s S]] [--partition-by-user] [--json]``.
 """
 
 from __future__ import annotations
@@ -197,6 +201,9 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
         if not args.serve_defaults:
             config = with_served_prior(config, *(p for p in tuned.served if p.scale == "standardized"))
     out["streamrec"] = replay_runs(dataset, config, train_file, split, args, what=CONFIG_WHAT, tuned=tuned)
+    for name, keys in args.variant:
+        out.setdefault("variants", {})[name] = replay_runs(dataset, with_model_keys(config, keys), train_file, split,
+                                                           args, what=f"train.model with {json.dumps(keys)}")
     if args.config_from == "infer":
         inferred, text = inferred_config(train_file, config)
         out["streamrec_inferred"] = {**replay_runs(dataset, inferred, train_file, split, args, what=INFERRED_WHAT),
@@ -247,6 +254,29 @@ def with_served_prior(config: dict[str, Any], *chosen: ServedPrior) -> dict[str,
     return out
 
 
+def with_model_keys(config: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``keys`` set in its train.model (a mapping value, e.g. ``retrieval``'s, merged into the
+    model's own)."""
+    model = dict(config["train"]["model"])
+    for key, value in keys.items():
+        model[key] = {**model.get(key, {}), **value} if isinstance(value, dict) else value
+    out = {**config, "train": {**config["train"], "model": model}}
+    StreamrecConfig.model_validate(out)
+    return out
+
+
+def variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``--variant NAME=JSON`` as (NAME, the JSON object)."""
+    name, sep, keys = text.partition("=")
+    try:
+        parsed = json.loads(keys) if sep else None
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: {err}") from err
+    if not name or not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME={{JSON object of train.model keys}}")
+    return name, parsed
+
+
 def write_replay(train: Interactions, path: Path, args: argparse.Namespace, out: dict[str, Any]) -> None:
     """The file `up` replays: the train part in time order, or with ``--partition-by-user`` :func:`by_user`'s order
     (``out`` gets how many of its lines still go by line number)."""
@@ -289,6 +319,10 @@ def replay_runs(dataset: str, config: dict[str, Any], train_file: Path, split: S
         entry.update({"recall_min": min(r["recall"] for r in done), "recall_max": max(r["recall"] for r in done),
                       "runs_done": len(done), "error_count": sum(r["error_count"] for r in done),
                       "errors": [e for r in done for e in r["errors"]][:5]})
+        entry["model_alone"] = {key: float(np.mean([r["model_alone"][key] for r in done]))
+                                for key in ("recall", "hit_rate", "ndcg", "coverage", "recall_seen_users")}
+        entry["model_alone"].update(recall_min=min(r["model_alone"]["recall"] for r in done),
+                                    recall_max=max(r["model_alone"]["recall"] for r in done))
         if "ablations" in done[0]:
             entry["ablations"] = ablation.summary([r["ablations"] for r in done if "ablations" in r])
     return entry
@@ -319,6 +353,7 @@ def run_figures(res: UpResult, split: Split) -> dict[str, Any]:
     ok = ~np.isnan(scores)
     return {
         **metrics(res.lists, split),
+        "model_alone": metrics(res.model_lists, split),
         "predict_auc": auc(split.test.label[ok], scores[ok]) if ok.any() else float("nan"),
         "train_seconds": round(res.train_seconds, 1), "records_per_s": round(res.records_per_s),
         "recommend_p50_ms": round(float(np.percentile(lat, 50)), 2),
@@ -419,6 +454,11 @@ def print_dataset(out: dict[str, Any]) -> None:
     for key, name in (("streamrec", "streamrec"), ("streamrec_inferred", "streamrec, inferred config")):
         if key in out:
             print_replays(name, out[key], out["item_rate_auc"])
+    for name, v in out.get("variants", {}).items():
+        print_replays(f"streamrec, variant {name}", v, out["item_rate_auc"])
+        if "model_alone" in v and "model_alone" in out["streamrec"]:
+            print(f"variant {name}: the model alone's recall@10 / the config's: "
+                  f"{v['model_alone']['recall'] / out['streamrec']['model_alone']['recall']:.3f}")
     if "ablations" in out["streamrec"]:
         ablation.print_rows(out, t["strongest_baseline"], t["strongest_baseline_recall"])
     if "inferred_over_hand" in t:
@@ -447,6 +487,10 @@ def print_replays(name: str, ours: dict[str, Any], item_rate_auc: float) -> None
               f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
               f"{a['items_in_index']:>5.0f}/{a['items_checked']:<5.0f}{spread}"
               + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
+        m = a["model_alone"]
+        print(f"the model alone (the same requests with popularity_weight 0): recall@10 {_f(m['recall'])} "
+              f"({_f(m['recall_min'])}-{_f(m['recall_max'])}), hit@10 {_f(m['hit_rate'])}, NDCG@10 {_f(m['ndcg'])}, "
+              f"coverage {_f(m['coverage'], 2)}, recall@10 seen {_f(m['recall_seen_users'])}")
         if "recommend_no_prior_p99_ms" in a:
             print(f"/v1/recommend p50/p99 ms with the popularity prior {a['recommend_p50_ms']:.1f}/"
                   f"{a['recommend_p99_ms']:.1f}, the same requests without it (popularity_weight 0, asked right "
@@ -480,6 +524,10 @@ def main() -> int:
     ap.add_argument("--serve-defaults", action="store_true",
                     help="with --ablate: the holdout runs serve the config's default popularity prior, not the one "
                          "the validation split chose")
+    ap.add_argument("--variant", type=variant, action="append", default=[], metavar="NAME=JSON",
+                    help="also replay under the config with these train.model keys (a JSON object; a mapping, e.g. "
+                         "retrieval, merged into the model's) and print its figures and its model-alone recall@10 "
+                         "over the config's; repeatable")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON result to FILE")
     args = ap.parse_args()

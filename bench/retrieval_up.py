@@ -208,8 +208,9 @@ def _recommend(api: Api, split: Split, k: int, result: UpResult, wide: int = 0) 
             (result.latencies_ms if served else result.model_latencies_ms).append(1000.0 * (time.perf_counter() - t))
             if status != 200:
                 result.errors.append(f"recommend {user}{'' if served else ' (no prior)'}: {status} {answer}")
-            elif served:
-                result.lists[user] = [int(it["id"]) & ID_MASK for it in answer["items"]]
+            else:
+                (result.lists if served else result.model_lists)[user] = [int(it["id"]) & ID_MASK
+                                                                          for it in answer["items"]]
         if not wide:
             continue
         status, answer = api.call("POST", "/v1/recommend", {**body, "k": max(k, wide), "popularity_weight": 0.0})

@@ -50,3 +50,24 @@ def test_by_user_sends_each_users_events_to_one_partition_in_time_order():
     part = {}
     for i in range(head):
         assert part.setdefault(int(out.user[i]), i % 2) == i % 2  # a user's events on one partition
+
+
+def test_a_variant_sets_train_model_keys_and_merges_a_mapping_into_the_models():
+    import argparse
+
+    import pytest
+
+    from bench.retrieval import streamrec_config, variant, with_model_keys
+    from bench.retrieval_data import planted
+
+    name, keys = variant('half2={"retrieval": {"history_half_life": 2}, "embedding_dim": 16}')
+    assert name == "half2"
+    config = streamrec_config(planted())
+    config["train"]["model"]["retrieval"] = {"temperature": 0.1}
+    out = with_model_keys(config, keys)
+    assert out["train"]["model"]["retrieval"] == {"temperature": 0.1, "history_half_life": 2}
+    assert out["train"]["model"]["embedding_dim"] == 16
+    assert config["train"]["model"]["retrieval"] == {"temperature": 0.1}  # the config itself unchanged
+    for bad in ("half2", "={}", "x=[1]", "x={not json"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--variant"):
+            variant(bad)
