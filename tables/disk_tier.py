@@ -24,8 +24,9 @@ The file is scratch, not a save: saves write disk rows like RAM rows
 and a counter, so shards and scratch tables on one machine never share one); files left by a
 process that died are removed by the next tier opened for that table in that directory. While
 a save reads records (:meth:`hold`), records freed meanwhile are not reused and records are
-never changed in place, so what it reads is what the consistent point held. Callers hold the
-table lock.
+never changed in place (a push's update in place, :meth:`rewrite`, waits for no save: its
+rows are promoted instead), so what it reads is what the consistent point held. Callers hold
+the table lock.
 """
 
 from __future__ import annotations
@@ -250,6 +251,19 @@ class DiskTier:
             self._grow_index()
         disk_index.update(self.slots, self.hash_key, cols["keys"] if rows is None else cols["keys"][rows], at,
                           remove=False)
+
+    def rewrite(self, records: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+        """Write the rows ``cols`` (every row store column, at most ``BUFFER_RECORDS``, keys
+        unchanged) back into their own ``records`` (ascending, live, none held by a save): a
+        push's update in place."""
+        m = records.shape[0]
+        if m == 0:
+            return
+        assert self.holds == 0 and m <= BUFFER_RECORDS, "a save reads these records, or too many at once"
+        buf = np.empty(m, self.dtype)
+        for name in COLUMN_DTYPES:
+            buf[name] = cols[name]
+        self._io(records, buf, write=True)
 
     def free(self, records: np.ndarray, keys: np.ndarray) -> None:
         """Forget the rows of ``records`` (promoted or evicted), whose keys are ``keys``; their

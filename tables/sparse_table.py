@@ -10,9 +10,9 @@ applies one optimizer update per row. A byte budget (``eviction.max_bytes``, or 
 table's share of its shard's, :mod:`tables.budget`) is enforced when push creates rows:
 new ids are refused, or the coldest rows evicted, once no new row fits. While a save's
 snapshot is open (rows must not move) an evict-mode table refuses instead of evicting. With
-a ``tier`` the rows over the budget move to a disk tier instead and come back when pushed, or
-pulled twice lately (a pull reads them in place, :mod:`tables.tiering`); every verb sees
-both tiers. See :mod:`tables.snapshot` for
+a ``tier`` the rows over the budget move to a disk tier instead and come back when pulled
+twice lately (a pull reads them in place, a push updates them in place, :mod:`tables.tiering`);
+every verb sees both tiers. See :mod:`tables.snapshot` for
 how saves avoid stalling pushes and :mod:`tables.table_files` for the file format.
 """
 
@@ -250,10 +250,20 @@ class SparseTable:
                 uniq, g, s, c = _summed_by_key(k, g, s, c)
                 rows = np.empty(uniq.shape[0], np.int64)
                 missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
+            on_disk = None  # keys whose disk rows this push updated in place
             if self.tier is not None:
                 self.counters["ram_hits"] += uniq.shape[0] - missing
-                if missing and self.tier.promote(uniq[rows < 0], protected=rows[rows >= 0],
-                                                 limit=self.budget.ram_row_limit()):
+                if missing and self.tier.disk.holds == 0 and self.tier.disk.rows:
+                    absent = np.flatnonzero(rows < 0)
+                    hit = absent[self.tier.push(uniq[absent], g[absent], s[absent], c[absent], self._update)]
+                    if hit.shape[0]:
+                        rest = np.ones(uniq.shape[0], np.bool_)
+                        rest[hit] = False
+                        on_disk = uniq[hit]
+                        uniq, rows, g, s, c = uniq[rest], rows[rest], g[rest], s[rest], c[rest]
+                        missing -= int(hit.shape[0])
+                elif missing and self.tier.promote(uniq[rows < 0], protected=rows[rows >= 0],
+                                                   limit=self.budget.ram_row_limit()):
                     missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
             if missing:
                 miss = np.flatnonzero(rows < 0)
@@ -270,6 +280,8 @@ class SparseTable:
                     if self.changes.active:
                         uniq = uniq[keep]
             self._apply(rows, g, s, c)
+            if on_disk is not None and self.changes.active:
+                uniq = np.concatenate([on_disk, uniq])
             self.changes.record(uniq, now=received_at)
             self.counters["pushes"] += 1
             self.counters["pushed_keys"] += n
@@ -278,7 +290,12 @@ class SparseTable:
         store = self.state.rows
         if self.lock.snapshot is not None:
             self.lock.snapshot.protect(store, rows)
-        cols = store.cols
+        self._update(store.cols, rows, g, s, c)
+
+    def _update(self, cols: dict[str, np.ndarray], rows: np.ndarray, g: np.ndarray, s: np.ndarray,
+                c: np.ndarray) -> None:
+        """One push's update of ``rows`` of ``cols`` (the RAM store's, or disk records read
+        into RAM): the optimizers, then show/click and the change epoch."""
         if self._wopt is not None:
             self._wopt.apply(cols["params"], cols["wide_state"], rows, g, 0)
         self._opt.apply(cols["params"], cols["state"], rows, g, self._c0)

@@ -3,9 +3,12 @@
 Demotion: when a push's new ids or a promotion need room the RAM byte budget does not have
 (:class:`tables.byte_budget.TableBudget`), the coldest RAM rows (the eviction score, never a
 row the same call uses) move to disk, down to ``tier.low_water`` of the budget's rows, in one
-batch. Promotion: a push of ids found on disk moves them back into RAM first; a pull reads
-them from their records in place and promotes only those read a second time lately
-(:mod:`tables.promotion`). The demotion that makes room for promoted rows comes first, then
+batch. Promotion: a pull reads disk rows from their records in place and promotes only those
+read a second time lately (:mod:`tables.promotion`); a push updates its disk rows in their
+records (optimizer, counts, last seen and the change epoch a delta save selects by), a chunk
+of records at a time, and moves nothing, so only reads earn a row its way into RAM. While a
+save reads the records (they must keep its consistent point) a push promotes its disk rows
+instead. The demotion that makes room for promoted rows comes first, then
 their records are read and freed a chunk at a time, so what a batch holds in RAM beside the
 budget stays small. A load places a save's rows a chunk at a time the same way: RAM takes
 them up to its row limit, then demotes its coldest (loaded rows among them) before taking
@@ -29,7 +32,7 @@ import numpy as np
 from core.errors import DiskFull
 from tables import eviction, promotion
 from tables.dedupe import dedupe
-from tables.disk_tier import DiskTier
+from tables.disk_tier import BUFFER_RECORDS, DiskTier
 from tables.promotion import SecondRead
 from tables.rows import MOVE_CHUNK
 
@@ -40,7 +43,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full")
+COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full",
+            "updated_on_disk")
+
+
+class RowUpdate(Protocol):
+    """A push's update of rows ``rows`` of columns ``cols`` with their summed gradients,
+    shows and clicks (the table's optimizer and counts)."""
+
+    def __call__(self, cols: dict[str, np.ndarray], rows: np.ndarray, grads: np.ndarray, shows: np.ndarray,
+                 clicks: np.ndarray) -> None: ...
 
 
 class _Budget(Protocol):
@@ -102,6 +114,30 @@ class TableTier:
         for name in ("disk_hits", "disk_reads", "promoted"):
             t.counters[name] += got
         return got
+
+    def push(self, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray, clicks: np.ndarray,
+             update: RowUpdate) -> np.ndarray:
+        """Update the disk rows of ``keys`` (unique, none in RAM) in their records, without
+        moving them: ``update`` runs on a chunk of whole records at a time, read into RAM and
+        written back to the same records (ascending, so neighbours go together). Returns
+        the indices of the keys found on disk. The caller checked that no save reads the
+        records (:attr:`DiskTier.holds`)."""
+        t = self.table
+        at = self.disk.lookup(keys)
+        hit = np.flatnonzero(at >= 0)
+        m = int(hit.shape[0])
+        if m == 0:
+            return hit
+        hit = hit[np.argsort(at[hit], kind="stable")]
+        for start in range(0, m, BUFFER_RECORDS):
+            part = hit[start : start + BUFFER_RECORDS]
+            records = at[part]
+            cols = self.disk.read(records)
+            update(cols, np.arange(part.shape[0], dtype=np.int64), grads[part], shows[part], clicks[part])
+            self.disk.rewrite(records, cols)
+        for name in ("disk_hits", "disk_reads", "updated_on_disk"):
+            t.counters[name] += m
+        return hit
 
     def pull(self, keys: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Keys of a pull absent from RAM (``rows`` -1) and on disk: those read a second time
