@@ -61,6 +61,8 @@ class BundleManifest:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     format: int = BUNDLE_FORMAT
     schema: dict[str, Any] | None = None  # the record schema (absent in older bundles)
+    # the popularity prior's weight the job chose on its latest records (trainer.prior_weight); absent: none chosen
+    popularity_weight: dict[str, Any] | None = None
 
     def shard_dir(self, root: Path, shard: int) -> Path:
         return bundle_dir(root, self.version) / f"shard-{shard}"
@@ -115,6 +117,7 @@ def publish(
     items: tuple[np.ndarray, np.ndarray] | None = None, items_full: bool = True,
     newest_record_time: float | None = None, schema: dict[str, Any] | None = None,
     popularity: tuple[np.ndarray, np.ndarray, float] | None = None,
+    popularity_weight: dict[str, Any] | None = None,
 ) -> BundleManifest:
     """Finish bundle ``version`` (shards already saved into ``shard_save_template``): write dense
     weights, item vectors and the manifest last, then (locally) rename it into place."""
@@ -140,7 +143,7 @@ def publish(
     man = BundleManifest(version=version, kind=kind, parent_version=parent_version, pass_id=pass_id,
                          num_shards=num_shards, tables=list(tables), model=model, created_at=time.time(),
                          newest_record_time=newest_record_time, items_full=items_full, files=files,
-                         schema=schema)
+                         schema=schema, popularity_weight=popularity_weight)
     store.write_json(f"{stage}/{MANIFEST}", asdict(man))
     if store.local is not None:
         if (store.local / final).exists():
@@ -180,6 +183,8 @@ def _check_shape(man: BundleManifest, path: Path) -> None:
         problems.append("model must be an object")
     if man.schema is not None and not isinstance(man.schema, dict):
         problems.append("schema must be an object or null")
+    if man.popularity_weight is not None and not isinstance(man.popularity_weight, dict):
+        problems.append("popularity_weight must be an object or null")
     if not isinstance(man.num_shards, int) or isinstance(man.num_shards, bool) or man.num_shards < 1:
         problems.append("num_shards must be a positive integer")
     if problems:

@@ -13,9 +13,11 @@ over the request's candidates, so the weight means the same whatever scale the r
 differs between runs of one config) and however many records the counts hold; a term that does not vary
 over the candidates adds nothing. ``logit`` adds ``weight * log1p(count)`` to the model's logit (score /
 temperature, the retrieval softmax's), scaled back to the score's units. The answer's scores are these
-sums. A user without a history is served the model's ranking: the prior added nothing for users new to
-the log (the weight for them chosen on a validation split, bench/retrieval_ablation.py). ``weight`` 0
-serves the model's ranking to every user.
+sums (the kernel: exports.popularity_rerank, which the training job replays too). A user without a
+history is served the model's ranking: the prior added nothing for users new to the log (the weight for
+them chosen on a validation split, bench/retrieval_ablation.py). ``weight`` 0 serves the model's ranking
+to every user; ``weight: auto`` the weight the job chose on its latest records and wrote into the bundle
+(trainer.prior_weight), as much as the counts helped its users' latest choices.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import Literal
 
 import numpy as np
 
+from core.errors import CorruptData
 from exports.bundle import BundleManifest, load_popularity
+from exports.popularity_rerank import AUTO_FALLBACK_WEIGHT, PriorScale, rerank_order
 from logrecords.batch import Batch
 from models.model_config import ModelConfig, ModelType
 
@@ -38,6 +42,7 @@ class ItemCounts:
     ids: np.ndarray
     log_counts: np.ndarray
     as_of: float
+    chosen_weight: float | None = None  # the weight the job chose for these counts (trainer.prior_weight), if any
 
     def log1p_of(self, ids: np.ndarray) -> np.ndarray:
         """log1p(count) of each of ``ids`` (0 for an item without a count)."""
@@ -53,7 +58,28 @@ def item_counts(root: Path, man: BundleManifest) -> ItemCounts | None:
     if loaded is None:
         return None
     ids, counts, as_of = loaded
-    return ItemCounts(ids, np.log1p(np.maximum(counts, 0.0)).astype(np.float32), as_of)
+    return ItemCounts(ids, np.log1p(np.maximum(counts, 0.0)).astype(np.float32), as_of, chosen_weight(man))
+
+
+def chosen_weight(man: BundleManifest) -> float | None:
+    """The weight the job chose and wrote into the bundle (None: a bundle without one); CorruptData when it is not
+    a finite number in [0, 1e6] chosen for the standardized scale."""
+    chosen = man.popularity_weight
+    if chosen is None:
+        return None
+    w = chosen.get("weight")
+    if (isinstance(w, bool) or not isinstance(w, int | float) or not 0.0 <= w <= 1e6
+            or chosen.get("scale") != "standardized"):
+        raise CorruptData(f"bundle {man.version}: popularity_weight must hold a weight in [0, 1e6] chosen for the "
+                          f"standardized scale, got {chosen!r}")
+    return float(w)
+
+
+def served_weight(weight: float | Literal["auto"], counts: ItemCounts | None) -> float:
+    """The weight served: a number as configured; ``auto``: the bundle's chosen weight, else AUTO_FALLBACK_WEIGHT."""
+    if weight != "auto":
+        return float(weight)
+    return AUTO_FALLBACK_WEIGHT if counts is None or counts.chosen_weight is None else counts.chosen_weight
 
 
 def has_history(batch: Batch, slot: str | None) -> bool:
@@ -64,37 +90,11 @@ def has_history(batch: Batch, slot: str | None) -> bool:
     return bool(offsets[1] > offsets[0])
 
 
-PriorScale = Literal["standardized", "logit"]
-
-
-def standardized(x: np.ndarray) -> np.ndarray:
-    """``(x - mean(x)) / std(x)`` in float32 (0 where ``x`` does not vary: a constant term ranks nothing)."""
-    x = np.asarray(x, np.float64)
-    if x.shape[0] == 0:
-        return np.zeros(0, np.float32)
-    centred = x - x.mean()
-    sd = float(np.sqrt(np.mean(centred * centred)))
-    if not sd > 1e-12 * max(1.0, float(np.abs(x).max())):
-        return np.zeros(x.shape[0], np.float32)
-    return (centred / sd).astype(np.float32)
-
-
-def prior_scores(scores: np.ndarray, log_counts: np.ndarray, weight: float, temperature: float,
-                 scale: PriorScale = "standardized") -> np.ndarray:
-    """The candidates' re-ranking scores (the module docstring) from their ``scores`` and ``log1p(count)``."""
-    if scale == "standardized":
-        return standardized(scores) + np.float32(weight) * standardized(log_counts)
-    if scale == "logit":
-        return (scores + np.float32(temperature * weight) * log_counts).astype(np.float32)
-    raise ValueError(f"popularity prior scale must be 'standardized' or 'logit', got {scale!r}")
-
-
 def rerank(ids: np.ndarray, scores: np.ndarray, counts: ItemCounts, weight: float,
            temperature: float, scale: PriorScale = "standardized") -> tuple[np.ndarray, np.ndarray]:
     """The candidates ``ids`` by :func:`prior_scores`, best first (ties: the search's order), with those scores."""
-    z = prior_scores(scores, counts.log1p_of(ids), weight, temperature, scale).astype(np.float32)
-    order = np.argsort(-z, kind="stable")
-    return ids[order], z[order]
+    order, z = rerank_order(scores, counts.log1p_of(ids), weight, temperature, scale)
+    return ids[order], z
 
 
 def temperature_of(model: ModelConfig | None) -> float | None:

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.errors import ConfigError
 from core.logs import LoggingConfig
 from core.yaml_config import FrozenModel, validate_config
+from exports.popularity_rerank import AUTO_FALLBACK_WEIGHT, DEFAULT_CANDIDATES
 
 DEFAULT_TOKENS = frozenset({"", "changeme", "admin", "secret", "token"})
 
@@ -98,14 +99,32 @@ class PopularityPriorSettings(FrozenModel):
         "standardized", description="How the prior meets the model's scores: `standardized` adds weight x the "
                                     "candidates' standardized log1p(count) to their standardized scores, `logit` "
                                     "adds weight x log1p(count) to the model's logit.")
-    # weight 3 and 1000 candidates: MovieLens 100K's validation split's choice (bench/retrieval_prior.py, never its
-    # holdout); an item popular now that the model ranks low is moved up only if it is among the candidates
-    weight: float = Field(3.0, ge=0.0, le=1e6, allow_inf_nan=False,
-                          description="Weight of the prior (log1p of the item's decayed record count, in `scale`'s "
-                                      "units) for a user with a history; 0: the model's ranking for everyone.")
-    candidates: int = Field(1000, ge=1,
+    # auto: how much the counts help depends on the data (they gain on MovieLens 100K and halve recall on the
+    # planted log at one fixed weight: bench/RESULTS.md), so the job chooses on its own latest records
+    weight: float | Literal["auto"] = Field(
+        "auto", description="Weight of the prior (log1p of the item's decayed record count, in `scale`'s units) for a "
+                            "user with a history; 0: the model's ranking for everyone; `auto` (standardized scale "
+                            "only): the weight the training job chose on its latest records and wrote into the "
+                            f"bundle ({AUTO_FALLBACK_WEIGHT:g} for a bundle without one).")
+
+    candidates: int = Field(DEFAULT_CANDIDATES, ge=1,
                             description="Items the prior re-ranks, besides the request's exclusions (at least the "
                                         "request's k).")
+
+
+    @field_validator("weight")
+    @classmethod
+    def _weight_in_range(cls, weight: float | str) -> float | str:
+        if weight != "auto" and not 0.0 <= weight <= 1e6:  # NaN fails the comparison too
+            raise ValueError(f"popularity_prior.weight must be auto or a number in [0, 1e6], got {weight!r}")
+        return weight
+
+    @model_validator(mode="after")
+    def _auto_is_standardized(self) -> PopularityPriorSettings:
+        if self.weight == "auto" and self.scale != "standardized":
+            raise ValueError("popularity_prior.weight auto is chosen for the standardized scale: give scale "
+                             "standardized or a number as the weight")
+        return self
 
 
 DEFAULT_PORT = 8000

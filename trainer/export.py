@@ -9,7 +9,10 @@ the job's record schema, so the service can hash raw field values as ingestion d
 vectors are those of the job's catalogue as the shards just saved it (exports.item_catalog):
 every item any worker saw in a base, the items written since the previous bundle in a delta.
 A two_tower bundle also carries the job's decayed item counts, the sum of those in the workers'
-parts of the pass (models.item_popularity), for the service's popularity prior.
+parts of the pass (models.item_popularity), for the service's popularity prior, and the prior's
+weight chosen by replaying the service's re-rank on the chief's latest records (trainer.prior_weight)
+against the bundle's whole item set, which the exporter keeps (a base's items replace it, a delta's
+are upserted).
 
 The export runs in a background thread with its own PS client and model copy, after the
 pass is committed and the workers were released: it does not stall training. The next
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -40,6 +44,7 @@ from exports.bundle import (
 )
 from exports.item_catalog import ItemCatalog
 from exports.retention import retain
+from logrecords.batch import Batch
 from logrecords.schema_config import SchemaConfig
 from models import build_model
 from models.item_popularity import Counts
@@ -48,6 +53,7 @@ from ps.admin import SaveMode
 from ps.client import PSClient
 from stores.store import open_store
 from trainer.disk_space import DiskState, is_disk_full
+from trainer.prior_weight import history_slot_of, replay_choice
 
 SAVE_TIMEOUT_S = 120.0
 log = logging.getLogger(__name__)
@@ -63,6 +69,8 @@ class Exporter:
         self.model = build_model(model_config)  # a copy: the training thread keeps its own
         self.base_every = base_every
         self.schema = None if schema is None else schema.model_dump(mode="json")
+        self.history_slot = history_slot_of(schema, model_config)  # where a record holds its user's history
+        self.items: tuple[np.ndarray, np.ndarray] | None = None  # the newest bundle's whole item set, ids sorted
         versions = list_versions(self.root)
         self.last_version = versions[-1] if versions else 0
         self.exports = 0  # by this process: its first bundle is a base (the chain restarts with it)
@@ -76,14 +84,15 @@ class Exporter:
 
     def start(self, pass_id: int, *, dense: dict[str, np.ndarray], newest_record_time: float | None,
               catalog: ItemCatalog | None = None, config: ModelConfig | None = None,
-              popularity: Counts | None = None) -> None:
+              popularity: Counts | None = None, recent: Batch | None = None) -> None:
         """Export in the background (after waiting for the previous export); ``config``: the
         trained model's, whose dense transforms carry its running statistics (else this exporter's);
-        ``popularity``: the job's decayed item counts (models.item_popularity)."""
+        ``popularity``: the job's decayed item counts (models.item_popularity); ``recent``: the
+        chief's latest records the prior's weight is chosen on (trainer.prior_weight)."""
         self.wait()
         self._result = None
         self._thread = threading.Thread(target=self._run, args=(pass_id, dense, newest_record_time, catalog, config,
-                                                                popularity),
+                                                                popularity, recent),
                                         name="export", daemon=True)
         self._thread.start()
 
@@ -130,7 +139,7 @@ class Exporter:
 
     def export(self, pass_id: int, dense: dict[str, np.ndarray], newest_record_time: float | None,
                catalog: ItemCatalog | None = None, config: ModelConfig | None = None,
-               popularity: Counts | None = None) -> dict[str, Any]:
+               popularity: Counts | None = None, recent: Batch | None = None) -> dict[str, Any]:
         if config is not None:  # the dense transforms the model trained with (models.dense_statistics)
             self.model.config = self.model.config.model_copy(update={"dense_transforms": config.dense_transforms})
         version = self.last_version + 1
@@ -144,15 +153,25 @@ class Exporter:
         if catalog is not None:  # the job's catalogue as the shards saved it: all items, or those written since
             ids, rows = catalog.read_saved_items(self.root, stage_shard_dirs(self.root, version, self.client.n_shards))
             items = (ids, catalog.item_vectors(self.model, self.client, ids, rows))
+            self.items = _item_set(self.items if not base else None, items)
+        t0 = time.monotonic()
+        choice = None
+        if popularity is not None and recent is not None and self.history_slot is not None and self.items is not None:
+            choice = replay_choice(self.model, self.client, recent, self.history_slot, self.items, popularity,
+                                   seed=pass_id)
+        choose_s = time.monotonic() - t0
         man = publish(self.root, version=version, kind="base" if base else "delta",
                       parent_version=None if base else self.last_version, pass_id=pass_id,
                       num_shards=self.client.n_shards, tables=[t.name for t in self.model.tables],
                       model=self.model.config.model_dump(mode="json"), dense=dense,
                       items=items, items_full=base, newest_record_time=newest_record_time,
-                      schema=self.schema, popularity=popularity)
+                      schema=self.schema, popularity=popularity,
+                      popularity_weight=None if choice is None else choice.manifest())
         self.last_version = version
         self.exports += 1
-        return {"version": version, "kind": man.kind, "pass": pass_id, "items": 0 if items is None else len(items[0])}
+        return {"version": version, "kind": man.kind, "pass": pass_id, "items": 0 if items is None else len(items[0]),
+                "popularity_weight": None if choice is None else choice.weight,
+                "popularity_weight_s": round(choose_s, 4)}
 
     def _save(self, version: int, mode: str) -> list[dict[str, Any]]:
         clear_stage(self.root, version)
@@ -168,6 +187,17 @@ class Exporter:
         """A shard was lost: the running export fails alone (it may hang until its timeout), its
         client closed once it ended; a fresh exporter goes on."""
         close_when_done(self._thread, self.client)
+
+
+def _item_set(current: tuple[np.ndarray, np.ndarray] | None,
+              new: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``current`` (ids sorted, vectors) with ``new``'s items upserted (None: ``new`` alone), ids sorted."""
+    ids, vectors = np.asarray(new[0], np.uint64), np.asarray(new[1], np.float32)
+    if current is not None and current[0].shape[0]:
+        old = ~np.isin(current[0], ids)
+        ids, vectors = np.concatenate([current[0][old], ids]), np.concatenate([current[1][old], vectors])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], vectors[order]
 
 
 def close_when_done(thread: threading.Thread | None, client: PSClient) -> None:

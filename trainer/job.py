@@ -331,6 +331,8 @@ class StreamingJob:
             newest = self.progress.newest_time
             self.progress.newest_time = t if newest is None else max(newest, t)
         self.worker.model.count_items(batch)  # the decayed item counts a bundle carries (models.item_popularity)
+        if self.committer.exporter is not None:  # what the export weighs the prior on (trainer.prior_weight)
+            self.committer.recent.observe(batch)
         if self.catalog is not None:
             self.catalog.observe(batch)
 

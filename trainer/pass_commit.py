@@ -42,6 +42,7 @@ import numpy as np
 
 from core.errors import Conflict, DiskFull, StreamrecError
 from exports.item_catalog import ItemCatalog
+from logrecords.batch import Batch
 from models.base import Model
 from models.item_popularity import Counts, merge_states
 from models.model_config import ModelConfig, ModelType
@@ -55,11 +56,12 @@ from trainer.disk_space import DiskState, is_disk_full, wait_retry
 from trainer.export import SAVE_TIMEOUT_S, Exporter, close_when_done
 from trainer.job_context import JobContext
 from trainer.metrics import Metrics, WindowedMetrics
+from trainer.prior_weight import RecentPositives, history_slot_of
 from trainer.worker import Worker
 
 # what the chief hands the export of a pass: the dense weights at the snapshot point, the item catalogue,
-# and the model's config (its dense transforms: the running statistics it trained with)
-ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None, ModelConfig]
+# the model's config (its dense transforms: the running statistics it trained with) and its latest records
+ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None, ModelConfig, Batch | None]
 log = logging.getLogger(__name__)
 
 
@@ -212,6 +214,8 @@ class PassCommitter:
         self.served: Dense | None = None  # the chief's dense rule at its last commit: the weights it exports
         self.disk = DiskState()  # writes that failed for want of space (trainer.disk_space)
         self.popularity: Counts | None = None  # the job's decayed item counts the newest bundle carries
+        # the latest records with a history: the chief's export weighs the prior on them (trainer.prior_weight)
+        self.recent = RecentPositives(history_slot_of(ctx.config.records, ctx.config.model))
 
     def start_exporting(self) -> None:
         """The chief exports a bundle after each commit when passes.export is on."""
@@ -300,7 +304,8 @@ class PassCommitter:
             worker.dense.refresh(self.ctx.store)
             self.served = worker.dense  # model.dense_average: the bundle carries the averaged dense weights
             export = (self.served.served_params(self.model.params),
-                      None if self.catalog is None else self.catalog.snapshot(), self.model.config)
+                      None if self.catalog is None else self.catalog.snapshot(), self.model.config,
+                      self.recent.snapshot())
         ranks = list(self.ctx.progress.active)
         if self.finisher is None:
             self.finisher = CommitFinisher(self.background_client())
@@ -318,10 +323,10 @@ class PassCommitter:
             except StreamrecError as err:  # e.g. the Kafka group's offsets: only for lag tools
                 log.warning("pass %d: %s", n, err.message)
         if export is not None and self.exporter is not None:
-            dense, catalog, config = export
+            dense, catalog, config, recent = export
             self.popularity = job_item_counts(self.ctx.root, n, ranks, self.ctx.config.model)
             self.exporter.start(n, dense=dense, newest_record_time=man["newest_record_time"], catalog=catalog,
-                                config=config, popularity=self.popularity)
+                                config=config, popularity=self.popularity, recent=recent)
         return man
 
     def finish_wait(self, *, ignore_failure: bool = False) -> dict[str, Any]:
@@ -373,7 +378,7 @@ class PassCommitter:
         self.exporter.start(self.ctx.progress.pass_id, dense=dense,
                             newest_record_time=self.ctx.progress.newest_time,
                             catalog=None if self.catalog is None else self.catalog.snapshot(),
-                            config=self.model.config, popularity=self.popularity)
+                            config=self.model.config, popularity=self.popularity, recent=self.recent.snapshot())
         return self.exporter.wait() or {}
 
     def abandon_commit(self) -> None:

@@ -21,7 +21,7 @@ from models.model_config import Tower
 from service.cold_start import ColdStartDep
 from service.deps import LimitsDep, PriorDep, StoreDep
 from service.offload import OffloadDep, OffloadedBodyRoute, is_small
-from service.popularity_prior import has_history, rerank, temperature_of
+from service.popularity_prior import has_history, rerank, served_weight, temperature_of
 from service.routes.items import check_k, item_ids_of, item_values, items_of, run_search
 from service.routes.predict import batch_of, fields_needed, finite_or_fail, predictor_of
 from service.schemas import ERROR_RESPONSES, U64, Instance, ItemsResponse, Record, Strict, json_response, scored
@@ -86,9 +86,9 @@ async def recommend(body: Annotated[RecommendRequest, Body(openapi_examples=RECO
             values = item_values(side, popular[0]) if raw else None
             return json_response({"version": version, "items": scored(*popular, values), "defaults": defaults})
         # a user with a history: the top candidates re-ranked by the items' decayed counts (service.popularity_prior)
-        weight = prior.weight if body.popularity_weight is None else body.popularity_weight
-        temperature = temperature_of(side.model)
         counts = side.item_counts
+        weight = served_weight(prior.weight, counts) if body.popularity_weight is None else body.popularity_weight
+        temperature = temperature_of(side.model)
         reranked = (weight > 0 and counts is not None and temperature is not None
                     and has_history(user_batch, history.slot(side)))
         wanted = body.k + exclude.shape[0]

@@ -14,6 +14,8 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from exports.bundle import BundleManifest, publish, staging_dir, table_dir
+from logrecords.batch import Batch
+from logrecords.schema_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from models import build_model
 from models.model_config import ModelConfig
 from ps.routing import shard_of
@@ -114,7 +116,8 @@ class BundleBuilder:
 
     def export(self, kind: str = "base", items: tuple[np.ndarray, np.ndarray] | None = None,
                items_full: bool = True, newest_record_time: float | None = None,
-               popularity: tuple[np.ndarray, np.ndarray, float] | None = None) -> BundleManifest:
+               popularity: tuple[np.ndarray, np.ndarray, float] | None = None,
+               popularity_weight: dict | None = None) -> BundleManifest:
         self.version += 1
         stage = staging_dir(self.root, self.version)
         for name, shards in self.tables.items():
@@ -124,7 +127,7 @@ class BundleBuilder:
         return publish(self.root, version=self.version, kind=kind, parent_version=parent, pass_id=self.version,
                        num_shards=self.num_shards, tables=sorted(self.tables), model=self.model.model_dump(mode="json"),
                        dense=self.dense, items=items, items_full=items_full, newest_record_time=newest_record_time,
-                       schema=self.schema, popularity=popularity)
+                       schema=self.schema, popularity=popularity, popularity_weight=popularity_weight)
 
 
 def random_items(rng: np.random.Generator, n: int, dim: int, clusters: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -138,3 +141,18 @@ def random_items(rng: np.random.Generator, n: int, dim: int, clusters: int = 0) 
     else:
         vecs = rng.standard_normal((ids.shape[0], dim))
     return ids, vecs.astype(np.float32)
+
+
+# records of slots user and item whose users' histories the trainers keep (trainer.history_join)
+HISTORY_SCHEMA = SchemaConfig(slots=(SlotConfig(name="user", kind=SlotKind.SPARSE, slot_id=0),
+                                     SlotConfig(name="item", kind=SlotKind.SPARSE, slot_id=1)),
+                              user_id="user", item_id="item", history=HistoryConfig(length=5))
+
+
+def picks(users: np.ndarray, items: np.ndarray, t0: float) -> Batch:
+    """Positive records, user ``users[i]`` picking ``items[i]`` at event time ``t0 + i``."""
+    n = users.shape[0]
+    one = np.arange(n + 1, dtype=np.int64)
+    return Batch(labels=np.ones(n, np.float32), dense=np.zeros((n, 0), np.float32),
+                 slots={"user": (users, one), "item": (items, one)}, event_time=t0 + np.arange(n, dtype=np.float64),
+                 user_id=users, item_id=items)

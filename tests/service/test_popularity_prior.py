@@ -1,7 +1,8 @@
 """/v1/recommend's popularity prior (service.popularity_prior): a user with a history gets the index's top
 candidates (less the exclusions) re-ranked by the standardized score + weight x the standardized log1p(the bundle's
 decayed count), or on the logit scale by score + temperature * weight * log1p(count); a user without one, a weight
-of 0 (configured or asked) or a bundle without counts, the model's ranking."""
+of 0 (configured or asked) or a bundle without counts, the model's ranking. Under weight ``auto`` the weight is the
+one the bundle carries (the job's choice), a bundle without one is served the fallback weight."""
 
 from __future__ import annotations
 
@@ -31,14 +32,14 @@ COUNTED = ITEMS[::2]  # half the items have a count: 0 .. 500 records' worth, so
 COUNTS = np.random.default_rng(5).exponential(20.0, COUNTED.shape[0]) ** 1.5
 
 
-def _bundle(root: Path, counts: bool = True) -> BundleBuilder:
+def _bundle(root: Path, counts: bool = True, chosen: dict | None = None) -> BundleBuilder:
     b = BundleBuilder(root, model=MODEL, schema=SCHEMA.model_dump(mode="json"))
     b.push("user", USER_IDS[:5])
     b.push("history", ITEMS)
     vecs = np.random.default_rng(6).standard_normal((ITEMS.shape[0], 8)).astype(np.float32)
     order = np.argsort(COUNTED)
     b.export("base", items=(ITEMS, vecs),
-             popularity=(COUNTED[order], COUNTS[order], 1.7e9) if counts else None)
+             popularity=(COUNTED[order], COUNTS[order], 1.7e9) if counts else None, popularity_weight=chosen)
     return b
 
 
@@ -115,7 +116,8 @@ def test_the_standardized_prior_ignores_the_scale_of_the_scores() -> None:
 
 
 def test_a_constant_term_ranks_nothing() -> None:
-    from service.popularity_prior import ItemCounts, rerank, standardized
+    from exports.popularity_rerank import standardized
+    from service.popularity_prior import ItemCounts, rerank
 
     ids = np.array([5, 3, 9], np.uint64)
     assert standardized(np.full(3, 2.5)).tolist() == [0.0, 0.0, 0.0]
@@ -157,3 +159,49 @@ def test_the_settings_refuse_a_weight_that_is_not_finite_or_an_unknown_scale() -
         PopularityPriorSettings(weight=float("inf"))
     with pytest.raises(ValueError, match="scale"):
         PopularityPriorSettings(scale="rank")
+
+
+def _chosen(weight: object, scale: object = "standardized") -> dict:
+    return {"weight": weight, "scale": scale, "users": 40, "candidates": 30, "k": 10, "hit_rates": {}}
+
+
+def test_auto_serves_the_weight_the_bundle_carries_and_a_number_in_the_yaml_overrides_it(tmp_path: Path) -> None:
+    _bundle(tmp_path / "e", chosen=_chosen(0.5))
+    history = [int(ITEMS[1])]
+    with started(make_settings(tmp_path / "e", popularity_prior=PopularityPriorSettings(candidates=30))) as c:
+        assert PopularityPriorSettings().weight == "auto"  # the default
+        served = _ask(c, history, k=20)
+        assert served == _ask(c, history, k=20, popularity_weight=0.5)
+        assert served != _ask(c, history, k=20, popularity_weight=6.0)
+    fixed = PopularityPriorSettings(weight=6.0, candidates=30)
+    with started(make_settings(tmp_path / "e", popularity_prior=fixed)) as c:
+        assert _ask(c, history, k=20) == _ask(c, history, k=20, popularity_weight=6.0)
+
+
+def test_a_bundle_without_a_chosen_weight_is_served_the_fallback_under_auto(tmp_path: Path) -> None:
+    from exports.popularity_rerank import AUTO_FALLBACK_WEIGHT
+
+    _bundle(tmp_path / "e")  # written before bundles carried a chosen weight
+    history = [int(ITEMS[1])]
+    with started(make_settings(tmp_path / "e", popularity_prior=PopularityPriorSettings(candidates=30))) as c:
+        assert _ask(c, history, k=20) == _ask(c, history, k=20, popularity_weight=AUTO_FALLBACK_WEIGHT)
+
+
+@pytest.mark.parametrize("chosen", [_chosen(-1.0), _chosen(2e6), _chosen("3"), _chosen(True), _chosen(None),
+                                    _chosen(1.0, scale="logit"), {"scale": "standardized"}])
+def test_a_bundle_whose_chosen_weight_is_malformed_is_refused(tmp_path: Path, chosen: dict) -> None:
+    from core.errors import CorruptData
+    from exports.bundle import read_manifest
+    from service.popularity_prior import item_counts
+
+    _bundle(tmp_path / "e", chosen=chosen)
+    with pytest.raises(CorruptData, match="popularity_weight"):
+        item_counts(tmp_path / "e", read_manifest(tmp_path / "e", 1))
+
+
+def test_the_settings_refuse_an_unknown_weight_and_auto_on_the_logit_scale() -> None:
+    with pytest.raises(ValueError, match="weight"):
+        PopularityPriorSettings(weight="automatic")
+    with pytest.raises(ValueError, match="auto is chosen for the standardized scale"):
+        PopularityPriorSettings(weight="auto", scale="logit")
+    assert PopularityPriorSettings(weight=0.0, scale="logit").weight == 0.0

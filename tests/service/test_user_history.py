@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 
 from exports.item_catalog import ItemCatalog
-from logrecords.batch import Batch
-from logrecords.schema_config import HistoryConfig, SchemaConfig, SlotConfig, SlotKind
 from models import build_model
 from models.model_config import ModelConfig
 from models.two_tower import as_two_tower
@@ -19,7 +17,7 @@ from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
 
 from ..ps.ps_harness import shard_processes
-from .service_support import make_settings, started
+from .service_support import HISTORY_SCHEMA, make_settings, picks, started
 
 pytestmark = pytest.mark.process
 
@@ -28,17 +26,7 @@ MODEL = {"type": "two_tower", "slots": [{"name": "user", "tower": "user"},
                                         {"name": "history", "tower": "user", "pooling": "mean"},
                                         {"name": "item", "tower": "item"}],
          "embedding_dim": 8, "mlp": [16], "tower_dim": 8, "seed": 5, "n_dense": 0}
-SCHEMA = SchemaConfig(slots=(SlotConfig(name="user", kind=SlotKind.SPARSE, slot_id=0),
-                             SlotConfig(name="item", kind=SlotKind.SPARSE, slot_id=1)),
-                      user_id="user", item_id="item", history=HistoryConfig(length=5))
-
-
-def _events(users: np.ndarray, items: np.ndarray, t0: float) -> Batch:
-    n = users.shape[0]
-    one = np.arange(n + 1, dtype=np.int64)
-    return Batch(labels=np.ones(n, np.float32), dense=np.zeros((n, 0), np.float32),
-                 slots={"user": (users, one), "item": (items, one)}, event_time=t0 + np.arange(n, dtype=np.float64),
-                 user_id=users, item_id=items)
+SCHEMA = HISTORY_SCHEMA
 
 
 @pytest.mark.parametrize("user_slot", [True, False], ids=["user-id-in-the-tower", "history-alone"])
@@ -53,15 +41,15 @@ def test_recommend_reads_the_users_history_live_and_from_the_bundle(tmp_path: Pa
     rng = np.random.default_rng(0)
     with shard_processes(tmp_path, tables) as shards, shards.client() as c:
         slots = tuple(s.name for s in as_two_tower(build_model(model)).item_slots)
-        ItemCatalog(slots, client=c).observe(_events(np.repeat(users[:1], 40), items, 0.0))
+        ItemCatalog(slots, client=c).observe(picks(np.repeat(users[:1], 40), items, 0.0))
         join = HistoryJoin(SCHEMA, shards.client())
-        join.join(_events(users[:2].repeat(4), rng.choice(items, 8), 100.0))  # users 1 and 2: 4 items each
+        join.join(picks(users[:2].repeat(4), rng.choice(items, 8), 100.0))  # users 1 and 2: 4 items each
         exporter = Exporter(str(tmp_path / "exports"), shards.client(), model, base_every=10, schema=SCHEMA)
         exporter.export(1, build_model(model).params.as_dict(), None, ItemCatalog(slots))
         exporter.close()
         exported = _newest_first(c.wait(c.read_id_rows("ids.history", users[:1], words=11)).rows)
         late = rng.choice(items, 2)
-        join.join(_events(users[:1].repeat(2), late, 200.0))  # after the bundle: only the live path has these
+        join.join(picks(users[:1].repeat(2), late, 200.0))  # after the bundle: only the live path has these
         stored = {int(u): c.wait(c.read_id_rows("ids.history", np.array([u]), words=11)).rows for u in users}
         join.close()
         endpoints = [f"tcp://127.0.0.1:{p}" for p in shards.ports]
