@@ -166,6 +166,11 @@ class DenseAverageConfig(FrozenModel):
 
     decay: float = Field(gt=0.0, lt=1.0,
                          description="Per-step decay of the moving average: about 1 / (1 - decay) steps are averaged.")
+    per_job_batch: bool = Field(True, description="With K workers each taking P dense steps per batch "
+                                                  "(`dense_parts`), a worker's step decays the average by "
+                                                  "decay^(K / P), so that it spans the records of about 1 / (1 - "
+                                                  "decay) batches of the job, as one worker's does; false: decay per "
+                                                  "step of the worker.")
 
 
 class DenseOuterConfig(FrozenModel):

@@ -10,7 +10,10 @@ The average starts empty and is bias-corrected, as Adam's moments (Kingma & Ba, 
 at any ``t`` it is the weighted mean of the ``t`` iterates seen, weights ``decay^(t - i)``;
 no warm-up constant is needed. Each worker averages the weights it trains with (its own copy,
 merged with the others' at every ``dense_sync_steps``); the chief's average is the one used.
-The sparse rows are not averaged: most are touched a few times in a pass.
+With ``per_job_batch`` the decay counts the job's batches, not the worker's steps: among K workers
+each taking P dense steps per batch, one step's keep is ``decay^(K/P)``, so the average spans the
+records one worker's would (per step, 16 workers' chief averaged nearly its whole pass, the early
+weights among it). The sparse rows are not averaged: most are touched a few times in a pass.
 """
 
 from __future__ import annotations
@@ -26,9 +29,18 @@ class DenseAverage:
     """The moving average of one flat float32 vector; ``state`` is what a checkpoint keeps
     (``avg``: the uncorrected accumulator, ``avg_t``: the steps averaged, float64)."""
 
-    def __init__(self, config: DenseAverageConfig, size: int) -> None:
-        self.decay = float(config.decay)
+    def __init__(self, config: DenseAverageConfig, size: int, *, steps_per_batch: int = 1) -> None:
+        self.config = config
+        self.steps_per_batch = steps_per_batch  # the dense steps a worker takes per batch (dense_parts)
+        self.decay = float(config.decay)  # one step's keep (set by the workers: with_workers)
         self.state: dict[str, np.ndarray] = {"avg": np.zeros(size, np.float32), "avg_t": np.zeros(1, np.float64)}
+        self.with_workers(1)
+
+    def with_workers(self, workers: int) -> None:
+        """Set one step's keep for ``workers`` workers: ``decay^(workers / steps_per_batch)`` with
+        ``per_job_batch``, else ``decay``."""
+        exponent = workers / self.steps_per_batch if self.config.per_job_batch else 1.0
+        self.decay = float(self.config.decay) ** exponent
 
     @property
     def steps(self) -> int:

@@ -71,13 +71,15 @@ class _Served:
 class LocalDense(_Served):
     def __init__(self, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int = 1,
                  merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
-                 schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None) -> None:
+                 schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None,
+                 steps_per_batch: int = 1) -> None:
         self.values = values  # the model's flat dense vector, updated in place
         if schedule is not None and optimizer.kind == "ftrl":
             raise ConfigError("model.dense_schedule is for a dense optimizer of kind sgd, adagrad or adam, not ftrl")
         self.schedule = schedule
         self.outer = None if outer is None else OuterStep(outer, values.shape[0])
-        self.average = None if average is None else DenseAverage(average, values.shape[0])
+        self.average = (None if average is None
+                        else DenseAverage(average, values.shape[0], steps_per_batch=steps_per_batch))
         self.base = values.copy()
         self.optimizer = DenseOptimizer(optimizer, values)
         self.sync_steps = max(1, sync_steps)
@@ -88,6 +90,8 @@ class LocalDense(_Served):
     def start(self, store: ParamStore) -> None:
         """Begin from the store's current value."""
         self.share = np.float32(1.0 / store.num_workers if self.merge is DenseMerge.MEAN else 1.0)
+        if self.average is not None:
+            self.average.with_workers(store.num_workers)
         if self.outer is not None and store.num_workers > 1:
             self.optimizer = self.outer.with_workers(self.optimizer, self.values)
         fresh = store.pull_dense()
@@ -145,13 +149,17 @@ class LocalDense(_Served):
 
 
 class PSDense(_Served):
-    def __init__(self, values: np.ndarray, *, sync_steps: int = 1, average: DenseAverageConfig | None = None) -> None:
+    def __init__(self, values: np.ndarray, *, sync_steps: int = 1, average: DenseAverageConfig | None = None,
+                 steps_per_batch: int = 1) -> None:
         self.values = values
-        self.average = None if average is None else DenseAverage(average, values.shape[0])
+        self.average = (None if average is None
+                        else DenseAverage(average, values.shape[0], steps_per_batch=steps_per_batch))
         self.sync_steps = max(1, sync_steps)
         self.steps = 0
 
     def start(self, store: ParamStore) -> None:
+        if self.average is not None:
+            self.average.with_workers(store.num_workers)
         self.values[...] = store.pull_dense()
 
     def update(self, grads: np.ndarray, store: ParamStore) -> bool:
@@ -181,11 +189,12 @@ Dense = LocalDense | PSDense
 
 def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int,
                merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
-               schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None) -> Dense:
+               schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None,
+               steps_per_batch: int = 1) -> Dense:
     if update is DenseUpdate.PS:
         if schedule is not None:  # the shard's optimizer has no step count of the worker's
             raise ConfigError("model.dense_schedule needs dense_update: local (the worker runs the dense optimizer)")
         # dense_merge and dense_outer act on the workers' merges, which ps has none of: both are not used
-        return PSDense(values, sync_steps=sync_steps, average=average)
+        return PSDense(values, sync_steps=sync_steps, average=average, steps_per_batch=steps_per_batch)
     return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average, schedule=schedule,
-                      outer=outer)
+                      outer=outer, steps_per_batch=steps_per_batch)
