@@ -48,7 +48,7 @@ from tables.rows import COLUMN_DTYPES, release_pages
 
 PAYLOAD = ("params", "state", "wide_state")  # the float32 2-d columns
 GROW_RECORDS = 1 << 16  # the file grows by at least this many records (or an eighth) at a time
-BUFFER_RECORDS = 1 << 13  # records copied per kernel call: the bound of the tier's copy buffer
+BUFFER_RECORDS = 1 << 11  # records copied per kernel call: the bound of the tier's copy buffers (a batch's temporaries)
 REHASH_SLOTS = 1 << 17  # index slots rehashed between two releases of the old index's pages
 GROW_SOON = 0.9  # past this share of its load limit the index counts at its doubled size
 HOLE_SHARE = 1 / 16  # freed records, as a share of the rows, past which a write fills them before growing the file

@@ -254,8 +254,7 @@ class SparseTable:
             if self.tier is not None:
                 self.counters["ram_hits"] += uniq.shape[0] - missing
                 if missing and self.tier.disk.holds == 0 and self.tier.disk.rows:
-                    absent = np.flatnonzero(rows < 0)
-                    hit = absent[self.tier.push(uniq[absent], g[absent], s[absent], c[absent], self._update)]
+                    hit = self.tier.push(uniq, np.flatnonzero(rows < 0), g, s, c, self._update)
                     if hit.shape[0]:
                         rest = np.ones(uniq.shape[0], np.bool_)
                         rest[hit] = False
@@ -453,4 +452,6 @@ def _summed_by_key(k: np.ndarray, g: np.ndarray, s: np.ndarray,
     """The unique keys (first-seen order) and their gradient rows, shows and clicks summed."""
     uniq, inv = dedupe(k)
     m = uniq.shape[0]
+    if m == k.shape[0]:  # no repeats: the gradient rows as given (read only), no batch-sized copy
+        return uniq, g, sum_values(s, inv, m), sum_values(c, inv, m)
     return uniq, sum_rows(g, inv, m), sum_values(s, inv, m), sum_values(c, inv, m)

@@ -107,31 +107,34 @@ class TableTier:
                 limit = None  # rows must not move: RAM holds them past its budget until the save ends
         st.reserve(st.rows.n + m, limit)
         got = 0
-        for start in range(0, m, MOVE_CHUNK):
-            cols = self.disk.take(on_disk[start : start + MOVE_CHUNK], at=records[start : start + MOVE_CHUNK])
+        for start in range(0, m, BUFFER_RECORDS):  # whole records in RAM a copy buffer at a time
+            cols = self.disk.take(on_disk[start : start + BUFFER_RECORDS], at=records[start : start + BUFFER_RECORDS])
             st.upsert(cols)
             got += int(cols["keys"].shape[0])
         for name in ("disk_hits", "disk_reads", "promoted"):
             t.counters[name] += got
         return got
 
-    def push(self, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray, clicks: np.ndarray,
-             update: RowUpdate) -> np.ndarray:
-        """Update the disk rows of ``keys`` (unique, none in RAM) in their records, without
-        moving them: ``update`` runs on a chunk of whole records at a time, read into RAM and
-        written back to the same records (ascending, so neighbours go together). Returns
-        the indices of the keys found on disk. The caller checked that no save reads the
-        records (:attr:`DiskTier.holds`)."""
+    def push(self, keys: np.ndarray, absent: np.ndarray, grads: np.ndarray, shows: np.ndarray,
+             clicks: np.ndarray, update: RowUpdate) -> np.ndarray:
+        """Update the disk rows of ``keys[absent]`` (unique keys; ``absent``: those not in RAM)
+        in their records, without moving them: ``update`` runs on a chunk of whole records at
+        a time, read into RAM and written back to the same records (ascending, so neighbours
+        go together), with the rows of ``grads``, ``shows`` and ``clicks`` (aligned with
+        ``keys``) of that chunk alone. Returns the indices into ``keys`` of those found on
+        disk. The caller checked that no save reads the records (:attr:`DiskTier.holds`)."""
         t = self.table
-        at = self.disk.lookup(keys)
-        hit = np.flatnonzero(at >= 0)
-        m = int(hit.shape[0])
+        at = self.disk.lookup(keys[absent])
+        found = at >= 0
+        m = int(np.count_nonzero(found))
         if m == 0:
-            return hit
-        hit = hit[np.argsort(at[hit], kind="stable")]
+            return np.empty(0, np.int64)
+        at = at[found]
+        order = np.argsort(at, kind="stable")
+        at, hit = at[order], absent[found][order]
         for start in range(0, m, BUFFER_RECORDS):
             part = hit[start : start + BUFFER_RECORDS]
-            records = at[part]
+            records = at[start : start + BUFFER_RECORDS]
             cols = self.disk.read(records)
             update(cols, np.arange(part.shape[0], dtype=np.int64), grads[part], shows[part], clicks[part])
             self.disk.rewrite(records, cols)
