@@ -33,15 +33,22 @@ def standardized(x: np.ndarray) -> np.ndarray:
     return np.where(varies, centred / np.where(varies, sd, 1.0), 0.0).astype(np.float32)
 
 
+def prior_terms(scores: np.ndarray, log_counts: np.ndarray, temperature: float,
+                scale: PriorScale = "standardized") -> tuple[np.ndarray, np.ndarray]:
+    """The model's term and the prior's per unit of weight, each row of a 2-D pair on its own: the re-ranking
+    scores are ``model + weight * prior`` (the module docstring)."""
+    if scale == "standardized":
+        return standardized(scores), standardized(log_counts)
+    if scale == "logit":
+        return np.asarray(scores, np.float32), (np.float32(temperature) * np.asarray(log_counts, np.float32))
+    raise ValueError(f"popularity prior scale must be 'standardized' or 'logit', got {scale!r}")
+
+
 def prior_scores(scores: np.ndarray, log_counts: np.ndarray, weight: float, temperature: float,
                  scale: PriorScale = "standardized") -> np.ndarray:
-    """The candidates' re-ranking scores (the module docstring) from their ``scores`` and ``log1p(count)``, each
-    row of a 2-D pair on its own."""
-    if scale == "standardized":
-        return standardized(scores) + np.float32(weight) * standardized(log_counts)
-    if scale == "logit":
-        return (np.asarray(scores, np.float32) + np.float32(temperature * weight) * log_counts).astype(np.float32)
-    raise ValueError(f"popularity prior scale must be 'standardized' or 'logit', got {scale!r}")
+    """The candidates' re-ranking scores (the module docstring) from their ``scores`` and ``log1p(count)``."""
+    model, prior = prior_terms(scores, log_counts, temperature, scale)
+    return (model + np.float32(weight) * prior).astype(np.float32)
 
 
 def rerank_order(scores: np.ndarray, log_counts: np.ndarray, weight: float, temperature: float,

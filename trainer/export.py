@@ -98,10 +98,15 @@ class Exporter:
 
     def _run(self, *args: Any) -> None:
         try:
+            t0 = time.monotonic()
             self._result = self.export(*args)
+            self._result["export_s"] = round(time.monotonic() - t0, 4)
             self.disk.ok("bundle")
-            log.info("bundle %d (%s) of pass %d exported: %d items", self._result["version"], self._result["kind"],
-                     args[0], self._result["items"], extra={"fields": self._result})
+            r = self._result
+            chosen = ("" if r["popularity_weight"] is None else f", prior weight {r['popularity_weight']:g} (chosen "
+                      f"in {r['popularity_weight_s']:.3f} s of the export's {r['export_s']:.3f} s)")
+            log.info("bundle %d (%s) of pass %d exported: %d items%s", r["version"], r["kind"], args[0], r["items"],
+                     chosen, extra={"fields": r})
         except (StreamrecError, OSError) as err:  # a failed bundle is counted; the next one is a base
             self.failures += 1
             self.exports = 0

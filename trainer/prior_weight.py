@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exports.popularity_rerank import DEFAULT_CANDIDATES, rerank_order
+from exports.popularity_rerank import DEFAULT_CANDIDATES, prior_terms
 from logrecords.batch import Batch, concat_batches
 from logrecords.schema_config import SchemaConfig
 from models.base import Model
@@ -104,7 +104,7 @@ def log1p_of(counts: Counts, items: np.ndarray) -> np.ndarray:
 
 def candidates_of(users: np.ndarray, item_ids: np.ndarray, item_vectors: np.ndarray, excluded: tuple[np.ndarray,
                   np.ndarray], candidates: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each user's top ``candidates`` items by inner product, best first, less its ``excluded`` (ragged: values,
+    """Each user's top ``candidates`` items by inner product (in no order), less its ``excluded`` (ragged: values,
     offsets): ids int-indexed into ``item_ids`` and their scores, both [users, c] (c: at most the items left)."""
     n, m = users.shape[0], item_ids.shape[0]
     values, offsets = excluded
@@ -122,10 +122,8 @@ def candidates_of(users: np.ndarray, item_ids: np.ndarray, item_vectors: np.ndar
         mine = hit & (rows >= lo) & (rows < hi)
         s[rows[mine] - lo, at[mine]] = -np.inf
         top = np.argpartition(-s, c - 1, axis=1)[:, :c] if 0 < c < m else np.tile(np.arange(c), (hi - lo, 1))
-        top_scores = np.take_along_axis(s, top, axis=1)
-        order = np.argsort(-top_scores, axis=1, kind="stable")
-        ids[lo:hi] = np.take_along_axis(top, order, axis=1)
-        scores[lo:hi] = np.take_along_axis(top_scores, order, axis=1)
+        ids[lo:hi] = top  # in no order: the re-rank's sums do not depend on it
+        scores[lo:hi] = np.take_along_axis(s, top, axis=1)
     return ids, scores
 
 
@@ -155,15 +153,18 @@ def choose_weight(users: np.ndarray, targets: np.ndarray, excluded: tuple[np.nda
     if users.shape[0] == 0 or item_ids.shape[0] == 0:
         return None
     pos, scores = candidates_of(users, item_ids, item_vectors, excluded, candidates)
-    cand = item_ids[pos]
-    logc = log1p_of(counts, cand)
-    is_target = cand == np.asarray(targets, np.uint64)[:, None]
+    logc = log1p_of(counts, item_ids)[pos]
+    targets = np.asarray(targets, np.uint64)
+    at = np.minimum(np.searchsorted(item_ids, targets), item_ids.shape[0] - 1)
+    is_target = pos == np.where(item_ids[at] == targets, at, -1)[:, None]  # a target not among the items: no hit
+    model, prior = prior_terms(scores, logc, temperature, "standardized")  # the re-rank is model + w * prior
     rates: dict[float, float] = {}
     for w in sorted(weights):  # a handful of weights, each one pass over every user's candidates
-        order, _ = rerank_order(scores, logc, w, temperature, "standardized")
-        rates[w] = float(np.take_along_axis(is_target, order[:, :k], axis=1).any(axis=1).mean())
+        z = model + np.float32(w) * prior
+        top = np.argpartition(-z, k - 1, axis=1)[:, :k] if k < z.shape[1] else np.argsort(-z, axis=1)
+        rates[w] = float(np.take_along_axis(is_target, top, axis=1).any(axis=1).mean())
     best = max(rates.values())
-    return WeightChoice(min(w for w, r in rates.items() if r >= best), rates, int(users.shape[0]), int(cand.shape[1]),
+    return WeightChoice(min(w for w, r in rates.items() if r >= best), rates, int(users.shape[0]), int(pos.shape[1]),
                         k)
 
 
