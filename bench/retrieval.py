@@ -69,6 +69,7 @@ from bench.retrieval_data import DATASETS, Interactions, Split, load_dataset, or
 from bench.retrieval_metrics import auc, best_shared_list, score_lists
 from bench.retrieval_prior import DAY_S, ServedPrior
 from bench.retrieval_up import UpResult, run_up
+from exports.popularity_rerank import AUTO_FALLBACK_WEIGHT
 from launcher.system_config import StreamrecConfig
 from models.model_config import DRIFTING_USER_ID_OPTIMIZER
 
@@ -223,9 +224,11 @@ def validation(dataset: str, config: dict[str, Any], split: Split, args: argpars
                  wide=ablation.WIDE)
     predict = res.predict_scores if res.predict_scores is not None else np.full(len(val.test), np.nan)
     default = served_prior(config)
+    weight = default["weight"]
+    if weight == "auto":  # the weight the job chose for the validation run's served bundle
+        weight = AUTO_FALLBACK_WEIGHT if res.prior_weight is None else res.prior_weight
     return ablation.tune(res.scored, val, _temperature(config), K, predict, item_rate_scores(val),
-                         ServedPrior(default["scale"], default["half_life_days"], default["weight"],
-                                     default["candidates"]))
+                         ServedPrior(default["scale"], default["half_life_days"], weight, default["candidates"]))
 
 
 def served_prior(config: dict[str, Any]) -> dict[str, Any]:
@@ -361,7 +364,8 @@ def run_figures(res: UpResult, split: Split) -> dict[str, Any]:
         "recommend_no_prior_p50_ms": round(float(np.percentile(model_lat, 50)), 2),
         "recommend_no_prior_p99_ms": round(float(np.percentile(model_lat, 99)), 2),
         "items_in_index": res.items_in_index, "items_checked": res.items_checked, "index_size": res.index_size,
-        "served_version": res.served_version, "errors": res.errors[:5], "error_count": len(res.errors),
+        "served_version": res.served_version, "prior_weight_chosen": res.prior_weight,
+        "errors": res.errors[:5], "error_count": len(res.errors),
         "log": res.log,
     }
 
@@ -487,6 +491,10 @@ def print_replays(name: str, ours: dict[str, Any], item_rate_auc: float) -> None
               f"{a['recommend_p50_ms']:>6.1f}/{a['recommend_p99_ms']:<6.1f}"
               f"{a['items_in_index']:>5.0f}/{a['items_checked']:<5.0f}{spread}"
               + (f"  {a['error_count']} request errors, e.g. {a['errors'][0]}" if a["error_count"] else ""))
+        chosen = [r.get("prior_weight_chosen") for r in ours["runs"] if "failed" not in r]
+        if any(w is not None for w in chosen):
+            print("the prior's weight the job chose for each run's served bundle (served under weight auto): "
+                  + ", ".join("-" if w is None else f"{w:g}" for w in chosen))
         m = a["model_alone"]
         print(f"the model alone (the same requests with popularity_weight 0): recall@10 {_f(m['recall'])} "
               f"({_f(m['recall_min'])}-{_f(m['recall_max'])}), hit@10 {_f(m['hit_rate'])}, NDCG@10 {_f(m['ndcg'])}, "

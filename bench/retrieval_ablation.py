@@ -229,7 +229,7 @@ def print_rows(out: dict[str, Any], strongest: str, strongest_recall: float) -> 
                                          f"w seen {p['weight_seen']}, w new {p['weight_new']}")
         if name == "streamrec (served)" and served:
             what = (f"served prior: {served.get('scale', 'logit')}, half-life {served['half_life_days']:g} days "
-                    f"of event time, every record, w {served['weight']:g}, {served.get('candidates', 300)} "
+                    f"of event time, every record, w {served['weight']}, {served.get('candidates', 300)} "
                     f"candidates, for users with a history")
         print(f"{name:<46}{_f(m['recall']):>10}{_f(m['recall_seen_users']):>7}{_f(m['recall_new_users']):>7}"
               f"{_f(m['recall_min']):>7}-{_f(m['recall_max']):<5}"

@@ -53,6 +53,8 @@ class UpResult:
     train_seconds: float = 0.0  # `up` start -> every record behind a committed pass
     records_per_s: float = 0.0
     served_version: int | None = None
+    # the popularity prior's weight the job chose for the served bundle (trainer.prior_weight); None: none chosen
+    prior_weight: float | None = None
     index_size: int | None = None  # items in the served index (/admin/status)
     errors: list[str] = field(default_factory=list)
     log: str = ""
@@ -179,6 +181,8 @@ def run_up(name: str, config: dict[str, Any], train_file: Path, split: Split, *,
         pass_id, result.train_seconds = run.wait_trained()
         result.records_per_s = len(split.train) / result.train_seconds
         result.served_version = run.wait_served(api, pass_id)
+        chosen = read_manifest(run.run_dir / "exports", result.served_version).popularity_weight
+        result.prior_weight = None if chosen is None else float(chosen["weight"])
         _recommend(api, split, k, result, wide)
         _predict(api, split, result)
         _index(api, split, index_sample, seed, result)
