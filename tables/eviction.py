@@ -59,7 +59,8 @@ def coldest(
 ) -> np.ndarray:
     """Rows of the ``count`` coldest rows (lowest decayed score, or oldest ``last_seen``, per
     ``cfg.budget_order``), never one in ``protected``: the byte budget's victims. One
-    partial sort (``argpartition``), not a full one; rows are indices into the given arrays."""
+    partial sort (``partition``), not a full one; rows are indices into the given arrays, ties
+    at the last score taken lowest row first."""
     n = last_seen.shape[0]
     if cfg.budget_order == "score":
         key = np.empty(n, np.float32)
@@ -74,4 +75,14 @@ def coldest(
     count = min(count, n - protected.shape[0])  # protected rows are distinct
     if count <= 0:
         return np.empty(0, np.int64)
-    return np.argpartition(key, count - 1)[:count].astype(np.int64)
+    # The count-th lowest key picks them: a partitioned copy of the keys, not an index per row.
+    threshold = np.partition(key, count - 1)[count - 1]
+    victims = [np.flatnonzero(key < threshold)]
+    need = count - victims[0].shape[0]
+    for s in range(0, n, SCORE_CHUNK):  # ties at the threshold: the lowest rows
+        if need <= 0:
+            break
+        tied = np.flatnonzero(key[s : s + SCORE_CHUNK] == threshold)[:need] + s
+        victims.append(tied)
+        need -= tied.shape[0]
+    return np.concatenate(victims).astype(np.int64, copy=False)

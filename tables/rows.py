@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 _libc = ctypes.CDLL(None, use_errno=True)
-MOVE_CHUNK = 1 << 13  # rows a bulk move (removal, promotion, demotion) copies at a time: its copies stay small
+MOVE_CHUNK = 1 << 11  # rows a bulk move (removal, promotion, demotion) copies at a time: its copies stay small
 
 # name -> dtype; 2-d columns get their width from the table layout.
 COLUMN_DTYPES: dict[str, np.dtype] = {

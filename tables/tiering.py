@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PULL_CHUNK = 1 << 13  # keys of a pull missing from RAM handled at a time (its temporaries are this size)
 COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full",
             "updated_on_disk")
 
@@ -118,42 +119,59 @@ class TableTier:
     def push(self, keys: np.ndarray, absent: np.ndarray, grads: np.ndarray, shows: np.ndarray,
              clicks: np.ndarray, update: RowUpdate) -> np.ndarray:
         """Update the disk rows of ``keys[absent]`` (unique keys; ``absent``: those not in RAM)
-        in their records, without moving them: ``update`` runs on a chunk of whole records at
-        a time, read into RAM and written back to the same records (ascending, so neighbours
-        go together), with the rows of ``grads``, ``shows`` and ``clicks`` (aligned with
+        in their records, without moving them: ``update`` runs on a copy buffer of whole
+        records at a time, read into RAM and written back to the same records (ascending, so
+        neighbours go together), with the rows of ``grads``, ``shows`` and ``clicks`` (aligned with
         ``keys``) of that chunk alone. Returns the indices into ``keys`` of those found on
         disk. The caller checked that no save reads the records (:attr:`DiskTier.holds`)."""
         t = self.table
-        at = self.disk.lookup(keys[absent])
-        found = at >= 0
-        m = int(np.count_nonzero(found))
-        if m == 0:
-            return np.empty(0, np.int64)
-        at = at[found]
-        order = np.argsort(at, kind="stable")
-        at, hit = at[order], absent[found][order]
-        for start in range(0, m, BUFFER_RECORDS):
-            part = hit[start : start + BUFFER_RECORDS]
-            records = at[start : start + BUFFER_RECORDS]
+        hits = []
+        for start in range(0, absent.shape[0], BUFFER_RECORDS):  # a copy buffer of keys at a time
+            part = absent[start : start + BUFFER_RECORDS]
+            at = self.disk.lookup(keys[part])
+            found = at >= 0
+            if not found.any():
+                continue
+            order = np.argsort(at[found], kind="stable")
+            records, hit = at[found][order], part[found][order]
             cols = self.disk.read(records)
-            update(cols, np.arange(part.shape[0], dtype=np.int64), grads[part], shows[part], clicks[part])
+            update(cols, np.arange(hit.shape[0], dtype=np.int64), grads[hit], shows[hit], clicks[hit])
             self.disk.rewrite(records, cols)
+            hits.append(hit)
+        hit = np.concatenate(hits) if hits else np.empty(0, np.int64)
         for name in ("disk_hits", "disk_reads", "updated_on_disk"):
-            t.counters[name] += m
+            t.counters[name] += int(hit.shape[0])
         return hit
 
     def pull(self, keys: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Keys of a pull absent from RAM (``rows`` -1) and on disk: those read a second time
         lately or more than once in this pull are promoted (:mod:`tables.promotion`), the
         others' rows copied into ``out`` from their records' params and left on disk.
-        Returns the positions of the keys in neither tier."""
+        Returns the positions of the keys in neither tier. The missing keys go
+        ``PULL_CHUNK`` at a time, so a pull's temporaries stay small beside the RAM budget; a
+        key repeated across two parts is marked by the first and earns its promotion in the
+        second, as one repeated within a part does."""
         t = self.table
+        self.second_read.resize(promotion.slots_for(t.budget.in_force()[0]))  # a shard's share may change
         miss = np.flatnonzero(rows < 0)
+        absent = []
+        promoted = False
+        for start in range(0, miss.shape[0], PULL_CHUNK):
+            gone, moved = self._pull_part(keys, miss[start : start + PULL_CHUNK], out, recheck=promoted)
+            absent.append(gone)
+            promoted |= moved
+        return np.concatenate(absent) if len(absent) != 1 else absent[0]
+
+    def _pull_part(self, keys: np.ndarray, miss: np.ndarray, out: np.ndarray, *,
+                   recheck: bool) -> tuple[np.ndarray, bool]:
+        """:meth:`pull` of the keys at positions ``miss``; ``recheck``: an earlier part
+        promoted rows, so RAM may now hold some of these keys. Returns the positions of the
+        keys in neither tier and whether it promoted any."""
+        t = self.table
         uniq, inv = dedupe(keys[miss])
         at = self.disk.lookup(uniq)
         on_disk = at >= 0
         maybe = np.flatnonzero(on_disk)
-        self.second_read.resize(promotion.slots_for(t.budget.in_force()[0]))  # a shard's share may change
         repeated = np.bincount(inv, minlength=uniq.shape[0])[maybe] > 1
         earned = np.zeros(uniq.shape[0], np.bool_)
         earned[maybe] = self.second_read.earned(uniq[maybe], repeated)
@@ -164,13 +182,23 @@ class TableTier:
         t.counters["disk_hits"] += n
         t.counters["disk_reads"] += n
         found = in_place
-        if earned.any():
+        if recheck:  # before this part's promotion, whose demotion may move them again
+            self._copy_from_ram(keys, miss, inv, ~on_disk, out, found)
+        moved = bool(earned.any())
+        if moved:
             self.promote(uniq[earned], protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit())
-            pos = miss[earned[inv]]
-            now = t.state.lookup(keys[pos])
-            out[pos[now >= 0]] = t.state.rows.cols["params"][now[now >= 0]]
-            found[inv[earned[inv]][now >= 0]] = True
-        return miss[~found[inv]]
+            self._copy_from_ram(keys, miss, inv, earned, out, found)
+        return miss[~found[inv]], moved
+
+    def _copy_from_ram(self, keys: np.ndarray, miss: np.ndarray, inv: np.ndarray, which: np.ndarray,
+                       out: np.ndarray, found: np.ndarray) -> None:
+        """Rows of the keys ``which`` (a mask over the part's unique keys, ``inv`` of positions
+        ``miss``) that RAM holds, into ``out``; marks them ``found``."""
+        st = self.table.state
+        pos = miss[which[inv]]
+        now = st.lookup(keys[pos])
+        out[pos[now >= 0]] = st.rows.cols["params"][now[now >= 0]]
+        found[inv[which[inv]][now >= 0]] = True
 
     # -------------------------------------------------------------- demotion
     def demote_coldest(self, count: int, *, protected: np.ndarray, keep: np.ndarray | None = None) -> int:

@@ -209,3 +209,21 @@ def test_a_push_after_a_pull_updates_the_rows_the_pull_read_in_place(tmp_path: P
     np.testing.assert_array_equal(tiered.pull_existing(IDS)[0], ram.pull_existing(IDS)[0])
     np.testing.assert_array_equal(tiered.pull(IDS), ram.pull(IDS))
     assert tiered.stats()["bytes"] + tiered.stats()["disk_index_bytes"] <= 200_000
+
+
+def test_a_pull_taken_in_parts_matches_the_all_ram_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tables.tiering.PULL_CHUNK", 64)  # many parts: later parts find rows earlier ones moved
+    ram, tiered = filled(tmp_path)
+    rng = np.random.default_rng(11)
+    disk = IDS[tiered.tier.lookup(IDS) >= 0]
+    for _ in range(6):
+        keys = rng.permutation(np.concatenate([rng.choice(disk, 500), rng.choice(IDS, 500),
+                                               np.array([7, 8], np.uint64)]))
+        before = tiered.stats()["rejected_pulls"]
+        np.testing.assert_array_equal(tiered.pull(keys), ram.pull(keys))
+        assert tiered.stats()["rejected_pulls"] - before == 2
+        in_ram, on_disk = tiered.lookup_rows(IDS) >= 0, tiered.tier.lookup(IDS) >= 0
+        assert not (in_ram & on_disk).any() and (in_ram | on_disk).all()
+    st = tiered.stats()
+    assert st["promoted"] > 0 and st["demoted"] > 0
+    assert st["bytes"] + st["disk_index_bytes"] <= 200_000
