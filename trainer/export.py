@@ -10,9 +10,9 @@ vectors are those of the job's catalogue as the shards just saved it (exports.it
 every item any worker saw in a base, the items written since the previous bundle in a delta.
 A two_tower bundle also carries the job's decayed item counts, the sum of those in the workers'
 parts of the pass (models.item_popularity), for the service's popularity prior, and the prior's
-weight chosen by replaying the service's re-rank on the chief's latest records (trainer.prior_weight)
-against the bundle's whole item set, which the exporter keeps (a base's items replace it, a delta's
-are upserted).
+weight chosen by replaying the service's re-rank of earlier bundles on the chief's latest records
+(trainer.prior_weight) against a bundle's whole item set, which the exporter keeps (a base's items
+replace it, a delta's are upserted).
 
 The export runs in a background thread with its own PS client and model copy, after the
 pass is committed and the workers were released: it does not stall training. The next
@@ -44,7 +44,6 @@ from exports.bundle import (
 )
 from exports.item_catalog import ItemCatalog
 from exports.retention import retain
-from logrecords.batch import Batch
 from logrecords.schema_config import SchemaConfig
 from models import build_model
 from models.item_popularity import Counts
@@ -53,7 +52,7 @@ from ps.admin import SaveMode
 from ps.client import PSClient
 from stores.store import open_store
 from trainer.disk_space import DiskState, is_disk_full
-from trainer.prior_weight import history_slot_of, replay_choice
+from trainer.prior_weight import PriorWeigher, Remembered, history_slot_of
 
 SAVE_TIMEOUT_S = 120.0
 log = logging.getLogger(__name__)
@@ -69,7 +68,10 @@ class Exporter:
         self.model = build_model(model_config)  # a copy: the training thread keeps its own
         self.base_every = base_every
         self.schema = None if schema is None else schema.model_dump(mode="json")
-        self.history_slot = history_slot_of(schema, model_config)  # where a record holds its user's history
+        slot = history_slot_of(schema, model_config)  # where a record holds its user's history
+        # the prior's weight, chosen on the users' picks after each bundle (trainer.prior_weight)
+        self.weigher = None if slot is None or schema is None or schema.history is None else PriorWeigher(
+            slot, schema.history.length)
         self.items: tuple[np.ndarray, np.ndarray] | None = None  # the newest bundle's whole item set, ids sorted
         versions = list_versions(self.root)
         self.last_version = versions[-1] if versions else 0
@@ -84,7 +86,7 @@ class Exporter:
 
     def start(self, pass_id: int, *, dense: dict[str, np.ndarray], newest_record_time: float | None,
               catalog: ItemCatalog | None = None, config: ModelConfig | None = None,
-              popularity: Counts | None = None, recent: Batch | None = None) -> None:
+              popularity: Counts | None = None, recent: Remembered | None = None) -> None:
         """Export in the background (after waiting for the previous export); ``config``: the
         trained model's, whose dense transforms carry its running statistics (else this exporter's);
         ``popularity``: the job's decayed item counts (models.item_popularity); ``recent``: the
@@ -144,7 +146,7 @@ class Exporter:
 
     def export(self, pass_id: int, dense: dict[str, np.ndarray], newest_record_time: float | None,
                catalog: ItemCatalog | None = None, config: ModelConfig | None = None,
-               popularity: Counts | None = None, recent: Batch | None = None) -> dict[str, Any]:
+               popularity: Counts | None = None, recent: Remembered | None = None) -> dict[str, Any]:
         if config is not None:  # the dense transforms the model trained with (models.dense_statistics)
             self.model.config = self.model.config.model_copy(update={"dense_transforms": config.dense_transforms})
         version = self.last_version + 1
@@ -161,9 +163,8 @@ class Exporter:
             self.items = _item_set(self.items if not base else None, items)
         t0 = time.monotonic()
         choice = None
-        if popularity is not None and recent is not None and self.history_slot is not None and self.items is not None:
-            choice = replay_choice(self.model, self.client, recent, self.history_slot, self.items, popularity,
-                                   seed=pass_id)
+        if popularity is not None and recent is not None and self.weigher is not None and self.items is not None:
+            choice = self.weigher.weigh(self.model, self.client, recent, self.items, popularity, seed=pass_id)
         choose_s = time.monotonic() - t0
         man = publish(self.root, version=version, kind="base" if base else "delta",
                       parent_version=None if base else self.last_version, pass_id=pass_id,

@@ -42,7 +42,6 @@ import numpy as np
 
 from core.errors import Conflict, DiskFull, StreamrecError
 from exports.item_catalog import ItemCatalog
-from logrecords.batch import Batch
 from models.base import Model
 from models.item_popularity import Counts, merge_states
 from models.model_config import ModelConfig, ModelType
@@ -56,12 +55,12 @@ from trainer.disk_space import DiskState, is_disk_full, wait_retry
 from trainer.export import SAVE_TIMEOUT_S, Exporter, close_when_done
 from trainer.job_context import JobContext
 from trainer.metrics import Metrics, WindowedMetrics
-from trainer.prior_weight import RecentPositives, history_slot_of
+from trainer.prior_weight import RecentPositives, Remembered, history_slot_of
 from trainer.worker import Worker
 
 # what the chief hands the export of a pass: the dense weights at the snapshot point, the item catalogue,
 # the model's config (its dense transforms: the running statistics it trained with) and its latest records
-ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None, ModelConfig, Batch | None]
+ExportSnapshot = tuple[dict[str, np.ndarray], ItemCatalog | None, ModelConfig, Remembered | None]
 log = logging.getLogger(__name__)
 
 

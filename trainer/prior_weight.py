@@ -3,27 +3,27 @@
 The service re-ranks a known user's candidates by the model's score and the items' decayed counts
 (exports.popularity_rerank); how much weight the counts deserve depends on the data: a log whose
 picks follow what is popular now gains from them, one where the model already knows the users loses.
-So the chief remembers its latest positive records with a history (:class:`RecentPositives`) and, at
-each export, replays the service's re-rank on them (:func:`choose_weight`): for a sample of users, the
-query is the user's newest remembered record (its history holds the items before it, as the service's
-would), the target that record's item, the candidates the bundle's items less the history's, scored
-by the bundle's towers, and the counts the job's, less the targets' own records. The weight of the
-grid whose top ``k`` holds the most targets goes into the bundle (ties: the smaller); with
+So the chief remembers its latest positive records with a history (:class:`RecentPositives`) and
+replays the service's re-rank on its users' next picks (:class:`PriorWeigher`): at each export it
+keeps what that bundle would serve a few hundred of its latest users (their queries after their
+newest record, the bundle's items and the job's counts); at the next export, each of those users'
+records since is a pick the kept bundle could have been asked for, scored for every weight of a grid
+(0, the model alone, first) by whether the re-rank of the user's top candidates, less its history,
+holds it in the top ``k`` (:func:`choose_weight`). The picks came after the kept bundle: no model or
+count it replays has seen them. The grid's hits are summed over exports, older ones weighing less;
+the weight with the most (ties: the smaller) goes into the next bundle, and with
 ``service.popularity_prior.weight: auto`` the service serves it.
-
-The model has trained on the targets once, as it trained on every record before the export: the
-replay asks how well a bundle ranks what its users just chose, the nearest the job has to their next
-choices.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from exports.popularity_rerank import DEFAULT_CANDIDATES, prior_terms
-from logrecords.batch import Batch, concat_batches
+from logrecords.batch import Batch, concat_batches, take_ragged
 from logrecords.schema_config import SchemaConfig
 from models.base import Model
 from models.features import build_features
@@ -33,7 +33,10 @@ from models.two_tower import as_two_tower
 from ps.client import PSClient
 
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # the standardized scale's grid, 0 (the model alone) first
-USERS = 400  # the users whose newest record is replayed
+USERS = 400  # the users whose queries each bundle keeps
+TRIALS = 800  # next picks replayed at each export at most
+MIN_TRIALS = 200  # next picks replayed before a weight is chosen (the service's fallback weight till then)
+DECAY = 0.8  # an export's hits weigh this much less at each later export: the choice follows the data
 REMEMBERED = 8192  # positive records with a history kept for the replay
 K = 10  # the list length the replay scores (the hit rate at k)
 SCORE_CELLS = 1 << 22  # user-by-item scores computed at once: bounds the replay's memory on a large catalogue
@@ -47,6 +50,7 @@ class RecentPositives:
         self.capacity = capacity
         self._parts: list[Batch] = []
         self._n = 0
+        self.total = 0  # records remembered since the start: the newest one's sequence number + 1
 
     def observe(self, batch: Batch) -> None:
         slot = self.history_slot
@@ -60,15 +64,30 @@ class RecentPositives:
         part = batch.take(keep[-self.capacity:])
         self._parts.append(part)
         self._n += len(part)
+        self.total += len(part)
         while self._n - len(self._parts[0]) >= self.capacity:
             self._n -= len(self._parts.pop(0))
 
-    def snapshot(self) -> Batch | None:
+    def snapshot(self) -> Remembered | None:
         """A copy of the remembered records, oldest first (None when there are none)."""
         if not self._parts:
             return None
         both = concat_batches(self._parts)
-        return both if len(both) <= self.capacity else both.take(np.arange(len(both) - self.capacity, len(both)))
+        both = both if len(both) <= self.capacity else both.take(np.arange(len(both) - self.capacity, len(both)))
+        return Remembered(both, self.total)
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """A :class:`RecentPositives` snapshot: ``batch`` the records, the last one's sequence number ``end`` - 1."""
+
+    batch: Batch
+    end: int
+
+    def since(self, end: int) -> np.ndarray:
+        """Rows of the records remembered after a snapshot whose ``end`` was ``end``."""
+        first = self.end - len(self.batch)
+        return np.arange(max(end - first, 0), len(self.batch))
 
 
 def newest_per_user(batch: Batch, users: int, seed: int) -> np.ndarray:
@@ -80,17 +99,6 @@ def newest_per_user(batch: Batch, users: int, seed: int) -> np.ndarray:
     if last.shape[0] > users:
         last = np.sort(np.random.default_rng(seed).choice(last, users, replace=False))
     return last
-
-
-def counts_without(counts: Counts, items: np.ndarray, times: np.ndarray, half_life_s: float) -> Counts:
-    """``counts`` less one record of each of ``items`` at ``times`` (those counted in them), floored at 0."""
-    ids, c, as_of = counts
-    c = np.array(c, np.float64)
-    at = np.minimum(np.searchsorted(ids, items), max(ids.shape[0] - 1, 0))
-    found = (ids.shape[0] > 0) & (ids[at] == items) & np.isfinite(times)
-    weights = np.exp2(-np.maximum(as_of - times[found], 0.0) / half_life_s)
-    np.subtract.at(c, at[found], weights)
-    return ids, np.maximum(c, 0.0), as_of
 
 
 def log1p_of(counts: Counts, items: np.ndarray) -> np.ndarray:
@@ -129,17 +137,17 @@ def candidates_of(users: np.ndarray, item_ids: np.ndarray, item_vectors: np.ndar
 
 @dataclass(frozen=True)
 class WeightChoice:
-    """The replay's outcome: the chosen ``weight`` and each grid weight's hit rate at ``k`` over ``users``."""
+    """The replay's outcome: the chosen ``weight`` and each grid weight's hit rate at ``k`` over ``picks``."""
 
     weight: float
     hit_rates: dict[float, float]
-    users: int
+    picks: int
     candidates: int
     k: int
 
     def manifest(self) -> dict[str, object]:
         """What the bundle's manifest holds (exports.bundle ``popularity_weight``)."""
-        return {"weight": self.weight, "scale": "standardized", "users": self.users, "candidates": self.candidates,
+        return {"weight": self.weight, "scale": "standardized", "picks": self.picks, "candidates": self.candidates,
                 "k": self.k, "hit_rates": {f"{w:g}": round(r, 6) for w, r in self.hit_rates.items()}}
 
 
@@ -168,25 +176,107 @@ def choose_weight(users: np.ndarray, targets: np.ndarray, excluded: tuple[np.nda
                         k)
 
 
-def replay_choice(model: Model, client: PSClient, recent: Batch, history_slot: str,
-                  items: tuple[np.ndarray, np.ndarray], counts: Counts, *, seed: int = 0,
-                  users: int = USERS) -> WeightChoice | None:
-    """:func:`choose_weight` on the newest remembered record of ``users`` users of ``recent`` (a
-    :class:`RecentPositives` snapshot, their history in ``history_slot``): their queries from the two_tower
-    ``model`` (its sparse rows pulled through ``client``), ``items`` the bundle's whole item set (ids sorted,
-    vectors), ``counts`` the job's."""
-    tower = as_two_tower(model)
-    batch = recent.take(newest_per_user(recent, users, seed))
+def with_own_item(batch: Batch, slot: str, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's history in ``slot`` (newest first) with its own item in front, at most ``length`` items: the
+    user's history once the record is in it, as the service reads it after the record."""
     assert batch.item_id is not None
-    f = build_features(model.config, batch, tower.user_slots)
-    pulled = {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
-    queries = np.ascontiguousarray(tower.user_vectors(f, pulled), np.float32)
-    times = batch.event_time if batch.event_time is not None else np.full(
-        len(batch), np.nan if batch.received_at is None else batch.received_at, np.float64)
-    retrieval = model.config.retrieval
-    return choose_weight(queries, batch.item_id, batch.slots[history_slot], items[0], items[1],
-                         counts_without(counts, batch.item_id, times, retrieval.popularity_half_life_s),
-                         temperature=retrieval.temperature)
+    values, offsets = batch.slots[slot]
+    n = len(batch)
+    old = np.minimum(np.diff(offsets), max(length - 1, 0))
+    new_offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(old + 1, out=new_offsets[1:])
+    out = np.empty(int(new_offsets[-1]), np.uint64)
+    out[new_offsets[:-1]] = batch.item_id
+    row = np.repeat(np.arange(n), old)
+    j = np.arange(row.shape[0]) - np.repeat(np.cumsum(old) - old, old)  # the position inside the old history
+    out[new_offsets[row] + 1 + j] = values[offsets[row] + j]
+    return out, new_offsets
+
+
+@dataclass(frozen=True)
+class Queries:
+    """What one bundle would serve a few users: their ids (sorted), query vectors and histories (ragged, excluded
+    from their lists), the bundle's items (ids sorted, vectors) and the job's counts, and the ``end`` of the
+    records it was made from."""
+
+    users: np.ndarray
+    vectors: np.ndarray
+    history: tuple[np.ndarray, np.ndarray]
+    items: tuple[np.ndarray, np.ndarray]
+    counts: Counts
+    end: int
+
+
+class PriorWeigher:
+    """The exporter's choice of the weight (the module docstring): at each export the queries of a bundle's users
+    are kept; at the next, each of those users' records since is a next pick the kept bundle would have been asked
+    for. The grid's hits are summed over exports, the older ones weighing ``DECAY`` less per export."""
+
+    def __init__(self, history_slot: str, history_length: int, *, users: int = USERS, trials: int = TRIALS) -> None:
+        self.history_slot = history_slot
+        self.history_length = history_length
+        self.users = users
+        self.trials = trials
+        self.kept: Queries | None = None
+        self.hits: dict[float, float] = dict.fromkeys(WEIGHTS, 0.0)
+        self.asked = 0.0  # next picks replayed, decayed as the hits are
+
+    def weigh(self, model: Model, client: PSClient, recent: Remembered, items: tuple[np.ndarray, np.ndarray],
+              counts: Counts, *, seed: int = 0) -> WeightChoice | None:
+        """Score the kept bundle on the picks since it, keep this one's queries; the choice so far (None before
+        ``MIN_TRIALS`` picks were replayed)."""
+        if self.kept is not None:
+            self._score(self.kept, recent, seed)
+        self.kept = self._queries(model, client, recent, items, counts, seed)
+        return self.choice(replayed_candidates(self.kept))
+
+    def choice(self, candidates: int) -> WeightChoice | None:
+        if self.asked < MIN_TRIALS:
+            return None
+        rates = {w: h / self.asked for w, h in self.hits.items()}
+        best = max(rates.values())
+        return WeightChoice(min(w for w, r in rates.items() if r >= best), rates, round(self.asked), candidates,
+                            K)
+
+    def _score(self, kept: Queries, recent: Remembered, seed: int) -> None:
+        batch = recent.batch
+        assert batch.user_id is not None and batch.item_id is not None
+        rows = recent.since(kept.end)
+        at = np.minimum(np.searchsorted(kept.users, batch.user_id[rows]), max(kept.users.shape[0] - 1, 0))
+        mine = (kept.users.shape[0] > 0) & (kept.users[at] == batch.user_id[rows])
+        rows, at = rows[mine], at[mine]
+        if rows.shape[0] > self.trials:
+            pick = np.sort(np.random.default_rng(seed).choice(rows.shape[0], self.trials, replace=False))
+            rows, at = rows[pick], at[pick]
+        got = choose_weight(kept.vectors[at], batch.item_id[rows], take_ragged(*kept.history, at), *kept.items,
+                            kept.counts)
+        for w in self.hits:
+            self.hits[w] *= DECAY
+        self.asked *= DECAY
+        if got is None:
+            return
+        for w, r in got.hit_rates.items():
+            self.hits[w] += r * got.picks
+        self.asked += got.picks
+
+    def _queries(self, model: Model, client: PSClient, recent: Remembered, items: tuple[np.ndarray, np.ndarray],
+                 counts: Counts, seed: int) -> Queries:
+        """The queries of up to ``users`` users of ``recent``, each after its newest remembered record."""
+        tower = as_two_tower(model)
+        batch = recent.batch.take(newest_per_user(recent.batch, self.users, seed))
+        assert batch.user_id is not None
+        history = with_own_item(batch, self.history_slot, self.history_length)
+        batch = dataclasses.replace(batch, slots={**batch.slots, self.history_slot: history})
+        f = build_features(model.config, batch, tower.user_slots)
+        pulled = {t: client.wait(client.pull(t, ti.keys)) for t, ti in f.tables.items()}
+        vectors = np.ascontiguousarray(tower.user_vectors(f, pulled), np.float32)
+        order = np.argsort(batch.user_id, kind="stable")
+        return Queries(batch.user_id[order], vectors[order], take_ragged(*history, order), items, counts, recent.end)
+
+
+def replayed_candidates(kept: Queries) -> int:
+    """The candidates a replay re-ranks: the service's default, at most the items."""
+    return min(DEFAULT_CANDIDATES, kept.items[0].shape[0])
 
 
 def history_slot_of(schema: SchemaConfig | None, model: ModelConfig) -> str | None:

@@ -1,5 +1,5 @@
 """The popularity prior's weight a bundle carries (trainer.prior_weight): the grid weight whose replay of the
-service's re-rank holds the most users' latest item in their top k, as a slow one-user-at-a-time reference
+service's re-rank holds the most users' next pick in their top k, as a slow one-user-at-a-time reference
 finds it; 0 where the counts say nothing of what users pick, above 0 where they pick what is popular now."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from logrecords.batch import Batch
-from trainer.prior_weight import WEIGHTS, RecentPositives, choose_weight, counts_without, newest_per_user
+from trainer.prior_weight import WEIGHTS, RecentPositives, choose_weight, newest_per_user, with_own_item
 
 K = 5
 
@@ -93,14 +93,6 @@ def test_no_users_or_no_items_choose_nothing() -> None:
                          counts) is None
 
 
-def test_a_targets_own_record_leaves_the_counts() -> None:
-    ids = np.array([3, 5, 8], np.uint64)
-    counts = (ids, np.array([2.0, 1.0, 0.5]), 100.0)
-    got = counts_without(counts, np.array([5, 8, 9, 5], np.uint64), np.array([100.0, 90.0, 100.0, np.nan]), 10.0)
-    np.testing.assert_allclose(got[1], [2.0, 0.0, 0.0])  # 8's record 10 s (one half-life) old weighed 0.5
-    assert counts[1].tolist() == [2.0, 1.0, 0.5]  # the job's counts are left as they were
-
-
 def _batch(users: list[int], items: list[int], labels: list[float], history: list[list[int]]) -> Batch:
     n = len(users)
     one = np.arange(n + 1, dtype=np.int64)
@@ -118,8 +110,9 @@ def test_the_remembered_records_are_the_newest_positives_with_a_history() -> Non
     recent.observe(_batch([4, 5, 6, 7], [13, 14, 15, 16], [1, 1, 1, 1], [[7], [7], [7], [7, 8]]))
     recent.observe(_batch([8], [17], [1], [[9]]))
     got = recent.snapshot()
-    assert got is not None and got.item_id.tolist() == [14, 15, 16, 17]  # the newest 4 of the 6 kept
-    assert got.slot_ids("history", 2).tolist() == [7, 8]
+    assert got is not None and got.batch.item_id.tolist() == [14, 15, 16, 17]  # the newest 4 of the 6 kept
+    assert got.batch.slot_ids("history", 2).tolist() == [7, 8]
+    assert got.end == 6 and got.since(5).tolist() == [3] and got.since(0).tolist() == [0, 1, 2, 3]
     assert RecentPositives(None).snapshot() is None
 
 
@@ -128,3 +121,10 @@ def test_each_sampled_user_is_replayed_on_its_newest_record() -> None:
     assert newest_per_user(batch, 10, seed=0).tolist() == [2, 3, 4]
     some = newest_per_user(batch, 2, seed=0)
     assert some.shape == (2,) and set(some.tolist()) <= {2, 3, 4}
+
+
+def test_a_query_is_the_users_history_after_its_newest_record() -> None:
+    batch = _batch([1, 2, 3], [10, 11, 12], [1, 1, 1], [[7, 6, 5], [], [9]])
+    values, offsets = with_own_item(batch, "history", 3)
+    rows = [values[offsets[i]:offsets[i + 1]].tolist() for i in range(3)]
+    assert rows == [[10, 7, 6], [11], [12, 9]]  # newest first, at most the history's length

@@ -1,6 +1,6 @@
-"""The chief's export writes the popularity prior's weight it chose on its latest records into the bundle's
-manifest (trainer.export, trainer.prior_weight), over the bundle's whole item set, a delta's too; the service
-under weight ``auto`` serves it."""
+"""The chief's export writes the popularity prior's weight it chose on its users' picks after the previous
+bundle into the bundle's manifest (trainer.export, trainer.prior_weight), over a bundle's whole item set, a
+delta's too; the service under weight ``auto`` serves it."""
 
 from __future__ import annotations
 
@@ -32,39 +32,46 @@ MODEL = ModelConfig.model_validate({
     "embedding_dim": 8, "mlp": [16], "tower_dim": 8, "seed": 5, "n_dense": 0})
 
 
-def test_the_bundle_carries_the_weight_chosen_on_the_latest_records(tmp_path: Path) -> None:
+def test_the_bundle_carries_the_weight_chosen_on_the_picks_after_the_previous_one(tmp_path: Path) -> None:
     tables = [t.model_dump(mode="json") for t in MODEL.table_configs()]
-    users = np.arange(1, 31, dtype=np.uint64) | USER
+    users = np.arange(1, 301, dtype=np.uint64) | USER
     items = np.arange(1, 61, dtype=np.uint64) | ITEM
     rng = np.random.default_rng(0)
     slots = tuple(s.name for s in as_two_tower(build_model(MODEL)).item_slots)
     dense = build_model(MODEL).params.as_dict()
+    counts = (np.sort(items), rng.exponential(3.0, items.shape[0]), 400.0)
     with shard_processes(tmp_path, tables) as shards, shards.client() as c:
         catalog = ItemCatalog(slots, client=c)
         catalog.observe(picks(np.repeat(users[:1], items.shape[0]), items, 0.0))
         join = HistoryJoin(HISTORY_SCHEMA, shards.client())
         recent = RecentPositives(HISTORY_SCHEMA.history.slot if HISTORY_SCHEMA.history else None)
-        for t0 in (100.0, 200.0, 300.0):  # three picks per user: the second and third have a history
-            recent.observe(join.join(picks(users, rng.choice(items, users.shape[0]), t0)))
-        join.close()
-        counts = (np.sort(items), rng.exponential(3.0, items.shape[0]), 400.0)
-        exporter = Exporter(str(tmp_path / "exports"), shards.client(), MODEL, base_every=10, schema=HISTORY_SCHEMA)
-        first = exporter.export(1, dense, 400.0, ItemCatalog(slots), popularity=counts, recent=recent.snapshot())
-        assert first["kind"] == "base" and first["popularity_weight"] in WEIGHTS
-        man = read_manifest(tmp_path / "exports", 1)
-        assert man.popularity_weight is not None
-        assert man.popularity_weight["weight"] == first["popularity_weight"]
-        assert man.popularity_weight["users"] == users.shape[0]  # one record of each user with a history
-        assert set(man.popularity_weight["hit_rates"]) == {f"{w:g}" for w in WEIGHTS}
-        assert served_weight("auto", item_counts(tmp_path / "exports", man)) == first["popularity_weight"]
-        assert served_weight(1.5, item_counts(tmp_path / "exports", man)) == 1.5
 
+        def pick(t0: float) -> None:  # one pick of each user
+            recent.observe(join.join(picks(users, rng.choice(items, users.shape[0]), t0)))
+
+        exporter = Exporter(str(tmp_path / "exports"), shards.client(), MODEL, base_every=10, schema=HISTORY_SCHEMA)
+        pick(100.0)
+        pick(200.0)  # the second pick has a history: remembered
+        first = exporter.export(1, dense, 400.0, ItemCatalog(slots), popularity=counts, recent=recent.snapshot())
+        # no pick came after an earlier bundle yet: nothing chosen, the service serves its fallback weight
+        assert first["kind"] == "base" and first["popularity_weight"] is None
+        assert read_manifest(tmp_path / "exports", 1).popularity_weight is None
+
+        pick(300.0)  # a next pick of each user the first bundle kept the queries of
         catalog.observe(picks(users[:1], items[:1], 500.0))  # one item written since: a delta holds it alone
         second = exporter.export(2, dense, 500.0, ItemCatalog(slots), popularity=counts, recent=recent.snapshot())
-        assert second["kind"] == "delta" and second["items"] == 1
+        assert second["kind"] == "delta" and second["items"] == 1 and second["popularity_weight"] in WEIGHTS
         assert exporter.items is not None and exporter.items[0].tolist() == np.sort(items).tolist()
-        assert read_manifest(tmp_path / "exports", 2).popularity_weight is not None
+        man = read_manifest(tmp_path / "exports", 2)
+        assert man.popularity_weight is not None and man.popularity_weight["weight"] == second["popularity_weight"]
+        assert man.popularity_weight["picks"] == users.shape[0]
+        assert set(man.popularity_weight["hit_rates"]) == {f"{w:g}" for w in WEIGHTS}
+        assert served_weight("auto", item_counts(tmp_path / "exports", man)) == second["popularity_weight"]
+        assert served_weight(1.5, item_counts(tmp_path / "exports", man)) == 1.5
 
-        third = exporter.export(3, dense, 500.0, ItemCatalog(slots), popularity=counts)  # no records remembered
-        assert third["popularity_weight"] is None and read_manifest(tmp_path / "exports", 3).popularity_weight is None
+        # no new pick: the choice so far, its picks weighing less
+        third = exporter.export(3, dense, 500.0, ItemCatalog(slots), popularity=counts, recent=recent.snapshot())
+        assert third["popularity_weight"] == second["popularity_weight"]
+        assert read_manifest(tmp_path / "exports", 3).popularity_weight["picks"] == round(0.8 * users.shape[0])
+        join.close()
         exporter.close()
