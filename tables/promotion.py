@@ -6,8 +6,9 @@ costs a demotion of a RAM row as well, so only a row read again soon earns it (t
 The memory of first reads is a fixed array of 32-bit marks, one slot per key hash: a key's
 mark stays until another key that lands on its slot is read from disk, so the window is about
 as many disk reads as there are slots, and a key forgotten (or never marked) just waits for
-its next read. A promoted key's mark is cleared. A push of a disk row promotes it whatever
-its marks (it is written). The marks are a hint, never saved: a restored table starts with
+its next read. A promoted key's mark is cleared. A push neither reads nor sets marks: it
+updates a disk row in its record (:meth:`tables.tiering.TableTier.push`), so a row earns RAM
+by being read, as training reads every row it pushes. The marks are a hint, never saved: a restored table starts with
 none. They weigh ``BUDGET_SHARE`` of the RAM budget they sit in (at most ``MAX_SLOTS``), so
 a small budget keeps its rows.
 """
