@@ -152,28 +152,31 @@ class WeightChoice:
 
 
 def choose_weight(users: np.ndarray, targets: np.ndarray, excluded: tuple[np.ndarray, np.ndarray],
-                  item_ids: np.ndarray, item_vectors: np.ndarray, counts: Counts, *,
+                  item_ids: np.ndarray, item_vectors: np.ndarray, counts: Counts, *, asked_by: np.ndarray | None = None,
                   weights: tuple[float, ...] = WEIGHTS, candidates: int = DEFAULT_CANDIDATES, k: int = K,
                   temperature: float = 1.0) -> WeightChoice | None:
     """The weight of ``weights`` under which the service's re-rank (standardized scale) of each user's top
     ``candidates`` (``users``: query vectors; ``item_ids`` sorted, with ``item_vectors``; less ``excluded``) holds
-    its ``targets`` item in the top ``k`` most often, ``counts`` the items' decayed counts; None without users."""
-    if users.shape[0] == 0 or item_ids.shape[0] == 0:
+    the ``targets`` items in the top ``k`` most often, ``counts`` the items' decayed counts. ``asked_by``: the user
+    of each target (default: target ``i`` is user ``i``'s). None without targets or items."""
+    asked_by = np.arange(users.shape[0]) if asked_by is None else np.asarray(asked_by, np.int64)
+    if asked_by.shape[0] == 0 or item_ids.shape[0] == 0:
         return None
     pos, scores = candidates_of(users, item_ids, item_vectors, excluded, candidates)
     logc = log1p_of(counts, item_ids)[pos]
     targets = np.asarray(targets, np.uint64)
     at = np.minimum(np.searchsorted(item_ids, targets), item_ids.shape[0] - 1)
-    is_target = pos == np.where(item_ids[at] == targets, at, -1)[:, None]  # a target not among the items: no hit
+    wanted = np.where(item_ids[at] == targets, at, -1)[:, None]  # a target not among the items: never a hit
     model, prior = prior_terms(scores, logc, temperature, "standardized")  # the re-rank is model + w * prior
     rates: dict[float, float] = {}
     for w in sorted(weights):  # a handful of weights, each one pass over every user's candidates
         z = model + np.float32(w) * prior
         top = np.argpartition(-z, k - 1, axis=1)[:, :k] if k < z.shape[1] else np.argsort(-z, axis=1)
-        rates[w] = float(np.take_along_axis(is_target, top, axis=1).any(axis=1).mean())
+        listed = np.take_along_axis(pos, top, axis=1)  # each user's top k, as item positions
+        rates[w] = float((listed[asked_by] == wanted).any(axis=1).mean())
     best = max(rates.values())
-    return WeightChoice(min(w for w, r in rates.items() if r >= best), rates, int(users.shape[0]), int(pos.shape[1]),
-                        k)
+    return WeightChoice(min(w for w, r in rates.items() if r >= best), rates, int(asked_by.shape[0]),
+                        int(pos.shape[1]), k)
 
 
 def with_own_item(batch: Batch, slot: str, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,8 +251,9 @@ class PriorWeigher:
         if rows.shape[0] > self.trials:
             pick = np.sort(np.random.default_rng(seed).choice(rows.shape[0], self.trials, replace=False))
             rows, at = rows[pick], at[pick]
-        got = choose_weight(kept.vectors[at], batch.item_id[rows], take_ragged(*kept.history, at), *kept.items,
-                            kept.counts)
+        asked, asked_by = np.unique(at, return_inverse=True)  # each kept user's list once, however many picks
+        got = choose_weight(kept.vectors[asked], batch.item_id[rows], take_ragged(*kept.history, asked), *kept.items,
+                            kept.counts, asked_by=asked_by)
         for w in self.hits:
             self.hits[w] *= DECAY
         self.asked *= DECAY

@@ -128,3 +128,17 @@ def test_a_query_is_the_users_history_after_its_newest_record() -> None:
     values, offsets = with_own_item(batch, "history", 3)
     rows = [values[offsets[i]:offsets[i + 1]].tolist() for i in range(3)]
     assert rows == [[10, 7, 6], [11], [12, 9]]  # newest first, at most the history's length
+
+
+def test_several_picks_of_one_user_score_against_its_one_list() -> None:
+    rng, ids, users, vectors = _world(10)
+    counts = (ids, rng.exponential(5.0, ids.shape[0]) ** 2, 0.0)
+    asked_by = rng.integers(0, users.shape[0], 150)
+    targets = rng.choice(ids, 150)
+    excluded = _ragged([rng.choice(ids, 2, replace=False).tolist() for _ in users])
+    once = choose_weight(users, targets, excluded, ids, vectors, counts, asked_by=asked_by, k=K)
+    values, offsets = excluded
+    each = _ragged([values[offsets[u]:offsets[u + 1]].tolist() for u in asked_by])
+    per_pick = choose_weight(users[asked_by], targets, each, ids, vectors, counts, k=K)
+    assert once is not None and per_pick is not None
+    assert once.hit_rates == per_pick.hit_rates and once.picks == 150
