@@ -45,6 +45,7 @@ from pathlib import Path
 
 from bench import print_result
 from bench.train import make_planted, run_training, variant_config, warm_up
+from trainer.job_config import DEFAULT_DENSE_SYNC_STEPS
 
 QUICK_ROWS = 100_000
 
@@ -212,7 +213,7 @@ def main() -> int:
     ap.add_argument("--mlp", default="400,400,400")
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--dense-sync-steps", type=int, default=64)
+    ap.add_argument("--dense-sync-steps", type=int, default=DEFAULT_DENSE_SYNC_STEPS)
     ap.add_argument("--dense-update", choices=["local", "ps"], default="local")
     ap.add_argument("--staleness-sample", type=int, default=64,
                     help="the shards follow 1 in N keys' staleness (0: off; on, the shards' CPU includes it)")

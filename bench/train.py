@@ -65,6 +65,7 @@ from bench import REPO
 from bench.compute_limit import limit, matmul_gflops, mlp_flops_per_sample
 from logrecords.generator import ITEM_SLOT, N_SPARSE, USER_SLOT, PlantedModel, Sample, roc_auc
 from logrecords.sample_encoding import criteo_text
+from trainer.job_config import DEFAULT_DENSE_SYNC_STEPS
 
 QUOTED = {"tensorflow_ps": {"samples_per_s": "8.9k-9.9k", "test_auc": "0.762-0.764", "peak_rss_gb": "2.8"},
           "torchrec_2_ranks": {"samples_per_s": "14.5k", "test_auc": "0.7656", "peak_rss_gb": "6.8"}}
@@ -403,7 +404,7 @@ def main() -> int:
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--dense-update", choices=["local", "ps"], default="local")
-    ap.add_argument("--dense-sync-steps", type=int, default=64, help="local: merge every k steps")
+    ap.add_argument("--dense-sync-steps", type=int, default=DEFAULT_DENSE_SYNC_STEPS, help="local: merge every k steps")
     ap.add_argument("--ps-pull-steps", type=int, default=1, help="ps: pull the dense model every k steps")
     ap.add_argument("--compare-dense", action="store_true", help="train with local and ps dense updates")
     ap.add_argument("--repeat", type=int, default=1, help="--compare-dense: rounds (order alternates)")

@@ -25,7 +25,7 @@ from models.model_config import ModelConfig
 from ps.cluster import Mode
 from ps.ps_config import PSConfig, ShardLimits
 from tables.table_config import TableConfig
-from trainer.job_config import DenseUpdate
+from trainer.job_config import DEFAULT_DENSE_SYNC_STEPS, DenseUpdate
 from trainer.prefetch import PrefetchKind
 from trainer.process_stats import peak_rss_mb
 
@@ -42,7 +42,8 @@ class FileJob:
     predictions: str | None = None
     blas_threads: int = 1
     dense_update: DenseUpdate = DenseUpdate.LOCAL
-    dense_sync_steps: int = 64  # async: local merges each worker's dense model every k steps, ps pulls it
+    # async: local merges each worker's dense model every k steps, ps pulls it
+    dense_sync_steps: int = DEFAULT_DENSE_SYNC_STEPS
     prefetch: PrefetchKind = "thread"  # where the next batches are parsed and pulled (trainer.prefetch)
     schema: SchemaConfig | None = None  # the record schema (None: Criteo TSV); files of any format it fits
     tables: tuple[TableConfig, ...] | None = None  # the shards' tables (None: the model's), e.g. another admission

@@ -35,7 +35,7 @@ from ps.client import PSClient
 from ps.cluster import ClusterSpec, cluster_from_env
 from ps.staleness import summarize
 from streaming.dead_letter import DeadLetters
-from trainer.job_config import DenseUpdate
+from trainer.job_config import DEFAULT_DENSE_SYNC_STEPS, DenseUpdate
 from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
 from trainer.process_stats import peak_rss_mb, process_age_s, process_cpu_seconds, process_peak_rss_mb, rss_mb
@@ -169,7 +169,8 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
         update = DenseUpdate(job.get("dense_update", DenseUpdate.LOCAL))
         check_dense_parts(job.get("dense_parts", 1), spec.mode)
         store = PSStore(ps, model.params.values, dense_rule=dense_rule(update, model.config.dense_optimizer))
-        worker = Worker(model, store, dense_sync_steps=1 if spec.mode == "sync" else job.get("dense_sync_steps", 64),
+        sync_steps = 1 if spec.mode == "sync" else job.get("dense_sync_steps", DEFAULT_DENSE_SYNC_STEPS)
+        worker = Worker(model, store, dense_sync_steps=sync_steps,
                         dense_update=update, dense_parts=job.get("dense_parts", 1))
     except BaseException:
         batches.close()

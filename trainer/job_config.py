@@ -31,6 +31,10 @@ class DenseUpdate(StrEnum):
     PS = "ps"  # the PS shards, on the gradients every worker pushes each step
 
 
+# with several workers the dense Adam restarts at each merge (model.dense_outer), which acts only if a worker
+# merges many times in a pass; the streaming job and `train-files` share it (bench/RESULTS.md)
+DEFAULT_DENSE_SYNC_STEPS = 8
+
 # a pass is a checkpoint and an export: every 2 s, served rows trail events by ~2-4 s (bench/freshness.py)
 DEFAULT_PASS_SECONDS = 2.0
 
@@ -88,7 +92,7 @@ class JobConfig(FrozenModel):
                                       description="Who runs the dense optimizer: `local` (each worker, merging "
                                                   "through the PS) or `ps` (the shards, on the gradients every worker "
                                                   "pushes).")
-    dense_sync_steps: int = Field(8, ge=1,
+    dense_sync_steps: int = Field(DEFAULT_DENSE_SYNC_STEPS, ge=1,
                                   description="async/geo: `local` merges the dense model and `ps` pulls it every this "
                                               "many steps (sync: every step).")
     checkpoint_dir: str = Field("checkpoints",

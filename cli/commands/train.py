@@ -31,9 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dense-update", choices=["local", "ps"], default="local",
                    help="local: each worker runs the dense optimizer and merges its changes through the PS; "
                    "ps: workers push dense gradients and the shards run the optimizer")
-    p.add_argument("--dense-sync-steps", type=int, default=64,
+    p.add_argument("--dense-sync-steps", type=int,
                    help="async: local merges each worker's dense model through the PS every k steps, "
-                   "ps pulls it every k steps")
+                   "ps pulls it every k steps (default: the streaming job's train.dense_sync_steps)")
     p.add_argument("--prefetch", choices=["thread", "process"], default="thread",
                    help="parse, build features and pull the next batches in a thread (faster on a quiet host) or a "
                    "child process (faster under heavy load)")
@@ -59,7 +59,7 @@ def run_files(args: argparse.Namespace) -> int:
 
     from core.errors import ConfigError
     from launcher.file_job import FileJob, criteo_model, run_file_job
-    from trainer.job_config import DenseUpdate
+    from trainer.job_config import DEFAULT_DENSE_SYNC_STEPS, DenseUpdate
 
     try:
         mlp = tuple(int(x) for x in args.mlp.split(",") if x.strip())
@@ -67,6 +67,8 @@ def run_files(args: argparse.Namespace) -> int:
         raise ConfigError(f"--mlp must be comma-separated integers, got {args.mlp!r}") from None
     if args.servers < 1 or args.workers < 1 or args.batch_size < 1:
         raise ConfigError("--servers, --workers and --batch-size must be >= 1")
+    if args.dense_sync_steps is not None and args.dense_sync_steps < 1:
+        raise ConfigError(f"--dense-sync-steps must be >= 1, got {args.dense_sync_steps}")
     if args.dense_parts < 1:
         raise ConfigError(f"--dense-parts must be >= 1, got {args.dense_parts}")
     from trainer.worker import check_dense_parts
@@ -84,7 +86,7 @@ def run_files(args: argparse.Namespace) -> int:
     job = FileJob(train=tuple(str(Path(p).resolve()) for p in args.train), test=str(Path(args.test).resolve()),
                   model=model, batch_size=args.batch_size, servers=args.servers, workers=args.workers, mode=args.mode,
                   predictions=str(Path(args.predictions).resolve()) if args.predictions else None,
-                  dense_sync_steps=args.dense_sync_steps, prefetch=args.prefetch,
+                  dense_sync_steps=args.dense_sync_steps or DEFAULT_DENSE_SYNC_STEPS, prefetch=args.prefetch,
                   dense_update=DenseUpdate(args.dense_update), schema=schema,
                   staleness_sample=args.staleness_sample, dense_parts=args.dense_parts,
                   start_method=StartMethod(args.start_method))
