@@ -47,17 +47,27 @@ class TablePart:
 
 
 def take_part(t: StoredTable, keep: Callable[[np.ndarray], np.ndarray]) -> TablePart:
-    """Copies of the rows and tombstones of ``t`` whose keys ``keep`` (a vectorised predicate) keeps."""
+    """Copies of the rows (of both tiers) and tombstones of ``t`` whose keys ``keep`` (a
+    vectorised predicate) keeps."""
     with t.lock.mutex:
         st = t.state
         n = st.rows.n
         mask = keep(st.rows.cols["keys"][:n])
+        cols = {k: c[:n][mask] for k, c in st.rows.cols.items()}
+        total, kept = n, int(mask.sum())
+        if t.tier is not None and t.tier.disk.rows:
+            disk = t.tier.disk
+            at = disk.live_records()
+            at = at[keep(disk.read(at, ("keys",))["keys"])]
+            on_disk = disk.read(at)
+            cols = {k: np.concatenate([c, on_disk[k]]) for k, c in cols.items()}
+            total, kept = total + disk.rows, kept + int(at.shape[0])
         tombs = st.tomb_keys[keep(st.tomb_keys)] if st.tomb_keys.shape[0] else st.tomb_keys
-        return TablePart(cols={k: c[:n][mask] for k, c in st.rows.cols.items()}, tomb_keys=tombs.copy(),
+        return TablePart(cols=cols, tomb_keys=tombs.copy(),
                          admission={k: v.copy() for k, v in st.admission.state().items()},
                          counters=dict(t.counters), config=t.config, hash_key=st.hash_key.copy(),
                          pass_id=st.pass_id, epoch=st.epoch, cursors=list(st.cursors),
-                         share=float(mask.mean()) if n else 1.0)
+                         share=kept / total if total else 1.0)
 
 
 _TOTALS = "admission_counters"  # admitted and pending: running totals, not a sketch

@@ -199,3 +199,26 @@ def test_a_restore_into_a_table_whose_first_capacity_is_past_its_budget_stays_wi
     t.load(saved / "base")
     st = t.stats()
     assert held and max(held) <= BUDGET and st["rows"] + st["disk_rows"] == ROWS - 200
+
+
+def test_a_table_made_of_parts_of_tiered_tables_holds_their_disk_rows(saved: Path, tmp_path: Path) -> None:
+    from tables.table_merge import take_part
+
+    def keep(keys: np.ndarray) -> np.ndarray:
+        return (keys & np.uint64(1)) == 0  # one new shard's half of the ids
+
+    sources = [restored(saved, tmp_path / "a"), restored(saved, None)]
+    assert sources[0].stats()["disk_rows"] > 0  # a part must reach the source's disk rows
+    merged_tiered = SparseTable(config(tmp_path / "m"))
+    merged_ram = SparseTable(config())
+    merged_ram.set_policy(eviction={"max_bytes": None})
+    merged_tiered.load_parts([take_part(sources[0], keep)])
+    merged_ram.load_parts([take_part(sources[1], keep)])
+    kept = IDS[keep(IDS) & sources[1].contains(IDS)]
+    assert merged_tiered.size() == merged_ram.size() == kept.shape[0]
+    assert merged_tiered.stats()["disk_rows"] > 0
+    assert merged_tiered.stats()["rows"] <= merged_tiered.budget.ram_row_limit()
+    rows, found = merged_tiered.pull_existing(IDS)
+    expected, expected_found = merged_ram.pull_existing(IDS)
+    np.testing.assert_array_equal(found, expected_found)
+    np.testing.assert_array_equal(rows, expected)
