@@ -15,6 +15,7 @@ next on any cursor holds them all (a shard saves a base after a restore anyway).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from core.errors import Conflict
 from tables.admission import make_admission
-from tables.rows import RowStore
+from tables.rows import MOVE_CHUNK, RowStore
 from tables.table_config import TableConfig
 from tables.table_files import StoredTable
 from tables.table_state import Cursor, TableState
@@ -90,22 +91,30 @@ def _merged_admission(parts: list[TablePart], table: str) -> dict[str, np.ndarra
 
 
 def load_parts(t: StoredTable, parts: list[TablePart]) -> None:
-    """Make ``t`` the union of ``parts`` (see the module docstring); the caller fits the budget."""
+    """Make ``t`` the union of ``parts`` (see the module docstring); the caller fits the budget.
+    A table with a disk tier takes the rows a chunk at a time (:meth:`TableTier.load_rows`: RAM
+    up to its budget, the rest on disk), never a row store of them all."""
     if not parts:
         return
     first = parts[0]
-    cols = {k: np.concatenate([p.cols[k] for p in parts]) for k in first.cols}
-    _, once = np.unique(cols["keys"], return_index=True)
-    if once.shape[0] != cols["keys"].shape[0]:
-        once.sort()  # first source's copy of a repeated key
-        cols = {k: c[once] for k, c in cols.items()}
+    keys = np.concatenate([p.cols["keys"] for p in parts])
+    _, once = np.unique(keys, return_index=True)
+    once.sort()  # first source's copy of a repeated key
+    bounds = np.cumsum([0] + [p.cols["keys"].shape[0] for p in parts])
+    picks = [once[(once >= a) & (once < b)] - a for a, b in itertools.pairwise(bounds)]
+    n = int(once.shape[0])
     epoch = max(p.epoch for p in parts)
-    cols["mod_epoch"][:] = epoch
-    n = cols["keys"].shape[0]
-    store = RowStore(t.state.rows.widths, max(n, t.config.initial_capacity))
-    for k, c in cols.items():
-        store.cols[k][:n] = c
-    store.n = n
+    tier = t.tier
+    store = RowStore(t.state.rows.widths, t.config.initial_capacity if tier is not None
+                     else max(n, t.config.initial_capacity))
+    if tier is None:
+        at = 0
+        for part, pick in zip(parts, picks, strict=True):
+            for k, c in part.cols.items():
+                store.cols[k][at : at + pick.shape[0]] = c[pick]
+            at += pick.shape[0]
+        store.cols["mod_epoch"][:n] = epoch
+        store.n = n
     admission = make_admission(first.config.admission, first.config.seed)
     admission.load_state(_merged_admission(parts, t.name))
     state = TableState.indexed(store, first.hash_key, admission, t.config.initial_capacity)
@@ -120,3 +129,10 @@ def load_parts(t: StoredTable, parts: list[TablePart]) -> None:
         t.state = state
         t.config = first.config
         t.counters.update(counters)
+        if tier is not None:
+            tier.expect_rows(n)
+            for part, pick in zip(parts, picks, strict=True):
+                for s in range(0, pick.shape[0], MOVE_CHUNK):
+                    chunk = {k: c[pick[s : s + MOVE_CHUNK]] for k, c in part.cols.items()}
+                    chunk["mod_epoch"][:] = epoch
+                    tier.load_rows(chunk)

@@ -212,7 +212,7 @@ def test_a_table_made_of_parts_of_tiered_tables_holds_their_disk_rows(saved: Pat
     merged_tiered = SparseTable(config(tmp_path / "m"))
     merged_ram = SparseTable(config())
     merged_ram.set_policy(eviction={"max_bytes": None})
-    merged_tiered.load_parts([take_part(sources[0], keep)])
+    merged_tiered.load_parts([take_part(sources[0], keep), take_part(sources[0], keep)])  # each key twice: once kept
     merged_ram.load_parts([take_part(sources[1], keep)])
     kept = IDS[keep(IDS) & sources[1].contains(IDS)]
     assert merged_tiered.size() == merged_ram.size() == kept.shape[0]
