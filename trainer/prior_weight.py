@@ -4,13 +4,13 @@ The service re-ranks a known user's candidates by the model's score and the item
 (exports.popularity_rerank); how much weight the counts deserve depends on the data: a log whose
 picks follow what is popular now gains from them, one where the model already knows the users loses.
 So the chief remembers its latest positive records with a history (:class:`RecentPositives`) and
-replays the service's re-rank on its users' next picks (:class:`PriorWeigher`): at each export it
+replays the service's re-rank on its users' next picks (:class:`PriorWeigher`): at an export it
 keeps what that bundle would serve a few hundred of its latest users (their queries after their
-newest record, the bundle's items and the job's counts); at the next export, each of those users'
-records since is a pick the kept bundle could have been asked for, scored for every weight of a grid
-(0, the model alone, first) by whether the re-rank of the user's top candidates, less its history,
-holds it in the top ``k`` (:func:`choose_weight`). The picks came after the kept bundle: no model or
-count it replays has seen them. The grid's hits are summed over exports, older ones weighing less;
+newest record, the bundle's items and the job's counts); at an export some seconds later, each of
+those users' records since is a pick the kept bundle could have been asked for, scored for every
+weight of a grid (0, the model alone, first) by whether the re-rank of the user's top candidates,
+less its history, holds it in the top ``k`` (:func:`choose_weight`). The picks came after the kept bundle: no model or
+count it replays has seen them. The grid's hits are summed over replays, older ones weighing less;
 the weight with the most (ties: the smaller) goes into the next bundle, and with
 ``service.popularity_prior.weight: auto`` the service serves it.
 """
@@ -18,6 +18,7 @@ the weight with the most (ties: the smaller) goes into the next bundle, and with
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,10 @@ WEIGHTS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # the standardized sca
 USERS = 400  # the users whose queries each bundle keeps
 TRIALS = 800  # next picks replayed at each export at most
 MIN_TRIALS = 200  # next picks replayed before a weight is chosen (the service's fallback weight till then)
-DECAY = 0.8  # an export's hits weigh this much less at each later export: the choice follows the data
+DECAY = 0.8  # a replay's hits weigh this much less at each later one: the choice follows the data
+# seconds between replays at least: a bundle's queries wait for the picks of that long, and the replay's cost
+# stays a small share of the chief's time however often passes export
+REPLAY_EVERY_S = 10.0
 REMEMBERED = 8192  # positive records with a history kept for the replay
 K = 10  # the list length the replay scores (the hit rate at k)
 SCORE_CELLS = 1 << 22  # user-by-item scores computed at once: bounds the replay's memory on a large catalogue
@@ -211,9 +215,10 @@ class Queries:
 
 
 class PriorWeigher:
-    """The exporter's choice of the weight (the module docstring): at each export the queries of a bundle's users
-    are kept; at the next, each of those users' records since is a next pick the kept bundle would have been asked
-    for. The grid's hits are summed over exports, the older ones weighing ``DECAY`` less per export."""
+    """The exporter's choice of the weight (the module docstring): at an export the queries of a bundle's users are
+    kept; at the first export ``REPLAY_EVERY_S`` later, each of those users' records since is a next pick the kept
+    bundle would have been asked for, and that export's queries are kept. The grid's hits are summed over replays,
+    the older ones weighing ``DECAY`` less per replay; the exports between carry the choice so far."""
 
     def __init__(self, history_slot: str, history_length: int, *, users: int = USERS, trials: int = TRIALS) -> None:
         self.history_slot = history_slot
@@ -221,6 +226,7 @@ class PriorWeigher:
         self.users = users
         self.trials = trials
         self.kept: Queries | None = None
+        self.kept_at = 0.0  # time.monotonic() when ``kept`` was made
         self.hits: dict[float, float] = dict.fromkeys(WEIGHTS, 0.0)
         self.asked = 0.0  # next picks replayed, decayed as the hits are
 
@@ -228,9 +234,12 @@ class PriorWeigher:
               counts: Counts, *, seed: int = 0) -> WeightChoice | None:
         """Score the kept bundle on the picks since it, keep this one's queries; the choice so far (None before
         ``MIN_TRIALS`` picks were replayed)."""
+        now = time.monotonic()
+        if self.kept is not None and now - self.kept_at < REPLAY_EVERY_S:  # the picks since gather for a while
+            return self.choice(replayed_candidates(self.kept))
         if self.kept is not None:
             self._score(self.kept, recent, seed)
-        self.kept = self._queries(model, client, recent, items, counts, seed)
+        self.kept, self.kept_at = self._queries(model, client, recent, items, counts, seed), now
         return self.choice(replayed_candidates(self.kept))
 
     def choice(self, candidates: int) -> WeightChoice | None:

@@ -15,6 +15,7 @@ from models import build_model
 from models.model_config import ModelConfig
 from models.two_tower import as_two_tower
 from service.popularity_prior import item_counts, served_weight
+from trainer import prior_weight
 from trainer.export import Exporter
 from trainer.history_join import HistoryJoin
 from trainer.prior_weight import WEIGHTS, RecentPositives
@@ -32,7 +33,9 @@ MODEL = ModelConfig.model_validate({
     "embedding_dim": 8, "mlp": [16], "tower_dim": 8, "seed": 5, "n_dense": 0})
 
 
-def test_the_bundle_carries_the_weight_chosen_on_the_picks_after_the_previous_one(tmp_path: Path) -> None:
+def test_the_bundle_carries_the_weight_chosen_on_the_picks_after_the_previous_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prior_weight, "REPLAY_EVERY_S", 0.0)  # a replay at every export
     tables = [t.model_dump(mode="json") for t in MODEL.table_configs()]
     users = np.arange(1, 301, dtype=np.uint64) | USER
     items = np.arange(1, 61, dtype=np.uint64) | ITEM
@@ -73,5 +76,11 @@ def test_the_bundle_carries_the_weight_chosen_on_the_picks_after_the_previous_on
         third = exporter.export(3, dense, 500.0, ItemCatalog(slots), popularity=counts, recent=recent.snapshot())
         assert third["popularity_weight"] == second["popularity_weight"]
         assert read_manifest(tmp_path / "exports", 3).popularity_weight["picks"] == round(0.8 * users.shape[0])
+        monkeypatch.setattr(prior_weight, "REPLAY_EVERY_S", 1e9)  # exports between replays carry the choice
+        pick(600.0)
+        fourth = exporter.export(4, dense, 600.0, ItemCatalog(slots), popularity=counts, recent=recent.snapshot())
+        assert read_manifest(tmp_path / "exports", 4).popularity_weight == read_manifest(
+            tmp_path / "exports", 3).popularity_weight
+        assert fourth["popularity_weight"] == third["popularity_weight"]
         join.close()
         exporter.close()
