@@ -63,10 +63,12 @@ HELP = {
                                            "rows are evicted for new ones.",
     "streamrec_shard_tier_lookups": "Distinct keys pulled or pushed, by the tier that held them (ram, disk); "
                                     "hit rate: ram / (ram + disk). Keys in neither are not counted.",
-    "streamrec_shard_tier_moved_rows": "Rows moved between tiers, by direction: promoted (disk to RAM, on a push "
-                                       "or a pull's second read lately) or demoted (RAM to disk, at the RAM "
-                                       "budget).",
+    "streamrec_shard_tier_moved_rows": "Rows moved between tiers, by direction: promoted (disk to RAM, on a "
+                                       "pull's second read lately, or a push while a save reads the records) or "
+                                       "demoted (RAM to disk, at the RAM budget).",
     "streamrec_shard_tier_disk_reads": "Rows read from the disk tier (pulls, promotions, saves, serving reads).",
+    "streamrec_shard_tier_disk_updates": "Disk rows a push updated in place, in their records, without moving "
+                                         "them to RAM.",
     "streamrec_shard_tier_disk_full": "Demotions the disk refused (no space to grow the tier's file); the rows "
                                       "stayed in RAM under its budget's rule (evict or refuse).",
 }
@@ -154,6 +156,7 @@ def _tier_families(shard: str, tables: list[tuple[str, dict[str, Any]]]) -> Iter
     lookups = _counter("streamrec_shard_tier_lookups", (*labels, "tier"))
     moved = _counter("streamrec_shard_tier_moved_rows", (*labels, "direction"))
     reads = _counter("streamrec_shard_tier_disk_reads", labels)
+    updates = _counter("streamrec_shard_tier_disk_updates", labels)
     full = _counter("streamrec_shard_tier_disk_full", labels)
     for name, st in tables:
         key = (shard, name)
@@ -167,8 +170,9 @@ def _tier_families(shard: str, tables: list[tuple[str, dict[str, Any]]]) -> Iter
         moved.add_metric((*key, "promoted"), st["promoted"])
         moved.add_metric((*key, "demoted"), st["demoted"])
         reads.add_metric(key, st["disk_reads"])
+        updates.add_metric(key, st["updated_on_disk"])
         full.add_metric(key, st["disk_full"])
-    yield from (rows, nbytes, max_bytes, lookups, moved, reads, full)
+    yield from (rows, nbytes, max_bytes, lookups, moved, reads, updates, full)
 
 
 def shard_registry(server: ShardServer) -> CollectorRegistry:

@@ -78,10 +78,10 @@ def test_the_dashboard_loads_and_has_panels_for_every_role() -> None:
             "streamrec_trainer_records_trained_total", "streamrec_trainer_consumer_lag_records",
             "streamrec_trainer_last_pass_seconds", "streamrec_trainer_commit_stall_seconds",
             "streamrec_trainer_last_pass_auc"} <= names
-    # the disk tier: rows and bytes per tier, hit rate, moves, disk reads and refusals
+    # the disk tier: rows and bytes per tier, hit rate, moves, in-place updates, disk reads and refusals
     assert {"streamrec_shard_tier_rows", "streamrec_shard_tier_bytes", "streamrec_shard_tier_lookups_total",
             "streamrec_shard_tier_moved_rows_total", "streamrec_shard_tier_disk_reads_total",
-            "streamrec_shard_tier_disk_full_total"} <= names
+            "streamrec_shard_tier_disk_updates_total", "streamrec_shard_tier_disk_full_total"} <= names
 
 
 def _produce(bootstrap: str) -> dict[str, Any]:

@@ -88,6 +88,7 @@ def test_a_full_disk_is_counted_and_the_ram_tier_keeps_serving(request: pytest.F
             assert got[("streamrec_shard_tier_moved_rows_total", labels(shard="0", table="emb",
                                                                          direction="demoted"))] == st["demoted"] > 0
             assert got[("streamrec_shard_tier_disk_max_bytes", emb)] == st["disk_max_bytes"]
+            assert got[("streamrec_shard_tier_disk_updates_total", emb)] == st["updated_on_disk"]
             ram_hits = got[("streamrec_shard_tier_lookups_total", labels(shard="0", table="emb", tier="ram"))]
             assert ram_hits == st["ram_hits"]
             c.wait(c.push("emb", KEYS[:100], np.ones((100, 16), np.float32)))  # RAM serves on
