@@ -38,8 +38,9 @@ USERS = 400  # the users whose queries each bundle keeps
 TRIALS = 800  # next picks replayed at each export at most
 MIN_TRIALS = 200  # next picks replayed before a weight is chosen (the service's fallback weight till then)
 DECAY = 0.8  # a replay's hits weigh this much less at each later one: the choice follows the data
-# seconds between replays at least: a bundle's queries wait for the picks of that long, and the replay's cost
-# stays a small share of the chief's time however often passes export
+# seconds between replays at least once a weight is chosen (before, one at each export): a bundle's queries wait
+# for the picks of that long, and the replay's cost stays a small share of the chief's time however often passes
+# export
 REPLAY_EVERY_S = 10.0
 REMEMBERED = 8192  # positive records with a history kept for the replay
 K = 10  # the list length the replay scores (the hit rate at k)
@@ -216,9 +217,10 @@ class Queries:
 
 class PriorWeigher:
     """The exporter's choice of the weight (the module docstring): at an export the queries of a bundle's users are
-    kept; at the first export ``REPLAY_EVERY_S`` later, each of those users' records since is a next pick the kept
-    bundle would have been asked for, and that export's queries are kept. The grid's hits are summed over replays,
-    the older ones weighing ``DECAY`` less per replay; the exports between carry the choice so far."""
+    kept; at the next export (once a weight is chosen: the first one ``REPLAY_EVERY_S`` later), each of those
+    users' records since is a next pick the kept bundle would have been asked for, and that export's queries are
+    kept. The grid's hits are summed over replays, the older ones weighing ``DECAY`` less per replay; the exports
+    between carry the choice so far."""
 
     def __init__(self, history_slot: str, history_length: int, *, users: int = USERS, trials: int = TRIALS) -> None:
         self.history_slot = history_slot
@@ -235,7 +237,8 @@ class PriorWeigher:
         """Score the kept bundle on the picks since it, keep this one's queries; the choice so far (None before
         ``MIN_TRIALS`` picks were replayed)."""
         now = time.monotonic()
-        if self.kept is not None and now - self.kept_at < REPLAY_EVERY_S:  # the picks since gather for a while
+        # once a weight is chosen, the picks since gather for a while before the next replay
+        if self.kept is not None and self.asked >= MIN_TRIALS and now - self.kept_at < REPLAY_EVERY_S:
             return self.choice(replayed_candidates(self.kept))
         if self.kept is not None:
             self._score(self.kept, recent, seed)
