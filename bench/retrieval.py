@@ -196,6 +196,9 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     write_replay(split.train, train_file, args, out)
     config = streamrec_config(log, seed=args.seed, workers=args.workers, pass_records=args.pass_records,
                               pass_idle_s=args.pass_idle_s or None)
+    if args.prior_weight is not None:  # the service's popularity prior weight instead of the default
+        config["service"] = {"popularity_prior": {"weight": args.prior_weight}}
+        StreamrecConfig.model_validate(config)
     tuned = validation(dataset, config, split, args) if args.ablate else None
     if tuned is not None:
         out["ablation_tuned"] = {**asdict(tuned)}
@@ -529,6 +532,8 @@ def main() -> int:
     ap.add_argument("--ablate", action="store_true",
                     help="also replay a validation split carved from the train part, choose the priors of "
                          "bench/retrieval_ablation.py on it, and print their rows on each holdout run")
+    ap.add_argument("--prior-weight", type=lambda v: v if v == "auto" else float(v), default=None,
+                    metavar="auto|W", help="service.popularity_prior.weight of every run (default: the config's)")
     ap.add_argument("--serve-defaults", action="store_true",
                     help="with --ablate: the holdout runs serve the config's default popularity prior, not the one "
                          "the validation split chose")

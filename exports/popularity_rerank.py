@@ -16,8 +16,8 @@ import numpy as np
 
 PriorScale = Literal["standardized", "logit"]
 DEFAULT_CANDIDATES = 1000  # the items re-ranked: the service's default, and the count the job's choice replays
-# served under weight auto when a bundle carries no chosen weight (written before the job chose one): MovieLens
-# 100K's validation split's choice (bench/retrieval_prior.py)
+# the service's default weight, and the one served under weight auto for a bundle that carries no chosen weight:
+# MovieLens 100K's validation split's choice (bench/retrieval_prior.py)
 AUTO_FALLBACK_WEIGHT = 3.0
 
 

@@ -168,8 +168,8 @@ def _chosen(weight: object, scale: object = "standardized") -> dict:
 def test_auto_serves_the_weight_the_bundle_carries_and_a_number_in_the_yaml_overrides_it(tmp_path: Path) -> None:
     _bundle(tmp_path / "e", chosen=_chosen(0.5))
     history = [int(ITEMS[1])]
-    with started(make_settings(tmp_path / "e", popularity_prior=PopularityPriorSettings(candidates=30))) as c:
-        assert PopularityPriorSettings().weight == "auto"  # the default
+    auto = PopularityPriorSettings(weight="auto", candidates=30)
+    with started(make_settings(tmp_path / "e", popularity_prior=auto)) as c:
         served = _ask(c, history, k=20)
         assert served == _ask(c, history, k=20, popularity_weight=0.5)
         assert served != _ask(c, history, k=20, popularity_weight=6.0)
@@ -183,7 +183,8 @@ def test_a_bundle_without_a_chosen_weight_is_served_the_fallback_under_auto(tmp_
 
     _bundle(tmp_path / "e")  # written before bundles carried a chosen weight
     history = [int(ITEMS[1])]
-    with started(make_settings(tmp_path / "e", popularity_prior=PopularityPriorSettings(candidates=30))) as c:
+    auto = PopularityPriorSettings(weight="auto", candidates=30)
+    with started(make_settings(tmp_path / "e", popularity_prior=auto)) as c:
         assert _ask(c, history, k=20) == _ask(c, history, k=20, popularity_weight=AUTO_FALLBACK_WEIGHT)
 
 
@@ -205,3 +206,4 @@ def test_the_settings_refuse_an_unknown_weight_and_auto_on_the_logit_scale() -> 
     with pytest.raises(ValueError, match="auto is chosen for the standardized scale"):
         PopularityPriorSettings(weight="auto", scale="logit")
     assert PopularityPriorSettings(weight=0.0, scale="logit").weight == 0.0
+    assert PopularityPriorSettings().weight == 3.0 and PopularityPriorSettings(weight="auto").weight == "auto"
