@@ -170,12 +170,15 @@ def test_killed_trainer_and_shard_resume_from_last_pass_and_match_a_clean_run(
         time.sleep(0.05)
     procs.kill(first)  # SIGKILL, mid-pass 3
     committed = checkpoints.read_pass(root, max(checkpoints.complete_passes(root)))
-    second = crashy.train(crash_yaml, broker.bootstrap, extra=("--max-idle-s", "8"))
+    # its idle window spans the shard's kill and restart below, with no records meanwhile: a shard's
+    # start takes seconds on a loaded machine, and a trainer that idled out first would never meet it
+    second = crashy.train(crash_yaml, broker.bootstrap, extra=("--max-idle-s", "30"))
     while 3 not in checkpoints.complete_passes(root):
         assert time.monotonic() < deadline and second.poll() is None
         time.sleep(0.05)
     procs.kill(crashy.shards[0])  # and now the shard: it comes back empty on the same port
     crashy.start_shard(0)
+    assert second.poll() is None, "the trainer idled out before the restarted shard was up"
     produce(broker.bootstrap, kafka=late, start=3000)  # the trainer meets the empty shard on these
     assert wait_exit(second) == 0, procs.log_of(second)[-3000:]
     status = json.loads(procs.log_of(second).strip().splitlines()[-1])
