@@ -67,6 +67,7 @@ TrainSection = create_model(
 
 
 DEFAULT_POLICY = "default"  # the ps.tables entry every table starts from
+ID_ROWS_POLICY = "ids"  # the ps.tables entry of the shards' id-rows tables (histories, item features, rates)
 
 
 class PSSection(FrozenModel):
@@ -74,7 +75,8 @@ class PSSection(FrozenModel):
 
     ``tables`` maps ``default``, a table name (``emb8``, ``emb8.user_id``, ``bias.items``) or a model
     slot name to a :class:`tables.table_config.TablePolicy`; a slot named there gets a table of its
-    own (``emb{dim}.{slot}``, as a slot with an optimizer of its own), so its policy is its alone."""
+    own (``emb{dim}.{slot}``, as a slot with an optimizer of its own), so its policy is its alone.
+    ``ids`` is the id-rows tables' (:mod:`tables.id_rows_table`): only its ``tier`` applies."""
 
     client: ClientConfig = Field(ClientConfig(),
                                  description="How trainers and the service wait for shards and split their requests.")
@@ -83,9 +85,10 @@ class PSSection(FrozenModel):
                                                       "slices over the shards.")
     shard: ShardLimits = Field(ShardLimits(), description="What one shard's tables may hold in all.")
     tables: dict[str, TablePolicy] = Field(
-        {}, description="Admission, eviction, NaN handling, show/click decay and optimizers per table: keyed by "
-                        "`default` (every table), a table name or a model slot name (which then gets a table of its "
-                        "own); a key left out comes from `default`, then the model.")
+        {}, description="Admission, eviction, NaN handling, show/click decay, optimizers and disk tiers per table: "
+                        "keyed by `default` (every table), a table name or a model slot name (which then gets a table "
+                        "of its own), or `ids` (the tables of users' histories, items' feature rows and rate rows, "
+                        "whose only key is `tier`); a key left out comes from `default`, then the model.")
 
     def policy_of(self, *names: str) -> TablePolicy:
         """The policy of a table known by ``names`` (most specific first), ``default`` under it."""
@@ -208,12 +211,18 @@ class StreamrecConfig(FrozenModel):
                 s = s.model_copy(update={"optimizer": own})
             slots.append(s)
         model = model.model_copy(update={"slots": tuple(slots)})
-        known = {t.name for t in model.table_configs()} | {s.name for s in slots} | {DEFAULT_POLICY}
+        known = {t.name for t in model.table_configs()} | {s.name for s in slots} | {DEFAULT_POLICY, ID_ROWS_POLICY}
         unknown = sorted(set(ps.tables) - known)
         if unknown:
             raise ValueError(f"ps.tables.{unknown[0]}: no such table or slot of train.model (tables: "
                              f"{sorted(t.name for t in model.table_configs())}; slots: {[s.name for s in slots]}; "
-                             f"or `{DEFAULT_POLICY}`)")
+                             f"or `{DEFAULT_POLICY}` or `{ID_ROWS_POLICY}`)")
+        ids = ps.tables.get(ID_ROWS_POLICY)
+        if ids is not None:
+            other = sorted(k for k in ids.model_fields_set if k != "tier")
+            if other:
+                raise ValueError(f"ps.tables.{ID_ROWS_POLICY}.{other[0]}: the id-rows tables take only `tier` "
+                                 "(their rows are written whole, not trained, and age out by the schema's history ttl)")
         return self.model_copy(update={"train": self.train.model_copy(update={"model": model})})
 
     def ps_tables(self) -> tuple[TableConfig, ...]:
@@ -252,7 +261,9 @@ def role_files(config: StreamrecConfig, *, base: Path, overrides: dict[str, Any]
     train["logging"] = config.logging.model_dump(mode="json")
     train["checkpoint_dir"] = resolve_root(config.train.checkpoint_dir, base)
     train["export_dir"] = resolve_root(config.train.export_dir, base)
+    id_rows_tier = config.ps.policy_of(ID_ROWS_POLICY).tier
     ps = {"tables": [t.model_dump(mode="json") for t in config.ps_tables()],
+          "id_rows_tier": None if id_rows_tier is None else id_rows_tier.model_dump(mode="json"),
           **config.ps.model_dump(mode="json", exclude={"tables"}), "logging": config.logging.model_dump(mode="json")}
     service = config.service.model_dump(mode="json", exclude={"admin_token"})
     service["logging"] = config.logging.model_dump(mode="json")

@@ -28,7 +28,7 @@ from core.yaml_config import FrozenModel, load_yaml
 from ps.protocol import INLINE_MAX_BYTES, MAX_ARRAYS
 from ps.routing import DEFAULT_SLICE_MIN_ELEMENTS
 from tables.admission import DEFAULT_SKETCH_SHARE
-from tables.table_config import TableConfig
+from tables.table_config import TableConfig, TierConfig
 
 # the header frame: fixed fields, the table name, array shapes, a small JSON meta (options,
 # a LOAD's chain of directories) and the arrays small enough to travel inline
@@ -82,6 +82,9 @@ class ShardLimits(FrozenModel):
 
 class PSConfig(FrozenModel):
     tables: tuple[TableConfig, ...] = ()
+    id_rows_tier: TierConfig | None = Field(
+        None, description="The disk tier of the id-rows tables a shard makes (users' histories, items' feature "
+                          "rows, rate rows); None: RAM only.")
     dense_slice_min_elements: int = Field(DEFAULT_SLICE_MIN_ELEMENTS, ge=1)
     client: ClientConfig = ClientConfig()
     shard: ShardLimits = ShardLimits()

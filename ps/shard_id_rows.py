@@ -27,7 +27,7 @@ from core.errors import Conflict, CorruptData, InvalidInput
 from ps.protocol import Message, check_keys
 from ps.shard_requests import arrays_of, ok
 from ps.shard_tables import ShardTables
-from tables.id_rows_table import MAX_WORDS, RATE_WORDS, IdRowsTable, id_rows_config, is_id_rows
+from tables.id_rows_table import MAX_WORDS, RATE_WORDS, IdRowsTable, is_id_rows
 
 
 class ShardIdRows:
@@ -73,8 +73,7 @@ class ShardIdRows:
         table = self.tables.sparse.get(name)
         if table is None:
             _check_name(name)
-            table = IdRowsTable(id_rows_config(name, words, ttl_passes=ttl_passes))
-            self.tables.add_sparse(table)  # its share of the shard's byte budget too
+            table = self.tables.add_id_rows(name, words, ttl_passes=ttl_passes)  # its share of the byte budget too
         return _id_rows(table, words)
 
 
@@ -110,4 +109,4 @@ def adopt_saved(tables: ShardTables, plan: list[tuple[Path, dict[str, Any]]]) ->
                 dim = int(read_json(mpath)["layout"]["dim"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise CorruptData(f"{mpath}: no layout dim ({exc!r})", detail={"file": str(mpath)}) from None
-            tables.add_sparse(IdRowsTable(id_rows_config(name, dim // 2)))
+            tables.add_id_rows(name, dim // 2)

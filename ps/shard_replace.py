@@ -68,7 +68,8 @@ def restore_replaced(tables: ShardTables, sources: list[list[Path]], placement: 
     parts: dict[str, list[TablePart]] = {}
     dense: dict[str, DenseSaved] = {}
     for dirs in sources:
-        scratch = ShardTables(configs, index=index, **({} if share is None else {"sketch_share": share}))
+        scratch = ShardTables(configs, index=index, id_rows_tier=tables.id_rows_tier,
+                              **({} if share is None else {"sketch_share": share}))
         replay(scratch, restore_plan(dirs))
         for name, table in scratch.sparse.items():
             clock = isinstance(table, IdRowsTable) and table.words == RATE_WORDS
@@ -79,7 +80,8 @@ def restore_replaced(tables: ShardTables, sources: list[list[Path]], placement: 
     placed = _cut_dense(dense, placement.n_shards, index, dense_slice_min_elements)
     for name, table_parts in parts.items():
         if name not in tables.sparse:  # an id-rows table the old shards made: made here too
-            tables.add_sparse(IdRowsTable(table_parts[0].config))
+            made = table_parts[0].config
+            tables.add_id_rows(name, made.dim // 2, ttl_passes=made.eviction.ttl_passes)
         tables.sparse[name].load_parts(table_parts)
     tables.dense.clear()
     tables.dense_meta.clear()

@@ -117,7 +117,7 @@ class ShardServer:
         self.max_frame_bytes = config.max_frame_bytes()
         self.tables = ShardTables(config.tables, index=index, max_bytes=config.shard.max_bytes,
                                   sketch_share=config.shard.max_sketch_share,
-                                  staleness_sample=config.shard.staleness_sample)
+                                  staleness_sample=config.shard.staleness_sample, id_rows_tier=config.id_rows_tier)
         self._configs = config.tables
         self.id_rows = ShardIdRows(self.tables)
         # made before the restore: requests signed before this process started are refused

@@ -21,8 +21,9 @@ from ps.sync_steps import HeldGradients, SyncSteps, adds_geo_deltas
 from tables.admission import DEFAULT_SKETCH_SHARE
 from tables.budget import share_shard_budget
 from tables.dense_table import DenseTable
+from tables.id_rows_table import IdRowsTable, id_rows_config
 from tables.sparse_table import SparseTable
-from tables.table_config import DEFAULT_DENSE_OPTIMIZER, DenseTableConfig, OptimizerConfig, TableConfig
+from tables.table_config import DEFAULT_DENSE_OPTIMIZER, DenseTableConfig, OptimizerConfig, TableConfig, TierConfig
 
 # the flags as plain ints: IntFlag's & runs as Python code, microseconds on every request
 _EXISTING, _GEO_DELTA, _SYNC, _UNIQUE = int(Flag.EXISTING), int(Flag.GEO_DELTA), int(Flag.SYNC), int(Flag.UNIQUE)
@@ -30,11 +31,14 @@ _U64 = np.dtype(np.uint64)
 
 
 class ShardTables:
-    """Shard ``index``'s sparse tables (from its config) and dense parts (made by ``init_dense``)."""
+    """Shard ``index``'s sparse tables (from its config) and dense parts (made by ``init_dense``);
+    ``id_rows_tier``: the disk tier of the id-rows tables it makes (None: RAM only)."""
 
     def __init__(self, configs: Sequence[TableConfig], *, index: int, max_bytes: int | None = None,
-                 sketch_share: float = DEFAULT_SKETCH_SHARE, staleness_sample: int = 0) -> None:
+                 sketch_share: float = DEFAULT_SKETCH_SHARE, staleness_sample: int = 0,
+                 id_rows_tier: TierConfig | None = None) -> None:
         self.index = index
+        self.id_rows_tier = id_rows_tier
         # rows' staleness of 1 in staleness_sample keys (ps.staleness); off: None, one test per pull and push
         self.staleness = StalenessSample(staleness_sample) if staleness_sample else None
         self.sparse: dict[str, SparseTable] = {t.name: SparseTable(t, sketch_share=sketch_share) for t in configs}
@@ -50,6 +54,12 @@ class ShardTables:
         shard's ``max_bytes`` is shared again over all of them."""
         self.sparse[table.name] = table
         share_shard_budget(list(self.sparse.values()), self.max_bytes)
+
+    def add_id_rows(self, name: str, words: int, *, ttl_passes: int | None = None) -> IdRowsTable:
+        """Make id-rows table ``name`` of ``words`` words a row, on the shard's id-rows tier, and add it."""
+        table = IdRowsTable(id_rows_config(name, words, ttl_passes=ttl_passes, tier=self.id_rows_tier))
+        self.add_sparse(table)
+        return table
 
     def table(self, name: str) -> SparseTable:
         table = self.sparse.get(name)

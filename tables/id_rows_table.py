@@ -9,6 +9,11 @@ the very code every other table runs. It takes no gradients: its writes are
 returns stored rows, zeros for absent keys. Tables of this kind are named ``ids.<name>`` so
 a shard knows their kind from a save (:mod:`ps.shard_id_rows`).
 
+With a ``tier`` (:mod:`tables.tiering`) the rows RAM's budget has no room for live on disk: a
+read takes them from their records in place, and a write first promotes the disk rows of its
+keys (a ring append or a rate update reads the row it changes), so the kernels only ever see
+RAM rows.
+
 A third write, ``observe_rates``, keeps rate rows: per key the moving average of the steps
 between its occurrences (a streaming item-frequency estimate that every trainer updates, Yi
 et al. 2019, on the parameter servers as the paper has it). Its step clock is the row of key
@@ -27,7 +32,7 @@ from tables.batch_checks import as_keys
 from tables.id_rows_kernels import put_rows, rate_expected, rate_observe, ring_append
 from tables.row_kernels import touch
 from tables.sparse_table import SparseTable
-from tables.table_config import EvictionConfig, TableConfig
+from tables.table_config import EvictionConfig, TableConfig, TierConfig
 from tables.table_files import TableSave
 
 ID_ROWS_PREFIX = "ids."
@@ -40,15 +45,17 @@ def is_id_rows(name: str) -> bool:
     return name.startswith(ID_ROWS_PREFIX)
 
 
-def id_rows_config(name: str, words: int, *, ttl_passes: int | None = None) -> TableConfig:
+def id_rows_config(name: str, words: int, *, ttl_passes: int | None = None,
+                   tier: TierConfig | None = None) -> TableConfig:
     """The table config of id-rows table ``name`` (``ids.`` prefixed) of ``words`` uint64 a row;
-    ``ttl_passes``: rows not written for more passes go at the next shrink."""
+    ``ttl_passes``: rows not written for more passes go at the next shrink; ``tier``: a disk
+    tier under the RAM budget (None: RAM only)."""
     if not is_id_rows(name):
         raise InvalidInput(f"id-rows table names start with {ID_ROWS_PREFIX!r}, got {name!r}")
     if not 1 <= words <= MAX_WORDS:
         raise InvalidInput(f"id-rows table {name!r}: words must be in 1..{MAX_WORDS}, got {words}")
     return TableConfig(name=name, dim=2 * words, initializer={"kind": "zeros"}, optimizer={"kind": "sgd", "lr": 1.0},
-                       eviction=EvictionConfig(ttl_passes=ttl_passes, budget_order="lru"))
+                       eviction=EvictionConfig(ttl_passes=ttl_passes, budget_order="lru"), tier=tier)
 
 
 class IdRowsTable(SparseTable):
@@ -69,6 +76,14 @@ class IdRowsTable(SparseTable):
             rows = self.state.lookup(k)
             found = rows >= 0
             out[found] = self._words()[rows[found]]
+            if self.tier is not None and not found.all():
+                at = self.tier.lookup(k)
+                on_disk = at >= 0
+                out[on_disk] = self._disk_words(at[on_disk])
+                found |= on_disk
+                self.counters["ram_hits"] += k.shape[0] - int(np.count_nonzero(rows < 0))
+                self.counters["disk_hits"] += int(np.count_nonzero(on_disk))
+                self.counters["disk_reads"] += int(np.count_nonzero(on_disk))
         return out, found
 
     # ---------------------------------------------------------------- writes
@@ -111,18 +126,48 @@ class IdRowsTable(SparseTable):
         out = np.empty(asked.shape[0], np.float32)
         with self.lock.mutex:
             if observe:
-                clock = self._rows_for(np.array([RATE_CLOCK_KEY], np.uint64))
-                if clock[0] < 0:
+                # the clock's row made with the keys' (the smallest key, so first to get room): a row
+                # made, promoted or evicted for one of them cannot move it before the kernel runs
+                rows = self._rows_for(np.concatenate([np.array([RATE_CLOCK_KEY], np.uint64), seen]))
+                if rows[0] < 0:
                     raise Conflict(f"table {self.name}: the shard's byte budget has no room for the rate rows' clock")
-                rows = self._rows_for(seen) if seen.shape[0] else np.empty(0, np.int64)
                 # read after the rows are made (a table that grew has new arrays)
-                rate_observe(self._words(), self.state.rows.cols["params"], rows, np.int64(clock[0]),
+                rate_observe(self._words(), self.state.rows.cols["params"], rows[1:], np.int64(rows[0]),
                              np.float32(alpha))
                 self.counters["rate_steps"] += 1
             words, floats = self._words(), self.state.rows.cols["params"]
             clock_row = np.int64(self.state.lookup(np.array([RATE_CLOCK_KEY], np.uint64))[0])
-            rate_expected(words, floats, self.state.lookup(asked), clock_row, out)
+            rows = self.state.lookup(asked)
+            if self.tier is None or self.tier.disk.rows == 0:
+                rate_expected(words, floats, rows, clock_row, out)
+            else:
+                self._expected_both_tiers(asked, rows, clock_row, out)
         return out
+
+    def _expected_both_tiers(self, asked: np.ndarray, rows: np.ndarray, clock_row: np.int64, out: np.ndarray) -> None:
+        """Under the lock: :func:`rate_expected` of ``asked`` (RAM rows ``rows``) when some of
+        them, or the clock, are on disk: their rows and the clock's are gathered from either
+        tier into one small array first, so asking never moves a row."""
+        floats = self.state.rows.cols["params"]
+        gathered = np.zeros((asked.shape[0] + 1, floats.shape[1]), np.float32)  # the last row: the clock's
+        ram = rows >= 0
+        gathered[:-1][ram] = floats[rows[ram]]
+        at = self.tier.lookup(asked)
+        on_disk = at >= 0
+        if on_disk.any():
+            gathered[:-1][on_disk] = self.tier.disk.read(at[on_disk], ("params",))["params"]
+        local = np.where(ram | on_disk, np.arange(asked.shape[0], dtype=np.int64), -1)
+        if clock_row >= 0:
+            gathered[-1] = floats[clock_row]
+        else:
+            clock_at = self.tier.lookup(np.array([RATE_CLOCK_KEY], np.uint64))
+            if clock_at[0] >= 0:
+                gathered[-1] = self.tier.disk.read(clock_at, ("params",))["params"][0]
+        rate_expected(gathered.view(np.uint64), gathered, local, np.int64(asked.shape[0]), out)
+
+    def _disk_words(self, records: np.ndarray) -> np.ndarray:
+        """The rows of disk ``records`` as their uint64 words (the float32 params' bits)."""
+        return self.tier.disk.read(records, ("params",))["params"].view(np.uint64)
 
     def _rows_for(self, keys: np.ndarray) -> np.ndarray:
         """Under the lock: the row of each key (created when absent, -1 when the byte budget refuses
@@ -131,6 +176,10 @@ class IdRowsTable(SparseTable):
         st = self.state
         rows = st.lookup(uniq)
         miss = np.flatnonzero(rows < 0)
+        if (miss.shape[0] and self.tier is not None and self.tier.disk.rows
+                and self.tier.promote(uniq[miss], protected=rows[rows >= 0], limit=self.budget.ram_row_limit())):
+            rows = st.lookup(uniq)  # the promotion's demotion moved RAM rows
+            miss = np.flatnonzero(rows < 0)
         if miss.shape[0]:
             new, limit = self.budget.make_room(uniq, rows, miss)
             if new.shape[0]:

@@ -58,6 +58,7 @@ def test_without_policies_the_tables_are_the_models() -> None:
     ({"tables": {"item_id": {"eviction": {"ttl": 3}}}}, "ps.tables.item_id.eviction.ttl"),
     ({"tables": {"default": {"admission": {"policy": "sometimes"}}}}, "ps.tables.default.admission"),
     ({"shard": {"max_byte": 1}}, "ps.shard.max_byte"),
+    ({"tables": {"ids": {"eviction": {"ttl_passes": 3}}}}, "ps.tables.ids.eviction"),
 ])
 def test_config_check_names_an_unknown_table_slot_or_key(tmp_path: Path, ps: dict, named: str,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,3 +68,18 @@ def test_config_check_names_an_unknown_table_slot_or_key(tmp_path: Path, ps: dic
     assert named in err.value.message
     assert main(["config", "check", "--config", str(path)]) != 0
     assert named in capsys.readouterr().err
+
+
+def test_the_id_rows_tables_take_the_tier_of_ids_else_of_default(tmp_path: Path) -> None:
+    """Users' histories, items' feature rows and rate rows are made by the shards on first write:
+    their disk tier is ``ps.tables.ids``' (or ``default``'s), rendered into ps.yaml."""
+    def rendered(tables: dict) -> PSConfig:
+        config = load_config(write(tmp_path, {"tables": tables}))
+        return PSConfig.model_validate(role_files(config, base=tmp_path)["ps.yaml"])
+
+    tier = {"disk": {"path": "/data/tier", "max_bytes": 1 << 30}, "low_water": 0.8}
+    own = rendered({"ids": {"tier": tier}}).id_rows_tier
+    assert own is not None and own.disk.path == "/data/tier" and own.low_water == 0.8
+    assert rendered({"default": {"tier": tier}}).id_rows_tier == own
+    assert rendered({"default": {"nonfinite": "skip"}}).id_rows_tier is None
+    assert PSConfig.model_validate(role_files(load_config(None), base=tmp_path)["ps.yaml"]).id_rows_tier is None

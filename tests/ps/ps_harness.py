@@ -26,10 +26,12 @@ WORKER_SCRIPT = Path(__file__).with_name("worker_process.py")
 
 class Shards:
     def __init__(self, tmp: Path, tables: Sequence[dict[str, Any]], n: int, secret: bytes | None,
-                 auth: dict[str, Any] | None = None, shard: dict[str, Any] | None = None) -> None:
+                 auth: dict[str, Any] | None = None, shard: dict[str, Any] | None = None,
+                 id_rows_tier: dict[str, Any] | None = None) -> None:
         self.config = tmp / "ps.yaml"
         self.config.write_text(yaml.safe_dump({"tables": list(tables), **({"auth": auth} if auth else {}),
-                                               **({"shard": shard} if shard else {})}))
+                                               **({"shard": shard} if shard else {}),
+                                               **({"id_rows_tier": id_rows_tier} if id_rows_tier else {})}))
         self.checkpoints = tmp / "checkpoints"
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -102,9 +104,10 @@ class Shards:
 @contextmanager
 def shard_processes(tmp: Path, tables: Sequence[dict[str, Any]], n: int = 2, *,
                     secret: bytes | None = None, auth: dict[str, Any] | None = None,
-                    shard: dict[str, Any] | None = None) -> Iterator[Shards]:
-    """``auth``, ``shard``: the PS config's sections of those names (default: their defaults)."""
-    shards = Shards(tmp, tables, n, secret, auth, shard)
+                    shard: dict[str, Any] | None = None,
+                    id_rows_tier: dict[str, Any] | None = None) -> Iterator[Shards]:
+    """``auth``, ``shard``, ``id_rows_tier``: the PS config's keys of those names (default: their defaults)."""
+    shards = Shards(tmp, tables, n, secret, auth, shard, id_rows_tier)
     try:
         for i in range(n):
             shards.start(i)

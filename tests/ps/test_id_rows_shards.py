@@ -84,3 +84,44 @@ def test_an_id_rows_table_made_by_a_write_gets_its_share_of_the_shard_budget() -
     ShardIdRows(tables).write(msg)
     shares = [t.stats()["max_bytes"] for t in tables.sparse.values()]
     assert None not in shares and shares[0] < alone and sum(shares) <= 1 << 24
+
+
+@pytest.mark.process
+def test_id_rows_on_a_disk_tier_survive_a_killed_shard(tmp_path: Path) -> None:
+    """Users' histories past the shard's byte budget live on its id-rows disk tier; a base and a
+    delta save hold both tiers, and a shard killed with SIGKILL comes back with every saved row."""
+    users = np.arange(1, 6001, dtype=np.uint64)
+    rng = np.random.default_rng(5)
+    tier = {"disk": {"path": str(tmp_path / "tier")}}
+    with (shard_processes(tmp_path, [EMB], n=1, shard={"max_bytes": 1_200_000}, id_rows_tier=tier) as shards,
+          shards.client(timeout_s=30.0, retries=0) as c):
+        want: dict[int, list[int]] = {}
+
+        def append(keys: np.ndarray, t0: float) -> None:
+            ids = rng.integers(1, 2**63, keys.shape[0]).astype(np.uint64)
+            for part in np.array_split(np.arange(keys.shape[0]), max(1, keys.shape[0] // 250)):  # each fits RAM
+                _append(c, keys[part], ids[part], t0 + part.astype(np.float64))
+            for k, i in zip(keys.tolist(), ids.tolist(), strict=True):
+                want.setdefault(k, []).insert(0, i)
+
+        append(users, 0.0)
+        c.admin.save(mode=SaveMode.BASE)
+        append(rng.choice(users, 3000), 10_000.0)
+        c.admin.save(mode=SaveMode.DELTA)
+        saved = {k: v[:CAP] for k, v in want.items()}
+        append(rng.choice(users, 500), 20_000.0)  # never saved
+        st = c.admin.stats()[0]["tables"]["ids.history"]
+        assert st["disk_rows"] > 1000 and st["rows"] + st["disk_rows"] == users.shape[0], st
+        assert st["promoted"] > 0 and st["refused_by_budget"] == 0
+        got, found = _history(c, users)
+        assert found.all() and got == [want[k][:CAP] for k in users.tolist()]
+
+        shards.kill(0)
+        shards.start(0)
+        shards.wait_healthy()
+        with pytest.raises(ShardRestarted):
+            _history(c, users[:1])
+        st = c.admin.stats()[0]["tables"]["ids.history"]
+        assert st["disk_rows"] > 0 and st["rows"] + st["disk_rows"] == users.shape[0], st
+        got, found = _history(c, users)
+        assert found.all() and got == [saved[k] for k in users.tolist()]
