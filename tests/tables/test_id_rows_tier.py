@@ -105,3 +105,18 @@ def test_base_and_delta_saves_hold_both_tiers(tmp_path: Path, into: str) -> None
     if into == "tiered":
         assert back.tier.disk.rows > 0
     assert_same(ram, back)
+
+
+def test_ttl_reaches_rows_on_disk(tmp_path: Path) -> None:
+    tier = tc.TierConfig(disk=tc.DiskTierConfig(path=str(tmp_path)))
+    cfg = id_rows_config("ids.test", WORDS, ttl_passes=1, tier=tier)
+    t = IdRowsTable(cfg.model_copy(update={"eviction": cfg.eviction.model_copy(update={"max_bytes": 150_000})}))
+    values = np.ones((200, WORDS), np.uint64)
+    for start in range(0, IDS.shape[0], 200):
+        t.put(IDS[start : start + 200], values)
+    assert t.tier.disk.rows > 800
+    for _ in range(2):
+        t.end_pass()
+    t.put(IDS[:5], values[:5])  # written again: kept
+    assert t.shrink() == IDS.shape[0] - 5
+    assert t.tier.disk.rows == 0 and t.read(IDS)[1].sum() == 5
