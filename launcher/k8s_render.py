@@ -11,7 +11,7 @@ The committed files under ``deploy/k8s/`` are this module's output for ``deploy/
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -64,7 +64,25 @@ def streamrec_config(values: DeployValues) -> dict[str, Any]:
     # the chief writes its pod's address there; the API reads it, so it follows a new chief
     config["service"] = {**config.get("service", {}), "job_control_file": f"{checkpoints}/control.json"}
     validate_config(config, StreamrecConfig, "values config")
+    _check_tier_paths(values, config)
     return config
+
+
+def _check_tier_paths(values: DeployValues, config: dict[str, Any]) -> None:
+    """Every disk tier the config sets must write into the shard pods' tier volume (elsewhere the
+    container's own filesystem would take the rows, or refuse them)."""
+    policies = (config.get("ps") or {}).get("tables") or {}
+    for name, policy in policies.items():
+        path = (((policy or {}).get("tier") or {}).get("disk") or {}).get("path")
+        if path is None:
+            continue
+        key = f"config.ps.tables.{name}.tier.disk.path"
+        if values.disk_tier is None:
+            raise ConfigError(f"{key}: set `disk_tier` in the values, so that the shard pods get a volume at "
+                              f"{workloads.TIER_DIR} for it", detail={"keys": [key, "disk_tier"]})
+        if not PurePosixPath(path).is_relative_to(workloads.TIER_DIR):
+            raise ConfigError(f"{key}: {path!r} is not under the shard pods' tier volume {workloads.TIER_DIR}",
+                              detail={"keys": [key]})
 
 
 def _config_map(values: DeployValues, text: str) -> dict[str, Any]:

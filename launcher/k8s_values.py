@@ -99,6 +99,14 @@ class StorageValues(FrozenModel):
         return f"/data/{name}"
 
 
+class DiskTierValues(FrozenModel):
+    """Node-local scratch for the shards' disk tiers: an emptyDir per shard pod (a tier file starts
+    empty in every process; the pass saves on ``storage`` hold the rows)."""
+
+    size_limit: str = Field("200Gi", description="The emptyDir's sizeLimit: keep it above the sum of the tables' "
+                                                 "`tier.disk.max_bytes`, or the kubelet evicts the pod.")
+
+
 class SecretsValues(FrozenModel):
     name: str = Field("streamrec-secrets", description="Secret with the keys `admin-token` (the REST admin API) "
                                                        "and `ps-secret` (the shards' HMAC key, >= 16 bytes).")
@@ -201,6 +209,9 @@ class DeployValues(FrozenModel):
                     "(the ordinal suffix of the pod name, through a shell: for older clusters).")
     kafka: KafkaValues = Field(KafkaValues(), description="Where the trainers read records.")
     storage: StorageValues = Field(StorageValues(), description="Where checkpoints and exports live.")
+    disk_tier: DiskTierValues | None = Field(
+        None, description="A volume at `/var/lib/streamrec-tier` in every shard pod for the tables' disk tiers "
+                          "(`ps.tables.<name>.tier.disk.path` must lie under it); left out, no tier may be configured.")
     secrets: SecretsValues = Field(SecretsValues(), description="The admin token and the PS secret.")
     resources: ResourcesValues = Field(ResourcesValues(), description="Requests and limits per role.")
     disruption: DisruptionValues = Field(DisruptionValues(), description="PodDisruptionBudgets.")

@@ -27,6 +27,7 @@ STARTUP_PERIOD_S = 10
 RUN_DIR = "/run/streamrec"
 CONFIG_DIR = "/etc/streamrec"
 SECRETS_DIR = "/etc/streamrec-secrets"
+TIER_DIR = "/var/lib/streamrec-tier"  # the shards' disk tier volume (values disk_tier)
 PS_SECRET_FILE = f"{SECRETS_DIR}/ps-secret"
 POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
 CONFIG_CHECKSUM = "streamrec.io/config-checksum"
@@ -166,8 +167,11 @@ def shards(values: DeployValues, config_checksum: str) -> list[dict[str, Any]]:
         run: dict[str, Any] = {"env": [index], "args": _shard_argv(values, "$(SHARD_INDEX)")}
     else:  # the ordinal is the pod name's suffix, which the shell cuts from HOSTNAME
         run = {"command": ["sh", "-c", "exec streamrec " + " ".join(_shard_argv(values, '"${HOSTNAME##*-}"'))]}
+    mounts = [*_ROLE_MOUNTS, {"name": "data", "mountPath": "/data"}]
+    if values.disk_tier is not None:
+        mounts.append({"name": "tier", "mountPath": TIER_DIR})
     container = _container(
-        values, "shard", values.resources.shard, [*_ROLE_MOUNTS, {"name": "data", "mountPath": "/data"}], **run,
+        values, "shard", values.resources.shard, mounts, **run,
         ports=[{"name": "ps", "containerPort": PS_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         startupProbe=_startup_probe("/metrics", "metrics"),
         readinessProbe={"tcpSocket": {"port": "ps"}, "periodSeconds": 5},
@@ -176,11 +180,12 @@ def shards(values: DeployValues, config_checksum: str) -> list[dict[str, Any]]:
         "clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels("shard"),
         "ports": [{"name": "ps", "port": PS_PORT, "targetPort": "ps"},
                   {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}
+    pod = _pod(values, "shard", container, values.resources.shard, config_checksum, secret_items=["ps-secret"])
+    if values.disk_tier is not None:  # node-local scratch: the tier's files start empty, the saves hold the rows
+        pod["spec"]["volumes"].append({"name": "tier", "emptyDir": {"sizeLimit": values.disk_tier.size_limit}})
     sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta("streamrec-shard", values, "shard"),
            "spec": {"serviceName": "streamrec-shard", "replicas": values.shards, "podManagementPolicy": "Parallel",
-                    "selector": {"matchLabels": labels("shard")},
-                    "template": _pod(values, "shard", container, values.resources.shard, config_checksum,
-                                     secret_items=["ps-secret"])}}
+                    "selector": {"matchLabels": labels("shard")}, "template": pod}}
     return [service, sts]
 
 

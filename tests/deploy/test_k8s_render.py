@@ -131,7 +131,31 @@ def _variants() -> dict[str, DeployValues]:
         "no-spread-no-pdb": _values(affinity={"anti_affinity": "off"}, disruption={"enabled": False}, image={
             "registry": "r.example/x", "digest": "sha256:" + "a" * 64, "pull_secrets": ["regcred"]}),
         "hostname-index": _values(shard_index="hostname"),
+        "disk-tier": _values(disk_tier={"size_limit": "50Gi"}, config={**_values().config, "ps": _TIERED_PS}),
     }
+
+
+_TIERED_PS = {"shard": {"max_bytes": 4 << 30}, "tables": {
+    "default": {"tier": {"disk": {"path": f"{k8s_workloads.TIER_DIR}/tables", "max_bytes": 40 << 30}}}}}
+
+
+def test_a_disk_tier_gets_a_volume_in_every_shard_pod_and_a_path_outside_it_is_refused() -> None:
+    docs = _objects(render(_variants()["disk-tier"], values_file=VALUES_FILE))
+    pod = _named(docs, "StatefulSet", "streamrec-shard")["spec"]["template"]["spec"]
+    assert {"name": "tier", "emptyDir": {"sizeLimit": "50Gi"}} in pod["volumes"]
+    assert {"name": "tier", "mountPath": k8s_workloads.TIER_DIR} in pod["containers"][0]["volumeMounts"]
+    trainer = _named(docs, "Deployment", "streamrec-trainer")["spec"]["template"]["spec"]
+    assert all(v["name"] != "tier" for v in trainer["volumes"])  # only shards hold tables
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["streamrec.yaml"])
+    assert config["ps"] == _TIERED_PS
+    no_volume = _values(config={**_values().config, "ps": _TIERED_PS})
+    with pytest.raises(ConfigError) as err:
+        render(no_volume, values_file=VALUES_FILE)
+    assert err.value.detail["keys"] == ["config.ps.tables.default.tier.disk.path", "disk_tier"]
+    elsewhere = {"tables": {"ids": {"tier": {"disk": {"path": "/data/tier"}}}}}
+    with pytest.raises(ConfigError) as err:
+        render(_values(disk_tier={}, config={**_values().config, "ps": elsewhere}), values_file=VALUES_FILE)
+    assert "config.ps.tables.ids.tier.disk.path" in err.value.message and "/data/tier" in err.value.message
 
 
 @pytest.mark.parametrize("name", list(_variants()))
