@@ -76,12 +76,13 @@ class IdRowsTable(SparseTable):
             rows = self.state.lookup(k)
             found = rows >= 0
             out[found] = self._words()[rows[found]]
+            if self.tier is not None:
+                self.counters["ram_hits"] += int(np.count_nonzero(found))
             if self.tier is not None and not found.all():
                 at = self.tier.lookup(k)
                 on_disk = at >= 0
                 out[on_disk] = self._disk_words(at[on_disk])
                 found |= on_disk
-                self.counters["ram_hits"] += k.shape[0] - int(np.count_nonzero(rows < 0))
                 self.counters["disk_hits"] += int(np.count_nonzero(on_disk))
                 self.counters["disk_reads"] += int(np.count_nonzero(on_disk))
         return out, found
