@@ -206,4 +206,6 @@ def test_the_settings_refuse_an_unknown_weight_and_auto_on_the_logit_scale() -> 
     with pytest.raises(ValueError, match="auto is chosen for the standardized scale"):
         PopularityPriorSettings(weight="auto", scale="logit")
     assert PopularityPriorSettings(weight=0.0, scale="logit").weight == 0.0
-    assert PopularityPriorSettings().weight == 3.0 and PopularityPriorSettings(weight="auto").weight == "auto"
+    with pytest.raises(ValueError, match="a number as the weight"):  # the default weight is auto
+        PopularityPriorSettings(scale="logit")
+    assert PopularityPriorSettings().weight == "auto" and PopularityPriorSettings(weight=3.0).weight == 3.0
