@@ -63,20 +63,17 @@ def streamrec_config(values: DeployValues) -> dict[str, Any]:
                        "control_endpoint": f"tcp://0.0.0.0:{workloads.CONTROL_PORT}"}
     # the chief writes its pod's address there; the API reads it, so it follows a new chief
     config["service"] = {**config.get("service", {}), "job_control_file": f"{checkpoints}/control.json"}
-    validate_config(config, StreamrecConfig, "values config")
-    _check_tier_paths(values, config)
+    _check_tier_paths(values, validate_config(config, StreamrecConfig, "values config"))
     return config
 
 
-def _check_tier_paths(values: DeployValues, config: dict[str, Any]) -> None:
+def _check_tier_paths(values: DeployValues, config: StreamrecConfig) -> None:
     """Every disk tier the config sets must write into the shard pods' tier volume (elsewhere the
     container's own filesystem would take the rows, or refuse them)."""
-    policies = (config.get("ps") or {}).get("tables") or {}
-    for name, policy in policies.items():
-        path = (((policy or {}).get("tier") or {}).get("disk") or {}).get("path")
-        if path is None:
+    for name, policy in config.ps.tables.items():
+        if policy.tier is None:
             continue
-        key = f"config.ps.tables.{name}.tier.disk.path"
+        path, key = policy.tier.disk.path, f"config.ps.tables.{name}.tier.disk.path"
         if values.disk_tier is None:
             raise ConfigError(f"{key}: set `disk_tier` in the values, so that the shard pods get a volume at "
                               f"{workloads.TIER_DIR} for it", detail={"keys": [key, "disk_tier"]})

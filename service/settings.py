@@ -102,11 +102,10 @@ class PopularityPriorSettings(FrozenModel):
     # auto, the job's own choice on its latest records: a fixed 3 (MovieLens 100K's best) cut recall on the
     # planted logs by a third to a half, auto serves them the model's recall and MovieLens 100K a little below 3
     weight: float | Literal["auto"] = Field(
-        "auto", description="Weight of the prior (log1p of the item's decayed record count, in "
-                                          "`scale`'s units) for a user with a history; 0: the model's ranking for "
-                                          "everyone; `auto` (standardized scale only): the weight the training job "
-                                          "chose on its users' latest picks and wrote into the bundle "
-                                          f"({AUTO_FALLBACK_WEIGHT:g} for a bundle without one).")
+        "auto", description="Weight of the prior (log1p of the item's decayed record count, in `scale`'s units) "
+                            "for a user with a history; 0: the model's ranking for everyone; `auto` (standardized "
+                            "scale only): the weight the training job chose on its users' latest picks and wrote "
+                            f"into the bundle ({AUTO_FALLBACK_WEIGHT:g} for a bundle without one).")
 
     candidates: int = Field(DEFAULT_CANDIDATES, ge=1,
                             description="Items the prior re-ranks, besides the request's exclusions (at least the "

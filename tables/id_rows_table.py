@@ -77,14 +77,14 @@ class IdRowsTable(SparseTable):
             found = rows >= 0
             out[found] = self._words()[rows[found]]
             if self.tier is not None:
-                self.counters["ram_hits"] += int(np.count_nonzero(found))
-            if self.tier is not None and not found.all():
-                at = self.tier.lookup(k)
-                on_disk = at >= 0
-                out[on_disk] = self._disk_words(at[on_disk])
-                found |= on_disk
-                self.counters["disk_hits"] += int(np.count_nonzero(on_disk))
-                self.counters["disk_reads"] += int(np.count_nonzero(on_disk))
+                miss = np.flatnonzero(rows < 0)
+                self.counters["ram_hits"] += k.shape[0] - miss.shape[0]
+                at = self.tier.lookup(k[miss])
+                on_disk = miss[at >= 0]
+                out[on_disk] = self._disk_words(at[at >= 0])
+                found[on_disk] = True
+                self.counters["disk_hits"] += on_disk.shape[0]
+                self.counters["disk_reads"] += on_disk.shape[0]
         return out, found
 
     # ---------------------------------------------------------------- writes
