@@ -44,12 +44,20 @@ class BudgetedTable(Protocol):
     tier: TableTier | None
 
 
+# A tiered table's RAM budget also holds what its calls hold beside the rows: per key the reply's
+# (or gradient's) row and about this many bytes of keys, row numbers and masks.
+CALL_BYTES_PER_KEY = 48
+CALL_DECAY = 0.99  # the reserve follows the largest recent call, shrinking 1% a call after a big one
+MAX_CALL_SHARE = 4  # it takes at most a quarter of the budget: rows keep the rest
+
+
 class TableBudget:
     """The byte budget of ``table``: its own ``eviction.max_bytes`` or its shard's share, the smaller."""
 
     def __init__(self, table: BudgetedTable) -> None:
         self.table = table
         self.shard_share: int | None = None  # this table's share of its shard's max_bytes
+        self.call_keys = 0.0  # a tiered table's largest recent call, in keys (note_call)
 
     def in_force(self, config: TableConfig | None = None) -> tuple[int | None, str]:
         """The byte budget in force (None: unbounded) and the config key it comes from."""
@@ -92,14 +100,25 @@ class TableBudget:
             return None
         return rows_within(budget, self.table.state.rows.row_nbytes(), self._fixed(budget))
 
+    def note_call(self, keys: int) -> None:
+        """Under the lock: a tiered table's pull or push of ``keys`` keys is starting. Its
+        temporaries are reserved in the RAM budget (:meth:`_fixed`), so the RAM tier's rows make
+        room for them and the process stays within the budget while the call runs, as a memory
+        limit (a container's) needs; a table without a tier evicts no learning for them."""
+        self.call_keys = max(float(keys), self.call_keys * CALL_DECAY)
+
     def _fixed(self, budget: int) -> int:
-        """Fixed bytes as a row limit counts them, the disk tier's RAM part (keys, index) included,
-        rounded up like tombstones so the limit steps down once per many demotions."""
+        """Fixed bytes as a row limit counts them, the disk tier's RAM part (keys, index) and its
+        calls' temporaries included, rounded up like tombstones so the limit steps down once per
+        many demotions."""
         fixed = reserved_fixed_bytes(self.table.state, budget)
         tier = self.table.tier
         if tier is not None:
             step = max(1, budget // EVICT_SLACK)
-            fixed += -(-tier.ram_bytes() // step) * step
+            params = self.table.state.rows.cols["params"]
+            calls = min(budget // MAX_CALL_SHARE,
+                        int(self.call_keys * (params.shape[1] * params.itemsize + CALL_BYTES_PER_KEY)))
+            fixed += -(-(tier.ram_bytes() + calls) // step) * step
         return fixed
 
     def shape(self) -> tuple[int, float]:

@@ -104,6 +104,7 @@ class SparseTable:
             missing = gather(st.slots, cols["keys"], st.hash_key, cols["params"], k, out, rows, self.tier is None,
                              *self._gather_args)
             if self.tier is not None:
+                self.budget.note_call(n)
                 counters["ram_hits"] += n - missing
                 if missing:
                     absent = self.tier.pull(k, rows, out)
@@ -252,6 +253,7 @@ class SparseTable:
                 missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
             on_disk = None  # keys whose disk rows this push updated in place
             if self.tier is not None:
+                self.budget.note_call(n)
                 self.counters["ram_hits"] += uniq.shape[0] - missing
                 if missing and self.tier.disk.holds == 0 and self.tier.disk.rows:
                     hit = self.tier.push(uniq, np.flatnonzero(rows < 0), g, s, c, self._update)

@@ -173,7 +173,9 @@ class DiskTierConfig(FrozenModel):
 class TierConfig(FrozenModel):
     """A second tier under the RAM byte budget (``eviction.max_bytes`` or the shard's share): the
     coldest rows move to disk, instead of being evicted, once RAM reaches the budget, and back
-    when pulled a second time lately (a pull reads them in place, a push updates them in place)."""
+    when pulled a second time lately (a pull reads them in place, a push updates them in place).
+    The budget holds the table's largest recent call's temporaries too (at most a quarter of it):
+    RAM rows make room for them, so the process stays within the budget while a call runs."""
 
     disk: DiskTierConfig = Field(description="The disk tier: `path` and `max_bytes`.")
     low_water: float = Field(0.9, gt=0.0, lt=1.0,
