@@ -7,12 +7,12 @@ from before the table is made to the end, anonymous memory (the table's arrays: 
 budget bounds) and file-mapped pages apart (the tier file's page cache, which the tier maps
 to read and the kernel reclaims). Both get the same steps, each a 64K-key pull of one batch
 and a push of another drawn apart, under a Zipf(1.1) key stream and a uniform one over the
-stored ids; the first ``--warm-batches`` steps are reported apart (cold) from the rest
-(steady). For the tiered table, the hit rate (keys found in RAM at the call's start) beside
-the ideal one (a RAM tier as large holding the most drawn keys), disk reads a batch, and
-keys/s by the calling thread's CPU time beside wall time (on a loaded machine the
-wall-time ratio of two processes run one after the other moves with the load; the CPU ratio
-does not, but leaves out waits for the disk). The disk's own random-read rate
+stored ids, the two processes taking step i in turn (so a machine whose speed drifts, as a
+shared one does, drifts alike under both); the first ``--warm-batches`` steps are reported
+apart (cold) from the rest (steady). For the tiered table, the hit rate (keys found in RAM at
+the call's start) beside the ideal one (a RAM tier as large holding the most drawn keys), disk
+reads a batch, and keys/s by the calling thread's CPU time beside wall time (the CPU ratio
+leaves out waits for the disk; wall time holds them). The disk's own random-read rate
 is probed in the same run (4 KiB O_DIRECT reads at random offsets of a file as large as the
 tier's). ``--drop-caches`` empties the page cache before the tiered table's uniform phase (root;
 other users drop the tier file's pages alone).
@@ -133,14 +133,32 @@ def ram_share(table: SparseTable, keys: np.ndarray, *, unique: bool) -> tuple[in
     return int(np.count_nonzero(table.state.lookup(keys) >= 0)), int(keys.shape[0])
 
 
+def table_keys(n_rows: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.permutation(np.arange(1, n_rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+
+
+def fill(table: SparseTable, keys: np.ndarray, grads: np.ndarray) -> None:
+    batch = grads.shape[0]
+    for s in range(0, keys.shape[0], batch):
+        table.push(keys[s : s + batch], grads[: min(batch, keys.shape[0] - s)])
+
+
+def all_ram_bytes(n_rows: int, batch: int) -> int:
+    """What the all-RAM table holds once filled (the tiered table's budget is a quarter of it)."""
+    table = SparseTable(config(None, None))
+    fill(table, table_keys(n_rows, np.random.default_rng(7)), np.full((batch, DIM), 1e-3, np.float32))
+    return int(table.stats()["bytes"])
+
+
 def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: int | None,
-              tier_dir: str | None, drop_caches: bool) -> dict[str, Any]:
+              tier_dir: str | None, drop_caches: bool, gate: Any = None) -> dict[str, Any]:
     """In a process of its own: fill a table, then, per key stream, ``n_warm + n_batches``
     steps of a pull of one batch and a push of another (drawn apart, same distribution);
-    the first ``n_warm`` steps are the cold figure, the rest the steady state."""
+    the first ``n_warm`` steps are the cold figure, the rest the steady state. ``gate``: called
+    before each step, waits for this process's turn (:func:`in_lockstep`)."""
     warm_up(tier_dir)
     rng = np.random.default_rng(7)
-    keys = rng.permutation(np.arange(1, n_rows + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    keys = table_keys(n_rows, rng)
     grads = np.full((batch, DIM), 1e-3, np.float32)
     steps = n_warm + n_batches
     streams = {kind: {op: key_batches(kind, keys, batch, steps, rng) for op in ("pull", "push")}
@@ -149,8 +167,7 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
     sampler = RssSampler()
     table = SparseTable(config(ram_bytes, Path(tier_dir) if tier_dir else None))
     t = time.perf_counter()
-    for s in range(0, n_rows, batch):
-        table.push(keys[s : s + batch], grads[: min(batch, n_rows - s)])
+    fill(table, keys, grads)
     out: dict[str, Any] = {"fill_keys_per_s": n_rows / (time.perf_counter() - t), "phases": {}}
     calls = {"pull": table.pull, "push": lambda k, t=table: t.push(k, grads[: k.shape[0]])}
     for kind in ("zipf", "uniform"):
@@ -161,6 +178,8 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
                for regime in ("cold", "steady") for op in ("pull", "push")}
         for i in range(steps):
             regime = "cold" if i < n_warm else "steady"
+            if gate is not None:
+                gate()
             for op in ("pull", "push"):
                 b = streams[kind][op][i]
                 a = acc[regime, op]
@@ -204,6 +223,51 @@ def in_process(fn: Any, *args: Any) -> Any:
         return pool.apply(fn, args)
 
 
+def _stepped(conn: Any, args: tuple[Any, ...]) -> None:
+    """A child of :func:`in_lockstep`: :func:`run_table` taking a step only when told to."""
+
+    def gate() -> None:
+        conn.send("ready")
+        conn.recv()
+
+    try:
+        conn.send(("result", run_table(*args, gate=gate)))
+    except BaseException as e:
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        raise
+
+
+def in_lockstep(*runs: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """:func:`run_table` of each argument tuple in a process of its own (its RSS its own), the
+    processes taking their steps in turn: step i of the first, then of the second, so the
+    machine's state (other load, the host's caches and clock) drifts alike under both
+    tables and the ratios of their CPU times compare like with like."""
+    ctx = mp.get_context("spawn")
+    conns, procs = [], []
+    for args in runs:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_stepped, args=(child, args))
+        proc.start()
+        conns.append(parent)
+        procs.append(proc)
+    try:
+        msgs = [c.recv() for c in conns]  # each has made and filled its table
+        while any(m == "ready" for m in msgs):
+            for i, c in enumerate(conns):
+                if msgs[i] == "ready":
+                    c.send("go")
+                    msgs[i] = c.recv()  # ready for its next step, or its result
+        errors = [m[1] for m in msgs if m[0] == "error"]
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        return [m[1] for m in msgs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+
+
 def random_read_probe(path: Path, nbytes: int, seconds: float = 3.0) -> float:
     """The disk's own 4 KiB random reads/s (O_DIRECT: the page cache plays no part)."""
     block = 4096
@@ -231,9 +295,9 @@ def random_read_probe(path: Path, nbytes: int, seconds: float = 3.0) -> float:
 
 
 def run(n_rows: int, batch: int, n_batches: int, n_warm: int, workdir: Path, drop_caches: bool) -> dict[str, Any]:
-    ram = in_process(run_table, n_rows, batch, n_batches, n_warm, None, None, False)
-    budget = ram["ram_table_bytes"] // 4
-    tiered = in_process(run_table, n_rows, batch, n_batches, n_warm, budget, str(workdir / "tier"), drop_caches)
+    budget = in_process(all_ram_bytes, n_rows, batch) // 4
+    ram, tiered = in_lockstep((n_rows, batch, n_batches, n_warm, None, None, False),
+                              (n_rows, batch, n_batches, n_warm, budget, str(workdir / "tier"), drop_caches))
     probe = random_read_probe(workdir / "probe", max(tiered["disk_bytes"], 64 << 20))
     ratios: dict[str, dict[str, float]] = {}
     for kind in ("zipf", "uniform"):
