@@ -47,7 +47,10 @@ class BudgetedTable(Protocol):
 # A tiered table's RAM budget also holds what its calls hold beside the rows: per key the reply's
 # (or gradient's) row and about this many bytes of keys, row numbers and masks.
 CALL_BYTES_PER_KEY = 48
-CALL_DECAY = 0.99  # the reserve follows the largest recent call, shrinking 1% a call after a big one
+# The reserve follows the largest recent call: smaller calls shrink it 1% per its own size in keys
+# that go through them, so a stream of small calls (online lookups) between training's large
+# ones leaves it, and the RAM rows, where they are.
+CALL_DECAY = 0.99
 MAX_CALL_SHARE = 4  # it takes at most a quarter of the budget: rows keep the rest
 
 
@@ -105,7 +108,8 @@ class TableBudget:
         temporaries are reserved in the RAM budget (:meth:`_fixed`), so the RAM tier's rows make
         room for them and the process stays within the budget while the call runs, as a memory
         limit (a container's) needs; a table without a tier evicts no learning for them."""
-        self.call_keys = max(float(keys), self.call_keys * CALL_DECAY)
+        held = self.call_keys
+        self.call_keys = float(keys) if keys >= held else held * CALL_DECAY ** (keys / held)
 
     def _fixed(self, budget: int) -> int:
         """Fixed bytes as a row limit counts them, the disk tier's RAM part (keys, index) and its
