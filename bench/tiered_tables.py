@@ -26,6 +26,7 @@ import argparse
 import mmap
 import multiprocessing as mp
 import os
+import resource
 import tempfile
 import threading
 import time
@@ -173,7 +174,7 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
     for kind in ("zipf", "uniform"):
         if kind == "uniform" and drop_caches and table.tier is not None:
             out["cache_dropped"] = drop_page_cache(table.tier.disk.path)
-        acc = {(regime, op): {"keys": 0, "secs": 0.0, "cpu": 0.0, "hits": 0, "of": 0,
+        acc = {(regime, op): {"keys": 0, "secs": 0.0, "cpu": 0.0, "faults": 0, "hits": 0, "of": 0,
                               **dict.fromkeys(COUNTED, 0)}
                for regime in ("cold", "steady") for op in ("pull", "push")}
         for i in range(steps):
@@ -185,10 +186,13 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
                 a = acc[regime, op]
                 hits, of = ram_share(table, b, unique=op == "push")
                 before = phase_counts(table)
+                use = resource.getrusage(resource.RUSAGE_THREAD)
                 t, cpu = time.perf_counter(), time.thread_time()
                 calls[op](b)
                 a["secs"] += time.perf_counter() - t
                 a["cpu"] += time.thread_time() - cpu
+                used = resource.getrusage(resource.RUSAGE_THREAD)
+                a["faults"] += used.ru_minflt + used.ru_majflt - use.ru_minflt - use.ru_majflt
                 after = phase_counts(table)
                 a["keys"] += b.shape[0]
                 a["hits"] += hits
@@ -201,6 +205,7 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
                 continue
             res.setdefault(regime, {})[op] = {
                 "keys_per_s": a["keys"] / a["secs"], "keys_per_cpu_s": a["keys"] / max(a["cpu"], 1e-9),
+                "faults_per_batch": a["faults"] / a["keys"] * batch,
                 "disk_reads_per_s": a["disk_reads"] / a["secs"], "disk_reads_per_batch": a["disk_reads"] / a["keys"]
                 * batch, "hit_rate": a["hits"] / a["of"], "promoted": a["promoted"], "demoted": a["demoted"]}
         out["phases"][kind] = res
@@ -348,6 +353,13 @@ def report(r: dict[str, Any]) -> None:
     print(f"disk's own 4 KiB random reads (O_DIRECT probe): {r['disk_random_reads_per_s']:,.0f}/s"
           + (f" (page cache dropped before the tiered uniform phase: {tiered.get('cache_dropped')})"
              if r["drop_caches"] else " (page cache warm)"))
+    def kernel_part(kind: str, op: str) -> str:
+        a, b = ram["phases"][kind]["steady"][op], tiered["phases"][kind]["steady"][op]
+        return f"{kind} {op} {a['faults_per_batch']:,.0f} / {b['faults_per_batch']:,.0f}"
+
+    print("steady page faults a call (in the calling thread: the tier file's pages mapped or first written, the "
+          "call's new arrays), all-RAM / tiered: "
+          + ", ".join(kernel_part(kind, op) for kind in ("zipf", "uniform") for op in ("pull", "push")))
     probe = r["disk_random_reads_per_s"]
     uni = tiered["phases"]["uniform"]
     print("tiered disk-row reads/s, uniform keys: " + ", ".join(
