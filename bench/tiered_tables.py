@@ -353,13 +353,14 @@ def report(r: dict[str, Any]) -> None:
     print(f"disk's own 4 KiB random reads (O_DIRECT probe): {r['disk_random_reads_per_s']:,.0f}/s"
           + (f" (page cache dropped before the tiered uniform phase: {tiered.get('cache_dropped')})"
              if r["drop_caches"] else " (page cache warm)"))
-    def kernel_part(kind: str, op: str) -> str:
+
+    def faults(kind: str, op: str) -> str:
         a, b = ram["phases"][kind]["steady"][op], tiered["phases"][kind]["steady"][op]
         return f"{kind} {op} {a['faults_per_batch']:,.0f} / {b['faults_per_batch']:,.0f}"
 
     print("steady page faults a call (in the calling thread: the tier file's pages mapped or first written, the "
           "call's new arrays), all-RAM / tiered: "
-          + ", ".join(kernel_part(kind, op) for kind in ("zipf", "uniform") for op in ("pull", "push")))
+          + ", ".join(faults(kind, op) for kind in ("zipf", "uniform") for op in ("pull", "push")))
     probe = r["disk_random_reads_per_s"]
     uni = tiered["phases"]["uniform"]
     print("tiered disk-row reads/s, uniform keys: " + ", ".join(

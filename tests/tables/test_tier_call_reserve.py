@@ -54,10 +54,9 @@ def test_a_large_pull_makes_the_ram_tier_give_way_to_what_it_holds(tmp_path: Pat
     row_bytes = t.state.rows.row_nbytes()
     assert (before - after) * row_bytes >= reserve - held - step - row_bytes
     assert (before - after) * row_bytes <= reserve - held + step + row_bytes
-    # the next push of keys on disk promotes nothing past the new limit, and a new id's row
-    # is made after the RAM tier came down to it
+    # promotions and new ids' rows stay within the lowered limit: RAM demotes its coldest rows for them
     t.pull(keys[:2000])
-    t.pull(keys[:2000])  # a second read: promoted, RAM demotes its coldest to make room
+    t.pull(keys[:2000])  # a second read promotes
     t.push(np.arange(10**12, 10**12 + 500, dtype=np.uint64), np.full((500, DIM), 0.01, np.float32))
     assert t.state.rows.n <= t.budget.ram_row_limit()
     assert ram_bytes(t) + reserve <= BUDGET
