@@ -46,6 +46,7 @@ from pathlib import Path
 from bench import print_result
 from bench.train import make_planted, run_training, variant_config, warm_up
 from trainer.job_config import DEFAULT_DENSE_SYNC_STEPS
+from trainer.worker import WORKERS_PER_DENSE_PART
 
 QUICK_ROWS = 100_000
 
@@ -84,14 +85,17 @@ def parse_variant(spec: str) -> tuple[str, dict]:
 
 
 def dense_parts(spec: int | str, workers: int) -> int:
-    """A variant's ``dense_parts`` at ``workers``: an int, ``K`` (the workers) or ``K/n``."""
+    """A variant's ``dense_parts`` at ``workers``: an int, ``K`` (the workers), ``K/n`` or ``auto``
+    (the job's default: one per ``WORKERS_PER_DENSE_PART`` workers)."""
     if isinstance(spec, int):
         return spec
+    if spec == "auto":
+        return max(1, workers // WORKERS_PER_DENSE_PART)
     if spec == "K":
         return workers
     if spec.startswith("K/") and spec[2:].isdigit():
         return max(1, workers // int(spec[2:]))
-    raise SystemExit(f"dense_parts {spec!r}: expected an int, K or K/n")
+    raise SystemExit(f"dense_parts {spec!r}: expected an int, K, K/n or auto")
 
 
 def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: int,
@@ -101,7 +105,7 @@ def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: in
     keys = dict(keys)
     job = _job_args(args, shards, workers, sync_steps=keys.pop("dense_sync_steps", None),
                     lr_scaling=keys.pop("lr_scaling", None))
-    parts = dense_parts(keys.pop("dense_parts", "K" if args.split_dense else 1), workers)
+    parts = dense_parts(keys.pop("dense_parts", "K" if args.split_dense else "auto"), workers)
     update = keys | ({} if args.dense_beta1 is None else {"dense_optimizer": {"beta1": args.dense_beta1}})
     config = variant_config(job, update, work) if update else None
     cpu0, t0 = _children_cpu_s(), time.perf_counter()

@@ -48,7 +48,7 @@ class FileJob:
     schema: SchemaConfig | None = None  # the record schema (None: Criteo TSV); files of any format it fits
     tables: tuple[TableConfig, ...] | None = None  # the shards' tables (None: the model's), e.g. another admission
     staleness_sample: int = 0  # the shards follow 1 in this many keys' staleness (ps.staleness); 0: off
-    dense_parts: int = 1  # dense optimizer steps per batch, one per slice of its records (wide_deep)
+    dense_parts: int | str = "auto"  # dense optimizer steps per batch, one per slice of its records (wide_deep)
     start_method: StartMethod = DEFAULT_START_METHOD  # how the shards and workers are started
 
 

@@ -40,7 +40,7 @@ from trainer.params import PSStore, dense_rule
 from trainer.prefetch import start_prefetch
 from trainer.process_stats import peak_rss_mb, process_age_s, process_cpu_seconds, process_peak_rss_mb, rss_mb
 from trainer.ps_worker import PSWorker
-from trainer.worker import Prepared, Worker, check_dense_parts
+from trainer.worker import AUTO_PARTS, Prepared, Worker, check_dense_parts, dense_parts_for
 
 _FINISH_STEP = 1 << 40  # barrier id after the last training step (never a real step number)
 EVAL_BATCH = 2048  # records per test batch (forward only: larger ones took no less CPU per record, more memory)
@@ -167,11 +167,13 @@ def train(spec: ClusterSpec, job: dict[str, Any]) -> dict[str, Any]:
         ps = PSWorker.from_spec(spec)
         _tag(ps.client, spec, job)
         update = DenseUpdate(job.get("dense_update", DenseUpdate.LOCAL))
-        check_dense_parts(job.get("dense_parts", 1), spec.mode)
+        parts = dense_parts_for(job.get("dense_parts", AUTO_PARTS), workers=spec.num_workers, mode=spec.mode,
+                                model=model)
+        check_dense_parts(parts, spec.mode)
         store = PSStore(ps, model.params.values, dense_rule=dense_rule(update, model.config.dense_optimizer))
         sync_steps = 1 if spec.mode == "sync" else job.get("dense_sync_steps", DEFAULT_DENSE_SYNC_STEPS)
         worker = Worker(model, store, dense_sync_steps=sync_steps,
-                        dense_update=update, dense_parts=job.get("dense_parts", 1))
+                        dense_update=update, dense_parts=parts)
     except BaseException:
         batches.close()
         raise

@@ -54,7 +54,7 @@ from trainer.ps_worker import PSWorker
 from trainer.rank_claim import EpochMoved, RankLease
 from trainer.recovery import Recovery, dense_optimizer_state, model_train_state
 from trainer.rendezvous import Rendezvous
-from trainer.worker import Prepared, Worker, check_dense_parts, prepare
+from trainer.worker import Prepared, Worker, check_dense_parts, dense_parts_for, prepare
 
 log = logging.getLogger(__name__)
 _END = object()  # the prefetcher ran out: the stream's source ended
@@ -145,10 +145,12 @@ class StreamingJob:
     def _start(self) -> None:
         restored = self.recovery.start()
         sync_steps = 1 if self.spec.mode == "sync" else self.config.dense_sync_steps
-        check_dense_parts(self.config.dense_parts, self.spec.mode)
+        parts = dense_parts_for(self.config.dense_parts, workers=self.spec.num_workers, mode=self.spec.mode,
+                                model=self.model)
+        check_dense_parts(parts, self.spec.mode)
         self.worker = Worker(self.model, self.store, metrics=WindowedMetrics(self.config.metric_window),
                              dense_sync_steps=sync_steps, dense_update=self.config.dense_update,
-                             steps_per_batch=self.config.steps_per_batch, dense_parts=self.config.dense_parts)
+                             steps_per_batch=self.config.steps_per_batch, dense_parts=parts)
         opt_state = dense_optimizer_state(restored.worker_arrays)
         if opt_state:
             self.worker.dense.load_state(opt_state)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -110,10 +110,11 @@ class JobConfig(FrozenModel):
                                         "split, small ones joined.")
     steps_per_batch: int = Field(1, ge=1, le=8,
                                  description="Updates per mini-batch: a repeat learns from the same records once more.")
-    dense_parts: int = Field(1, ge=1, le=64,
-                             description="wide_deep/deepfm: the MLP takes this many steps per mini-batch, one per "
-                                         "slice of its records, the embeddings one on the whole batch; with K workers "
-                                         "K parts keep one worker's number of dense steps (bench/RESULTS.md).")
+    dense_parts: int | Literal["auto"] = Field(
+        "auto", description="wide_deep/deepfm: the MLP takes this many steps per mini-batch, one per slice of its "
+                            "records, the embeddings one on the whole batch; with K workers K parts keep one "
+                            "worker's number of dense steps. `auto`: one per 8 workers (16 workers: 2, 32: 4; "
+                            "fewer than 16: 1), 1 in sync mode and for other models (bench/RESULTS.md).")
     batch_wait_ms: int = Field(500, ge=0,
                                description="A mini-batch not yet full waits at most this long for more polls (an "
                                            "empty poll sends it at once).")
@@ -136,16 +137,24 @@ class JobConfig(FrozenModel):
             check_fit(model, records, model_key="model", schema_key="records")
         return model
 
+    @field_validator("dense_parts")
+    @classmethod
+    def _dense_parts_in_range(cls, parts: int | str) -> int | str:
+        if parts != "auto" and not 1 <= parts <= 64:
+            raise ValueError(f"dense_parts must be auto or an integer in [1, 64], got {parts!r}")
+        return parts
+
     @model_validator(mode="after")
     def _dense_parts_fit_the_model(self) -> JobConfig:
         check_dense_parts_fit(self.model, self.dense_parts, key="dense_parts")
         return self
 
 
-def check_dense_parts_fit(model: ModelConfig, dense_parts: int, *, key: str) -> None:
+def check_dense_parts_fit(model: ModelConfig, dense_parts: int | str, *, key: str) -> None:
     """Raise ValueError naming ``key`` when ``dense_parts`` > 1 is set for a model without an MLP to split,
-    so the config is refused where it is read rather than by each trainer at its start."""
-    if dense_parts > 1 and model.type not in (ModelType.WIDE_DEEP, ModelType.DEEPFM):
+    so the config is refused where it is read rather than by each trainer at its start (``auto``
+    fits every model: it is 1 for those)."""
+    if dense_parts != "auto" and int(dense_parts) > 1 and model.type not in (ModelType.WIDE_DEEP, ModelType.DEEPFM):
         raise ValueError(f"{key} {dense_parts}: only wide_deep and deepfm step their MLP in parts; "
                          f"the {model.type} model has none (set it to 1)")
 

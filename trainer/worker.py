@@ -50,6 +50,23 @@ def prepare(model: Model, batch: Batch, pull: Callable[[str, np.ndarray], np.nda
     return Prepared(batch, f, rows)
 
 
+AUTO_PARTS = "auto"
+WORKERS_PER_DENSE_PART = 8  # auto: one more MLP step per batch for each 8 workers (16 workers: 2, 32: 4)
+
+
+def dense_parts_for(parts: int | str, *, workers: int, mode: str, model: Model) -> int:
+    """A job's ``dense_parts`` as its workers take it: ``auto`` gives each worker one MLP step per
+    batch for every ``WORKERS_PER_DENSE_PART`` workers, so the merged MLP keeps more of one
+    worker's sequential steps as workers are added (averaging K models that each took 1/K of the
+    steps is what costs a many-worker job its AUC); 1 in sync mode and for a model without an MLP
+    to split. An int is taken as it is."""
+    if parts != AUTO_PARTS:
+        return int(parts)
+    if mode == "sync" or not hasattr(model, "train_in_parts"):
+        return 1
+    return max(1, workers // WORKERS_PER_DENSE_PART)
+
+
 def check_dense_parts(parts: int, mode: str) -> None:
     """Dense steps in parts merge mid-batch: sync mode holds every push until the step's barrier."""
     if parts > 1 and mode == "sync":

@@ -37,9 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prefetch", choices=["thread", "process"], default="thread",
                    help="parse, build features and pull the next batches in a thread (faster on a quiet host) or a "
                    "child process (faster under heavy load)")
-    p.add_argument("--dense-parts", type=int, default=1,
+    p.add_argument("--dense-parts", default="auto",
                    help="wide_deep: the MLP takes this many steps per batch, one per slice of its records "
-                   "(the embeddings one, on the whole batch)")
+                   "(the embeddings one, on the whole batch); auto: one per 8 workers (16 workers: 2)")
     p.add_argument("--staleness-sample", type=int, default=0,
                    help="the shards follow 1 in N keys: updates a row took between a worker's pull and its push "
                    "(p50/p99 in the JSON result's staleness); 0: off")
@@ -69,11 +69,13 @@ def run_files(args: argparse.Namespace) -> int:
         raise ConfigError("--servers, --workers and --batch-size must be >= 1")
     if args.dense_sync_steps is not None and args.dense_sync_steps < 1:
         raise ConfigError(f"--dense-sync-steps must be >= 1, got {args.dense_sync_steps}")
-    if args.dense_parts < 1:
-        raise ConfigError(f"--dense-parts must be >= 1, got {args.dense_parts}")
-    from trainer.worker import check_dense_parts
+    if args.dense_parts != "auto":
+        if not args.dense_parts.isdigit() or int(args.dense_parts) < 1:
+            raise ConfigError(f"--dense-parts must be auto or an integer >= 1, got {args.dense_parts!r}")
+        args.dense_parts = int(args.dense_parts)
+        from trainer.worker import check_dense_parts
 
-    check_dense_parts(args.dense_parts, args.mode)
+        check_dense_parts(args.dense_parts, args.mode)
     if args.staleness_sample < 0:
         raise ConfigError(f"--staleness-sample must be >= 0 (0: off), got {args.staleness_sample}")
     for path in [*args.train, args.test]:

@@ -25,3 +25,14 @@ def test_a_merge_interval_below_one_is_refused(tmp_path: Path, capsys: pytest.Ca
     data.write_text("")
     assert main(["train-files", "--train", str(data), "--test", str(data), "--dense-sync-steps", "0"]) == 2
     assert "--dense-sync-steps must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_the_file_job_takes_the_streaming_jobs_dense_parts_and_refuses_a_bad_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file_default = {f.name: f.default for f in dataclasses.fields(FileJob)}["dense_parts"]
+    assert file_default == JobConfig.model_fields["dense_parts"].default == "auto"
+    data = tmp_path / "rows.txt"
+    data.write_text("")
+    for bad in ("many", "0"):
+        assert main(["train-files", "--train", str(data), "--test", str(data), "--dense-parts", bad]) == 2
+        assert f"--dense-parts must be auto or an integer >= 1, got {bad!r}" in capsys.readouterr().err
