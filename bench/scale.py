@@ -46,7 +46,7 @@ from pathlib import Path
 from bench import print_result
 from bench.train import make_planted, run_training, variant_config, warm_up
 from trainer.job_config import DEFAULT_DENSE_SYNC_STEPS
-from trainer.worker import WORKERS_PER_DENSE_PART
+from trainer.worker import auto_dense_parts
 
 QUICK_ROWS = 100_000
 
@@ -86,11 +86,11 @@ def parse_variant(spec: str) -> tuple[str, dict]:
 
 def dense_parts(spec: int | str, workers: int) -> int:
     """A variant's ``dense_parts`` at ``workers``: an int, ``K`` (the workers), ``K/n`` or ``auto``
-    (the job's default: one per ``WORKERS_PER_DENSE_PART`` workers)."""
+    (the job's default, :func:`trainer.worker.auto_dense_parts`)."""
     if isinstance(spec, int):
         return spec
     if spec == "auto":
-        return max(1, workers // WORKERS_PER_DENSE_PART)
+        return auto_dense_parts(workers)
     if spec == "K":
         return workers
     if spec.startswith("K/") and spec[2:].isdigit():

@@ -64,6 +64,11 @@ def dense_parts_for(parts: int | str, *, workers: int, mode: str, model: Model) 
         return int(parts)
     if mode == "sync" or not hasattr(model, "train_in_parts"):
         return 1
+    return auto_dense_parts(workers)
+
+
+def auto_dense_parts(workers: int) -> int:
+    """``auto``'s parts for a job of ``workers`` with an MLP to split, in async mode."""
     return max(1, workers // WORKERS_PER_DENSE_PART)
 
 
