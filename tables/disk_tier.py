@@ -6,27 +6,35 @@ every column of the row, packed in the row store's order (the key first, then ``
 record_bytes``. RAM keeps only the index from key to record (:mod:`tables.disk_index`, its
 slots alone), a free list and each call's bounded copy buffer (``BUFFER_RECORDS``), so a disk
 row costs RAM its index slots only (the mapped file's pages are page cache, outside the
-budget). Records are read from a shared mapping of the file and written by ``pwrite`` (long
-runs of consecutive records) or through the mapping (scattered ones), both in numba kernels
+budget). Records are read from a shared mapping of the file and written by ``pwrite`` (spans
+of records close together) or through the mapping (records far apart), both in numba kernels
 (:mod:`tables.record_io`), never one Python call per key; eviction, TTL and delta saves read
 the columns they need from the records the same way. A record is a whole number of 8-byte
 words (padded), which the mapped reads copy.
 
+No row is written where it was: a write (a demotion's rows, a push's updated ones) takes the
+free records a write head hands out (:meth:`DiskTier._place`), which sweeps the file from its
+start to its end, so the records of one write lie close together and go out as a few spans,
+the records between them written back unchanged. A store into a record's own page instead
+faults once per page after every writeback of it, which at millions of disk rows cost a push
+more than the rest of its work. At the file's end the head appends while the live records
+would fill more than ``FULL_SHARE`` of the file, else it wraps to the start, so the file keeps
+about a quarter of its records free and the head finds one every few records. Which records
+are free is a bit each (:mod:`tables.free_records`).
+
 The file is grown with ``posix_fallocate`` before any record past its end is written: a full
 disk is an ``OSError`` at growth (:class:`core.errors.DiskFull`), never a failed write of a
 record. ``max_bytes`` caps the file: a full tier evicts its coldest rows (by the table's
-eviction score) to take new ones. A demotion's rows go past the last record, in one run, while
-the records freed by promotions are few (a random write per record costs several times a
-sequential one's share), and into the lowest freed ones once they are many.
+eviction score) to take new ones, and the head then finds its free records further apart.
 
 The file is scratch, not a save: saves write disk rows like RAM rows
 (:mod:`tables.table_files`) and every tier starts a file of its own, empty (named by process
 and a counter, so shards and scratch tables on one machine never share one); files left by a
 process that died are removed by the next tier opened for that table in that directory. While
-a save reads records (:meth:`hold`), records freed meanwhile are not reused and records are
-never changed in place (a push's update in place, :meth:`rewrite`, waits for no save: its
-rows are promoted instead), so what it reads is what the consistent point held. Callers hold
-the table lock.
+a save reads records (:meth:`hold`), records freed meanwhile are not handed out (the head
+writes them back unchanged when it passes) and pushes do not move rows (:meth:`rewrite` waits
+for no save: its rows are promoted instead), so what it reads is what the consistent point
+held. Callers hold the table lock.
 """
 
 from __future__ import annotations
@@ -42,8 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import DISK_FULL_ERRNOS, ConfigError, DiskFull
-from tables import disk_index, hashmap
-from tables.record_io import MIN_RUN, WORD, RecordMap, gather, gather_field, scatter
+from tables import disk_index, free_records, hashmap
+from tables.record_io import SPAN_BUFFER_BYTES, SPAN_BYTES, WORD, RecordMap, gather, gather_field, scatter
 from tables.rows import COLUMN_DTYPES, release_pages
 
 PAYLOAD = ("params", "state", "wide_state")  # the float32 2-d columns
@@ -51,7 +59,8 @@ GROW_RECORDS = 1 << 16  # the file grows by at least this many records (or an ei
 BUFFER_RECORDS = 1 << 11  # records copied per kernel call: the bound of the tier's copy buffers (a batch's temporaries)
 REHASH_SLOTS = 1 << 17  # index slots rehashed between two releases of the old index's pages
 GROW_SOON = 0.9  # past this share of its load limit the index counts at its doubled size
-HOLE_SHARE = 1 / 16  # freed records, as a share of the rows, past which a write fills them before growing the file
+SPAN_SHARE = 256  # the span buffer is at most this share of the records written (and SPAN_BUFFER_BYTES)
+FULL_SHARE = 0.75  # live share of the records past which the write head, at the file's end, appends instead of wrapping
 _opened = itertools.count()  # tiers this process opened: one file each, even for one table
 
 
@@ -121,10 +130,11 @@ class DiskTier:
         self._closer = weakref.finalize(self, _remove, self.path, self._fd, self._map)
         self.file_records = 0  # records the file has room for
         self.slots = np.zeros(hashmap.slots_for(16), np.uint64)
-        self.high = 0  # records ever handed out: records 0..high-1 are live or free
+        self.high = 0  # records ever handed out: records 0..high-1 are live, free or held
+        self.head = 0  # the next record the write head looks at (high: the file's end)
         self.rows = 0
-        self._free = np.empty(0, np.int64)  # records to hand out again
-        self._free_sorted = True  # whether _free is in descending order (its lowest records last)
+        self.free_bits = np.zeros(0, np.uint8)  # a bit a record of the file, set when free (:mod:`tables.free_records`)
+        self._span = np.empty((1, self.record_bytes // WORD), np.uint64)  # the longest span a write sends whole
         self._held: list[np.ndarray] = []  # records freed while a save reads the file
         self.holds = 0
 
@@ -195,75 +205,108 @@ class DiskTier:
         return self.file_records * self.record_bytes
 
     def ram_bytes(self) -> int:
-        """What the tier holds in RAM: its index and free list (a call's copy buffer is a
+        """What the tier holds in RAM: its index, a free bit a record and its span buffer (a call's copy buffer is a
         temporary of the batch, like its other buffers). An index near its growth counts at
         the doubled size, so the RAM budget makes room before the larger index is made."""
         index = self.slots.nbytes
         if self.rows > GROW_SOON * hashmap.MAX_LOAD * self.slots.shape[0]:
             index *= 2
-        return index + self._free.nbytes + sum(h.nbytes for h in self._held)
+        return index + self.free_bits.nbytes + self._span.nbytes + sum(h.nbytes for h in self._held)
 
     # ---------------------------------------------------------------- writes
     def room(self) -> int:
         """Rows the tier can take without evicting."""
-        return int(self._free.shape[0]) + self.max_records - self.high
+        return self.max_records - self.rows - self._held_records()
+
+    def _held_records(self) -> int:
+        return sum(int(h.shape[0]) for h in self._held)
 
     def put(self, cols: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
         """Write rows (every row store column, keys not on disk; ``rows``: which of ``cols``'
         rows, default all, so a row store's columns are read in place, not copied) into free
-        records; the caller made room (:meth:`room`). While freed records ("holes") are few (``HOLE_SHARE``
-        of the rows) the rows go past the last record, in one run, else into the lowest holes;
-        a file that cannot grow fills its holes. :class:`DiskFull` when the file cannot grow
-        and the holes are too few: then nothing was written."""
+        records; the caller made room (:meth:`room`). The records come from the write head
+        (:meth:`_place`), so they lie close together and go out as spans by ``pwrite``.
+        :class:`DiskFull` when the file cannot grow and the free records are too few: then
+        nothing was written."""
         m = cols["keys"].shape[0] if rows is None else rows.shape[0]
         if m == 0:
             return
-        holes = int(self._free.shape[0])
-        if holes <= self.rows * HOLE_SHARE:  # few holes: append, one run of records (one write a buffer)
-            fresh = min(m, self.max_records - self.high)
-        else:
-            fresh = max(0, m - holes)
-        try:
-            self._grow(self.high + fresh)
-        except DiskFull:
-            if holes < m:
-                raise
-            fresh = 0  # the file cannot grow: the holes take the rows
-        reuse = m - fresh
-        if reuse and not self._free_sorted:
-            self._free = np.sort(self._free)[::-1]  # the lowest holes go first: neighbours make runs
-            self._free_sorted = True
-        at = np.empty(m, np.int64)
-        at[:reuse] = self._free[holes - reuse :]
-        at[reuse:] = np.arange(self.high, self.high + fresh)
+        at = self._place(m)
         order = np.argsort(at, kind="stable")
         buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
-        for start in range(0, m, BUFFER_RECORDS):
-            part = order[start : start + BUFFER_RECORDS]
-            src = part if rows is None else rows[part]
-            for name in COLUMN_DTYPES:
-                buf[name][: part.shape[0]] = cols[name][src]
-            self._io(at[part], buf, write=True)
-        self._free = self._free[: self._free.shape[0] - reuse]
-        self.high += fresh
+        try:
+            for start in range(0, m, BUFFER_RECORDS):
+                part = order[start : start + BUFFER_RECORDS]
+                src = part if rows is None else rows[part]
+                for name in COLUMN_DTYPES:
+                    buf[name][: part.shape[0]] = cols[name][src]
+                self._io(at[part], buf, write=True)
+        except BaseException:
+            free_records.mark(self.free_bits, at, True)
+            raise
         self.rows += m
         if self.rows > self.slots.shape[0] * hashmap.MAX_LOAD:
             self._grow_index()
         disk_index.update(self.slots, self.hash_key, cols["keys"] if rows is None else cols["keys"][rows], at,
                           remove=False)
 
+    def _place(self, m: int) -> np.ndarray:
+        """Records for ``m`` new rows, marked live: the write head sweeps the file from its
+        start to its end, handing out the free records it passes, so a write's records lie
+        close together whatever freed them; at the file's end it appends (growing the file)
+        while the live records would be more than ``FULL_SHARE`` of those there, else it
+        wraps to the start. :class:`DiskFull` (nothing placed) when the file cannot grow and
+        the free records are too few."""
+        parts: list[np.ndarray] = []
+        need = m
+        free = self.high - self.rows - self._held_records()  # free records below high
+        wrapped = False
+        try:
+            while need:
+                if self.head >= self.high:
+                    fuller = self.rows + m > FULL_SHARE * self.high
+                    grow = min(need if fuller else max(0, need - free), self.max_records - self.high)
+                    if grow:
+                        try:
+                            self._grow(self.high + grow)
+                        except DiskFull:
+                            if free < need:
+                                raise
+                            grow = 0  # the file cannot grow: the free records take the rows
+                    if grow:
+                        got = np.arange(self.high, self.high + grow)
+                        self.high += grow
+                        self.head = self.high
+                        parts.append(got)
+                        need -= grow
+                        continue
+                    if wrapped:
+                        raise DiskFull(f"disk tier {self.path}: {need} rows have no free record",
+                                       detail={"path": str(self.path)})
+                    self.head, wrapped = 0, True
+                    continue
+                got = np.empty(need, np.int64)
+                k, self.head = free_records.scan(self.free_bits, self.head, self.high, got)
+                free_records.mark(self.free_bits, got[:k], False)
+                free -= k
+                parts.append(got[:k])
+                need -= k
+        except BaseException:
+            for got in parts:
+                free_records.mark(self.free_bits, got, True)
+            raise
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
     def rewrite(self, records: np.ndarray, cols: dict[str, np.ndarray]) -> None:
-        """Write the rows ``cols`` (every row store column, at most ``BUFFER_RECORDS``, keys
-        unchanged) back into their own ``records`` (ascending, live, none held by a save): a
-        push's update in place."""
-        m = records.shape[0]
-        if m == 0:
+        """Replace the rows of ``records`` (live, none held by a save) with the rows ``cols``
+        (every row store column, keys unchanged): a push's update. The rows move to records
+        at the write head, so the write is a span, not a store into each record's page
+        (which faults again after every writeback of it)."""
+        if records.shape[0] == 0:
             return
-        assert self.holds == 0 and m <= BUFFER_RECORDS, "a save reads these records, or too many at once"
-        buf = np.empty(m, self.dtype)
-        for name in COLUMN_DTYPES:
-            buf[name] = cols[name]
-        self._io(records, buf, write=True)
+        assert self.holds == 0, "a save reads these records"
+        self.free(records, cols["keys"])
+        self.put(cols)
 
     def free(self, records: np.ndarray, keys: np.ndarray) -> None:
         """Forget the rows of ``records`` (promoted or evicted), whose keys are ``keys``; their
@@ -273,18 +316,18 @@ class DiskTier:
         disk_index.update(self.slots, self.hash_key, keys, records, remove=True)
         self.rows -= int(records.shape[0])
         if self.holds:
-            self._held.append(records.copy())
+            self._held.append(records.copy())  # not free until the save ends
         else:
-            self._free = np.concatenate([self._free, records])
-            self._free_sorted = False
+            free_records.mark(self.free_bits, records, True)
 
     def clear(self) -> None:
         """No rows; the file keeps its size (its records are handed out again)."""
         self.slots = np.zeros(hashmap.slots_for(16), np.uint64)
         self.rows = 0
         self._held = []
-        self._free = np.arange(self.high - 1, -1, -1, dtype=np.int64)
-        self._free_sorted = True
+        self.free_bits[:] = 0
+        free_records.mark(self.free_bits, np.arange(self.high), True)
+        self.head = 0
 
     def hold(self) -> None:
         """A save reads records from now until :meth:`release`: freed ones wait."""
@@ -293,8 +336,8 @@ class DiskTier:
     def release(self) -> None:
         self.holds -= 1
         if self.holds == 0 and self._held:
-            self._free = np.concatenate([self._free, *self._held])
-            self._free_sorted = False
+            for records in self._held:
+                free_records.mark(self.free_bits, records, True)
             self._held = []
 
     def close(self) -> None:
@@ -328,7 +371,8 @@ class DiskTier:
             gather(self._words(), records, rows.view(np.uint64).reshape(-1, self.record_bytes // WORD))
             return rows
         bad = scatter(self._fd, self._words(writable=True), records,
-                      rows.view(np.uint64).reshape(-1, self.record_bytes // WORD), MIN_RUN)
+                      rows.view(np.uint64).reshape(-1, self.record_bytes // WORD),
+                      max(1, SPAN_BYTES // self.record_bytes), max(1, SPAN_BYTES // self.record_bytes), self._span)
         if bad >= 0:
             self._failed(bad)
         return rows
@@ -361,4 +405,9 @@ class DiskTier:
                 raise DiskFull(f"disk tier {self.path}: no room to grow to {want * self.record_bytes} bytes "
                                f"({os.strerror(again.errno)})", detail={"path": str(self.path)}) from again
         self.file_records = want
+        self.free_bits = np.concatenate([self.free_bits, np.zeros(free_records.bits_for(want) - self.free_bits.shape[0],
+                                                                   np.uint8)])
+        span = min(SPAN_BUFFER_BYTES, records * self.record_bytes // SPAN_SHARE) // self.record_bytes
+        if span > self._span.shape[0]:  # a small tier's writes are small: its buffer stays small beside its budget
+            self._span = np.empty((span, self.record_bytes // WORD), np.uint64)
         self._map.cover(want * self.record_bytes)

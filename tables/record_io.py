@@ -1,5 +1,5 @@
 """The disk tier's I/O of fixed-size records: reads from a shared mapping of its file, writes by
-``pwrite`` (runs of records) or through the mapping (scattered records).
+``pwrite`` (spans of records close together) or through the mapping (records far apart).
 
 Reads copy records out of a shared mapping of the file (:class:`RecordMap`) in a numba kernel,
 8-byte words at a time: a record in the page cache then costs a few cache misses, not a system
@@ -10,10 +10,12 @@ its first reads. Those are page-cache pages of a shared file mapping (clean but 
 written), the same pages ``pread`` would keep cached, and the kernel reclaims them under memory
 pressure; a table's RAM budget bounds its anonymous memory (``RssAnon``), not them. A device
 error under a mapped read is ``SIGBUS``, not an ``OSError``: the tier file is scratch on a local
-disk, and saves hold the rows. Writes of long runs of consecutive records (a demotion appending)
-go by one ``pwrite`` a run, which costs less than faulting fresh pages into the mapping; records
-scattered over the file (freed records filled again) are stored through the mapping, where a
-``pwrite`` each would cost several times as much. Linux keeps a shared mapping coherent with
+disk, and saves hold the rows. A write's records that lie close together (the disk tier hands
+out free records from a sweeping head) go as one span: the span is read by ``pread``, the
+records put into it, and the whole span written by ``pwrite``. A store through the mapping into
+a page the kernel has written back faults (ext4's ``page_mkwrite``), and a ``pwrite`` per
+record costs as much, so only records too far apart to share a span are stored through the
+mapping. Linux keeps a shared mapping coherent with
 ``pwrite``, and the file is allocated (``posix_fallocate``) before any record past its end is
 written, so a store through the mapping never needs a block the disk lacks. The mapping's
 address space is reserved ahead of the file (``RESERVE_BYTES``, no memory), so a growing file is
@@ -40,7 +42,10 @@ from tables.cache_hint import prefetch
 WORD = 8  # bytes a mapped read copies at a time: records are a whole number of words
 RESERVE_BYTES = 1 << 36  # address space a mapping takes at first (no memory): it is remapped past it
 PF = 8  # records ahead whose first word a gather prefetches
-MIN_RUN = 16  # consecutive records a write sends by pwrite; shorter runs are stored through the mapping
+SPAN_BYTES = 1 << 14  # a write's records this close form one span, sent by pwrite once it is this long; others
+# are stored through the mapping, where a store faults once per page after each writeback of it
+SPAN_BUFFER_BYTES = 1 << 20  # the longest span: the buffer a tier keeps for them (a fresh one per call, freed,
+# would make glibc serve later large arrays from its heap, which keeps their pages: RSS past the RAM budget)
 
 
 def _file_call(symbol: str):
@@ -69,6 +74,7 @@ def _file_call(symbol: str):
 
 
 pwrite = _file_call("pwrite")
+pread = _file_call("pread")
 
 
 @kernel(**JIT)
@@ -86,22 +92,36 @@ def gather(words: np.ndarray, records: np.ndarray, out: np.ndarray) -> None:
 
 
 @kernel(**JIT)
-def scatter(fd: int, words: np.ndarray, records: np.ndarray, rows: np.ndarray, min_run: int) -> np.int64:
+def scatter(fd: int, words: np.ndarray, records: np.ndarray, rows: np.ndarray, min_run: int, max_gap: int,
+            span: np.ndarray) -> np.int64:
     """Record ``records[i]`` (ascending) of file ``fd`` from row ``i`` of ``rows`` (uint64, a
-    record's words a row): runs of ``min_run`` or more consecutive records by one ``pwrite``
-    each, the rest stored through the writable mapping ``words``; returns -1 when every byte
-    went, else the first record whose call failed or fell short."""
+    record's words a row). Records no more than ``max_gap`` apart form a group of at most
+    ``span``'s rows of records (a buffer the caller keeps, so no call allocates one); a group
+    spanning ``min_run`` records or more is one ``pwrite`` of its whole span (the records
+    between its own read first by ``pread`` into ``span`` and written back unchanged), the
+    rest are stored through the writable mapping ``words``. Returns -1 when every byte went,
+    else the first record whose call failed or fell short."""
     n = records.shape[0]
     width = rows.shape[1]
+    cap = span.shape[0]
     i = 0
     while i < n:
+        first = records[i]
         k = i + 1
-        while k < n and records[k] == records[k - 1] + 1:
+        while k < n and records[k] - records[k - 1] <= max_gap and records[k] - first < cap:
             k += 1
-        if k - i >= min_run:
-            run = rows[i:k]
-            if pwrite(fd, run, records[i] * width * 8) != run.size * 8:
-                return np.int64(records[i])
+        length = records[k - 1] - first + 1
+        if length >= min_run:
+            if length == k - i:
+                run = rows[i:k]
+            else:
+                run = span[:length]
+                if pread(fd, run, first * width * 8) != run.size * 8:
+                    return np.int64(first)
+                for r in range(i, k):
+                    run[records[r] - first, :] = rows[r, :]
+            if pwrite(fd, run, first * width * 8) != run.size * 8:
+                return np.int64(first)
         else:
             for r in range(i, k):
                 at = records[r] * width

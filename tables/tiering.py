@@ -4,9 +4,10 @@ Demotion: when a push's new ids or a promotion need room the RAM byte budget doe
 (:class:`tables.byte_budget.TableBudget`), the coldest RAM rows (the eviction score, never a
 row the same call uses) move to disk, down to ``tier.low_water`` of the budget's rows, in one
 batch. Promotion: a pull reads disk rows from their records in place and promotes only those
-read a second time lately (:mod:`tables.promotion`); a push updates its disk rows in their
-records (optimizer, counts, last seen and the change epoch a delta save selects by), a chunk
-of records at a time, and moves nothing, so only reads earn a row its way into RAM. While a
+read a second time lately (:mod:`tables.promotion`); a push updates its disk rows on disk
+(optimizer, counts, last seen and the change epoch a delta save selects by), a chunk of
+records at a time, written to the records the disk tier's write head hands out, and moves
+nothing into RAM, so only reads earn a row its way there. While a
 save reads the records (they must keep its consistent point) a push promotes its disk rows
 instead. The demotion that makes room for promoted rows comes first, then
 their records are read and freed a chunk at a time, so what a batch holds in RAM beside the
@@ -119,11 +120,11 @@ class TableTier:
     def push(self, keys: np.ndarray, absent: np.ndarray, grads: np.ndarray, shows: np.ndarray,
              clicks: np.ndarray, update: RowUpdate) -> np.ndarray:
         """Update the disk rows of ``keys[absent]`` (unique keys; ``absent``: those not in RAM)
-        in their records, without moving them: ``update`` runs on a copy buffer of whole
-        records at a time, read into RAM and written back to the same records (ascending, so
-        neighbours go together), with the rows of ``grads``, ``shows`` and ``clicks`` (aligned with
-        ``keys``) of that chunk alone. Returns the indices into ``keys`` of those found on
-        disk. The caller checked that no save reads the records (:attr:`DiskTier.holds`)."""
+        on disk, without promoting them: ``update`` runs on a copy buffer of whole records at a
+        time, read into RAM and written back to disk (:meth:`DiskTier.rewrite`), with the rows
+        of ``grads``, ``shows`` and ``clicks`` (aligned with ``keys``) of that chunk alone.
+        Returns the indices into ``keys`` of those found on disk. The caller checked that no
+        save reads the records (:attr:`DiskTier.holds`)."""
         t = self.table
         hits = []
         for start in range(0, absent.shape[0], BUFFER_RECORDS):  # a copy buffer of keys at a time

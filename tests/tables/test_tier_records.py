@@ -1,5 +1,6 @@
-"""Where the disk tier writes rows: past its last record, in one run, while freed records are
-few; into the lowest freed records once they are many, or when the file cannot grow."""
+"""Where the disk tier writes rows: past its last record, in one run, while its live records
+fill the file past ``FULL_SHARE``; else into the free records the write head sweeps from the
+file's start, a span at a time (or when the file cannot grow)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import numpy as np
 import pytest
 
 from core.errors import DiskFull
-from tables import hashmap, record_io
-from tables.disk_tier import HOLE_SHARE, DiskTier
+from tables import free_records, hashmap, record_io
+from tables.disk_tier import FULL_SHARE, DiskTier
 from tables.rows import COLUMN_DTYPES
 
 WIDTHS = {"params": 3, "state": 3, "wide_state": 0}
@@ -31,33 +32,68 @@ def records_of(d: DiskTier, keys: np.ndarray) -> np.ndarray:
     return at
 
 
-def test_few_holes_append_and_many_are_filled_lowest_first(tmp_path: Path) -> None:
+def test_the_head_appends_while_the_file_is_full_and_then_sweeps_free_records_from_the_start(
+        tmp_path: Path) -> None:
     d = DiskTier(tmp_path, "t", WIDTHS, 1 << 24, hashmap.new_hash_key())
     first = np.arange(1, 1001, dtype=np.uint64)
     d.put(rows(first))
     np.testing.assert_array_equal(np.sort(records_of(d, first)), np.arange(1000))
-    few = first[:50]  # 50 holes: under HOLE_SHARE of 950 rows
-    assert HOLE_SHARE * 950 >= 50
+    few = first[:50]
     d.free(records_of(d, few), few)
     second = np.arange(2001, 2101, dtype=np.uint64)
-    d.put(rows(second))
-    np.testing.assert_array_equal(np.sort(records_of(d, second)), np.arange(1000, 1100))  # one run past the end
-    many = first[100:400]  # 350 holes now: past the share
+    d.put(rows(second))  # 1,050 live of 1,000 records: past FULL_SHARE, so one run past the end
+    assert FULL_SHARE * 1000 < 950 + 100
+    np.testing.assert_array_equal(np.sort(records_of(d, second)), np.arange(1000, 1100))
+    many = first[100:500]
     d.free(records_of(d, many), many)
     third = np.arange(3001, 3101, dtype=np.uint64)
-    d.put(rows(third))
-    holes = np.sort(np.concatenate([np.arange(50), np.arange(100, 400)]))
-    np.testing.assert_array_equal(np.sort(records_of(d, third)), holes[:100])  # the lowest holes
-    assert d.high == 1100 and d.rows == 1100 - 350 + 100
-    back = third[records_of(d, third) == 0]  # the row third put into record 0
+    d.put(rows(third))  # 750 live of 1,100: the head wraps and takes the free records from the start
+    assert FULL_SHARE * 1100 >= 650 + 100
+    holes = np.concatenate([np.arange(50), np.arange(100, 500)])
+    np.testing.assert_array_equal(np.sort(records_of(d, third)), holes[:100])
+    assert d.high == 1100 and d.rows == 750 and d.head == holes[99] + 1
+    back = third[records_of(d, third) == 0]  # record 0, freed behind the head: taken on its next sweep
     d.free(records_of(d, back), back)
     fourth = np.arange(4001, 4011, dtype=np.uint64)
-    d.put(rows(fourth))  # holes freed after a write are ordered with the rest
-    np.testing.assert_array_equal(np.sort(records_of(d, fourth)), np.concatenate([[0], holes[100:109]]))
+    d.put(rows(fourth))
+    np.testing.assert_array_equal(np.sort(records_of(d, fourth)), holes[100:110])
+    fifth = np.arange(5001, 5342, dtype=np.uint64)
+    d.put(rows(fifth))  # the 340 free records left before the end; the file is full again, so one past it
+    assert FULL_SHARE * 1100 < 759 + 341
+    np.testing.assert_array_equal(np.sort(records_of(d, fifth)), np.concatenate([holes[110:], [1100]]))
+    assert d.head == d.high == 1101 and free_records.is_free(d.free_bits, np.array([0]))[0]
     third = third[third != back[0]]
-    for keys in (first[400:], second, third, fourth):
+    for keys in (first[500:], second, third, fourth, fifth):
         np.testing.assert_array_equal(d.read(records_of(d, keys), ("params",))["params"][:, 0],
                                       keys.astype(np.float32))
+    d.close()
+
+
+def test_records_freed_while_a_save_reads_are_passed_over_unchanged_until_it_ends(tmp_path: Path) -> None:
+    d = DiskTier(tmp_path, "t", WIDTHS, 1 << 24, hashmap.new_hash_key())
+    first = np.arange(1, 4001, dtype=np.uint64)
+    d.put(rows(first))
+    gone = first[::3]  # dense free records: the next write is one span by pread and pwrite
+    d.free(records_of(d, gone), gone)
+    held = first[1:600:3]
+    held_at = records_of(d, held)
+    d.hold()
+    d.free(held_at, held)
+    assert d.room() == d.max_records - d.rows - held.shape[0]
+    with open(d.path, "rb") as f:
+        before = np.frombuffer(os.pread(f.fileno(), d.high * d.record_bytes, 0), d.dtype)
+    fresh = np.arange(10_001, 10_201, dtype=np.uint64)
+    d.put(rows(fresh))  # the head sweeps over the held records
+    assert not np.isin(records_of(d, fresh), held_at).any()
+    with open(d.path, "rb") as f:
+        after = np.frombuffer(os.pread(f.fileno(), d.high * d.record_bytes, 0), d.dtype)
+    np.testing.assert_array_equal(after[held_at], before[held_at])  # what the save reads is what it held
+    d.release()
+    d.head = 0
+    more = np.arange(20_001, 20_001 + gone.shape[0] - 200 + held.shape[0], dtype=np.uint64)
+    d.put(rows(more))  # the held records are free again
+    assert np.isin(held_at, records_of(d, more)).all()
+    d.close()
 
 
 def test_a_file_that_cannot_grow_fills_its_holes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,21 +147,22 @@ def test_mapped_reads_match_pread_across_file_growth(tmp_path: Path, monkeypatch
     d.close()
 
 
-def test_scattered_and_run_writes_land_as_pread_reads_them(tmp_path: Path) -> None:
+def test_spans_and_scattered_writes_land_as_pread_reads_them(tmp_path: Path) -> None:
     d = DiskTier(tmp_path, "t", WIDTHS, 1 << 26, hashmap.new_hash_key())
     rng = np.random.default_rng(4)
     first = np.arange(1, 20_001, dtype=np.uint64)
     d.put(rows(first))  # one run past the end: pwrite
-    gone = np.sort(rng.choice(first, 4_000, replace=False))  # scattered holes, and a few runs among them
-    gone = np.union1d(gone, first[5_000:5_100])
-    d.free(records_of(d, gone), gone)
-    assert d.room() and int(d._free.shape[0]) > HOLE_SHARE * d.rows
-    fresh = np.arange(100_001, 100_001 + gone.shape[0], dtype=np.uint64)
-    d.put(rows(fresh))  # into the holes: short runs through the mapping, long ones by pwrite
-    assert d.high == first.shape[0]
+    dense = np.sort(rng.choice(first[:10_000], 3_000, replace=False))  # close free records: spans
+    lone = first[10_000:12_000:200]  # far apart: stored through the mapping
+    d.free(records_of(d, dense), dense)
+    d.free(records_of(d, lone), lone)
+    d.free(records_of(d, first[12_000:]), first[12_000:])  # room enough that the head wraps
+    fresh = np.arange(100_001, 100_001 + dense.shape[0] + lone.shape[0], dtype=np.uint64)
+    d.put(rows(fresh))
+    np.testing.assert_array_equal(np.sort(records_of(d, fresh)), np.sort(np.concatenate([dense, lone]) - 1))
     with open(d.path, "rb") as f:  # the slow reference: every record by pread
         raw = np.frombuffer(os.pread(f.fileno(), d.high * d.record_bytes, 0), d.dtype)
-    live = np.setdiff1d(first, gone)
+    live = np.setdiff1d(first[:12_000], np.concatenate([dense, lone]))
     for keys in (live, fresh):
         at = records_of(d, keys)
         np.testing.assert_array_equal(raw["keys"][at], keys)
