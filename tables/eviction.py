@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tables.radix_select import kth_smallest
 from tables.table_config import EvictionConfig
 
 SCORE_COLUMNS = ("show", "click", "last_seen")  # the row columns eviction reads
@@ -59,7 +60,7 @@ def coldest(
 ) -> np.ndarray:
     """Rows of the ``count`` coldest rows (lowest decayed score, or oldest ``last_seen``, per
     ``cfg.budget_order``), never one in ``protected``: the byte budget's victims. One
-    partial sort (``partition``), not a full one; rows are indices into the given arrays, ties
+    selection of the threshold key, not a sort; rows are indices into the given arrays, ties
     at the last score taken lowest row first."""
     n = last_seen.shape[0]
     if cfg.budget_order == "score":
@@ -75,8 +76,9 @@ def coldest(
     count = min(count, n - protected.shape[0])  # protected rows are distinct
     if count <= 0:
         return np.empty(0, np.int64)
-    # The count-th lowest key picks them: a partitioned copy of the keys, not an index per row.
-    threshold = np.partition(key, count - 1)[count - 1]
+    # The count-th lowest key picks them, found without an index per row (a radix select on the
+    # float32 scores; the float64 ages partitioned)
+    threshold = kth_smallest(key, count - 1) if key.dtype == np.float32 else np.partition(key, count - 1)[count - 1]
     victims = [np.flatnonzero(key < threshold)]
     need = count - victims[0].shape[0]
     for s in range(0, n, SCORE_CHUNK):  # ties at the threshold: the lowest rows
