@@ -44,10 +44,14 @@ DIM = 16
 ZIPF_A = 1.1  # bench.table_streams.key_batches' exponent
 
 
-def config(ram_bytes: int | None, tier_dir: Path | None) -> TableConfig:
+def config(ram_bytes: int | None, tier_dir: Path | None, low_water: float | None = None) -> TableConfig:
+    """``low_water``: the tier's (None: its default)."""
+    tier = None
+    if tier_dir is not None:
+        tier = TierConfig(disk=DiskTierConfig(path=str(tier_dir)),
+                          **({"low_water": low_water} if low_water is not None else {}))
     return TableConfig(name="bench", dim=DIM, optimizer=OptimizerConfig(kind="adam", lr=1e-3),
-                       eviction=EvictionConfig(max_bytes=ram_bytes),
-                       tier=TierConfig(disk=DiskTierConfig(path=str(tier_dir))) if tier_dir is not None else None)
+                       eviction=EvictionConfig(max_bytes=ram_bytes), tier=tier)
 
 
 def rss_parts() -> tuple[int, int]:
@@ -152,7 +156,8 @@ def all_ram_bytes(n_rows: int, batch: int) -> int:
 
 
 def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: int | None,
-              tier_dir: str | None, drop_caches: bool, gate: Any = None) -> dict[str, Any]:
+              tier_dir: str | None, drop_caches: bool, low_water: float | None = None,
+              gate: Any = None) -> dict[str, Any]:
     """In a process of its own: fill a table, then, per key stream, ``n_warm + n_batches``
     steps of a pull of one batch and a push of another (drawn apart, same distribution);
     the first ``n_warm`` steps are the cold figure, the rest the steady state. ``gate``: called
@@ -166,7 +171,7 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
                for kind in ("zipf", "uniform")}
     anon0, file0 = rss_parts()  # the benchmark's own arrays are made: what grows from here is the table's
     sampler = RssSampler()
-    table = SparseTable(config(ram_bytes, Path(tier_dir) if tier_dir else None))
+    table = SparseTable(config(ram_bytes, Path(tier_dir) if tier_dir else None, low_water))
     t = time.perf_counter()
     fill(table, keys, grads)
     out: dict[str, Any] = {"fill_keys_per_s": n_rows / (time.perf_counter() - t), "phases": {}}
@@ -228,30 +233,31 @@ def in_process(fn: Any, *args: Any) -> Any:
         return pool.apply(fn, args)
 
 
-def _stepped(conn: Any, args: tuple[Any, ...]) -> None:
-    """A child of :func:`in_lockstep`: :func:`run_table` taking a step only when told to."""
+def _stepped(conn: Any, fn: Any, args: tuple[Any, ...]) -> None:
+    """A child of :func:`in_lockstep`: ``fn`` taking a step only when told to."""
 
     def gate() -> None:
         conn.send("ready")
         conn.recv()
 
     try:
-        conn.send(("result", run_table(*args, gate=gate)))
+        conn.send(("result", fn(*args, gate=gate)))
     except BaseException as e:
         conn.send(("error", f"{type(e).__name__}: {e}"))
         raise
 
 
-def in_lockstep(*runs: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """:func:`run_table` of each argument tuple in a process of its own (its RSS its own), the
-    processes taking their steps in turn: step i of the first, then of the second, so the
-    machine's state (other load, the host's caches and clock) drifts alike under both
-    tables and the ratios of their CPU times compare like with like."""
+def in_lockstep(fn: Any, *runs: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """``fn(*args, gate=...)`` (:func:`run_table`, or a training run) of each argument tuple in
+    a process of its own (its RSS its own), the processes taking their steps in turn: step i
+    of the first, then of the second, and so on, so the machine's state (other load, the host's
+    caches and clock) drifts alike under every table and the ratios of their CPU times compare
+    like with like. ``fn`` calls ``gate`` before each step."""
     ctx = mp.get_context("spawn")
     conns, procs = [], []
     for args in runs:
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_stepped, args=(child, args))
+        proc = ctx.Process(target=_stepped, args=(child, fn, args))
         proc.start()
         conns.append(parent)
         procs.append(proc)
@@ -299,10 +305,12 @@ def random_read_probe(path: Path, nbytes: int, seconds: float = 3.0) -> float:
         path.unlink()
 
 
-def run(n_rows: int, batch: int, n_batches: int, n_warm: int, workdir: Path, drop_caches: bool) -> dict[str, Any]:
+def run(n_rows: int, batch: int, n_batches: int, n_warm: int, workdir: Path, drop_caches: bool,
+        low_water: float | None = None) -> dict[str, Any]:
     budget = in_process(all_ram_bytes, n_rows, batch) // 4
-    ram, tiered = in_lockstep((n_rows, batch, n_batches, n_warm, None, None, False),
-                              (n_rows, batch, n_batches, n_warm, budget, str(workdir / "tier"), drop_caches))
+    ram, tiered = in_lockstep(run_table, (n_rows, batch, n_batches, n_warm, None, None, False),
+                              (n_rows, batch, n_batches, n_warm, budget, str(workdir / "tier"), drop_caches,
+                               low_water))
     probe = random_read_probe(workdir / "probe", max(tiered["disk_bytes"], 64 << 20))
     ratios: dict[str, dict[str, float]] = {}
     for kind in ("zipf", "uniform"):
@@ -315,7 +323,8 @@ def run(n_rows: int, batch: int, n_batches: int, n_warm: int, workdir: Path, dro
                                                    "cpu": b["keys_per_cpu_s"] / a["keys_per_cpu_s"]}
         tiered["phases"][kind]["ideal_hit_rate"] = ideal_hit_rates(kind, n_rows, tiered["phases"][kind]["ram_rows"],
                                                                    batch)
-    return {"rows": n_rows, "batch_keys": batch, "batches": n_batches, "warm_batches": n_warm,
+    return {"low_water": TierConfig.model_fields["low_water"].default if low_water is None else low_water,
+            "rows": n_rows, "batch_keys": batch, "batches": n_batches, "warm_batches": n_warm,
             "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered,
             "tiered_vs_all_ram": ratios, "disk_random_reads_per_s": probe,
             "drop_caches": drop_caches,
@@ -327,7 +336,7 @@ def report(r: dict[str, Any]) -> None:
     ram, tiered = r["all_ram"], r["tiered"]
     print(f"dim {DIM} Adam, {r['rows']:,} rows, {r['batch_keys']:,}-key batches; tiered RAM budget "
           f"{r['ram_budget_bytes'] / 1e6:.0f} MB = a quarter of the all-RAM table's "
-          f"{ram['ram_table_bytes'] / 1e6:.0f} MB")
+          f"{ram['ram_table_bytes'] / 1e6:.0f} MB, tier low_water {r['low_water']}")
     print(f"tiered: {tiered['ram_rows']:,} rows in RAM (row limit {tiered['ram_row_limit']:,}), "
           f"{tiered['disk_rows']:,} on disk ({tiered['disk_bytes'] / 1e6:.0f} MB file)")
     print(f"each step pulls one batch and pushes another, drawn apart from the same distribution; cold: the first "
@@ -389,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                          "as pulls read them, so its hit rate climbs for a few hundred steps")
     ap.add_argument("--dir", type=Path, default=None, help="where the disk tier lives (default: a temp dir)")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before the cold phase (root)")
+    ap.add_argument("--low-water", type=float, default=None,
+                    help="the tier's low_water (default: its config default): a demotion moves RAM rows to disk "
+                         "until RAM holds this share of its row limit")
     ap.add_argument("--train", action="store_true", help="the training run instead (bench.tiered_training)")
     ap.add_argument("--train-rows", type=int, default=1_000_000)
     ap.add_argument("--test-rows", type=int, default=200_000)
@@ -400,9 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-tiered-", dir=args.dir) as d:
         if args.train:
             result = tiered_training.run(args.train_rows, args.test_rows, args.fields, args.ids, args.train_batch,
-                                         Path(d), in_process)
+                                         Path(d), in_process, in_lockstep, args.low_water)
             return print_result(result, as_json=args.json, table=tiered_training.report)
-        result = run(args.rows, args.batch_keys, args.batches, args.warm_batches, Path(d), args.drop_caches)
+        result = run(args.rows, args.batch_keys, args.batches, args.warm_batches, Path(d), args.drop_caches,
+                     args.low_water)
     return print_result(result, as_json=args.json, table=report)
 
 

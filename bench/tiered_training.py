@@ -10,8 +10,11 @@ over fields of each id's embedding summed over its ``DIM`` columns (a logistic r
 weight per id lives in a table row with Adam state), batches of ``--batch`` rows, one pass;
 pushes carry shows and clicks, so eviction scores by them. Test AUC reads rows without moving
 them (``pull_existing``: an evicted id reads as zeros, as a never-seen one). Each run is a process
-of its own; samples/s counts the pulls, the model and the pushes, by wall time and by the
-training thread's CPU time (steadier on a loaded machine).
+of its own, and the three take their batches in turn (``in_lockstep``: batch i of each before
+batch i+1 of any), so drift on a shared machine falls alike on all three; samples/s counts the
+pulls, the model and the pushes of each batch, by wall time and by the training thread's CPU
+time (steadier on a loaded machine). The RAM budget is a quarter of what the all-RAM table holds
+once it has every training id, measured first by a fill in a process of its own.
 Run: ``python -m bench.tables --tiered --train [--train-rows N] [--json]``.
 """
 
@@ -50,28 +53,48 @@ def data(train_rows: int, test_rows: int, fields: int, ids: int) -> dict[str, np
     return {"train_keys": train_keys, "train_labels": train_labels, "test_keys": test_keys, "test_labels": test_labels}
 
 
-def table_config(ram_bytes: int | None, tier_dir: str | None) -> TableConfig:
+def table_config(ram_bytes: int | None, tier_dir: str | None, low_water: float | None = None) -> TableConfig:
+    """``low_water``: the tier's (None: its default)."""
+    tier = None
+    if tier_dir is not None:
+        tier = TierConfig(disk=DiskTierConfig(path=tier_dir),
+                          **({"low_water": low_water} if low_water is not None else {}))
     return TableConfig(name="train", dim=DIM, optimizer=OptimizerConfig(kind="adam", lr=0.02),
-                       eviction=EvictionConfig(max_bytes=ram_bytes),
-                       tier=TierConfig(disk=DiskTierConfig(path=tier_dir)) if tier_dir is not None else None)
+                       eviction=EvictionConfig(max_bytes=ram_bytes), tier=tier)
+
+
+def all_ram_bytes(train_rows: int, fields: int, ids: int, batch: int) -> int:
+    """What the all-RAM table holds once it has a row for every training id (the others'
+    RAM budget is a quarter of it)."""
+    keys = np.unique(data(train_rows, 0, fields, ids)["train_keys"])
+    table = SparseTable(table_config(None, None))
+    step = batch * fields
+    for s in range(0, keys.shape[0], step):
+        k = keys[s : s + step]
+        table.push(k, np.zeros((k.shape[0], DIM), np.float32))
+    return int(table.stats()["bytes"])
 
 
 def train_run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int, ram_bytes: int | None,
-              tier_dir: str | None) -> dict[str, Any]:
-    """In a process of its own: one pass over the training rows, then the test AUC."""
+              tier_dir: str | None, low_water: float | None = None, gate: Any = None) -> dict[str, Any]:
+    """In a process of its own: one pass over the training rows, then the test AUC.
+    ``gate``: called before each batch, waits for this process's turn (``in_lockstep``)."""
     d = data(train_rows, test_rows, fields, ids)
-    table = SparseTable(table_config(ram_bytes, tier_dir))
+    table = SparseTable(table_config(ram_bytes, tier_dir, low_water))
     keys, labels = d["train_keys"], d["train_labels"]
-    t, cpu = time.perf_counter(), time.thread_time()
+    secs = cpu_secs = 0.0
     for s in range(0, train_rows, batch):
+        if gate is not None:
+            gate()
+        t, cpu = time.perf_counter(), time.thread_time()
         k = keys[s : s + batch].ravel()
         y = labels[s : s + batch]
         rows = table.pull(k).reshape(y.shape[0], fields, DIM)
         p = 1.0 / (1.0 + np.exp(-rows.sum(axis=(1, 2))))
         g = np.repeat(((p - y) / y.shape[0]).astype(np.float32), fields * DIM).reshape(-1, DIM)
         table.push(k, g, np.ones(k.shape[0], np.float32), np.repeat(y, fields))
-    secs = time.perf_counter() - t
-    cpu_secs = time.thread_time() - cpu
+        secs += time.perf_counter() - t
+        cpu_secs += time.thread_time() - cpu
     test_k = d["test_keys"]
     rows, _ = table.pull_existing(test_k.ravel())
     scores = rows.reshape(test_k.shape[0], fields, DIM).sum(axis=(1, 2))
@@ -83,13 +106,15 @@ def train_run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int
 
 
 def run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int, workdir: Path,
-        in_process: Any) -> dict[str, Any]:
+        in_process: Any, in_lockstep: Any, low_water: float | None = None) -> dict[str, Any]:
+    """``in_process(fn, *args)``: ``fn(*args)`` in a process of its own; ``in_lockstep(fn, *runs)``:
+    ``fn(*args, gate=...)`` for each argument tuple, in processes taking their batches in turn."""
     args = (train_rows, test_rows, fields, ids, batch)
-    ram = in_process(train_run, *args, None, None)
-    budget = ram["table_bytes"] // 4
-    tiered = in_process(train_run, *args, budget, str(workdir / "train-tier"))
-    evicting = in_process(train_run, *args, budget, None)
-    return {"train_rows": train_rows, "test_rows": test_rows, "fields": fields, "ids_per_field": ids, "batch": batch,
+    budget = in_process(all_ram_bytes, train_rows, fields, ids, batch) // 4
+    ram, tiered, evicting = in_lockstep(train_run, (*args, None, None),
+                                        (*args, budget, str(workdir / "train-tier"), low_water), (*args, budget, None))
+    return {"low_water": TierConfig.model_fields["low_water"].default if low_water is None else low_water,
+            "train_rows": train_rows, "test_rows": test_rows, "fields": fields, "ids_per_field": ids, "batch": batch,
             "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered, "evicting": evicting,
             "tiered_vs_all_ram_samples": tiered["samples_per_s"] / ram["samples_per_s"],
             "tiered_vs_all_ram_samples_cpu": tiered["samples_per_cpu_s"] / ram["samples_per_cpu_s"],
@@ -101,7 +126,8 @@ def report(r: dict[str, Any]) -> None:
     print(f"training: {r['train_rows']:,} rows x {r['fields']} fields (Zipf(1.1) over {r['ids_per_field']:,} ids "
           f"each), batch {r['batch']}, dim {DIM} Adam, {r['test_rows']:,} test rows; RAM budget "
           f"{r['ram_budget_bytes'] / 1e6:.0f} MB = a quarter of the all-RAM table's "
-          f"{r['all_ram']['table_bytes'] / 1e6:.0f} MB")
+          f"{r['all_ram']['table_bytes'] / 1e6:.0f} MB, tier low_water {r['low_water']}; the three runs take their "
+          f"batches in turn")
     print(f"{'run':10} {'samples/s':>10} {'test AUC':>9} {'rows':>10} {'in RAM':>10} {'on disk':>10} {'evicted':>9}")
     for name in ("all_ram", "tiered", "evicting"):
         x = r[name]

@@ -13,8 +13,12 @@ def here(fn: Any, *args: Any) -> Any:
     return fn(*args)
 
 
+def one_after_another(fn: Any, *runs: tuple[Any, ...]) -> list[Any]:
+    return [fn(*args) for args in runs]
+
+
 def test_the_tiered_run_matches_the_all_ram_run_and_the_evicting_one_evicts(tmp_path: Path) -> None:
-    r = tiered_training.run(4000, 1000, 4, 3000, 256, tmp_path, here)
+    r = tiered_training.run(4000, 1000, 4, 3000, 256, tmp_path, here, one_after_another)
     assert r["tiered"]["disk_rows"] > 0 and r["tiered"]["rows"] == r["all_ram"]["rows"]
     assert r["tiered"]["auc"] == r["all_ram"]["auc"]
     assert r["evicting"]["evicted"] > 0 and r["evicting"]["rows"] < r["all_ram"]["rows"]
