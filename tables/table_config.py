@@ -166,14 +166,16 @@ class DiskTierConfig(FrozenModel):
 
     path: str = Field(min_length=1, description="Directory of the disk tier's files (one per table and process, "
                                                 "started empty: saves hold the rows, not these files).")
-    max_bytes: int = Field(16 << 30, ge=1, description="Bytes of rows the disk tier may hold per table and shard; "
-                                                       "a full tier evicts its coldest rows (score) for new ones.")
+    max_bytes: int = Field(16 << 30, ge=1, description="Bytes the disk tier's file may take per table and shard: its "
+                                                       "rows and the free records its writes go to (a quarter of the "
+                                                       "file while under this); a full tier evicts its coldest rows "
+                                                       "(score) for new ones.")
 
 
 class TierConfig(FrozenModel):
     """A second tier under the RAM byte budget (``eviction.max_bytes`` or the shard's share): the
     coldest rows move to disk, instead of being evicted, once RAM reaches the budget, and back
-    when pulled a second time lately (a pull reads them in place, a push updates them in place).
+    when pulled a second time lately (a pull reads them in place, a push updates them on disk).
     The budget holds the table's largest recent call's temporaries too (at most a quarter of it):
     RAM rows make room for them, so the process stays within the budget while a call runs."""
 
