@@ -4,23 +4,23 @@ Each row lives in exactly one tier. A row on disk is a fixed-size record of a fi
 every column of the row, packed in the row store's order (the key first, then ``params``,
 ``state``, ``wide_state``, show, click, last_seen, created, mod_epoch) at ``record *
 record_bytes``. RAM keeps only the index from key to record (:mod:`tables.disk_index`, its
-slots alone), a free list and each call's bounded copy buffer (``BUFFER_RECORDS``), so a disk
-row costs RAM its index slots only (the mapped file's pages are page cache, outside the
-budget). Records are read from a shared mapping of the file and written by ``pwrite`` (spans
-of records close together) or through the mapping (records far apart), both in numba kernels
-(:mod:`tables.record_io`), never one Python call per key; eviction, TTL and delta saves read
-the columns they need from the records the same way. A record is a whole number of 8-byte
-words (padded), which the mapped reads copy.
+slots alone), a free bit a record, a span buffer and each call's bounded copy buffer
+(``BUFFER_RECORDS``), so a disk row costs RAM its index slots and a bit (the mapped file's
+pages are page cache, outside the budget). Records are read from a shared mapping of the file
+and written by ``pwrite`` (spans of records close together) or through the mapping (records
+far apart), both in numba kernels (:mod:`tables.record_io`), never one Python call per key;
+eviction, TTL and delta saves read the columns they need from the records the same way. A
+record is a whole number of 8-byte words (padded), which the mapped reads copy.
 
-No row is written where it was: a write (a demotion's rows, a push's updated ones) takes the
-free records a write head hands out (:meth:`DiskTier._place`), which sweeps the file from its
-start to its end, so the records of one write lie close together and go out as a few spans,
-the records between them written back unchanged. A store into a record's own page instead
-faults once per page after every writeback of it, which at millions of disk rows cost a push
-more than the rest of its work. At the file's end the head appends while the live records
-would fill more than ``FULL_SHARE`` of the file, else it wraps to the start, so the file keeps
-about a quarter of its records free and the head finds one every few records. Which records
-are free is a bit each (:mod:`tables.free_records`).
+No row is written where it was, but in a tier with no free record: a write (a demotion's rows, a
+push's updated ones) takes the free records a write head hands out (:meth:`DiskTier._place`),
+which sweeps the file from its start to its end, so the records of one write lie close together
+and go out as a few spans, the records between them written back unchanged. A store into a
+record's own page instead faults once per page after every writeback of it, which at millions of
+disk rows cost a push more than the rest of its work. At the file's end the head appends while
+the live records would fill more than ``FULL_SHARE`` of the file, else it wraps to the start, so
+the file keeps about a quarter of its records free and the head finds one every few records.
+Which records are free is a bit each (:mod:`tables.free_records`).
 
 The file is grown with ``posix_fallocate`` before any record past its end is written: a full
 disk is an ``OSError`` at growth (:class:`core.errors.DiskFull`), never a failed write of a
@@ -205,9 +205,10 @@ class DiskTier:
         return self.file_records * self.record_bytes
 
     def ram_bytes(self) -> int:
-        """What the tier holds in RAM: its index, a free bit a record and its span buffer (a call's copy buffer is a
-        temporary of the batch, like its other buffers). An index near its growth counts at
-        the doubled size, so the RAM budget makes room before the larger index is made."""
+        """What the tier holds in RAM: its index, a free bit a record and its span buffer (a
+        call's copy buffer is a temporary of the batch, like its other buffers). An index near
+        its growth counts at the doubled size, so the RAM budget makes room before the larger
+        index is made."""
         index = self.slots.nbytes
         if self.rows > GROW_SOON * hashmap.MAX_LOAD * self.slots.shape[0]:
             index *= 2
@@ -301,12 +302,28 @@ class DiskTier:
         """Replace the rows of ``records`` (live, none held by a save) with the rows ``cols``
         (every row store column, keys unchanged): a push's update. The rows move to records
         at the write head, so the write is a span, not a store into each record's page
-        (which faults again after every writeback of it)."""
-        if records.shape[0] == 0:
+        (which faults again after every writeback of it); a tier with no free record for
+        them (or a disk that refuses to grow the file) writes them into their own."""
+        m = records.shape[0]
+        if m == 0:
             return
         assert self.holds == 0, "a save reads these records"
-        self.free(records, cols["keys"])
-        self.put(cols)
+        keys = cols["keys"]
+        if self.room() >= m:
+            try:
+                self.put(cols)  # the new copies first: a failed write leaves the rows where they were
+            except DiskFull:
+                pass  # nothing written: the file cannot grow and too few records are free
+            else:
+                self.free(records, keys)  # the index drops the old records' entries alone
+                return
+        order = np.argsort(records, kind="stable")  # a full tier or disk: the rows stay in their own records
+        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
+        for start in range(0, m, BUFFER_RECORDS):
+            part = order[start : start + BUFFER_RECORDS]
+            for name in COLUMN_DTYPES:
+                buf[name][: part.shape[0]] = cols[name][part]
+            self._io(records[part], buf, write=True)
 
     def free(self, records: np.ndarray, keys: np.ndarray) -> None:
         """Forget the rows of ``records`` (promoted or evicted), whose keys are ``keys``; their

@@ -168,3 +168,30 @@ def test_spans_and_scattered_writes_land_as_pread_reads_them(tmp_path: Path) -> 
         np.testing.assert_array_equal(raw["keys"][at], keys)
         np.testing.assert_array_equal(raw["params"][at, 0], keys.astype(np.float32))
     d.close()
+
+
+def test_a_push_that_fails_to_write_leaves_its_rows_as_they_were(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    d = DiskTier(tmp_path, "t", WIDTHS, 1 << 24, hashmap.new_hash_key())
+    keys = np.arange(1, 3001, dtype=np.uint64)
+    d.put(rows(keys))
+    pushed = keys[::7]
+    at = records_of(d, pushed)
+    update = d.read(at)
+    update["params"][:, 0] += 1000.0
+
+    def failing(fd, words, records, rows, min_run, max_gap, span):  # the kernel's arguments
+        return np.int64(records[0])
+
+    monkeypatch.setattr("tables.disk_tier.scatter", failing)
+    with pytest.raises(OSError, match="short write"):
+        d.rewrite(at, update)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(records_of(d, pushed), at)  # the rows are where they were, unchanged
+    np.testing.assert_array_equal(d.read(at, ("params",))["params"][:, 0], pushed.astype(np.float32))
+    assert d.rows == keys.shape[0] and d.room() == d.max_records - d.rows
+    d.rewrite(at, update)  # and a write that succeeds moves them
+    moved = records_of(d, pushed)
+    assert not np.isin(moved, at).any()
+    np.testing.assert_array_equal(d.read(moved, ("params",))["params"][:, 0], pushed.astype(np.float32) + 1000)
+    d.close()
