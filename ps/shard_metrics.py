@@ -67,8 +67,8 @@ HELP = {
                                        "pull's second read lately, or a push while a save reads the records) or "
                                        "demoted (RAM to disk, at the RAM budget).",
     "streamrec_shard_tier_disk_reads": "Rows read from the disk tier (pulls, promotions, saves, serving reads).",
-    "streamrec_shard_tier_disk_updates": "Disk rows a push updated in place, in their records, without moving "
-                                         "them to RAM.",
+    "streamrec_shard_tier_disk_updates": "Disk rows a push updated on disk (written near the tier file's write "
+                                         "head), without moving them to RAM.",
     "streamrec_shard_tier_disk_full": "Demotions the disk refused (no space to grow the tier's file); the rows "
                                       "stayed in RAM under its budget's rule (evict or refuse).",
 }

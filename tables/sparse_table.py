@@ -11,7 +11,7 @@ table's share of its shard's, :mod:`tables.budget`) is enforced when push create
 new ids are refused, or the coldest rows evicted, once no new row fits. While a save's
 snapshot is open (rows must not move) an evict-mode table refuses instead of evicting. With
 a ``tier`` the rows over the budget move to a disk tier instead and come back when pulled
-twice lately (a pull reads them in place, a push updates them in place, :mod:`tables.tiering`);
+twice lately (a pull reads them in place, a push updates them on disk, :mod:`tables.tiering`);
 every verb sees both tiers. See :mod:`tables.snapshot` for
 how saves avoid stalling pushes and :mod:`tables.table_files` for the file format.
 """
@@ -251,7 +251,7 @@ class SparseTable:
                 uniq, g, s, c = _summed_by_key(k, g, s, c)
                 rows = np.empty(uniq.shape[0], np.int64)
                 missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
-            on_disk = None  # keys whose disk rows this push updated in place
+            on_disk = None  # keys whose disk rows this push updated on disk
             if self.tier is not None:
                 self.budget.note_call(n)
                 self.counters["ram_hits"] += uniq.shape[0] - missing
