@@ -38,20 +38,16 @@ import numpy as np
 from bench import print_result, tiered_training
 from bench.table_streams import key_batches, rss_bytes
 from tables.sparse_table import SparseTable
-from tables.table_config import DiskTierConfig, EvictionConfig, OptimizerConfig, TableConfig, TierConfig
+from tables.table_config import EvictionConfig, OptimizerConfig, TableConfig
 
 DIM = 16
 ZIPF_A = 1.1  # bench.table_streams.key_batches' exponent
 
 
 def config(ram_bytes: int | None, tier_dir: Path | None, low_water: float | None = None) -> TableConfig:
-    """``low_water``: the tier's (None: its default)."""
-    tier = None
-    if tier_dir is not None:
-        tier = TierConfig(disk=DiskTierConfig(path=str(tier_dir)),
-                          **({"low_water": low_water} if low_water is not None else {}))
     return TableConfig(name="bench", dim=DIM, optimizer=OptimizerConfig(kind="adam", lr=1e-3),
-                       eviction=EvictionConfig(max_bytes=ram_bytes), tier=tier)
+                       eviction=EvictionConfig(max_bytes=ram_bytes),
+                       tier=tiered_training.tier_config(None if tier_dir is None else str(tier_dir), low_water))
 
 
 def rss_parts() -> tuple[int, int]:
@@ -323,7 +319,7 @@ def run(n_rows: int, batch: int, n_batches: int, n_warm: int, workdir: Path, dro
                                                    "cpu": b["keys_per_cpu_s"] / a["keys_per_cpu_s"]}
         tiered["phases"][kind]["ideal_hit_rate"] = ideal_hit_rates(kind, n_rows, tiered["phases"][kind]["ram_rows"],
                                                                    batch)
-    return {"low_water": TierConfig.model_fields["low_water"].default if low_water is None else low_water,
+    return {"low_water": tiered_training.low_water_of(low_water),
             "rows": n_rows, "batch_keys": batch, "batches": n_batches, "warm_batches": n_warm,
             "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered,
             "tiered_vs_all_ram": ratios, "disk_random_reads_per_s": probe,

@@ -53,14 +53,21 @@ def data(train_rows: int, test_rows: int, fields: int, ids: int) -> dict[str, np
     return {"train_keys": train_keys, "train_labels": train_labels, "test_keys": test_keys, "test_labels": test_labels}
 
 
+def tier_config(tier_dir: str | None, low_water: float | None) -> TierConfig | None:
+    """A disk tier in ``tier_dir`` (None: no tier) with ``low_water`` (None: the default)."""
+    if tier_dir is None:
+        return None
+    return TierConfig(disk=DiskTierConfig(path=tier_dir), **({"low_water": low_water} if low_water is not None else {}))
+
+
+def low_water_of(low_water: float | None) -> float:
+    """The low water a tier of :func:`tier_config` has."""
+    return TierConfig.model_fields["low_water"].default if low_water is None else low_water
+
+
 def table_config(ram_bytes: int | None, tier_dir: str | None, low_water: float | None = None) -> TableConfig:
-    """``low_water``: the tier's (None: its default)."""
-    tier = None
-    if tier_dir is not None:
-        tier = TierConfig(disk=DiskTierConfig(path=tier_dir),
-                          **({"low_water": low_water} if low_water is not None else {}))
     return TableConfig(name="train", dim=DIM, optimizer=OptimizerConfig(kind="adam", lr=0.02),
-                       eviction=EvictionConfig(max_bytes=ram_bytes), tier=tier)
+                       eviction=EvictionConfig(max_bytes=ram_bytes), tier=tier_config(tier_dir, low_water))
 
 
 def all_ram_bytes(train_rows: int, fields: int, ids: int, batch: int) -> int:
@@ -113,7 +120,7 @@ def run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int, work
     budget = in_process(all_ram_bytes, train_rows, fields, ids, batch) // 4
     ram, tiered, evicting = in_lockstep(train_run, (*args, None, None),
                                         (*args, budget, str(workdir / "train-tier"), low_water), (*args, budget, None))
-    return {"low_water": TierConfig.model_fields["low_water"].default if low_water is None else low_water,
+    return {"low_water": low_water_of(low_water),
             "train_rows": train_rows, "test_rows": test_rows, "fields": fields, "ids_per_field": ids, "batch": batch,
             "ram_budget_bytes": budget, "all_ram": ram, "tiered": tiered, "evicting": evicting,
             "tiered_vs_all_ram_samples": tiered["samples_per_s"] / ram["samples_per_s"],
