@@ -135,6 +135,7 @@ class DiskTier:
         self.rows = 0
         self.free_bits = np.zeros(0, np.uint8)  # a bit a record of the file, set when free (:mod:`tables.free_records`)
         self._span = np.empty((1, self.record_bytes // WORD), np.uint64)  # the longest span a write sends whole
+        self._span_records = max(1, SPAN_BYTES // self.record_bytes)  # this close: one span, sent once this long
         self._held: list[np.ndarray] = []  # records freed while a save reads the file
         self.holds = 0
 
@@ -233,15 +234,8 @@ class DiskTier:
         if m == 0:
             return
         at = self._place(m)
-        order = np.argsort(at, kind="stable")
-        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
         try:
-            for start in range(0, m, BUFFER_RECORDS):
-                part = order[start : start + BUFFER_RECORDS]
-                src = part if rows is None else rows[part]
-                for name in COLUMN_DTYPES:
-                    buf[name][: part.shape[0]] = cols[name][src]
-                self._io(at[part], buf, write=True)
+            self._write(at, cols, rows)
         except BaseException:
             free_records.mark(self.free_bits, at, True)
             raise
@@ -317,12 +311,18 @@ class DiskTier:
             else:
                 self.free(records, keys)  # the index drops the old records' entries alone
                 return
-        order = np.argsort(records, kind="stable")  # a full tier or disk: the rows stay in their own records
-        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
-        for start in range(0, m, BUFFER_RECORDS):
+        self._write(records, cols)  # a full tier or disk: the rows stay in their own records
+
+    def _write(self, records: np.ndarray, cols: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        """Row ``i`` (of ``rows``, default all of ``cols``' rows) into record ``records[i]``, in
+        the records' order so neighbours share a span, a copy buffer at a time."""
+        order = np.argsort(records, kind="stable")
+        buf = np.empty(min(records.shape[0], BUFFER_RECORDS), self.dtype)
+        for start in range(0, records.shape[0], BUFFER_RECORDS):
             part = order[start : start + BUFFER_RECORDS]
+            src = part if rows is None else rows[part]
             for name in COLUMN_DTYPES:
-                buf[name][: part.shape[0]] = cols[name][part]
+                buf[name][: part.shape[0]] = cols[name][src]
             self._io(records[part], buf, write=True)
 
     def free(self, records: np.ndarray, keys: np.ndarray) -> None:
@@ -389,7 +389,7 @@ class DiskTier:
             return rows
         bad = scatter(self._fd, self._words(writable=True), records,
                       rows.view(np.uint64).reshape(-1, self.record_bytes // WORD),
-                      max(1, SPAN_BYTES // self.record_bytes), max(1, SPAN_BYTES // self.record_bytes), self._span)
+                      self._span_records, self._span)
         if bad >= 0:
             self._failed(bad)
         return rows

@@ -92,12 +92,12 @@ def gather(words: np.ndarray, records: np.ndarray, out: np.ndarray) -> None:
 
 
 @kernel(**JIT)
-def scatter(fd: int, words: np.ndarray, records: np.ndarray, rows: np.ndarray, min_run: int, max_gap: int,
+def scatter(fd: int, words: np.ndarray, records: np.ndarray, rows: np.ndarray, near: int,
             span: np.ndarray) -> np.int64:
     """Record ``records[i]`` (ascending) of file ``fd`` from row ``i`` of ``rows`` (uint64, a
-    record's words a row). Records no more than ``max_gap`` apart form a group of at most
+    record's words a row). Records no more than ``near`` apart form a group of at most
     ``span``'s rows of records (a buffer the caller keeps, so no call allocates one); a group
-    spanning ``min_run`` records or more is one ``pwrite`` of its whole span (the records
+    spanning ``near`` records or more is one ``pwrite`` of its whole span (the records
     between its own read first by ``pread`` into ``span`` and written back unchanged), the
     rest are stored through the writable mapping ``words``. Returns -1 when every byte went,
     else the first record whose call failed or fell short."""
@@ -108,10 +108,10 @@ def scatter(fd: int, words: np.ndarray, records: np.ndarray, rows: np.ndarray, m
     while i < n:
         first = records[i]
         k = i + 1
-        while k < n and records[k] - records[k - 1] <= max_gap and records[k] - first < cap:
+        while k < n and records[k] - records[k - 1] <= near and records[k] - first < cap:
             k += 1
         length = records[k - 1] - first + 1
-        if length >= min_run:
+        if length >= near:
             if length == k - i:
                 run = rows[i:k]
             else:

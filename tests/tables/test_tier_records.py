@@ -180,7 +180,7 @@ def test_a_push_that_fails_to_write_leaves_its_rows_as_they_were(tmp_path: Path,
     update = d.read(at)
     update["params"][:, 0] += 1000.0
 
-    def failing(fd, words, records, rows, min_run, max_gap, span):  # the kernel's arguments
+    def failing(fd, words, records, rows, near, span):  # the kernel's arguments
         return np.int64(records[0])
 
     monkeypatch.setattr("tables.disk_tier.scatter", failing)
