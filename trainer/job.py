@@ -248,9 +248,12 @@ class StreamingJob:
                 if item is not None:
                     self._train(item)
                     idle_since = time.monotonic()
-                # a due pass ends where no poll is partly trained: its offsets are exactly its records
+                # a pass ends where no poll is partly trained, so its offsets are exactly its records:
+                # a due one, and one a peer ended (the rest of the group is already batched); in sync
+                # mode a peer's at once, since each step waits for every worker
                 at_poll_end = item is None or item[1].ends_group
-                if (self.progress.clock.due() and at_poll_end) or self._peer_committing() or (
+                peer = self._peer_committing()
+                if ((self.progress.clock.due() or peer) and at_poll_end) or (peer and self.spec.mode == "sync") or (
                         leaving and (self.progress.clock.count or len(active) > 1)):
                     self.commit(leaving=leaving)
                     if not leaving:  # a commit's stall (slower on an object store) is not idleness of the stream
