@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.kernel_cache import JIT, kernel
 from tables.radix_select import kth_smallest
 from tables.table_config import EvictionConfig
 
 SCORE_COLUMNS = ("show", "click", "last_seen")  # the row columns eviction reads
 SCORE_CHUNK = 1 << 16  # rows whose scores coldest() computes at a time
+MAX_AGES = 1 << 16  # distinct ages whose decay factors scores() tabulates; a wider spread is scored in numpy
 
 
 def decayed(values: np.ndarray, last_seen: np.ndarray, current_pass: int, decay: float) -> np.ndarray:
@@ -54,6 +56,43 @@ def select(
     return evict
 
 
+@kernel(**JIT)
+def _decayed_scores(show: np.ndarray, click: np.ndarray, last_seen: np.ndarray, current_pass: int,
+                    factors: np.ndarray, youngest: int, nonclick_coeff: np.float32, click_coeff: np.float32,
+                    out: np.ndarray) -> None:
+    """:func:`score` of the :func:`decayed` counts, row by row: ``factors[a - youngest]`` is
+    the decay factor of age ``a``, computed by numpy, so each score is the same float32 as
+    theirs."""
+    for i in range(show.shape[0]):
+        f = factors[current_pass - last_seen[i] - youngest]
+        s = show[i] * f
+        c = click[i] * f
+        out[i] = (s - c) * nonclick_coeff + c * click_coeff
+
+
+def scores(cfg: EvictionConfig, *, show: np.ndarray, click: np.ndarray, last_seen: np.ndarray, current_pass: int,
+           decay: float) -> np.ndarray:
+    """The decayed show/click :func:`score` of every row (float32): one pass over the rows with
+    a table of the decay factor per age (``np.power`` per row is most of numpy's cost), or in
+    numpy chunks when the ages spread wider than ``MAX_AGES``."""
+    n = last_seen.shape[0]
+    key = np.empty(n, np.float32)
+    if n == 0:
+        return key
+    youngest, oldest = current_pass - int(last_seen.max()), current_pass - int(last_seen.min())
+    if oldest - youngest < MAX_AGES:
+        factors = np.power(np.float32(decay), np.arange(youngest, oldest + 1).astype(np.float32), dtype=np.float32)
+        _decayed_scores(show, click, last_seen, current_pass, factors, youngest, np.float32(cfg.nonclick_coeff),
+                        np.float32(cfg.click_coeff), key)
+        return key
+    for s in range(0, n, SCORE_CHUNK):  # in chunks: the temporaries stay small beside a byte budget
+        e = s + SCORE_CHUNK
+        seen = last_seen[s:e]
+        key[s:e] = score(decayed(show[s:e], seen, current_pass, decay), decayed(click[s:e], seen, current_pass, decay),
+                         cfg.nonclick_coeff, cfg.click_coeff)
+    return key
+
+
 def coldest(
     cfg: EvictionConfig, count: int, *, show: np.ndarray, click: np.ndarray, last_seen: np.ndarray,
     current_pass: int, decay: float, protected: np.ndarray,
@@ -64,12 +103,7 @@ def coldest(
     at the last score taken lowest row first."""
     n = last_seen.shape[0]
     if cfg.budget_order == "score":
-        key = np.empty(n, np.float32)
-        for s in range(0, n, SCORE_CHUNK):  # in chunks: the temporaries stay small beside a byte budget
-            e = s + SCORE_CHUNK
-            seen = last_seen[s:e]
-            key[s:e] = score(decayed(show[s:e], seen, current_pass, decay),
-                             decayed(click[s:e], seen, current_pass, decay), cfg.nonclick_coeff, cfg.click_coeff)
+        key = scores(cfg, show=show, click=click, last_seen=last_seen, current_pass=current_pass, decay=decay)
     else:
         key = last_seen.astype(np.float64)
     key[protected] = np.inf

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tables import eviction
 from tables.sparse_table import SparseTable
 from tables.table_config import (
     CountAdmission,
@@ -160,3 +161,21 @@ def test_shrink_with_policy_overrides_config(dry_run: bool) -> None:
     assert got == 2
     assert t.size() == (3 if dry_run else 1)
     assert t.contains([3])[0]
+
+
+@pytest.mark.parametrize("decay", [0.98, 0.5, 1.0, 0.999])
+@pytest.mark.parametrize("spread", [1, 40, eviction.MAX_AGES + 5])
+def test_scores_kernel_gives_numpys_float32_scores_bit_for_bit(decay: float, spread: int) -> None:
+    """The byte budget's scores (one kernel over a table of decay factors per age) equal the
+    numpy reference exactly, ages in the future and past the table's width included."""
+    rng = np.random.default_rng(spread)
+    n = 5000
+    cfg = EvictionConfig(nonclick_coeff=0.1, click_coeff=1.0)
+    show = (rng.random(n) * 100).astype(np.float32)
+    click = (show * rng.random(n)).astype(np.float32)
+    last_seen = rng.integers(-3, spread + 2, n).astype(np.int32)  # up to two passes ahead (a restored clock)
+    got = eviction.scores(cfg, show=show, click=click, last_seen=last_seen, current_pass=spread, decay=decay)
+    want = eviction.score(eviction.decayed(show, last_seen, spread, decay),
+                          eviction.decayed(click, last_seen, spread, decay), cfg.nonclick_coeff, cfg.click_coeff)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
