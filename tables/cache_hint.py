@@ -12,6 +12,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from core.kernel_cache import JIT, kernel
+
 
 @intrinsic
 def prefetch(typingctx, arr, index):
@@ -53,3 +55,11 @@ def _prefetch(arr, index, *, last: bool):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@kernel(**JIT)
+def prefetch_row(cols: tuple, row: int) -> None:
+    """Prefetch row ``row`` of each column of ``cols`` (2-d arrays, :func:`tables.rows.column_words`)."""
+    for c in range(len(cols)):
+        if cols[c].shape[1]:
+            prefetch(cols[c], row)

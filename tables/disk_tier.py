@@ -51,8 +51,8 @@ import numpy as np
 
 from core.errors import DISK_FULL_ERRNOS, ConfigError, DiskFull
 from tables import disk_index, free_records, hashmap
-from tables.record_io import SPAN_BUFFER_BYTES, SPAN_BYTES, WORD, RecordMap, gather, gather_field, scatter
-from tables.rows import COLUMN_DTYPES, release_pages
+from tables.record_io import SPAN_BUFFER_BYTES, SPAN_BYTES, WORD, RecordMap, gather_field, pack, scatter, unpack
+from tables.rows import COLUMN_DTYPES, column_words, release_pages
 
 PAYLOAD = ("params", "state", "wide_state")  # the float32 2-d columns
 GROW_RECORDS = 1 << 16  # the file grows by at least this many records (or an eighth) at a time
@@ -189,14 +189,13 @@ class DiskTier:
 
     def read(self, records: np.ndarray, names: tuple[str, ...] = tuple(COLUMN_DTYPES)) -> dict[str, np.ndarray]:
         """Columns ``names`` (default: every column of a row store, in its order) of
-        ``records``' rows, a copy buffer of whole records at a time."""
+        ``records``' rows, copied from the mapping column by column."""
         m = records.shape[0]
         out = {name: np.empty((m, *self.dtype[name].shape), self.dtype[name].base) for name in names}
-        buf = np.empty(min(m, BUFFER_RECORDS), self.dtype)
-        for start in range(0, m, BUFFER_RECORDS):
-            got = self._io(records[start : start + BUFFER_RECORDS], buf, write=False)
-            for name in names:
-                out[name][start : start + BUFFER_RECORDS] = got[name]
+        if m:
+            offsets = np.array([self.dtype.fields[name][1] // 4 for name in names], np.int64)
+            unpack(self._words().view(np.uint32), self.record_bytes // 4, records, offsets,
+                   column_words(out, names))
         return out
 
     def live_records(self) -> np.ndarray:
@@ -317,13 +316,12 @@ class DiskTier:
         """Row ``i`` (of ``rows``, default all of ``cols``' rows) into record ``records[i]``, in
         the records' order so neighbours share a span, a copy buffer at a time."""
         order = np.argsort(records, kind="stable")
-        buf = np.empty(min(records.shape[0], BUFFER_RECORDS), self.dtype)
+        words = column_words(cols)
+        buf = np.empty((min(records.shape[0], BUFFER_RECORDS), self.record_bytes // 4), np.uint32)
         for start in range(0, records.shape[0], BUFFER_RECORDS):
             part = order[start : start + BUFFER_RECORDS]
-            src = part if rows is None else rows[part]
-            for name in COLUMN_DTYPES:
-                buf[name][: part.shape[0]] = cols[name][src]
-            self._io(records[part], buf, write=True)
+            pack(words, part if rows is None else rows[part], buf)
+            self._send(records[part], buf)
 
     def free(self, records: np.ndarray, keys: np.ndarray) -> None:
         """Forget the rows of ``records`` (promoted or evicted), whose keys are ``keys``; their
@@ -381,18 +379,14 @@ class DiskTier:
         """The file's records as mapped words (a view for one call)."""
         return self._map.words(self.file_records * self.record_bytes, writable=writable)
 
-    def _io(self, records: np.ndarray, buf: np.ndarray, *, write: bool) -> np.ndarray:
-        """Records from (to, sorted) ``buf``'s first rows; returns those rows."""
+    def _send(self, records: np.ndarray, buf: np.ndarray) -> None:
+        """Records ``records`` (sorted) from ``buf``'s first rows (a record's uint32 words a row)."""
         rows = buf[: records.shape[0]]
-        if not write:
-            gather(self._words(), records, rows.view(np.uint64).reshape(-1, self.record_bytes // WORD))
-            return rows
         bad = scatter(self._fd, self._words(writable=True), records,
                       rows.view(np.uint64).reshape(-1, self.record_bytes // WORD),
                       self._span_records, self._span)
         if bad >= 0:
             self._failed(bad)
-        return rows
 
     def _failed(self, record: int) -> None:
         """A kernel's write of ``record`` failed: the same call from Python raises its

@@ -1,9 +1,9 @@
 """The disk tier's I/O of fixed-size records: reads from a shared mapping of its file, writes by
 ``pwrite`` (spans of records close together) or through the mapping (records far apart).
 
-Reads copy records out of a shared mapping of the file (:class:`RecordMap`) in a numba kernel,
-8-byte words at a time: a record in the page cache then costs a few cache misses, not a system
-call (``pread`` of one record costs several times as much). The price is RSS: the mapped pages
+Reads copy the columns asked for out of a shared mapping of the file (:class:`RecordMap`) in a
+numba kernel, straight into their arrays: a record in the page cache then costs a few cache
+misses, not a system call (``pread`` of one record costs several times as much). The price is RSS: the mapped pages
 count in the process's ``RssFile`` once touched, and the kernel maps whole cached folios on a
 fault (``MADV_RANDOM`` does not stop it), so a randomly read tier maps most of its file after
 its first reads. Those are page-cache pages of a shared file mapping (clean but for records just
@@ -37,11 +37,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from core.kernel_cache import JIT, kernel
-from tables.cache_hint import prefetch
+from tables.cache_hint import prefetch, prefetch_row
 
-WORD = 8  # bytes a mapped read copies at a time: records are a whole number of words
+WORD = 8  # records are a whole number of these bytes (the words a write sends and the index checks keys by)
 RESERVE_BYTES = 1 << 36  # address space a mapping takes at first (no memory): it is remapped past it
-PF = 8  # records ahead whose first word a gather prefetches
+PF = 8  # records (or rows) ahead whose first word a kernel prefetches
 SPAN_BYTES = 1 << 14  # a write's records this close form one span, sent by pwrite once it is this long; others
 # are stored through the mapping, where a store faults once per page after each writeback of it
 SPAN_BUFFER_BYTES = 1 << 20  # the longest span: the buffer a tier keeps for them (a fresh one per call, freed,
@@ -78,17 +78,21 @@ pread = _file_call("pread")
 
 
 @kernel(**JIT)
-def gather(words: np.ndarray, records: np.ndarray, out: np.ndarray) -> None:
-    """Row ``i`` of ``out`` (uint64, a record's words a row) from record ``records[i]`` of the
-    mapped file ``words`` (uint64)."""
+def unpack(words: np.ndarray, record_words: int, records: np.ndarray, offsets: np.ndarray, cols: tuple) -> None:
+    """Row ``i`` of each column ``cols[c]`` (2-d uint32 words, :func:`tables.rows.column_words`)
+    from the words at ``offsets[c]`` of record ``records[i]`` of the mapped file ``words``
+    (uint32, ``record_words`` a record): the columns a read asks for, with no copy of whole
+    records between."""
     n = records.shape[0]
-    width = out.shape[1]
     for i in range(n):
         if i + PF < n:
-            prefetch(words, records[i + PF] * width)
-        at = records[i] * width
-        for j in range(width):
-            out[i, j] = words[at + j]
+            prefetch(words, records[i + PF] * record_words)
+        at = records[i] * record_words
+        for c in range(len(cols)):
+            col = cols[c]
+            o = at + offsets[c]
+            for j in range(col.shape[1]):
+                col[i, j] = words[o + j]
 
 
 @kernel(**JIT)
@@ -129,6 +133,27 @@ def scatter(fd: int, words: np.ndarray, records: np.ndarray, rows: np.ndarray, n
                     words[at + j] = rows[r, j]
         i = k
     return np.int64(-1)
+
+
+@kernel(**JIT)
+def pack(cols: tuple, rows: np.ndarray, out: np.ndarray) -> None:
+    """Record ``i`` of ``out`` (uint32, a record's 4-byte words a row) from row ``rows[i]`` of
+    every column of ``cols`` (2-d uint32 words, :func:`tables.rows.column_words`), packed in
+    their order, the record's padding zeroed: the rows a write sends, in one call whatever
+    the columns."""
+    n = rows.shape[0]
+    for i in range(n):
+        if i + PF < n:
+            prefetch_row(cols, rows[i + PF])
+        r = rows[i]
+        o = 0
+        for c in range(len(cols)):
+            col = cols[c]
+            for j in range(col.shape[1]):
+                out[i, o + j] = col[r, j]
+            o += col.shape[1]
+        for j in range(o, out.shape[1]):
+            out[i, j] = 0
 
 
 @kernel(**JIT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.kernel_cache import JIT, kernel
-from tables.cache_hint import prefetch, prefetch_end
+from tables.cache_hint import prefetch, prefetch_end, prefetch_row
 from tables.hashmap import PF, lookup
 from tables.initializers import fill_row
 
@@ -62,3 +62,19 @@ def touch(
         click[r] = click[r] * f + clicks[i]
         last_seen[r] = current_pass
         mod_epoch[r] = epoch
+
+
+@kernel(**JIT)
+def move_rows(cols: tuple, holes: np.ndarray, srcs: np.ndarray) -> None:
+    """Row ``srcs[i]`` of every column into row ``holes[i]`` (``cols``: the columns as 2-d uint32
+    words, :func:`tables.rows.column_words`): a removal filling its holes with the last rows."""
+    n = holes.shape[0]
+    for i in range(n):
+        if i + PF < n:
+            prefetch_row(cols, srcs[i + PF])
+            prefetch_row(cols, holes[i + PF])
+        h, s = holes[i], srcs[i]
+        for c in range(len(cols)):
+            col = cols[c]
+            for j in range(col.shape[1]):
+                col[h, j] = col[s, j]

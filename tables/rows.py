@@ -41,6 +41,18 @@ def release_pages(part: np.ndarray) -> None:
         _libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(end - begin), mmap.MADV_DONTNEED)
 
 
+def column_words(cols: dict[str, np.ndarray], names: tuple[str, ...] = tuple(COLUMN_DTYPES)) -> tuple[np.ndarray, ...]:
+    """Columns ``names`` of ``cols`` (C-contiguous; default every column, in ``COLUMN_DTYPES``'
+    order) as 2-d uint32 arrays, a row per row: one kernel moves whole rows through these,
+    whatever the columns' types (every column is a whole number of 4-byte words a row)."""
+    out = []
+    for name in names:
+        col = cols[name]
+        per_row = col.itemsize * (col.shape[1] if col.ndim == 2 else 1) // 4
+        out.append(col.view(np.uint32).reshape(col.shape[0], per_row))
+    return tuple(out)
+
+
 class RowStore:
     """Columns with a shared row count ``n`` and capacity."""
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from tables import hashmap
 from tables.admission import Admission
-from tables.rows import MOVE_CHUNK, RowStore
+from tables.row_kernels import move_rows
+from tables.rows import RowStore, column_words
 
 
 @dataclass
@@ -97,9 +98,7 @@ class TableState:
         new_n = n - int(mask.sum())
         holes = np.flatnonzero(mask[:new_n])
         srcs = np.flatnonzero(~mask[new_n:n]) + new_n
-        for s in range(0, holes.shape[0], MOVE_CHUNK):
-            for col in cols.values():
-                col[holes[s : s + MOVE_CHUNK]] = col[srcs[s : s + MOVE_CHUNK]]
+        move_rows(column_words(cols), holes, srcs)
         hashmap.relink(self.slots, cols["keys"], self.hash_key, srcs, holes)
         self.rows.n = new_n
 

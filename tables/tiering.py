@@ -90,12 +90,15 @@ class TableTier:
         table.counters.update(dict.fromkeys(COUNTERS, 0))
 
     # ------------------------------------------------------------- promotion
-    def promote(self, keys: np.ndarray, *, protected: np.ndarray, limit: int | None) -> int:
+    def promote(self, keys: np.ndarray, *, protected: np.ndarray, limit: int | None,
+                at: np.ndarray | None = None) -> int:
         """Move the rows of ``keys`` (unique, none in RAM) found on disk into RAM; returns how
-        many. ``limit``: the RAM row limit (None: no budget)."""
+        many. ``limit``: the RAM row limit (None: no budget); ``at``: the keys' records, when
+        the caller looked them up."""
         t = self.table
         st = t.state
-        at = self.disk.lookup(keys)
+        if at is None:
+            at = self.disk.lookup(keys)
         on_disk, records = keys[at >= 0], at[at >= 0]  # a demotion leaves these records as they are
         m = int(on_disk.shape[0])
         if m == 0:
@@ -187,7 +190,8 @@ class TableTier:
             self._copy_from_ram(keys, miss, inv, ~on_disk, out, found)
         moved = bool(earned.any())
         if moved:
-            self.promote(uniq[earned], protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit())
+            self.promote(uniq[earned], protected=np.empty(0, np.int64), limit=t.budget.ram_row_limit(),
+                         at=at[earned])
             self._copy_from_ram(keys, miss, inv, earned, out, found)
         return miss[~found[inv]], moved
 
