@@ -32,6 +32,8 @@ from tables.table_config import DiskTierConfig, EvictionConfig, OptimizerConfig,
 
 DIM = 8
 SEED = 11
+WARM_ROWS = 20_000  # rows of the warm-up run before the measured one
+WARM_BUDGET = 1 << 16  # its RAM budget: small enough to demote and promote
 
 
 def draw(rows: int, fields: int, ids: int, rng: np.random.Generator,
@@ -83,9 +85,15 @@ def all_ram_bytes(train_rows: int, fields: int, ids: int, batch: int) -> int:
 
 
 def train_run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int, ram_bytes: int | None,
-              tier_dir: str | None, low_water: float | None = None, gate: Any = None) -> dict[str, Any]:
+              tier_dir: str | None, low_water: float | None = None, gate: Any = None, *,
+              warm: bool = True) -> dict[str, Any]:
     """In a process of its own: one pass over the training rows, then the test AUC.
-    ``gate``: called before each batch, waits for this process's turn (``in_lockstep``)."""
+    ``gate``: called before each batch, waits for this process's turn (``in_lockstep``).
+    ``warm``: first a short run at a tiny budget (demotions, promotions), so the kernels are
+    compiled or loaded before the clock runs: a cold numba cache would time the compiler."""
+    if warm:
+        train_run(WARM_ROWS, WARM_ROWS // 10, fields, WARM_ROWS // 20, min(batch, WARM_ROWS // 20),
+                  None if ram_bytes is None else WARM_BUDGET, tier_dir, low_water, warm=False)
     d = data(train_rows, test_rows, fields, ids)
     table = SparseTable(table_config(ram_bytes, tier_dir, low_water))
     keys, labels = d["train_keys"], d["train_labels"]
