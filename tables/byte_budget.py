@@ -141,11 +141,14 @@ class TableBudget:
                 self.shard_share = old
                 raise
 
-    def make_room(self, uniq: np.ndarray, rows: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, int | None]:
+    def make_room(self, uniq: np.ndarray, rows: np.ndarray, new: np.ndarray, *,
+                  count_refused: bool = True) -> tuple[np.ndarray, int | None]:
         """Under the lock, before ``new`` (indices into ``uniq``) get rows: evict the coldest
         rows, never one of ``uniq``'s (evict mode; ``rows`` is looked up again after each
         eviction, which moves rows) and/or keep only the new ids that fit.
-        Returns the new ids that get rows and the row limit their growth is capped at."""
+        Returns the new ids that get RAM rows (a prefix of ``new``) and the row limit their
+        growth is capped at; the others are counted refused unless ``count_refused`` is False
+        (the caller places them elsewhere and counts what it cannot)."""
         budget, _ = self.in_force()
         if budget is None:
             return new, None
@@ -173,7 +176,8 @@ class TableBudget:
                     break
         take = max(0, min(m, limit - st.rows.n))
         if take < m:
-            t.counters["refused_by_budget"] += m - take
+            if count_refused:
+                t.counters["refused_by_budget"] += m - take
             new = new[:take]
         self.fit(max(limit, st.rows.n + take))
         return new, limit

@@ -36,6 +36,7 @@ from tables.finite import finite_rows
 from tables.initializers import KIND_CODES, WIDE_SEED_SALT, fill_rows
 from tables.optimizers import Optimizer
 from tables.row_kernels import gather, touch
+from tables.rows import RowStore
 from tables.table_config import EvictionConfig, TableConfig
 from tables.table_files import TableSave, load_table
 from tables.table_lock import TableLock
@@ -251,7 +252,7 @@ class SparseTable:
                 uniq, g, s, c = _summed_by_key(k, g, s, c)
                 rows = np.empty(uniq.shape[0], np.int64)
                 missing = hashmap.lookup(st.slots, st.rows.cols["keys"], st.hash_key, uniq, rows)
-            on_disk = None  # keys whose disk rows this push updated on disk
+            on_disk = None  # keys whose disk rows this push updated (or created) on disk
             if self.tier is not None:
                 self.budget.note_call(n)
                 self.counters["ram_hits"] += uniq.shape[0] - missing
@@ -272,15 +273,25 @@ class SparseTable:
                 new = miss[admitted]
                 self.counters["not_admitted"] += int(miss.shape[0] - new.shape[0])
                 if new.shape[0]:
-                    new, limit = self.budget.make_room(uniq, rows, new)
+                    wanted = new
+                    new, limit = self.budget.make_room(uniq, rows, new, count_refused=self.tier is None)
                     if new.shape[0]:
                         rows[new] = self._create(uniq[new], limit)
+                    if self.tier is not None and new.shape[0] < wanted.shape[0]:  # RAM has no room even emptied
+                        over = wanted[new.shape[0] :]
+                        born = self._create_on_disk(uniq[over], g[over], s[over], c[over])
+                        self.counters["refused_by_budget"] += over.shape[0] - born.shape[0]
+                        if born.shape[0]:
+                            made = uniq[over[born]]
+                            on_disk = made if on_disk is None else np.concatenate([on_disk, made])
                 keep = rows >= 0
                 if not keep.all():
                     rows, g, s, c = rows[keep], g[keep], s[keep], c[keep]
                     if self.changes.active:
                         uniq = uniq[keep]
             self._apply(rows, g, s, c)
+            if on_disk is not None:  # the disk index may have grown: RAM's row limit may now be below its rows
+                self.tier.settle()
             if on_disk is not None and self.changes.active:
                 uniq = np.concatenate([on_disk, uniq])
             self.changes.record(uniq, now=received_at)
@@ -328,7 +339,16 @@ class SparseTable:
         n0, m = st.rows.n, keys.shape[0]
         st.reserve(n0 + m, limit)
         new = np.arange(n0, n0 + m, dtype=np.int64)
-        cols = st.rows.cols
+        self._initial_rows(st.rows.cols, new, keys)
+        st.rows.n = n0 + m
+        hashmap.insert(st.slots, st.rows.cols["keys"], st.hash_key, new)
+        return new
+
+    def _initial_rows(self, cols: dict[str, np.ndarray], new: np.ndarray, keys: np.ndarray) -> None:
+        """Rows ``new`` (consecutive) of ``cols``: ``keys``' rows as created, initializer values
+        and fresh optimizer state."""
+        n0, m = int(new[0]), new.shape[0]
+        st = self.state
         cols["keys"][n0 : n0 + m] = keys
         seed, kind, scale, wseed, wkind, wscale = self._init_args
         if self._wopt is not None:
@@ -341,9 +361,22 @@ class SparseTable:
         cols["last_seen"][n0 : n0 + m] = st.pass_id
         cols["created"][n0 : n0 + m] = st.pass_id
         cols["mod_epoch"][n0 : n0 + m] = st.epoch
-        st.rows.n = n0 + m
-        hashmap.insert(st.slots, cols["keys"], st.hash_key, new)
-        return new
+
+    def _create_on_disk(self, keys: np.ndarray, g: np.ndarray, s: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Rows for new ``keys`` that RAM's budget has no room for (a push with more new ids
+        than RAM holds rows), created, updated with ``g``, ``s``, ``c`` and written to the disk
+        tier, so their learning is kept as a demoted row's is. Returns the indices into ``keys``
+        of those written: none while a save holds the records or when the disk is full."""
+        assert self.tier is not None
+        if self.lock.snapshot is not None or self.tier.disk.holds:
+            return np.empty(0, np.int64)
+        m = keys.shape[0]
+        store = RowStore(self.state.rows.widths, m)
+        new = np.arange(m, dtype=np.int64)
+        self._initial_rows(store.cols, new, keys)
+        store.n = m
+        self._update(store.cols, new, g, s, c)
+        return new[: self.tier.create(store.cols)]
 
     # ------------------------------------------------------------- lifecycle
     def end_pass(self) -> int:

@@ -11,7 +11,10 @@ nothing into RAM, so only reads earn a row its way there. While a
 save reads the records (they must keep its consistent point) a push promotes its disk rows
 instead. The demotion that makes room for promoted rows comes first, then
 their records are read and freed a chunk at a time, so what a batch holds in RAM beside the
-budget stays small. A load places a save's rows a chunk at a time the same way: RAM takes
+budget stays small. A push with more new ids than RAM holds rows even emptied creates the
+rest on disk (:meth:`TableTier.create`), updated as in RAM, so none is refused while the disk
+has room; the disk index a push grows counts in the RAM budget, so RAM then settles under its
+lowered row limit. A load places a save's rows a chunk at a time the same way: RAM takes
 them up to its row limit, then demotes its coldest (loaded rows among them) before taking
 more, and a base sizes the disk index first for the rows RAM will have no room for. A disk tier at
 ``max_bytes`` evicts its own coldest rows (tombstones as for RAM evictions), never the records
@@ -46,7 +49,7 @@ log = logging.getLogger(__name__)
 
 PULL_CHUNK = 1 << 13  # keys of a pull missing from RAM handled at a time (its temporaries are this size)
 COUNTERS = ("ram_hits", "disk_hits", "promoted", "demoted", "disk_reads", "disk_evicted", "disk_full",
-            "updated_on_disk")
+            "updated_on_disk", "created_on_disk")
 
 
 class RowUpdate(Protocol):
@@ -248,14 +251,36 @@ class TableTier:
         t.counters["demoted"] += m
         return m
 
-    def settle(self) -> None:
-        """Demote RAM rows beyond the budget's row limit (after a load), down to the low water."""
+    def create(self, cols: dict[str, np.ndarray]) -> int:
+        """Whole new rows (every row store column, keys in neither tier) onto disk: those RAM's
+        budget has no room for even emptied. Returns how many went: all, or none when the disk
+        tier cannot hold them (full of rows it may not evict, or a disk that refuses to grow)."""
         t = self.table
-        limit = t.budget.ram_row_limit()
-        n = t.state.rows.n
-        if limit is not None and n > limit:
-            self.demote_coldest(n - int(limit * self.low_water), protected=np.empty(0, np.int64))
-            t.budget.fit(limit)
+        m = int(cols["keys"].shape[0])
+        self._make_disk_room(m, None)
+        if self.disk.room() < m:
+            return 0
+        try:
+            self.disk.put(cols)
+        except DiskFull as e:
+            t.counters["disk_full"] += 1
+            log.warning("table %s: %s; %d new rows refused", t.name, e, m)
+            return 0
+        t.counters["created_on_disk"] += m
+        return m
+
+    def settle(self) -> None:
+        """Demote RAM rows beyond the budget's row limit (after a load, or rows created on
+        disk), down to the low water."""
+        t = self.table
+        for _ in range(4):  # again when the demotion grew the disk index, which lowers the limit
+            limit = t.budget.ram_row_limit()
+            n = t.state.rows.n
+            if limit is None or n <= limit:
+                return
+            if not self.demote_coldest(n - int(limit * self.low_water), protected=np.empty(0, np.int64)):
+                return
+            t.budget.fit(t.budget.ram_row_limit())
 
     def _make_disk_room(self, m: int, keep: np.ndarray | None) -> None:
         """Evict the coldest disk rows when fewer than ``m`` records are free (the disk budget),

@@ -196,3 +196,41 @@ def test_on_a_disk_that_refuses_to_grow_pushes_still_update_disk_rows_and_demoti
     assert st["rows"] <= tiered.budget.ram_row_limit()
     assert (tiered.tier.lookup(keys) >= 0).all()  # an update in place needs no room
     np.testing.assert_array_equal(tiered.pull_existing(keys)[0], ram.pull_existing(keys)[0])
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "ftrl"])
+def test_a_push_of_more_new_ids_than_ram_holds_creates_the_rest_on_disk(tmp_path: Path, optimizer: str) -> None:
+    """RAM's row limit is about half of the 3,000 new ids one push brings: the ones RAM has no
+    room for even emptied are created and updated on disk, none refused, all as in RAM."""
+    ram, tiered = SparseTable(config(optimizer, None)), SparseTable(config(optimizer, tmp_path))
+    limit = tiered.budget.ram_row_limit()
+    assert limit < IDS.shape[0]
+    rng = np.random.default_rng(1)
+    for step in range(3):
+        keys = np.concatenate([IDS, IDS[: 50 * (step + 1)]])  # repeats, summed first
+        grads = rng.standard_normal((keys.shape[0], ram.width)).astype(np.float32)
+        shows = rng.integers(1, 4, keys.shape[0]).astype(np.float32)
+        clicks = (rng.random(keys.shape[0]) < 0.3).astype(np.float32)
+        for t in (ram, tiered):
+            t.push(keys, grads, shows, clicks)
+    st = tiered.stats()
+    assert st["refused_by_budget"] == 0 and st["created_on_disk"] >= IDS.shape[0] - limit
+    assert st["rows"] <= tiered.budget.ram_row_limit() and tiered.size() == IDS.shape[0]
+    assert_same(ram, tiered)
+    np.testing.assert_array_equal(tiered.pull(IDS), ram.pull(IDS))
+
+
+def test_new_ids_ram_has_no_room_for_are_refused_and_counted_when_the_disk_is_full(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    tiered = SparseTable(config("adam", tmp_path))
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("tables.disk_tier.os.posix_fallocate", no_space)
+    tiered.push(IDS, np.full((IDS.shape[0], tiered.width), 0.01, np.float32))
+    st = tiered.stats()
+    limit = tiered.budget.ram_row_limit()
+    assert st["disk_full"] > 0 and st["disk_rows"] == 0 and st["created_on_disk"] == 0
+    assert st["rows"] <= limit and st["refused_by_budget"] == IDS.shape[0] - st["rows"]
+    assert tiered.pull(IDS[:5]).shape == (5, tiered.width)  # RAM keeps serving
