@@ -383,6 +383,18 @@ def report(r: dict[str, Any]) -> None:
         f"{s:.0f}: {a / 1e6:.0f}+{f / 1e6:.0f}" for s, a, f in tiered["rss_samples"][::step]))
 
 
+def hidden_sizes(text: str) -> tuple[int, ...]:
+    """``--mlp``: comma-separated positive layer sizes."""
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive layer sizes (e.g. 400,400,400), "
+                                         f"got {text!r}")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000, help="rows of each table (the issue's: 40M)")
@@ -403,12 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fields", type=int, default=8)
     ap.add_argument("--ids", type=int, default=500_000, help="ids per field (Zipf(1.1) over them)")
     ap.add_argument("--train-batch", type=int, default=4096)
+    ap.add_argument("--mlp", type=hidden_sizes, default=(),
+                    help="hidden sizes of the training run's deep part, e.g. 400,400,400 (bench/train.py's; "
+                         "default none: the logistic model, where the table is the whole step)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-tiered-", dir=args.dir) as d:
         if args.train:
             result = tiered_training.run(args.train_rows, args.test_rows, args.fields, args.ids, args.train_batch,
-                                         Path(d), in_process, in_lockstep, args.low_water)
+                                         Path(d), in_process, in_lockstep, args.low_water, args.mlp)
             return print_result(result, as_json=args.json, table=tiered_training.report)
         result = run(args.rows, args.batch_keys, args.batches, args.warm_batches, Path(d), args.drop_caches,
                      args.low_water)
