@@ -12,7 +12,7 @@ a shard knows their kind from a save (:mod:`ps.shard_id_rows`).
 With a ``tier`` (:mod:`tables.tiering`) the rows RAM's budget has no room for live on disk: a
 read takes them from their records in place, and a write first promotes the disk rows of its
 keys (a ring append or a rate update reads the row it changes), so the kernels only ever see
-RAM rows.
+RAM rows; a write of more distinct keys than RAM holds rows goes in groups of keys that fit.
 
 A third write, ``observe_rates``, keeps rate rows: per key the moving average of the steps
 between its occurrences (a streaming item-frequency estimate that every trainer updates, Yi
@@ -94,8 +94,9 @@ class IdRowsTable(SparseTable):
         k = as_keys(keys, table=self.name)
         ids, tb = _u64(ids, k.shape[0], "ids", self.name), _u64(time_bits, k.shape[0], "time_bits", self.name)
         with self.lock.mutex:
-            rows = self._rows_for(k)
-            ring_append(self._words(), rows, ids, tb)
+            for part in self._key_groups(k):
+                rows = self._rows_for(k[part])
+                ring_append(self._words(), rows, ids[part], tb[part])
             self.counters["appends"] += 1
             self.counters["appended"] += k.shape[0]
 
@@ -107,8 +108,9 @@ class IdRowsTable(SparseTable):
             raise InvalidInput(f"table {self.name}: values must be uint64 ({k.shape[0]}, {self.words}), "
                                f"got {v.dtype} {v.shape}")
         with self.lock.mutex:
-            rows = self._rows_for(k)
-            put_rows(self._words(), rows, v)
+            for part in self._key_groups(k):
+                rows = self._rows_for(k[part])
+                put_rows(self._words(), rows, v[part])
             self.counters["puts"] += 1
             self.counters["put_rows"] += k.shape[0]
 
@@ -169,6 +171,23 @@ class IdRowsTable(SparseTable):
     def _disk_words(self, records: np.ndarray) -> np.ndarray:
         """The rows of disk ``records`` as their uint64 words (the float32 params' bits)."""
         return self.tier.disk.read(records, ("params",))["params"].view(np.uint64)
+
+    def _key_groups(self, keys: np.ndarray) -> list[Any]:
+        """Under the lock: the positions of a write's ``keys`` to write at a time. With a tier,
+        a write of more distinct keys than RAM holds rows goes in groups of keys that fit
+        (half the row limit), every position of a key in one group, in input order, so each
+        group's rows are made in RAM (the earlier groups' demoted) and none is refused; else
+        all at once."""
+        limit = self.budget.ram_row_limit() if self.tier is not None else None
+        if limit is None or keys.shape[0] <= limit // 2:
+            return [slice(None)]
+        _, inv = np.unique(keys, return_inverse=True)
+        size = max(1, limit // 2)
+        group = inv.reshape(-1) // size
+        if not group.any():  # the keys repeat: few distinct
+            return [slice(None)]
+        order = np.argsort(group, kind="stable")
+        return np.split(order, np.searchsorted(group[order], np.arange(1, int(group.max()) + 1)))
 
     def _rows_for(self, keys: np.ndarray) -> np.ndarray:
         """Under the lock: the row of each key (created when absent, -1 when the byte budget refuses

@@ -120,3 +120,27 @@ def test_ttl_reaches_rows_on_disk(tmp_path: Path) -> None:
     t.put(IDS[:5], values[:5])  # written again: kept
     assert t.shrink() == IDS.shape[0] - 5
     assert t.tier.disk.rows == 0 and t.read(IDS)[1].sum() == 5
+
+
+def test_a_write_of_more_keys_than_ram_holds_keeps_every_row(tmp_path: Path) -> None:
+    """One put, then one append, of 2,000 keys into a tiered table whose RAM holds a few hundred
+    rows: every row is written (in groups of keys that fit RAM, the earlier groups demoted), none
+    refused, and each key's entries keep their order."""
+    rng = np.random.default_rng(9)
+    ram, tiered = table(WORDS, None, 0), table(WORDS, tmp_path, 100_000)
+    assert tiered.budget.ram_row_limit() < IDS.shape[0] // 2
+    values = rng.integers(0, 2**64, (IDS.shape[0], WORDS), dtype=np.uint64)
+    keys = np.concatenate([IDS, IDS[::7]])  # repeats: the last put of a key wins
+    values = np.concatenate([values, values[::7] ^ np.uint64(1)])
+    for t in (ram, tiered):
+        t.put(keys, values)
+    assert_same(ram, tiered)
+    order = rng.permutation(keys.shape[0])
+    items = rng.integers(1, 2**63, keys.shape[0], dtype=np.uint64)
+    stamps = time_bits(np.arange(keys.shape[0], dtype=np.float64))
+    for t in (ram, tiered):
+        t.append(keys[order], items, stamps)
+    assert_same(ram, tiered)
+    st = tiered.stats()
+    assert st["refused_by_budget"] == 0 and st["disk_rows"] > IDS.shape[0] // 2
+    assert st["rows"] <= tiered.budget.ram_row_limit()
