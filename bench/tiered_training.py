@@ -23,6 +23,7 @@ Run: ``python -m bench.tables --tiered --train [--train-rows N] [--mlp 400,400,4
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,10 @@ def train_run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int
     table = SparseTable(table_config(ram_bytes, tier_dir, low_water))
     deep = Deep(fields, mlp) if mlp else None
     keys, labels = d["train_keys"], d["train_labels"]
+    # As a shard process does once it serves (ps/shard_server.py): what lives now (numba's object
+    # graphs, the data) is frozen, so the collector's full passes no longer walk it in the steps
+    gc.collect()
+    gc.freeze()
     secs = cpu_secs = 0.0
     for s in range(0, train_rows, batch):
         if gate is not None:
