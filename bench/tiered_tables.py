@@ -23,6 +23,7 @@ Run: ``python -m bench.tables --tiered [--rows N] [--train] [--json]``.
 from __future__ import annotations
 
 import argparse
+import gc
 import mmap
 import multiprocessing as mp
 import os
@@ -171,6 +172,8 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
     t = time.perf_counter()
     fill(table, keys, grads)
     out: dict[str, Any] = {"fill_keys_per_s": n_rows / (time.perf_counter() - t), "phases": {}}
+    gc.collect()  # as a shard process does once it serves: the collector's full passes skip what lives now
+    gc.freeze()
     calls = {"pull": table.pull, "push": lambda k, t=table: t.push(k, grads[: k.shape[0]])}
     for kind in ("zipf", "uniform"):
         if kind == "uniform" and drop_caches and table.tier is not None:
