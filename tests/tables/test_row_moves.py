@@ -9,7 +9,7 @@ import pytest
 from tables import hashmap
 from tables.admission import AlwaysAdmit
 from tables.disk_tier import record_dtype
-from tables.record_io import pack
+from tables.record_io import pack, unpack
 from tables.row_kernels import move_rows
 from tables.rows import COLUMN_DTYPES, RowStore, column_words
 from tables.table_state import TableState
@@ -73,3 +73,19 @@ def test_remove_keeps_every_surviving_row_whole_and_indexed() -> None:
     for name, col in before.items():
         np.testing.assert_array_equal(state.rows.cols[name][rows].view(np.uint8), col[keep].view(np.uint8))
     assert (state.lookup(before["keys"][mask]) == -1).all()
+
+
+@pytest.mark.parametrize("names", [tuple(COLUMN_DTYPES), ("keys",), ("show", "click", "last_seen"), ("params",)])
+def test_unpack_reads_the_asked_columns_of_any_records(names: tuple[str, ...]) -> None:
+    rng = np.random.default_rng(4)
+    widths = WIDTHS[0]
+    store = filled_store(widths, 1500, rng)
+    dtype = record_dtype(widths)
+    file_words = np.empty((1500, dtype.itemsize // 4), np.uint32)  # the records as the mapped file holds them
+    pack(column_words(store.cols), np.arange(1500), file_words)
+    records = rng.integers(0, 1500, 900)  # any order, repeats
+    out = {name: np.empty((900, *dtype[name].shape), dtype[name].base) for name in names}
+    offsets = np.array([dtype.fields[name][1] // 4 for name in names], np.int64)
+    unpack(file_words.reshape(-1), dtype.itemsize // 4, records, offsets, column_words(out, names))
+    for name in names:
+        np.testing.assert_array_equal(out[name].view(np.uint8), store.cols[name][records].view(np.uint8), err_msg=name)
