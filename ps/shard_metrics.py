@@ -64,13 +64,15 @@ HELP = {
     "streamrec_shard_tier_lookups": "Distinct keys pulled or pushed, by the tier that held them (ram, disk); "
                                     "hit rate: ram / (ram + disk). Keys in neither are not counted.",
     "streamrec_shard_tier_moved_rows": "Rows moved between tiers, by direction: promoted (disk to RAM, on a "
-                                       "pull's second read lately, or a push while a save reads the records) or "
-                                       "demoted (RAM to disk, at the RAM budget).",
+                                       "pull's second read lately, or a push while a save reads the records), "
+                                       "demoted (RAM to disk, at the RAM budget) or created (new rows made on disk: "
+                                       "a push brought more new ids than RAM holds rows).",
     "streamrec_shard_tier_disk_reads": "Rows read from the disk tier (pulls, promotions, saves, serving reads).",
     "streamrec_shard_tier_disk_updates": "Disk rows a push updated on disk (written near the tier file's write "
                                          "head), without moving them to RAM.",
-    "streamrec_shard_tier_disk_full": "Demotions the disk refused (no space to grow the tier's file); the rows "
-                                      "stayed in RAM under its budget's rule (evict or refuse).",
+    "streamrec_shard_tier_disk_full": "Writes the disk refused (no space to grow the tier's file): a demotion's "
+                                      "rows stayed in RAM under its budget's rule (evict or refuse); new rows "
+                                      "past RAM's were refused.",
 }
 """Each metric's HELP: what it counts, in what unit, and when it moves."""
 
@@ -169,6 +171,7 @@ def _tier_families(shard: str, tables: list[tuple[str, dict[str, Any]]]) -> Iter
         lookups.add_metric((*key, "disk"), st["disk_hits"])
         moved.add_metric((*key, "promoted"), st["promoted"])
         moved.add_metric((*key, "demoted"), st["demoted"])
+        moved.add_metric((*key, "created"), st["created_on_disk"])
         reads.add_metric(key, st["disk_reads"])
         updates.add_metric(key, st["updated_on_disk"])
         full.add_metric(key, st["disk_full"])

@@ -87,6 +87,8 @@ def test_a_full_disk_is_counted_and_the_ram_tier_keeps_serving(request: pytest.F
             assert rows == {"ram": st["rows"], "disk": st["disk_rows"]} and rows["disk"] > 0
             assert got[("streamrec_shard_tier_moved_rows_total", labels(shard="0", table="emb",
                                                                          direction="demoted"))] == st["demoted"] > 0
+            assert got[("streamrec_shard_tier_moved_rows_total", labels(shard="0", table="emb",
+                                                                         direction="created"))] == st["created_on_disk"]
             assert got[("streamrec_shard_tier_disk_max_bytes", emb)] == st["disk_max_bytes"]
             assert got[("streamrec_shard_tier_disk_updates_total", emb)] == st["updated_on_disk"]
             ram_hits = got[("streamrec_shard_tier_lookups_total", labels(shard="0", table="emb", tier="ram"))]
