@@ -20,7 +20,7 @@ rolled-back model's own export.
 An item tower with more slots than the item id (category, tags) reads each item's ids in them
 from the job's item catalogue in the PS (``ids.items``, exports.item_catalog), as the exporter
 does; an item whose catalogue row is not written yet (the trainer writes it after the step
-that pushed the item's row) is tried again on the next polls. A tower without the item id slot
+that pushed the item's row) is tried again on the next polls, for ``CATALOGUE_WAIT_S``. A tower without the item id slot
 cannot tell a changed item from its rows: it keeps bundle-only item vectors (``status()`` says
 why) and the thread only watches the logs' generations (to stop read-through on a rollback).
 Limits: items evicted on the shards stay in the index until the next bundle; a change of a row
@@ -57,7 +57,7 @@ log = logging.getLogger("streamrec.service")
 # read in between wait for the next write, so a write covers several polls (items' target: 2 s).
 SWAP_EVERY_S = 0.25
 FRESHNESS_SAMPLES = 4096  # recent items whose receipt -> index lag the quantiles cover
-MAX_CATALOGUE_TRIES = 50  # polls an item waits for its catalogue row (5 s at the default interval)
+CATALOGUE_WAIT_S = 5.0  # how long an item is tried again for its catalogue row (by time: polls come faster or slower)
 
 
 class _Tower:
@@ -137,7 +137,7 @@ class LiveItems:
         self._cursors: list[tuple[int, int]] | None = None
         self._since_bundle: set[int] = set()  # items refreshed live since the served bundle
         self._retry: dict[int, float] = {}  # items to do next poll (bundle swap, catalogue): id -> receipt time
-        self._tries: dict[int, int] = {}  # items not in the catalogue yet: polls tried
+        self._waiting: dict[int, float] = {}  # items not in the catalogue yet: when they were first tried
         self._lags = LagWindow(FRESHNESS_SAMPLES)
         self._held: list[tuple[np.ndarray, np.ndarray]] = []  # changes read since the last swap (keys, times)
         self._swapped_at = -SWAP_EVERY_S  # monotonic time of the last live swap
@@ -261,17 +261,16 @@ class LiveItems:
         done, vectors, later = tower.computed(self._client, ids)
         if later.size:  # the trainer writes an item's catalogue row after the step that pushed it
             when = dict(zip(ids.tolist(), pushed.tolist(), strict=True))
+            now = time.monotonic()
             for i in later.tolist():
-                tries = self._tries.get(i, 0) + 1
-                if tries <= MAX_CATALOGUE_TRIES:
-                    self._tries[i] = tries
+                if now - self._waiting.setdefault(i, now) <= CATALOGUE_WAIT_S:
                     self._retry[i] = when[i]
                 else:  # never catalogued: it comes with the next bundle
-                    self._tries.pop(i, None)
+                    self._waiting.pop(i, None)
         pushed = pushed[np.isin(ids, done)]  # done keeps the order of ids
         ids = done
         for i in ids.tolist():
-            self._tries.pop(i, None)
+            self._waiting.pop(i, None)
         if not ids.size:
             return 0
         added = self.store.upsert_items_live(tower.version, ids, vectors)

@@ -6,6 +6,7 @@ new items); a tower with more item slots reads them from the catalogue. Real sha
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -171,7 +172,11 @@ def test_live_batches_replace_changed_items_except_on_hnsw_and_add_new_ones(kind
 
 
 @pytest.mark.process
-def test_an_item_tower_with_more_slots_reads_item_features_from_the_catalogue(tmp_path: Path) -> None:
+@pytest.mark.parametrize("late_s", [0.0, 2.0])
+def test_an_item_tower_with_more_slots_reads_item_features_from_the_catalogue(tmp_path: Path, late_s: float) -> None:
+    """``late_s``: the catalogue rows land this long after the push (a loaded trainer); the live
+    path polls every 20 ms, and an item waits for its row by time (live_items.CATALOGUE_WAIT_S),
+    not by a count of polls, which a short interval would use up first."""
     schema = SchemaConfig(
         format="json", label="label", user_id="user", item_id="item",
         slots=(*SCHEMA.slots, SlotConfig(name="genre", kind=SlotKind.SPARSE, hash=HashKind.INT, slot_id=3)))
@@ -191,6 +196,7 @@ def test_an_item_tower_with_more_slots_reads_item_features_from_the_catalogue(tm
         keys = np.concatenate([new, genres])
         ps.wait(ps.push(table, keys, np.full((keys.shape[0], config.width), 0.5, np.float32)))
         ids, rows = catalog.encode(batch)  # written after the push, as the trainer does
+        time.sleep(late_s)
         ps.wait(ps.write_id_rows(CATALOG_TABLE, ids, [rows], mode="put", words=catalog.words))
         wait_until(lambda: live.items_added == 3, what="the new items, once catalogued")
         tower_rows = {int(k): r for k, r in zip(keys, ps.wait(ps.pull(table, keys)), strict=True)}
