@@ -1,8 +1,12 @@
-"""What the table benchmarks share: their key streams and how they read a process's RSS."""
+"""What the table benchmarks share: their key streams, how they read a process's RSS, and the
+collector's state around their timed steps."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -29,3 +33,16 @@ def key_batches(kind: str, keys: np.ndarray, batch: int, count: int, rng: np.ran
                 idx = np.concatenate([idx, more[more <= n] - 1])[:batch]
         out.append(keys[idx])
     return out
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Timed steps with what lives before them frozen, as a shard process does once it serves
+    (ps/shard_server.py): the collector's full passes then skip numba's object graphs. Undone
+    after, so a run in its caller's process (a test's) leaves the collector as it was."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

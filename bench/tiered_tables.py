@@ -23,7 +23,6 @@ Run: ``python -m bench.tables --tiered [--rows N] [--train] [--json]``.
 from __future__ import annotations
 
 import argparse
-import gc
 import mmap
 import multiprocessing as mp
 import os
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from bench import print_result, tiered_training
-from bench.table_streams import key_batches, rss_bytes
+from bench.table_streams import frozen_heap, key_batches, rss_bytes
 from tables.sparse_table import SparseTable
 from tables.table_config import EvictionConfig, OptimizerConfig, TableConfig
 
@@ -172,47 +171,46 @@ def run_table(n_rows: int, batch: int, n_batches: int, n_warm: int, ram_bytes: i
     t = time.perf_counter()
     fill(table, keys, grads)
     out: dict[str, Any] = {"fill_keys_per_s": n_rows / (time.perf_counter() - t), "phases": {}}
-    gc.collect()  # as a shard process does once it serves: the collector's full passes skip what lives now
-    gc.freeze()
     calls = {"pull": table.pull, "push": lambda k, t=table: t.push(k, grads[: k.shape[0]])}
-    for kind in ("zipf", "uniform"):
-        if kind == "uniform" and drop_caches and table.tier is not None:
-            out["cache_dropped"] = drop_page_cache(table.tier.disk.path)
-        acc = {(regime, op): {"keys": 0, "secs": 0.0, "cpu": 0.0, "faults": 0, "hits": 0, "of": 0,
-                              **dict.fromkeys(COUNTED, 0)}
-               for regime in ("cold", "steady") for op in ("pull", "push")}
-        for i in range(steps):
-            regime = "cold" if i < n_warm else "steady"
-            if gate is not None:
-                gate()
-            for op in ("pull", "push"):
-                b = streams[kind][op][i]
-                a = acc[regime, op]
-                hits, of = ram_share(table, b, unique=op == "push")
-                before = phase_counts(table)
-                use = resource.getrusage(resource.RUSAGE_THREAD)
-                t, cpu = time.perf_counter(), time.thread_time()
-                calls[op](b)
-                a["secs"] += time.perf_counter() - t
-                a["cpu"] += time.thread_time() - cpu
-                used = resource.getrusage(resource.RUSAGE_THREAD)
-                a["faults"] += used.ru_minflt + used.ru_majflt - use.ru_minflt - use.ru_majflt
-                after = phase_counts(table)
-                a["keys"] += b.shape[0]
-                a["hits"] += hits
-                a["of"] += of
-                for k in COUNTED:
-                    a[k] += after[k] - before[k]
-        res: dict[str, Any] = {"ram_rows": table.state.rows.n}
-        for (regime, op), a in acc.items():
-            if a["keys"] == 0:
-                continue
-            res.setdefault(regime, {})[op] = {
-                "keys_per_s": a["keys"] / a["secs"], "keys_per_cpu_s": a["keys"] / max(a["cpu"], 1e-9),
-                "faults_per_batch": a["faults"] / a["keys"] * batch,
-                "disk_reads_per_s": a["disk_reads"] / a["secs"], "disk_reads_per_batch": a["disk_reads"] / a["keys"]
-                * batch, "hit_rate": a["hits"] / a["of"], "promoted": a["promoted"], "demoted": a["demoted"]}
-        out["phases"][kind] = res
+    with frozen_heap():
+        for kind in ("zipf", "uniform"):
+            if kind == "uniform" and drop_caches and table.tier is not None:
+                out["cache_dropped"] = drop_page_cache(table.tier.disk.path)
+            acc = {(regime, op): {"keys": 0, "secs": 0.0, "cpu": 0.0, "faults": 0, "hits": 0, "of": 0,
+                                  **dict.fromkeys(COUNTED, 0)}
+                   for regime in ("cold", "steady") for op in ("pull", "push")}
+            for i in range(steps):
+                regime = "cold" if i < n_warm else "steady"
+                if gate is not None:
+                    gate()
+                for op in ("pull", "push"):
+                    b = streams[kind][op][i]
+                    a = acc[regime, op]
+                    hits, of = ram_share(table, b, unique=op == "push")
+                    before = phase_counts(table)
+                    use = resource.getrusage(resource.RUSAGE_THREAD)
+                    t, cpu = time.perf_counter(), time.thread_time()
+                    calls[op](b)
+                    a["secs"] += time.perf_counter() - t
+                    a["cpu"] += time.thread_time() - cpu
+                    used = resource.getrusage(resource.RUSAGE_THREAD)
+                    a["faults"] += used.ru_minflt + used.ru_majflt - use.ru_minflt - use.ru_majflt
+                    after = phase_counts(table)
+                    a["keys"] += b.shape[0]
+                    a["hits"] += hits
+                    a["of"] += of
+                    for k in COUNTED:
+                        a[k] += after[k] - before[k]
+            res: dict[str, Any] = {"ram_rows": table.state.rows.n}
+            for (regime, op), a in acc.items():
+                if a["keys"] == 0:
+                    continue
+                res.setdefault(regime, {})[op] = {
+                    "keys_per_s": a["keys"] / a["secs"], "keys_per_cpu_s": a["keys"] / max(a["cpu"], 1e-9),
+                    "faults_per_batch": a["faults"] / a["keys"] * batch,
+                    "disk_reads_per_s": a["disk_reads"] / a["secs"], "disk_reads_per_batch": a["disk_reads"] / a["keys"]
+                    * batch, "hit_rate": a["hits"] / a["of"], "promoted": a["promoted"], "demoted": a["demoted"]}
+            out["phases"][kind] = res
     samples = sampler.stop()
     st = table.stats()
     out.update(rows=table.size(), ram_rows=st["rows"], disk_rows=st.get("disk_rows", 0),

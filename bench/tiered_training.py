@@ -23,7 +23,6 @@ Run: ``python -m bench.tables --tiered --train [--train-rows N] [--mlp 400,400,4
 
 from __future__ import annotations
 
-import gc
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from bench.baselines.rank_auc import roc_auc
+from bench.table_streams import frozen_heap
 from models.layers import MLP, ParamSet
 from tables.dense_optimizer import DenseOptimizer
 from tables.sparse_table import SparseTable
@@ -125,29 +125,26 @@ def train_run(train_rows: int, test_rows: int, fields: int, ids: int, batch: int
     table = SparseTable(table_config(ram_bytes, tier_dir, low_water))
     deep = Deep(fields, mlp) if mlp else None
     keys, labels = d["train_keys"], d["train_labels"]
-    # As a shard process does once it serves (ps/shard_server.py): what lives now (numba's object
-    # graphs, the data) is frozen, so the collector's full passes no longer walk it in the steps
-    gc.collect()
-    gc.freeze()
     secs = cpu_secs = 0.0
-    for s in range(0, train_rows, batch):
-        if gate is not None:
-            gate()
-        t, cpu = time.perf_counter(), time.thread_time()
-        k = keys[s : s + batch].ravel()
-        y = labels[s : s + batch]
-        rows = table.pull(k).reshape(y.shape[0], fields, DIM)
-        z = rows.sum(axis=(1, 2))
-        if deep is not None:
-            z = z + deep.logits(rows, train=True)
-        p = 1.0 / (1.0 + np.exp(-z))
-        dz = ((p - y) / y.shape[0]).astype(np.float32)
-        g = np.repeat(dz, fields * DIM).reshape(-1, DIM)
-        if deep is not None:
-            g += deep.step(dz).reshape(-1, DIM)
-        table.push(k, g, np.ones(k.shape[0], np.float32), np.repeat(y, fields))
-        secs += time.perf_counter() - t
-        cpu_secs += time.thread_time() - cpu
+    with frozen_heap():
+        for s in range(0, train_rows, batch):
+            if gate is not None:
+                gate()
+            t, cpu = time.perf_counter(), time.thread_time()
+            k = keys[s : s + batch].ravel()
+            y = labels[s : s + batch]
+            rows = table.pull(k).reshape(y.shape[0], fields, DIM)
+            z = rows.sum(axis=(1, 2))
+            if deep is not None:
+                z = z + deep.logits(rows, train=True)
+            p = 1.0 / (1.0 + np.exp(-z))
+            dz = ((p - y) / y.shape[0]).astype(np.float32)
+            g = np.repeat(dz, fields * DIM).reshape(-1, DIM)
+            if deep is not None:
+                g += deep.step(dz).reshape(-1, DIM)
+            table.push(k, g, np.ones(k.shape[0], np.float32), np.repeat(y, fields))
+            secs += time.perf_counter() - t
+            cpu_secs += time.thread_time() - cpu
     test_k = d["test_keys"]
     rows, _ = table.pull_existing(test_k.ravel())
     rows = rows.reshape(test_k.shape[0], fields, DIM)

@@ -41,8 +41,7 @@ def select(
     need_score = cfg.delete_threshold is not None or (cfg.max_rows is not None and cfg.budget_order == "score")
     s = None
     if need_score:
-        s = score(decayed(show, last_seen, current_pass, decay), decayed(click, last_seen, current_pass, decay),
-                  cfg.nonclick_coeff, cfg.click_coeff)
+        s = scores(cfg, show=show, click=click, last_seen=last_seen, current_pass=current_pass, decay=decay)
     if cfg.delete_threshold is not None:
         evict |= s < np.float32(cfg.delete_threshold)
     if cfg.max_rows is not None:

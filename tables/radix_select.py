@@ -57,7 +57,7 @@ def _kth(bits: np.ndarray, k: int) -> np.uint32:
         if u >> np.uint32(_TOP) == top:
             keys[m] = u
             m += 1
-    prefix = np.uint32(top) << np.uint32(_TOP)
+    prefix = top << np.uint32(_TOP)
     mask = np.uint32(0xFFFFFFFF) << np.uint32(_TOP)
     for shift, width in _PASSES:
         hist = np.zeros((_LANES, 1 << width), np.int64)
