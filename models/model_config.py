@@ -259,16 +259,16 @@ DRIFTING_USER_ID_OPTIMIZER: dict[str, Any] = {"kind": "adam", "lr": 0.007, "beta
 # averaged at each merge, not summed, as two changes from one base overshoot together. init 0.03 and
 # dense_average 0.995 (the test set and bundles take the MLP weights' moving average over ~200 steps,
 # trainer/dense_average.py) each raised bench/auc_sweep.py's test AUC in every seed (bench/RESULTS.md).
-# dense_outer: with many workers merging often, each worker's Adam starts again from the merged model, its
-# bias-corrected first steps full-size ones, and without momentum of its own (the merge averages the workers'
-# steps): bench/scale.py's 16 and 32 workers lose less, 1 and 2 do not change (bench/RESULTS.md).
+# dense_outer: with several workers each worker's Adam runs without momentum of its own (the merge averages the
+# workers' steps) and keeps its second moments across merges: restarting them made every restarted step a full-size
+# one, which cost more as the MLP's parts got smaller (bench/scale.py at 2 to 32 workers, bench/RESULTS.md).
 WIDE_DEEP_DEFAULTS: dict[str, Any] = {
     "sparse_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "wide_optimizer": {"kind": "adagrad", "lr": 0.02, "initial_accumulator": 1e-7, "eps": 1e-7},
     "init_scale": 0.03,
     "dense_merge": "mean",
     "dense_average": {"decay": 0.995},
-    "dense_outer": {"reset_moments": True, "beta1_with_workers": 0.0},
+    "dense_outer": {"beta1_with_workers": 0.0},
 }
 
 

@@ -158,10 +158,10 @@ def test_the_momentum_is_in_the_workers_state_and_comes_back() -> None:
     np.testing.assert_array_equal(again.outer.u, saved["outer_u"])
 
 
-def test_wide_deep_and_deepfm_restart_their_moments_without_momentum_among_workers_by_default() -> None:
+def test_wide_deep_and_deepfm_keep_their_moments_without_momentum_among_workers_by_default() -> None:
     slots = [{"name": "a", "tower": "user"}, {"name": "b", "tower": "item"}]
     for kind in ("wide_deep", "deepfm"):
-        assert ModelConfig(type=kind, slots=slots).dense_outer == DenseOuterConfig(reset_moments=True,
+        assert ModelConfig(type=kind, slots=slots).dense_outer == DenseOuterConfig(reset_moments=False,
                                                                                    beta1_with_workers=0.0)
     assert ModelConfig(type="lr", slots=slots).dense_outer is None
     assert ModelConfig(type="wide_deep", slots=slots, dense_outer=None).dense_outer is None
