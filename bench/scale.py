@@ -16,6 +16,11 @@ processes (zmq I/O threads), the shards (/proc/<pid>/stat, worker 0's loop)) and
 getrusage of the reaped children); per-worker RSS before the training loop and at its peak;
 test AUC and its difference to the 1-worker row of the same shard count.
 
+When to add shards: the keys a shard served (pulls and pushes, read from its tables' counters
+before the test pass) per second of its CPU, and the workers one shard keeps up with when every
+process has a core: the workers' CPU per sample over the shards' (a worker trains 1e6 / its us per
+sample, the shards serve 1e6 / theirs). The run's fewest is the advice: a shard per that many workers.
+
 Staleness: the updates a row took between a worker's pull of it and that worker's push (p50/p99
 over the pushes of 1 in --staleness-sample keys, followed by the shards: ps.staleness; 0: off).
 
@@ -123,6 +128,7 @@ def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: in
     # start-up too, numba's runtime among it, so the process's loop CPU less the training thread's is used)
     rest = sum(w["loop_cpu_s"] for w in ws) - train
     shard = sum(full.get("shard_loop_cpu_s", []))
+    keys = sum(full.get("shard_keys", []))
     return {
         "shards": shards, "workers": workers, "merge": label, "dense_parts": parts, "train_rows": n,
         "samples_per_s": full["samples_per_s"], "train_seconds": full["train_seconds"], "wall_s": round(wall, 1),
@@ -134,7 +140,19 @@ def one_job(args: argparse.Namespace, data, work: Path, shards: int, workers: in
                           "peak": max(w["peak_rss_mb"] for w in ws)},
         "shard_peak_rss_mb": max(full["rss_mb"]["shards"]), "job_peak_rss_mb": res["peak_rss_mb"],
         "staleness": full.get("staleness"),
+        **shard_capacity(keys, n, workers_us=us(train + rest), shard_us=us(shard)),
     }
+
+
+def shard_capacity(keys: int, samples: int, *, workers_us: float, shard_us: float) -> dict:
+    """What one shard takes: the keys it served (pulls and pushes) per second of its CPU, and how many
+    workers of this job it keeps up with when every process has a core (the workers' CPU per sample over
+    the shards': a worker trains 1e6 / workers_us samples/s, a shard serves 1e6 / shard_us)."""
+    if not keys or shard_us <= 0:
+        return {"keys_per_sample": None, "shard_keys_per_cpu_s": None, "workers_per_shard": None}
+    return {"keys_per_sample": round(keys / samples, 1),
+            "shard_keys_per_cpu_s": round(keys / (shard_us * samples / 1e6)),
+            "workers_per_shard": round(workers_us / shard_us, 1)}
 
 
 def add_ratios(rows: list[dict], cores: int) -> None:
@@ -155,6 +173,28 @@ def add_ratios(rows: list[dict], cores: int) -> None:
 def _quantile(row: dict, q: str) -> str:
     st = row.get("staleness") or {}
     return "-" if st.get(q) is None else str(st[q])
+
+
+def _scaled(value: float | None, factor: float) -> str:
+    return "-" if value is None else f"{value * factor:.1f}"
+
+
+def add_shards_advice(rows: list[dict]) -> str | None:
+    """When to add shards, from the run's rows: the fewest workers one shard kept up with."""
+    per_shard = [r["workers_per_shard"] for r in rows if r.get("workers_per_shard")]
+    if not per_shard:
+        return None
+    keys = [r["keys_per_sample"] for r in rows if r.get("keys_per_sample")]
+    rate = [r["shard_keys_per_cpu_s"] for r in rows if r.get("shard_keys_per_cpu_s")]
+    least = min(per_shard)
+    return (f"shards: one shard served {_span(rate, 1e-6)}M keys per CPU second ({_span(keys, 1)} keys per sample) "
+            f"and keeps up with {_span(per_shard, 1)} workers of this job on cores of their own: add a shard per "
+            f"{max(1, int(least))} workers")
+
+
+def _span(values: list[float], factor: float) -> str:
+    low, high = min(values) * factor, max(values) * factor
+    return f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}"
 
 
 def _label_width(out: dict) -> int:
@@ -178,7 +218,7 @@ def print_table(out: dict) -> None:
           "start to exit (start-up, test pass)")
     head = (f"{'sh':>3}{'wk':>4} {'merge':<{_label_width(out)}}{'samples/s':>10}{'speed':>6}{'train':>7}{'pf+io':>7}"
             f"{'shards':>7}{'loop':>7}{'x1wk':>6}{'job':>7}{'RSS0':>6}{'RSSpk':>6}{'AUC':>8}{'dAUC':>8}{'wall':>6}"
-            f"{'st50':>6}{'st99':>6}")
+            f"{'st50':>6}{'st99':>6}{'Mkey/cs':>8}{'wk/sh':>6}")
     print(head)
     width = _label_width(out)
     for r in out["rows"]:
@@ -189,10 +229,15 @@ def print_table(out: dict) -> None:
               f"{c['loop_total']:>7.1f}{r.get('cpu_per_sample_over_1_worker', float('nan')):>6.2f}"
               f"{c['job_total']:>7.1f}{m['before_data']:>6.0f}{m['peak']:>6.0f}{r['test_auc']:>8.4f}"
               f"{r.get('auc_minus_1_worker', float('nan')):>+8.4f}{r['wall_s']:>6.0f}"
-              f"{_quantile(r, 'p50'):>6}{_quantile(r, 'p99'):>6}")
+              f"{_quantile(r, 'p50'):>6}{_quantile(r, 'p99'):>6}"
+              f"{_scaled(r.get('shard_keys_per_cpu_s'), 1e-6):>8}{_scaled(r.get('workers_per_shard'), 1):>6}")
     print("RSS0 / RSSpk: MB of the largest worker before its training loop / at its peak; x1wk: loop CPU per sample "
           "over the 1-worker row's; dAUC: test AUC minus the 1-worker row's; wall: seconds of the whole job; "
-          "st50 / st99: staleness p50 / p99 (updates to a row between a worker's pull and its push)")
+          "st50 / st99: staleness p50 / p99 (updates to a row between a worker's pull and its push); Mkey/cs: "
+          "millions of keys (pulled and pushed) a shard served per second of its CPU; wk/sh: workers one shard keeps "
+          "up with when every process has a core (the workers' CPU per sample over the shards')")
+    if out.get("shards_advice"):
+        print(out["shards_advice"])
     for note in out["notes"]:
         print(f"note: {note}")
 
@@ -268,7 +313,8 @@ def main() -> int:
                      "dense_beta1": args.dense_beta1, "global_batch": args.global_batch,
                      "split_dense": args.split_dense,
                      "seed": args.seed},
-           "cores": cores, "bayes_auc": round(data.bayes_auc, 4), "rows": rows, "notes": notes}
+           "cores": cores, "bayes_auc": round(data.bayes_auc, 4), "rows": rows,
+           "shards_advice": add_shards_advice(rows), "notes": notes}
     return print_result(out, as_json=args.json, table=print_table)
 
 

@@ -243,7 +243,11 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
 
     ranks = [json.loads((results / f"worker-{r}.json").read_text()) for r in range(spec.num_workers)]
     # read before the test pass, whose pulls are no training's
-    shard_staleness = [s["staleness"] for s in ps.client.admin.stats() if "staleness" in s]
+    shard_stats = ps.client.admin.stats()
+    shard_staleness = [s["staleness"] for s in shard_stats if "staleness" in s]
+    # the keys each shard served in training (pulls and pushes over its tables): a shard's keys per CPU second
+    shard_keys = [sum(t.get("pulled_keys", 0) + t.get("pushed_keys", 0) for t in s.get("tables", {}).values())
+                  for s in shard_stats]
     labels, probs = [], []
     start, cpu = time.perf_counter(), time.process_time()
     batches = start_prefetch("thread", partial(prepared_batches, spec, job, test=True), depth=2)
@@ -272,6 +276,7 @@ def _evaluate(spec: ClusterSpec, job: dict[str, Any], worker: Worker, ps: PSWork
            "peak_rss_mb": round(rss, 1), "rss_mb": {"shards": shard_rss, "chief": peak_rss_mb(),
                                                    "workers": [r["peak_rss_mb"] for r in ranks]},
            "shard_cpu_s": shard_cpu, "shard_loop_cpu_s": ranks[0].get("shard_loop_cpu_s", []),
+           "shard_keys": shard_keys,
            "rejected": _sum_counts(r["rejected"] for r in ranks),
            "test_rejected": (batches.result or {}).get("rejected", {}),
            # records lacking each required field (refused ones are also in rejected's absent_field)

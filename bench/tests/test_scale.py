@@ -29,3 +29,25 @@ def test_a_shard_count_without_its_one_worker_row_gets_no_ratios() -> None:
     rows = [_row(4, 8, 1000, 0.7, 40)]
     add_ratios(rows, cores=32)
     assert "speedup" not in rows[0] and "auc_minus_1_worker" not in rows[0]
+
+
+def test_a_shard_keeps_up_with_the_workers_whose_cpu_per_sample_its_own_covers() -> None:
+    from bench.scale import shard_capacity
+
+    # 1M samples, 30M keys served with 5 us of shard CPU per sample (5 s): 6M keys per CPU second; a worker
+    # at 30 us per sample trains 33k samples/s, a shard serves 200k: one shard keeps up with 6 workers
+    got = shard_capacity(30_000_000, 1_000_000, workers_us=30.0, shard_us=5.0)
+    assert got == {"keys_per_sample": 30.0, "shard_keys_per_cpu_s": 6_000_000, "workers_per_shard": 6.0}
+    assert shard_capacity(0, 1_000_000, workers_us=30.0, shard_us=5.0)["workers_per_shard"] is None
+
+
+def test_the_advice_adds_a_shard_per_the_fewest_workers_one_shard_kept_up_with() -> None:
+    from bench.scale import add_shards_advice
+
+    rows = [{"workers_per_shard": 6.6, "keys_per_sample": 30.0, "shard_keys_per_cpu_s": 6e6},
+            {"workers_per_shard": 7.9, "keys_per_sample": 31.0, "shard_keys_per_cpu_s": 7e6},
+            {"workers_per_shard": None}]
+    advice = add_shards_advice(rows)
+    assert advice is not None and advice.endswith("add a shard per 6 workers")
+    assert "6.0-7.0M keys per CPU second" in advice and "6.6-7.9 workers" in advice
+    assert add_shards_advice([{"workers_per_shard": None}]) is None

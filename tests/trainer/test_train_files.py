@@ -47,6 +47,8 @@ def test_train_files_trains_evaluates_and_writes_predictions(tmp_path: Path, pre
     # every shard's CPU during worker 0's loop: read from /proc (same host), no more than its whole life's
     loop, life = result["shard_loop_cpu_s"], result["shard_cpu_s"]
     assert len(loop) == len(life) == 2 and all(0 <= a <= b for a, b in zip(loop, life, strict=True))
+    # the keys each shard served in training (read before the test pass): ids route to both
+    assert len(result["shard_keys"]) == 2 and all(k > 0 for k in result["shard_keys"])
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
