@@ -339,14 +339,18 @@ class PSClient:
         rids = tuple(self._transport.request(sl.shard, Op.PULL_DENSE, sl.part) for sl in slices)
         return Ticket(rids, partial(_dense_value, shape))
 
-    def push_dense(self, name: str, grad: np.ndarray, *, flags: Flag = Flag.NONE) -> Ticket[None]:
-        """Start pushing a gradient of dense array ``name``."""
+    def push_dense(self, name: str, grad: np.ndarray, *, flags: Flag = Flag.NONE,
+                   lr_scale: float = 1.0) -> Ticket[None]:
+        """Start pushing a gradient of dense array ``name``; the shards step it at ``lr_scale`` times
+        the array's lr (not for a SYNC push: the barrier applies the workers' mean once)."""
         shape, slices = self._dense_layout(name)
         grad = np.ascontiguousarray(grad, dtype=np.float32)
         if grad.shape != shape:
             raise InvalidInput(f"dense {name!r}: grad shape {grad.shape} != {shape}")
         flat = grad.reshape(-1)
-        rids = tuple(self._transport.request(sl.shard, Op.PUSH_DENSE, sl.part, [flat[sl.start : sl.stop]], flags=flags)
+        meta = {"lr_scale": float(lr_scale)} if lr_scale != 1.0 else None
+        rids = tuple(self._transport.request(sl.shard, Op.PUSH_DENSE, sl.part, [flat[sl.start : sl.stop]], meta,
+                                             flags=flags)
                      for sl in slices)
         return Ticket(rids, _nothing)
 

@@ -172,7 +172,7 @@ class ShardTables:
         if msg.flags & Flag.SYNC:
             self.sync.hold_dense(msg.table, grad)
         else:
-            table.push(grad)
+            table.push(grad, lr_scale=msg.meta.get("lr_scale", 1.0))
         return ok(msg)
 
     def add_dense(self, name: str, meta: dict[str, Any], table: DenseTable) -> None:

@@ -137,6 +137,8 @@ class DenseOptimizer:
         ``lr_scale``: the lr's multiple for this step (a schedule's); ``average`` = (acc, keep):
         also acc = keep * acc + (1 - keep) * the updated w (see the module docstring)."""
         f, s, kind = self._f, self.state, self.config.kind
+        if kind == "ftrl" and lr_scale != 1.0:  # its lr is in its closed form: a step of another rate is no scaled step
+            raise ConfigError("a dense lr schedule or scale is for sgd, adagrad and adam, not ftrl")
         s["t"][0] += 1
         lr = f["lr"] if lr_scale == 1.0 else np.float32(self.config.lr * lr_scale)
         if kind == "adam":
@@ -151,8 +153,6 @@ class DenseOptimizer:
         elif kind == "sgd":
             _sgd(w, g, lr, f["l2"], self._clip)
         else:
-            if lr_scale != 1.0:  # ftrl's lr is in its closed form: a step of another rate is not a scaled step
-                raise ConfigError("a dense lr schedule is for sgd, adagrad and adam, not ftrl")
             _ftrl(w, g, s["z"], s["n"], f["lr"], f["l2"], self._clip, f["ftrl_beta"], f["l1"])
         if average is not None:
             moving_average(average[0], w, average[1])

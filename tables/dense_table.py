@@ -44,7 +44,12 @@ class DenseTable:
         with self._lock:
             return self._value.reshape(self.shape).copy()
 
-    def push(self, grad: Any) -> None:
+    def push(self, grad: Any, *, lr_scale: float = 1.0) -> None:
+        """One optimizer step on ``grad``, at ``lr_scale`` times the optimizer's lr (in (0, 1])."""
+        if not (isinstance(lr_scale, (int, float)) and not isinstance(lr_scale, bool) and 0.0 < lr_scale <= 1.0):
+            raise InvalidInput(f"dense table {self.name}: lr_scale must be a number in (0, 1], got {lr_scale!r}")
+        if lr_scale != 1.0 and self.config.optimizer.kind == "ftrl":
+            raise InvalidInput(f"dense table {self.name}: runs ftrl, whose steps take no lr_scale (got {lr_scale})")
         if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != self.shape:
             got = f"{grad.dtype} {grad.shape}" if isinstance(grad, np.ndarray) else type(grad).__name__
             raise InvalidInput(f"dense table {self.name}: gradient must be float32 {self.shape}, got {got}")
@@ -52,7 +57,7 @@ class DenseTable:
         if not np.isfinite(g).all():  # numpy's SIMD loop: faster than a scalar numba check
             raise NonFiniteGradient(f"dense table {self.name}: gradient holds NaN or Inf; push refused")
         with self._lock:
-            self._opt.step(self._value, g)
+            self._opt.step(self._value, g, lr_scale=float(lr_scale))
             self.version += 1
 
     def set(self, value: np.ndarray) -> None:

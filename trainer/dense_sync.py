@@ -15,7 +15,10 @@
   dense table runs the optimizer (Paddle's async communicator, one gradient per send); each
   worker pulls fresh parameters after every ``sync_steps``-th step. In sync mode the shards
   hold a step's gradients of all workers, sum them at the barrier and apply the optimizer
-  once, and every worker pulls after every step. The optimizer state lives on the shards and
+  once, and every worker pulls after every step. Asynchronous pushes are each a step of the
+  shard's optimizer at lr / sqrt(K) among K workers (``model.dense_ps_lr_scaling``): K pushes
+  computed from stale copies act as momentum, and at the full lr a many-worker job's test AUC
+  fell apart (bench/RESULTS.md). The optimizer state lives on the shards and
   is saved and restored with them. (Taking the pull's answer one step later, so that its
   round trip overlaps compute, was no faster on 2 cores and lowered the test AUC, so the pull
   blocks.)
@@ -150,8 +153,10 @@ class LocalDense(_Served):
 
 class PSDense(_Served):
     def __init__(self, values: np.ndarray, *, sync_steps: int = 1, average: DenseAverageConfig | None = None,
-                 steps_per_batch: int = 1) -> None:
+                 steps_per_batch: int = 1, lr_scaling: str = "inverse_sqrt") -> None:
         self.values = values
+        self.lr_scaling = lr_scaling  # model.dense_ps_lr_scaling
+        self.lr_scale = 1.0  # each push's multiple of the shard's dense lr (start: from the workers)
         self.average = (None if average is None
                         else DenseAverage(average, values.shape[0], steps_per_batch=steps_per_batch))
         self.sync_steps = max(1, sync_steps)
@@ -160,11 +165,12 @@ class PSDense(_Served):
     def start(self, store: ParamStore) -> None:
         if self.average is not None:
             self.average.with_workers(store.num_workers)
+        self.lr_scale = ps_lr_scale(self.lr_scaling, store.num_workers)
         self.values[...] = store.pull_dense()
 
     def update(self, grads: np.ndarray, store: ParamStore) -> bool:
         # a copy: an async push is still being sent while the next backward overwrites grads
-        store.push_dense(grads.copy())
+        store.push_dense(grads.copy(), lr_scale=self.lr_scale)
         if self.average is not None:  # the weights this step trained with (pulled every sync_steps)
             self.average.update(self.values)
         self.steps += 1
@@ -187,14 +193,21 @@ class PSDense(_Served):
 Dense = LocalDense | PSDense
 
 
+def ps_lr_scale(scaling: str, workers: int) -> float:
+    """``model.dense_ps_lr_scaling``'s multiple of the shard's dense lr for one push of ``workers``."""
+    return 1.0 / float(np.sqrt(workers)) if scaling == "inverse_sqrt" and workers > 1 else 1.0
+
+
 def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int,
                merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
                schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None,
-               steps_per_batch: int = 1) -> Dense:
+               steps_per_batch: int = 1, ps_lr_scaling: str = "inverse_sqrt") -> Dense:
     if update is DenseUpdate.PS:
         if schedule is not None:  # the shard's optimizer has no step count of the worker's
             raise ConfigError("model.dense_schedule needs dense_update: local (the worker runs the dense optimizer)")
         # dense_merge and dense_outer act on the workers' merges, which ps has none of: both are not used
-        return PSDense(values, sync_steps=sync_steps, average=average, steps_per_batch=steps_per_batch)
+        # ftrl's lr is in its closed form: its steps take no scale
+        return PSDense(values, sync_steps=sync_steps, average=average, steps_per_batch=steps_per_batch,
+                       lr_scaling="none" if optimizer.kind == "ftrl" else ps_lr_scaling)
     return LocalDense(values, optimizer, sync_steps=sync_steps, merge=merge, average=average, schedule=schedule,
                       outer=outer, steps_per_batch=steps_per_batch)

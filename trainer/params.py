@@ -42,7 +42,7 @@ class ParamStore(Protocol):
     def push_sparse(self, table: str, keys: np.ndarray, grads: np.ndarray, shows: np.ndarray,
                     clicks: np.ndarray) -> None: ...
     def pull_dense(self) -> np.ndarray: ...
-    def push_dense(self, grad: np.ndarray) -> None: ...
+    def push_dense(self, grad: np.ndarray, *, lr_scale: float = 1.0) -> None: ...
     def add_dense(self, delta: np.ndarray) -> None: ...
     def shared_frequency(self, alpha: float) -> FrequencyEstimate | None: ...
     def end_step(self) -> None: ...
@@ -69,8 +69,8 @@ class LocalStore:
     def pull_dense(self) -> np.ndarray:
         return self.dense.copy()
 
-    def push_dense(self, grad: np.ndarray) -> None:
-        self._rule.step(self.dense, np.ascontiguousarray(grad, np.float32))
+    def push_dense(self, grad: np.ndarray, *, lr_scale: float = 1.0) -> None:
+        self._rule.step(self.dense, np.ascontiguousarray(grad, np.float32), lr_scale=lr_scale)
 
     def add_dense(self, delta: np.ndarray) -> None:
         self.push_dense(-delta)
@@ -131,11 +131,13 @@ class PSStore:
     def pull_dense(self) -> np.ndarray:
         return self.worker.pull_dense(DENSE_NAME).reshape(-1)
 
-    def push_dense(self, grad: np.ndarray) -> None:
+    def push_dense(self, grad: np.ndarray, *, lr_scale: float = 1.0) -> None:
+        """``lr_scale``: the step's multiple of the dense lr where each push is a step of its own (the
+        PSWorker sends none in sync mode, whose step applies the workers' mean gradient once)."""
         if self.worker.mode == "async":  # waited for with the step's sparse pushes
-            self._this_step.append(self.worker.client.push_dense(DENSE_NAME, grad))
+            self._this_step.append(self.worker.client.push_dense(DENSE_NAME, grad, lr_scale=lr_scale))
         else:
-            self.worker.push_dense(DENSE_NAME, grad)
+            self.worker.push_dense(DENSE_NAME, grad, lr_scale=lr_scale)
 
     def add_dense(self, delta: np.ndarray) -> None:
         self.worker.push_dense(DENSE_NAME, -delta)  # SGD at lr 1: w -= -delta

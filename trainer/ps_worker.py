@@ -110,8 +110,10 @@ class PSWorker:
     def pull_dense(self, name: str) -> np.ndarray:
         return self.client.wait(self.client.pull_dense(name))
 
-    def push_dense(self, name: str, grad: np.ndarray) -> None:
-        self.client.wait(self.client.push_dense(name, grad, flags=Flag.SYNC if self.mode == "sync" else Flag.NONE))
+    def push_dense(self, name: str, grad: np.ndarray, *, lr_scale: float = 1.0) -> None:
+        sync = self.mode == "sync"
+        self.client.wait(self.client.push_dense(name, grad, flags=Flag.SYNC if sync else Flag.NONE,
+                                                lr_scale=1.0 if sync else lr_scale))
 
     def step(self) -> None:
         """End of a training step: the sync barrier, or the geo flush every ``geo_steps``."""

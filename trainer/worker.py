@@ -97,7 +97,8 @@ class Worker:
         self.dense = make_dense(dense_update, model.params.values, model.config.dense_optimizer,
                                 sync_steps=dense_sync_steps, merge=model.config.dense_merge,
                                 average=model.config.dense_average, schedule=model.config.dense_schedule,
-                                outer=model.config.dense_outer, steps_per_batch=dense_parts)
+                                outer=model.config.dense_outer, steps_per_batch=dense_parts,
+                                ps_lr_scaling=model.config.dense_ps_lr_scaling)
         self.dense.start(store)
         self.phase_seconds: dict[str, float] = defaultdict(float)
         # this thread's CPU seconds per phase: beside the wall seconds they tell computing from waiting

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from core.errors import InvalidInput, NotFound
+from tables.table_config import OptimizerConfig
 
 from .ps_harness import shard_processes
 
@@ -102,6 +103,21 @@ def test_dense_pull_and_push_are_tickets(tmp_path: Path) -> None:
         c.wait(c.push_dense("w", np.ones((2, 3), np.float32)))
         value = c.wait(c.pull_dense("w"))
         assert value.shape == (2, 3) and np.all(value < 0), "adam (the default) moved every weight down"
+
+
+def test_a_dense_push_at_an_lr_scale_moves_its_weights_that_much_and_a_bad_scale_is_refused(tmp_path: Path) -> None:
+    from ps.protocol import Op
+
+    sgd = OptimizerConfig(kind="sgd", lr=0.5)
+    with shard_processes(tmp_path, [SGD1], n=2) as shards, shards.client() as c:
+        c.init_dense("w", np.zeros(6, np.float32), optimizer=sgd)
+        c.wait(c.push_dense("w", np.ones(6, np.float32), lr_scale=0.25))
+        np.testing.assert_allclose(c.wait(c.pull_dense("w")), -0.125)  # lr 0.5 x 0.25
+        (part,) = c._dense_layout("w")[1]
+        with pytest.raises(InvalidInput, match="lr_scale"):  # sent as it is, past the client's float()
+            c._transport.collect([c._transport.request(part.shard, Op.PUSH_DENSE, part.part,
+                                                       [np.ones(6, np.float32)], {"lr_scale": "fast"})])
+        np.testing.assert_allclose(c.wait(c.pull_dense("w")), -0.125)  # nothing applied; the shard serves on
 
 
 @pytest.mark.parametrize("n_shards", [1, 2])

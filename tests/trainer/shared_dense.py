@@ -17,5 +17,5 @@ class SharedDense:
     def add_dense(self, delta: np.ndarray) -> None:
         self.dense += delta
 
-    def push_dense(self, grad: np.ndarray) -> None:
-        self.dense -= grad
+    def push_dense(self, grad: np.ndarray, *, lr_scale: float = 1.0) -> None:
+        self.dense -= np.float32(lr_scale) * grad

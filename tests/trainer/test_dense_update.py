@@ -11,8 +11,10 @@ import pytest
 
 from core.errors import Conflict
 from models import build_model
+from models.model_config import ModelConfig
 from tables.table_config import OptimizerConfig
 from tests.ps.ps_harness import shard_processes
+from trainer.dense_sync import PSDense, make_dense, ps_lr_scale
 from trainer.job_config import DenseUpdate
 from trainer.params import SUM, LocalStore, PSStore, dense_rule
 from trainer.ps_worker import PSWorker
@@ -73,3 +75,30 @@ def test_the_ps_refuses_a_dense_vector_of_another_rule(tmp_path: Path) -> None:
         with pytest.raises(Conflict, match="dense_update"):
             PSStore(PSWorker(c), initial, dense_rule=adam)
         PSStore(PSWorker(c), initial, dense_rule=None)  # infer: any rule
+
+
+def test_ps_lr_scale_is_one_over_the_root_of_the_workers_unless_turned_off() -> None:
+    assert ps_lr_scale("inverse_sqrt", 16) == 0.25 and ps_lr_scale("inverse_sqrt", 1) == 1.0
+    assert ps_lr_scale("none", 16) == 1.0
+    ftrl = make_dense(DenseUpdate.PS, np.zeros(3, np.float32), OptimizerConfig(kind="ftrl", lr=0.1), sync_steps=1)
+    assert isinstance(ftrl, PSDense) and ftrl.lr_scaling == "none"  # ftrl's steps take no scale
+    slots = [{"name": "a", "tower": "user"}, {"name": "b", "tower": "item"}]
+    for kind in ("lr", "wide_deep", "deepfm", "two_tower"):
+        assert ModelConfig(type=kind, slots=slots).dense_ps_lr_scaling == "inverse_sqrt"
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(("scaling", "moved"), [("inverse_sqrt", 0.5), ("none", 1.0)])
+def test_an_async_push_among_four_workers_steps_the_shards_dense_lr_over_two(tmp_path: Path, scaling: str,
+                                                                              moved: float) -> None:
+    """SGD at lr 1 on the shard: a worker's gradient of ones moves every weight by the step's lr."""
+    table = {"name": "emb4", "dim": 4}
+    initial = np.zeros(10, np.float32)
+    with shard_processes(tmp_path, [table], n=1) as shards, shards.client() as c:
+        store = PSStore(PSWorker(c, num_workers=4), initial, dense_rule=OptimizerConfig(kind="sgd", lr=1.0))
+        dense = PSDense(np.zeros(10, np.float32), lr_scaling=scaling)
+        dense.start(store)
+        dense.update(np.ones(10, np.float32), store)
+        store.drain()
+        dense.refresh(store)
+        np.testing.assert_allclose(dense.values, -moved)
