@@ -318,9 +318,9 @@ class ModelConfig(FrozenModel):
         None, description="`dense_update: local`: an outer optimizer on each merged change (outer lr, momentum); "
                           "left out, the change is added as `dense_merge` says.")
     dense_ps_lr_scaling: Literal["inverse_sqrt", "none"] = Field(
-        "inverse_sqrt", description="`dense_update: ps` in async mode: the shard steps the dense weights at lr / "
-                                    "sqrt(K) for each push of K workers (`inverse_sqrt`; K pushes from stale copies "
-                                    "act as momentum, so the full lr overshoots as K grows) or at lr (`none`).")
+        "inverse_sqrt", description="`dense_update: ps` in async or geo mode: the shard steps the dense weights at "
+                                    "lr / sqrt(K) for each push of K workers (`inverse_sqrt`; K pushes from stale "
+                                    "copies act as momentum, so the full lr overshoots as K grows) or at lr (`none`).")
     retrieval: RetrievalConfig = Field(RetrievalConfig(), description="two_tower only: how the towers learn retrieval.")
     seed: int = Field(0, ge=0, description="Seed of the initial rows and weights.")
 
