@@ -197,16 +197,17 @@ class LiveItems:
         tower = self._tower_for(version)
         if tower is None or not tower.table:
             return 0
-        if self._cursors is None:
-            self._cursors = [(0, 0)] * self._client.n_shards
+        # the cursors are set only once a read has answered: a shard's change log records nothing
+        # until its first read, so "cursors" in status() means every shard is recording now
+        cursors = self._cursors if self._cursors is not None else [(0, 0)] * self._client.n_shards
         # only the item slot's keys travel; without item refresh only the logs' generations
-        changes = self._client.wait(self._client.changes(tower.table, self._cursors, slot=tower.slot_id,
+        changes = self._client.wait(self._client.changes(tower.table, cursors, slot=tower.slot_id,
                                                          limit=self.settings.changes_limit))
-        restarted = [c.reset and self._cursors[i][0] not in (0, c.generation) for i, c in enumerate(changes)]
+        restarted = [c.reset and cursors[i][0] not in (0, c.generation) for i, c in enumerate(changes)]
         if any(restarted):
             self._pause(version)
             return 0
-        self.lost += sum(c.reset and self._cursors[i][0] != 0 for i, c in enumerate(changes))
+        self.lost += sum(c.reset and cursors[i][0] != 0 for i, c in enumerate(changes))
         self._cursors = [(c.generation, c.seq) for c in changes]
         if tower.unsupported:
             return 0

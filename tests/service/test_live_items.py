@@ -6,6 +6,8 @@ new items); a tower with more item slots reads them from the catalogue. Real sha
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -109,6 +111,36 @@ def test_changed_and_new_items_reach_the_index_and_a_shard_reload_stops_the_live
         b.export("base", items=(ITEMS[:30], rng.standard_normal((30, 8)).astype(np.float32)))
         wait_until(lambda: live.paused_at is None, what="the live path resuming on a newer bundle")
         assert not client.app.state.read_through.paused and store.version == 2
+
+
+@pytest.mark.process
+def test_the_live_path_reports_cursors_only_once_every_shard_answered_so_a_push_after_is_recorded(
+        tmp_path: Path) -> None:
+    """A shard's change log records nothing until its first read: a live path that reported cursors
+    before its first read answered let a push land unrecorded (a loaded CI machine lost it)."""
+    b = BundleBuilder(tmp_path / "exports", MODEL, schema=SCHEMA.model_dump(mode="json"))
+    b.push("item", ITEMS[:30])
+    b.export("base", items=(ITEMS[:30], np.random.default_rng(3).standard_normal((30, 8)).astype(np.float32)))
+    table = b.table_of("item")
+    config = next(c for c in b.model.table_configs() if c.name == table)
+    (tmp_path / "ps").mkdir()
+    with shard_processes(tmp_path / "ps", [config.model_dump(mode="json")], n=2) as shards, shards.client() as ps:
+        frozen = shards.procs[1]
+        assert frozen is not None
+        os.killpg(frozen.pid, signal.SIGSTOP)  # shard 1 answers nothing until it is continued
+        try:
+            rt = ReadThroughSettings(endpoints=shards.endpoints, timeout_s=0.2, items_interval_s=0.02)
+            with started(make_settings(b.root, read_through=rt)) as client:
+                live = client.app.state.live
+                wait_until(lambda: live.errors >= 2, what="the live path's reads timing out")
+                assert live.status()["cursors"] is None, "no read has answered from every shard"
+                os.killpg(frozen.pid, signal.SIGCONT)
+                wait_until(lambda: live.status()["cursors"] is not None, what="the live path following the shards")
+                new = ITEMS[35:]
+                ps.wait(ps.push(table, new, np.full((new.shape[0], config.width), 0.5, np.float32)))
+                wait_until(lambda: live.items_added >= new.shape[0], what="the new items reaching the index")
+        finally:
+            os.killpg(frozen.pid, signal.SIGCONT)
 
 
 @pytest.mark.process
