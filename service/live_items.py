@@ -20,9 +20,10 @@ rolled-back model's own export.
 An item tower with more slots than the item id (category, tags) reads each item's ids in them
 from the job's item catalogue in the PS (``ids.items``, exports.item_catalog), as the exporter
 does; an item whose catalogue row is not written yet (the trainer writes it after the step
-that pushed the item's row) is tried again on the next polls, for ``CATALOGUE_WAIT_S``. A tower without the item id slot
-cannot tell a changed item from its rows: it keeps bundle-only item vectors (``status()`` says
-why) and the thread only watches the logs' generations (to stop read-through on a rollback).
+that pushed the item's row) is tried again on the next polls, for ``CATALOGUE_WAIT_S``. A
+tower without the item id slot cannot tell a changed item from its rows: it keeps bundle-only
+item vectors (``status()`` says why) and the thread only watches the logs' generations (to
+stop read-through on a rollback).
 Limits: items evicted on the shards stay in the index until the next bundle; a change of a row
 shared by many items (a category's) reaches them with the next bundle. Freshness here runs from the receipt
 of the records that changed an item's row (their Kafka time, carried by the trainer's push into the

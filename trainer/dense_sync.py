@@ -153,9 +153,9 @@ class LocalDense(_Served):
 
 class PSDense(_Served):
     def __init__(self, values: np.ndarray, *, sync_steps: int = 1, average: DenseAverageConfig | None = None,
-                 steps_per_batch: int = 1, lr_scaling: str = "inverse_sqrt") -> None:
+                 steps_per_batch: int = 1, lr_scaling: str = "none") -> None:
         self.values = values
-        self.lr_scaling = lr_scaling  # model.dense_ps_lr_scaling
+        self.lr_scaling = lr_scaling  # model.dense_ps_lr_scaling (its default is the model's, not this one)
         self.lr_scale = 1.0  # each push's multiple of the shard's dense lr (start: from the workers)
         self.average = (None if average is None
                         else DenseAverage(average, values.shape[0], steps_per_batch=steps_per_batch))
@@ -201,7 +201,7 @@ def ps_lr_scale(scaling: str, workers: int) -> float:
 def make_dense(update: DenseUpdate, values: np.ndarray, optimizer: OptimizerConfig, *, sync_steps: int,
                merge: DenseMerge = DenseMerge.SUM, average: DenseAverageConfig | None = None,
                schedule: DenseScheduleConfig | None = None, outer: DenseOuterConfig | None = None,
-               steps_per_batch: int = 1, ps_lr_scaling: str = "inverse_sqrt") -> Dense:
+               steps_per_batch: int = 1, ps_lr_scaling: str = "none") -> Dense:
     if update is DenseUpdate.PS:
         if schedule is not None:  # the shard's optimizer has no step count of the worker's
             raise ConfigError("model.dense_schedule needs dense_update: local (the worker runs the dense optimizer)")

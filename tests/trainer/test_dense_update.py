@@ -80,7 +80,8 @@ def test_the_ps_refuses_a_dense_vector_of_another_rule(tmp_path: Path) -> None:
 def test_ps_lr_scale_is_one_over_the_root_of_the_workers_unless_turned_off() -> None:
     assert ps_lr_scale("inverse_sqrt", 16) == 0.25 and ps_lr_scale("inverse_sqrt", 1) == 1.0
     assert ps_lr_scale("none", 16) == 1.0
-    ftrl = make_dense(DenseUpdate.PS, np.zeros(3, np.float32), OptimizerConfig(kind="ftrl", lr=0.1), sync_steps=1)
+    ftrl = make_dense(DenseUpdate.PS, np.zeros(3, np.float32), OptimizerConfig(kind="ftrl", lr=0.1), sync_steps=1,
+                      ps_lr_scaling="inverse_sqrt")
     assert isinstance(ftrl, PSDense) and ftrl.lr_scaling == "none"  # ftrl's steps take no scale
     slots = [{"name": "a", "tower": "user"}, {"name": "b", "tower": "item"}]
     for kind in ("lr", "wide_deep", "deepfm", "two_tower"):
