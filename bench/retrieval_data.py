@@ -44,6 +44,20 @@ from logrecords.planted_sessions import SessionSpec, planted_sessions
 
 
 @dataclass(frozen=True)
+class TrueItems:
+    """A planted log's item side as its generator drew it: a user with factor ``u`` picks item ``i`` with
+    probability softmax(``pick_scale`` u.v + ``bias``)[i] and likes it with sigmoid(``like_scale`` u.v +
+    ``like_bias``)."""
+
+    ids: np.ndarray  # int64 item ids, the rows below
+    factors: np.ndarray  # float64[items, dim]
+    bias: np.ndarray  # float64[items]: log popularity (a trending log's: at the stream's end)
+    pick_scale: float
+    like_scale: float
+    like_bias: float
+
+
+@dataclass(frozen=True)
 class Interactions:
     """One log, sorted by time: parallel arrays per event plus per-user and per-item attributes."""
 
@@ -59,6 +73,7 @@ class Interactions:
     # (user ids, unix time) -> scores (len(users), len(items_of_oracle)); planted only
     oracle: Callable[[np.ndarray, float], np.ndarray] | None = field(default=None, repr=False)
     oracle_items: np.ndarray | None = None  # item ids, the oracle's columns
+    true_items: TrueItems | None = field(default=None, repr=False)  # planted only: what drew the picks and likes
 
     def __len__(self) -> int:
         return int(self.user.shape[0])
@@ -66,7 +81,7 @@ class Interactions:
     def take(self, idx: np.ndarray | slice) -> Interactions:
         return Interactions(self.name, self.user[idx], self.item[idx], self.label[idx], self.time[idx],
                             self.user_attrs, self.item_attrs, self.user_fields, self.item_fields,
-                            self.oracle, self.oracle_items)
+                            self.oracle, self.oracle_items, self.true_items)
 
     def record(self, i: int) -> dict[str, Any]:
         """Event ``i`` as the JSON record the replay sends."""
@@ -128,17 +143,20 @@ def holdout_user_fields(split: Split, user: int) -> dict[str, Any]:
 def planted(spec: InteractionSpec | None = None) -> Interactions:
     """The project's planted interaction log (:func:`logrecords.generator.planted_interactions`);
     ``oracle`` scores items by the true model."""
-    return _planted_log("planted", planted_interactions(spec or InteractionSpec()))
+    spec = spec or InteractionSpec()
+    return _planted_log("planted", planted_interactions(spec), spec)
 
 
 def planted_sessions_log(spec: SessionSpec | None = None) -> Interactions:
     """The planted session log (:func:`logrecords.planted_sessions.planted_sessions`), with its oracle."""
-    return _planted_log("planted_sessions", planted_sessions(spec or SessionSpec()))
+    spec = spec or SessionSpec()
+    return _planted_log("planted_sessions", planted_sessions(spec), spec)
 
 
-def _planted_log(name: str, p: PlantedInteractions) -> Interactions:
+def _planted_log(name: str, p: PlantedInteractions, spec: InteractionSpec) -> Interactions:
+    true_items = TrueItems(p.item_ids, p.item_factors, p.item_bias, spec.scale, spec.like_scale, spec.like_bias)
     return Interactions(name, p.user, p.item, p.label, p.time, p.user_attrs, p.item_attrs, p.USER_FIELDS,
-                        p.ITEM_FIELDS, p.oracle, p.item_ids)
+                        p.ITEM_FIELDS, p.oracle, p.item_ids, true_items)
 
 
 def oracle_lists(log: Interactions, split: Split, k: int = 10) -> dict[int, list[int]]:
