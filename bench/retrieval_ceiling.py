@@ -123,10 +123,10 @@ def user_records(split: Split, items: TrueItems, every_record: bool) -> dict[int
     return {u: UserRecords(np.array(r, np.int64), np.array(y)) for u, (r, y) in by_user.items()}
 
 
-def ceiling_lists(split: Split, items: TrueItems, every_record: bool, prior: float, half_life: float,
-                  k: int = 10) -> dict[int, list[int]]:
-    """Each holdout user's top ``k`` by the fit from the user's train records, train items excluded."""
-    records = user_records(split, items, every_record)
+def ceiling_lists(split: Split, items: TrueItems, records: dict[int, UserRecords], every_record: bool, prior: float,
+                  half_life: float, k: int = 10) -> dict[int, list[int]]:
+    """Each holdout user's top ``k`` by the fit from the user's train ``records`` (:func:`user_records`), train
+    items excluded."""
     empty = UserRecords(np.zeros(0, np.int64), np.zeros(0))
     lists: dict[int, list[int]] = {}
     for user in sorted(split.truth):
@@ -145,9 +145,11 @@ def ceiling(log: Interactions, split: Split, k: int = 10) -> dict[str, Any] | No
         return None
     out: dict[str, Any] = {}
     for mode in MODES:
+        every_record = mode == "every record"
+        records = user_records(split, items, every_record)  # once per mode: every grid point fits the same records
         best: dict[str, Any] | None = None
         for prior, half_life in itertools.product(PRIORS, HALF_LIVES):
-            lists = ceiling_lists(split, items, mode == "every record", prior, half_life, k)
+            lists = ceiling_lists(split, items, records, every_record, prior, half_life, k)
             recall = score_lists(lists, split.truth, k=k, catalogue=len(split.catalogue))["recall"]
             if best is None or recall > best["recall"]:
                 best = {"recall": recall, "prior": prior, "half_life": half_life}
